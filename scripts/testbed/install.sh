@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs every system package and tool the tests and benchmarks need (idempotent).
+# Debian bookworm, root. Nothing here is downloaded outside Debian's packages and PyPI.
+set -euo pipefail
+need=()
+have() { command -v "$1" >/dev/null 2>&1 || [ -x "$1" ]; }
+have dockerd || need+=(docker.io)
+have /usr/bin/docker || need+=(docker.io)
+have debootstrap || need+=(debootstrap)
+have /usr/sbin/sshd || need+=(openssh-server)
+have ssh || need+=(openssh-client)
+have ip || need+=(iproute2)
+have iptables || need+=(iptables)
+have curl || need+=(curl)
+have /usr/lib/postgresql/15/bin/initdb || need+=(postgresql-15)
+if [ "${#need[@]}" -gt 0 ]; then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+# sshd must not run as a system service here: tests start their own instances.
+if ! have uv; then
+  python3 -m pip install -q uv
+fi
+echo "testbed packages ok"

@@ -1,0 +1,100 @@
+"""Fixtures that start the real services integration tests need.
+
+Each fixture calls the project's own scripts in ``scripts/testbed`` (the same ones ``.ci/run``
+uses), so a test run on a fresh machine installs and starts what it needs by itself. Nothing
+here is mocked: dockerd, sshd and PostgreSQL are the real daemons from Debian's packages.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SCRIPTS = REPO / "scripts" / "testbed"
+DOCKER_CLI = "/usr/bin/docker"
+BASE_IMAGE = os.environ.get("TCL_TEST_BASE_IMAGE", "tcl-pybase:bookworm")
+
+
+def run_script(name: str, env: dict[str, str] | None = None) -> str:
+    """Run one testbed script; fail the test with its output when it fails."""
+    proc = subprocess.run(
+        ["bash", str(SCRIPTS / name)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        check=False,
+    )
+    if proc.returncode != 0:
+        pytest.fail(f"{name} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return proc.stdout
+
+
+@pytest.fixture(scope="session")
+def docker_client() -> Any:
+    """A docker SDK client for a running dockerd (started by the testbed script if needed)."""
+    import docker
+
+    if shutil.which("dockerd") is None:
+        run_script("install.sh")
+    run_script("dockerd-up.sh")
+    return docker.from_env()
+
+
+@pytest.fixture(scope="session")
+def base_image(docker_client: Any) -> str:
+    """The local Python base image (debootstrapped Debian, imported; no registry needed)."""
+    run_script("base-image.sh", {"IMAGE": BASE_IMAGE})
+    return BASE_IMAGE
+
+
+def runner_image_tag() -> str:
+    """Tag derived from everything that goes into the runner image, so worktrees never clash."""
+    h = hashlib.sha256()
+    inputs = [REPO / "Dockerfile.runner", REPO / "pyproject.toml", *sorted((REPO / "images").rglob("*"))]
+    inputs += sorted((REPO / "tcl").rglob("*.py"))
+    for path in inputs:
+        if path.is_file():
+            h.update(str(path.relative_to(REPO)).encode())
+            h.update(path.read_bytes())
+    return f"tcl-runner:{h.hexdigest()[:12]}"
+
+
+@pytest.fixture(scope="session")
+def runner_image(docker_client: Any, base_image: str) -> str:
+    """The runner image built from Dockerfile.runner on top of the local base image."""
+    tag = runner_image_tag()
+    probe = subprocess.run([DOCKER_CLI, "image", "inspect", tag], capture_output=True, check=False)
+    if probe.returncode != 0:
+        proc = subprocess.run(
+            [
+                DOCKER_CLI, "build", "-q", "--force-rm",
+                "--build-arg", f"BASE_IMAGE={base_image}",
+                "-f", str(REPO / "Dockerfile.runner"), "-t", tag, str(REPO),
+            ],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "DOCKER_BUILDKIT": "1"},
+            check=False,
+        )
+        if proc.returncode != 0:
+            pytest.fail(f"runner image build failed:\n{proc.stdout}\n{proc.stderr}")
+    return tag
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """A throwaway PostgreSQL 15 on loopback; its URL (SQLAlchemy/psycopg form)."""
+    env = {"BASE": "/tmp/tcl-testbed-pg", "PGPORT": os.environ.get("TCL_TEST_PGPORT", "54329")}
+    url = run_script("pg-up.sh", env).strip().splitlines()[-1]
+    try:
+        yield url.replace("postgresql://", "postgresql+psycopg://", 1)
+    finally:
+        run_script("pg-down.sh", env)
