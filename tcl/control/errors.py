@@ -13,6 +13,7 @@
     │   ├── SshAuthError          key refused / host key mismatch: never retried
     │   └── SshCommandError       a remote command exited non-zero
     ├── AgentError                a shim or runner answered with an error (translated from httpx)
+    │   ├── AgentUnreachableError the connection to it failed or dropped: re-resolve and retry
     │   └── NoCapacityError       the shim's 409 no_capacity
     ├── NoPlacementError          the solver found nothing: carries what each host offers
     └── HostSetupError            `tcl host setup` failed (names the step)
@@ -75,6 +76,10 @@ class SshCommandError(SshError):
 
 class AgentError(TclError):
     """A shim or runner answered with an error or could not be reached."""
+
+
+class AgentUnreachableError(AgentError):
+    """The agent could not be reached (a dropped tunnel, a dead process)."""
 
 
 class NoCapacityError(AgentError):
