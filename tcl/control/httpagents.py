@@ -14,7 +14,7 @@ import httpx
 
 from tcl.control.errors import AgentError, AgentUnreachableError, NoCapacityError
 from tcl.runner.api import EventsPage, JobSpec, StopRequest
-from tcl.shim.api import HostInfo, TaskInfo, TaskSpec, TerminateRequest
+from tcl.shim.api import HostInfo, TaskInfo, TaskSpec, TerminateRequest, TerminationReason
 
 _CHUNK = 1 << 20
 
@@ -68,8 +68,13 @@ class HttpShim(_Http):
     async def get_task(self, task_id: str) -> TaskInfo:
         return TaskInfo.model_validate((await self._request("GET", f"/tasks/{task_id}")).json())
 
-    async def terminate_task(self, task_id: str, message: str = "") -> TaskInfo:
-        req = TerminateRequest(message=message)
+    async def terminate_task(
+        self,
+        task_id: str,
+        reason: TerminationReason = TerminationReason.STOPPED_BY_USER,
+        message: str = "",
+    ) -> TaskInfo:
+        req = TerminateRequest(reason=reason, message=message)
         resp = await self._request(
             "POST", f"/tasks/{task_id}/terminate", json=req.model_dump(mode="json")
         )
