@@ -7,7 +7,7 @@ import hashlib
 import io
 import sys
 import tarfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import httpx
@@ -35,7 +35,7 @@ def sha(data: bytes) -> str:
 
 
 @pytest.fixture
-def runner(tmp_path: Path) -> Runner:
+def runner(tmp_path: Path) -> Iterator[Runner]:
     r = Runner(
         RunnerConfig(
             state_dir=tmp_path / "state",
@@ -43,7 +43,7 @@ def runner(tmp_path: Path) -> Runner:
             ssh_env_file=tmp_path / "ssh" / "job-env.sh",
         )
     )
-    yield r  # type: ignore[misc]
+    yield r
     r.stop(0)
     r.wait(10)
     r.close()
