@@ -107,13 +107,23 @@ class HealthInfo(BaseModel):
     state: RunnerState
 
 
+class StateInfo(BaseModel):
+    """The answer of submit, code, run and stop: where the runner is now."""
+
+    state: RunnerState
+    exit_code: int | None = None
+
+
 class StopRequest(_Strict):
     grace_s: float = Field(default=10.0, ge=0)
 
 
 class Metrics(BaseModel):
+    """The job's process tree (all zero before it starts) and the accelerators the runner sees."""
+
     cpu_percent: float
     memory_bytes: int
+    processes: int = 0
     accelerators: list[dict[str, float | int | str]] = Field(default_factory=list)
 
 
