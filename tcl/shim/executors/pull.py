@@ -7,14 +7,16 @@ a daemon that keeps talking ("Retrying in 5 seconds") without moving bytes.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import docker
 import docker.errors
 import requests.exceptions
+from docker.auth import encode_header
 from docker.utils import parse_repository_tag
 
 from tcl.shim.errors import ImageError
@@ -35,8 +37,7 @@ def pull_image(
     last_progress_at = time.monotonic()
     last_status: dict[str, str] = {}
     try:
-        stream = api.pull(repo, tag=tag or "latest", stream=True, decode=True, auth_config=auth)
-        for event in stream:
+        for event in _pull_stream(api, repo, tag or "latest", auth, stall_timeout_s):
             if cancel.is_set():
                 raise ImageError(f"pull of {image} cancelled")
             if "error" in event:
@@ -70,3 +71,24 @@ def pull_image(
     except docker.errors.APIError as e:
         raise ImageError(f"pull of {image} failed: {e.explanation or e}") from e
     progress(1.0)
+
+
+def _pull_stream(api: Any, repo: str, tag: str, auth: dict[str, str] | None,
+                 read_timeout_s: float) -> Iterator[dict[str, Any]]:
+    """POST /images/create and yield its JSON lines. docker-py's own ``pull`` disables the read
+    timeout, so the request is made here with the stall timeout as its per-read timeout."""
+    headers = {"X-Registry-Auth": encode_header(auth)} if auth else {}
+    url = f"{api.base_url}/v{api.api_version}/images/create"
+    with api.post(url, params={"fromImage": repo, "tag": tag}, headers=headers, stream=True,
+                  timeout=(read_timeout_s, read_timeout_s)) as resp:
+        if resp.status_code >= 400:
+            try:
+                message = resp.json().get("message", resp.text)
+            except ValueError:
+                message = resp.text
+            if resp.status_code == 404:
+                raise docker.errors.NotFound(message, response=resp, explanation=message)
+            raise docker.errors.APIError(message, response=resp, explanation=message)
+        for line in resp.iter_lines():
+            if line.strip():
+                yield json.loads(line)
