@@ -113,7 +113,8 @@ def create_app(runner: Runner | None) -> FastAPI:
                     "type": str(e.get("type", "")),
                 }
             )
-        return _error(422, "invalid_spec", detail)
+        in_body = any(e.get("loc", ("",))[0] == "body" for e in exc.errors())
+        return _error(422, "invalid_spec" if in_body else "invalid_request", detail)
 
     @app.get("/api/healthcheck", response_model=HealthInfo)
     async def healthcheck(runner: RunnerDep) -> HealthInfo:

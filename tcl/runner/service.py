@@ -215,9 +215,9 @@ class Runner:
         return self.state
 
     def wait(self, timeout_s: float | None = None) -> bool:
-        """Block until the state is final."""
+        """Block until the state is final and recorded (events, status hooks)."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        while not self.state.is_final:
+        while not self.log.finished:
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
                 return False

@@ -238,3 +238,27 @@ async def test_client_translates_connection_errors() -> None:
             await c.healthcheck()
         with pytest.raises(RunnerUnavailable):
             await asyncio.wait_for(c.wait_healthy(timeout_s=0.2), 5)
+
+
+async def test_output_written_while_stopping_comes_before_the_terminal_state(
+    client: RunnerClient,
+) -> None:
+    prog = (
+        "import signal, sys, time\n"
+        "def bye(*_):\n"
+        "    for i in range(2000): print('cleanup', i)\n"
+        "    sys.exit(0)\n"
+        "signal.signal(signal.SIGTERM, bye)\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    await client.submit(JobSpec(run_id="r", argv=[PY, "-c", prog]))
+    await client.run()
+    async for e in client.poll(0, wait_s=1):
+        if e.data == "ready\n":
+            break
+    await client.stop(grace_s=30)
+    events = [e async for e in client.poll(0)]
+    assert events[-1].state is S.TERMINATED and events[-1].exit_code == 0
+    out = "".join(e.data or "" for e in events if e.stream is LogStream.STDOUT)
+    assert out.splitlines()[1:] == [f"cleanup {i}" for i in range(2000)]
