@@ -80,7 +80,7 @@ async def test_submit_reach_runner_run_terminate_remove(
         with pytest.raises(NotFound):
             await c.get_task("e2e")
         assert not docker_client.containers.list(
-            all=True, filters={"label": f"tcl.shim.task-id=e2e"})
+            all=True, filters={"name": f"tcl-{shim.instance}-e2e"})
 
 
 async def test_two_bridge_tasks_disjoint_third_refused(
