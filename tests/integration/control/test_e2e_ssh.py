@@ -16,6 +16,7 @@ Only the accelerators are fake (there is no GPU here); everything else is the re
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -31,6 +32,8 @@ from typing import Any
 import pytest
 
 from tests.integration.control.conftest import SshTestbed
+
+pytest.importorskip("tcl.shim.main", reason="the shim has not landed yet")
 
 TCL = str(Path(sys.executable).parent / "tcl")
 VENV = str(Path(sys.executable).parent.parent)
@@ -61,12 +64,27 @@ class Env:
     shim_dirs: dict[str, Path]
 
     def env(self) -> dict[str, str]:
-        return {**os.environ, "HOME": str(self.home), "TCL_STATE_DIR": str(self.home / "state"),
-                "TCL_CONFIG": str(self.config), "NO_COLOR": "1", "COLUMNS": "200"}  # fmt: skip
+        return {
+            **os.environ,
+            "HOME": str(self.home),
+            "TCL_STATE_DIR": str(self.home / "state"),
+            "TCL_CONFIG": str(self.config),
+            "NO_COLOR": "1",
+            "COLUMNS": "200",
+        }
 
-    def tcl(self, *args: str, check: bool = True, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-        proc = subprocess.run([TCL, *args], cwd=self.repo, env=self.env(), capture_output=True,
-                              text=True, timeout=timeout, check=False)  # fmt: skip
+    def tcl(
+        self, *args: str, check: bool = True, timeout: float = 180
+    ) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run(
+            [TCL, *args],
+            cwd=self.repo,
+            env=self.env(),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
         if check and proc.returncode != 0:
             pytest.fail(f"tcl {' '.join(args)} -> {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
         return proc
@@ -76,29 +94,35 @@ class Env:
 
 
 def _git(repo: Path, *args: str) -> None:
-    subprocess.run(["git", "-C", str(repo), "-c", "user.email=t@t", "-c", "user.name=t", *args],
-                   check=True, capture_output=True)  # fmt: skip
+    subprocess.run(
+        ["git", "-C", str(repo), "-c", "user.email=t@t", "-c", "user.name=t", *args],
+        check=True,
+        capture_output=True,
+    )
 
 
 @pytest.fixture(scope="module")
-def e2e(ssh_testbed: SshTestbed, runner_image: str, tmp_path_factory: pytest.TempPathFactory
-        ) -> Iterator[Env]:  # fmt: skip
+def e2e(
+    ssh_testbed: SshTestbed, runner_image: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Env]:
     root = tmp_path_factory.mktemp("e2e")
     home, repo = root / "home", root / "repo"
     home.mkdir()
     repo.mkdir()
     shim_dirs = {"gpu-h100": root / "shim-h100", "gpu-a100": root / "shim-a100"}
     tb = ssh_testbed
-    common = (f"user: root, identity_file: {tb.key}, known_hosts: {tb.known_hosts}, "
-              f"ssh_config_file: {tb.config}, connect_timeout_s: 3, shim_venv: {VENV}")  # fmt: skip
+    common = (
+        f"user: root, identity_file: {tb.key}, known_hosts: {tb.known_hosts}, "
+        f"ssh_config_file: {tb.config}, connect_timeout_s: 3, shim_venv: {VENV}"
+    )
     config = root / "config.yaml"
     config.write_text(f"""
 hosts:
   dead: {{type: ssh, ssh: 127.0.0.1, port: {_free_port()}, {common}}}
   gpu-a100: {{type: ssh, ssh: 10.213.0.11, {common}, shim_port: {_free_port()},
-             shim_dir: {shim_dirs['gpu-a100']}, executor: process, fake_accelerators: "a100:4"}}
+             shim_dir: {shim_dirs["gpu-a100"]}, executor: process, fake_accelerators: "a100:4"}}
   gpu-h100: {{type: ssh, ssh: 127.0.0.1, port: 2222, {common}, shim_port: {_free_port()},
-             shim_dir: {shim_dirs['gpu-h100']}, executor: docker, fake_accelerators: "h100:8",
+             shim_dir: {shim_dirs["gpu-h100"]}, executor: docker, fake_accelerators: "h100:8",
              image: "{runner_image}"}}
 priority: [dead, gpu-a100, gpu-h100]
 """)
@@ -121,10 +145,8 @@ priority: [dead, gpu-a100, gpu-h100]
         for d in shim_dirs.values():
             pid_file = d / "shim.pid"
             if pid_file.exists():
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.kill(int(pid_file.read_text()), signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
 
 
 def test_hosts_check_lists_offers_and_unreachable(e2e: Env) -> None:
@@ -147,22 +169,30 @@ def test_nothing_fits_lists_each_host(e2e: Env) -> None:
 def _kill_connections(tb: SshTestbed) -> int:
     """Kill every per-connection child of the 127.0.0.1:2222 sshd (cuts forwards too)."""
     listener = tb.pid("lo")
-    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(listener)], capture_output=True,
-                         text=True, check=False).stdout.split()  # fmt: skip
+    out = subprocess.run(
+        ["ps", "-o", "pid=", "--ppid", str(listener)], capture_output=True, text=True, check=False
+    ).stdout.split()
     for pid in out:
         os.kill(int(pid), signal.SIGKILL)
     return len(out)
 
 
 def test_submit_follow_through_a_cut_ssh_connection(e2e: Env, ssh_testbed: SshTestbed) -> None:
-    sub = e2e.tcl_json("submit", "--chip", "h100", "-n", "2", "-d", "--name", "e2e", "--",
-                       "python3", "-c", JOB)  # fmt: skip
+    sub = e2e.tcl_json(
+        "submit", "--chip", "h100", "-n", "2", "-d", "--name", "e2e", "--", "python3", "-c", JOB
+    )
     assert sub["host"] == "gpu-h100" and sub["accelerators"] == [0, 1]
     assert sub["skipped"][0]["host"] == "dead"
     assert sub["skipped"][0]["reason"].startswith("unreachable")
     assert sub["code"]["uploaded_bytes"] > 0
-    follow = subprocess.Popen([TCL, "logs", "-f", sub["run_id"]], cwd=e2e.repo, env=e2e.env(),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    follow = subprocess.Popen(
+        [TCL, "logs", "-f", sub["run_id"]],
+        cwd=e2e.repo,
+        env=e2e.env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     assert follow.stdout is not None
     seen = []
     cut = 0
@@ -195,7 +225,8 @@ def test_ps_ssh_stop(e2e: Env, docker_client: Any) -> None:
     assert rows[run_id]["state"] == "running" and rows[run_id]["host"] == "gpu-h100"
     res = e2e.tcl("ssh", run_id, "--", "hostname")
     (container,) = docker_client.containers.list(
-        filters={"label": f"tcl.shim.task-id={sub['task_id']}"})
+        filters={"label": f"tcl.shim.task-id={sub['task_id']}"}
+    )
     assert res.stdout.strip() == container.attrs["Config"]["Hostname"]
     assert res.stdout.strip() != socket.gethostname()
     stopped = e2e.tcl("stop", run_id)
