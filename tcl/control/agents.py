@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from tcl.runner.api import EventsPage, JobSpec
-from tcl.shim.api import HostInfo, TaskInfo, TaskSpec
+from tcl.shim.api import HostInfo, TaskInfo, TaskSpec, TerminationReason
 
 
 class ShimApi(Protocol):
@@ -27,13 +27,20 @@ class ShimApi(Protocol):
 
     async def get_task(self, task_id: str) -> TaskInfo: ...
 
-    async def terminate_task(self, task_id: str, message: str = "") -> TaskInfo: ...
+    async def terminate_task(
+        self,
+        task_id: str,
+        reason: TerminationReason = TerminationReason.STOPPED_BY_USER,
+        message: str = "",
+    ) -> TaskInfo: ...
 
     async def aclose(self) -> None: ...
 
 
 class RunnerApi(Protocol):
     """What control needs from a runner."""
+
+    async def healthcheck(self) -> dict[str, Any]: ...
 
     async def submit(self, spec: JobSpec) -> None: ...
 

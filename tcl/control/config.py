@@ -72,6 +72,11 @@ class SshHost(_HostBase):
     shim_dir: str = "~/.local/share/tcl-shim"  # venv, token, state (on the host)
     executor: Literal["docker", "process"] = "docker"
     python: str = "python3"  # used by `tcl host setup` to make the venv
+    # An existing venv on the host that already has tcl installed (a shared filesystem, an
+    # offline host): `tcl host setup` uses it instead of making <shim_dir>/venv.
+    shim_venv: str | None = None
+    # What `tcl host setup` pip-installs into a new venv (a wheel it uploads when empty).
+    shim_package: str | None = None
     fake_accelerators: str | None = None  # passed to the shim by `tcl host setup`
 
 

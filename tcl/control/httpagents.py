@@ -6,17 +6,18 @@ errors into ``tcl.control.errors`` at the call.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
 from tcl.control.errors import AgentError, AgentUnreachableError, NoCapacityError
-from tcl.runner.api import EventsPage, JobSpec, StopRequest
-from tcl.shim.api import HostInfo, TaskInfo, TaskSpec, TerminateRequest
+from tcl.runner.api import EventsPage, JobSpec
+from tcl.runner.client import RunnerAPIError, RunnerClient, RunnerUnavailable
+from tcl.shim.api import HostInfo, TaskInfo, TaskSpec, TerminateRequest, TerminationReason
 
-_CHUNK = 1 << 20
+T = TypeVar("T")
 
 
 def _raise_for(resp: httpx.Response, what: str) -> None:
@@ -68,53 +69,56 @@ class HttpShim(_Http):
     async def get_task(self, task_id: str) -> TaskInfo:
         return TaskInfo.model_validate((await self._request("GET", f"/tasks/{task_id}")).json())
 
-    async def terminate_task(self, task_id: str, message: str = "") -> TaskInfo:
-        req = TerminateRequest(message=message)
+    async def terminate_task(
+        self,
+        task_id: str,
+        reason: TerminationReason = TerminationReason.STOPPED_BY_USER,
+        message: str = "",
+    ) -> TaskInfo:
+        req = TerminateRequest(reason=reason, message=message)
         resp = await self._request(
             "POST", f"/tasks/{task_id}/terminate", json=req.model_dump(mode="json")
         )
         return TaskInfo.model_validate(resp.json())
 
 
-class HttpRunner(_Http):
+class HttpRunner:
+    """The runner's own typed client (``tcl.runner.client``) behind the ``RunnerApi`` seam."""
+
     def __init__(self, base_url: str, name: str = "runner") -> None:
-        super().__init__(base_url, name)
+        self.name = name
+        self._client = RunnerClient(base_url)
+
+    async def _call(self, coro: Awaitable[T]) -> T:
+        try:
+            return await coro
+        except RunnerUnavailable as e:
+            raise AgentUnreachableError(f"{self.name}: {e}") from None
+        except RunnerAPIError as e:
+            raise AgentError(f"{self.name}: {e.error}: {e.detail}") from None
 
     async def healthcheck(self) -> dict[str, Any]:
-        return dict((await self._request("GET", "/healthcheck")).json())
+        return (await self._call(self._client.healthcheck())).model_dump(mode="json")
 
     async def submit(self, spec: JobSpec) -> None:
-        await self._request("POST", "/submit", json=spec.model_dump(mode="json"))
+        await self._call(self._client.submit(spec))
 
     async def upload_code(
         self, path: Path, sha256: str, progress: Callable[[int, int], None] | None = None
     ) -> None:
-        total = path.stat().st_size
-
-        async def body() -> AsyncIterator[bytes]:
-            done = 0
-            with open(path, "rb") as f:
-                while chunk := f.read(_CHUNK):
-                    done += len(chunk)
-                    if progress is not None:
-                        progress(done, total)
-                    yield chunk
-
-        await self._request(
-            "PUT", "/code", content=body(),
-            headers={"X-Code-Sha256": sha256, "Content-Length": str(total)},
-            timeout=600.0,
-        )  # fmt: skip
+        await self._call(self._client.upload_code(path, sha256))
+        if progress is not None:
+            size = path.stat().st_size
+            progress(size, size)
 
     async def run(self) -> None:
-        await self._request("POST", "/run")
+        await self._call(self._client.run())
 
     async def events(self, after: int, wait_s: float = 0.0, limit: int = 1000) -> EventsPage:
-        resp = await self._request(
-            "GET", "/events", params={"after": after, "wait": wait_s, "limit": limit},
-            timeout=wait_s + 30.0,
-        )  # fmt: skip
-        return EventsPage.model_validate(resp.json())
+        return await self._call(self._client.events(after, wait_s, limit))
 
     async def stop(self, grace_s: float = 10.0) -> None:
-        await self._request("POST", "/stop", json=StopRequest(grace_s=grace_s).model_dump())
+        await self._call(self._client.stop(grace_s))
+
+    async def aclose(self) -> None:
+        await self._client.aclose()

@@ -219,4 +219,3 @@ def snapshot(start: Path, cache_dir: Path, max_bytes: int) -> Snapshot:
     tmp.write_text(json.dumps({"version": 1, "sha256": sha}))
     os.replace(tmp, known)
     return Snapshot(root, tarball, sha, tarball.stat().st_size, len(entries), total, git)
-

@@ -80,8 +80,15 @@ async def test_auth_error_is_not_retried(ssh_testbed: SshTestbed, tmp_path: Path
     other = tmp_path / "other_key"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
     pool = SshPool()
-    bad = SshTarget(name="bad", host="127.0.0.1", port=2222, user="root", identity_file=str(other),
-                    known_hosts=ssh_testbed.known_hosts, config_file=ssh_testbed.config)
+    bad = SshTarget(
+        name="bad",
+        host="127.0.0.1",
+        port=2222,
+        user="root",
+        identity_file=str(other),
+        known_hosts=ssh_testbed.known_hosts,
+        config_file=ssh_testbed.config,
+    )
     with pytest.raises(SshAuthError, match="permission denied"):
         await pool.run(bad, ["true"])
     assert pool.connects == 0
