@@ -31,7 +31,7 @@ def job_argv(megabytes: int) -> list[str]:
 
 
 async def measure(megabytes: int) -> tuple[float, float, int, float]:
-    async with local_runner() as (client, proc, state):
+    async with local_runner() as (client, proc, _state):
         runner = psutil.Process(proc.pid)
         idle_mb = runner.memory_info().rss / 1e6
         peak = [idle_mb]
