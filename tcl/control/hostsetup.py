@@ -39,9 +39,8 @@ echo $! > "$d/shim.pid.tmp" && mv "$d/shim.pid.tmp" "$d/shim.pid"
 
 
 def images_dir() -> Path:
-    """Templates: packaged as ``tcl/_images`` in a wheel, ``images/`` in a checkout."""
-    packaged = Path(__file__).resolve().parent.parent / "_images"
-    return packaged if packaged.is_dir() else Path(__file__).resolve().parents[2] / "images"
+    """The templates ship inside the package (``images/`` in a checkout links to them)."""
+    return Path(__file__).resolve().parent / "templates"
 
 
 def shim_argv(venv: str, shim_dir: str, port: int, executor: str, fake: str | None) -> list[str]:
