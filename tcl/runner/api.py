@@ -1,6 +1,7 @@
 """The runner's wire schema (pydantic). The runner owns it; clients import it, never the app.
 
-The OpenAPI spec is generated from these models by FastAPI (``tcl-runner openapi``).
+The OpenAPI spec is generated from these models and the route table in ``app.py``
+(``tcl-runner openapi``).
 """
 
 from __future__ import annotations
@@ -90,6 +91,20 @@ class Event(BaseModel):
     data: str | None = None
     state: RunnerState | None = None
     exit_code: int | None = None
+
+
+class EventsQuery(_Strict):
+    """Query of ``GET /api/events``: events with ``seq > after``; ``wait`` long-polls."""
+
+    after: int = Field(default=0, ge=0)
+    wait: float = Field(default=0.0, ge=0, le=60)
+    limit: int = Field(default=1000, ge=1, le=10_000)
+
+
+class LogsQuery(_Strict):
+    """Query of ``WS /api/logs``."""
+
+    after: int = Field(default=0, ge=0)
 
 
 class EventsPage(BaseModel):

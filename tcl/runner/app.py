@@ -1,4 +1,9 @@
-"""The runner's HTTP + WebSocket API (FastAPI). Routes only translate; ``Runner`` does the work.
+"""The runner's HTTP + WebSocket API. Routes only translate; ``Runner`` does the work.
+
+Built on Starlette (what FastAPI is made of) rather than FastAPI itself: importing FastAPI
+doubled the runner's start-up time, which is part of every submit's latency. Bodies and
+queries are still validated by the pydantic models of ``api.py``, and ``ROUTES`` (one table:
+method, path, models) drives both the app and the generated OpenAPI spec (``openapi.py``).
 
 Errors: every ``RunnerError`` becomes ``{error, detail}`` with the status from ``ERROR_STATUS``
 (looked up along the exception's MRO); schema errors become 422 naming each field.
@@ -8,20 +13,27 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Annotated, Any
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TypeVar
 
-from fastapi import Depends, FastAPI, Header, Query, Request, WebSocket, WebSocketDisconnect
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ValidationError
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route, WebSocketRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from tcl import __version__
 from tcl.runner import errors
 from tcl.runner.api import (
     EventsPage,
+    EventsQuery,
     HealthInfo,
     JobSpec,
+    LogsQuery,
     Metrics,
+    RunnerState,
     StateInfo,
     StopRequest,
 )
@@ -37,8 +49,16 @@ ERROR_STATUS: dict[type[errors.RunnerError], int] = {
     errors.RunnerError: 500,
 }
 MAX_JSON_BODY_BYTES = 1024 * 1024  # every body but the code upload
-MAX_WAIT_S = 60.0
 WS_IDLE_WAIT_S = 30.0
+
+
+class RequestInvalid(Exception):
+    """A body or query that does not match its model: 422 with one entry per field."""
+
+    def __init__(self, code: str, detail: list[dict[str, object]]) -> None:
+        super().__init__(code)
+        self.code = code
+        self.detail = detail
 
 
 def status_of(exc: errors.RunnerError) -> int:
@@ -48,8 +68,143 @@ def status_of(exc: errors.RunnerError) -> int:
     return 500
 
 
+def _json(model: BaseModel, status: int = 200) -> Response:
+    return Response(model.model_dump_json(), status_code=status, media_type="application/json")
+
+
 def _error(status: int, code: str, detail: str | list[dict[str, object]]) -> JSONResponse:
     return JSONResponse({"error": code, "detail": detail}, status_code=status)
+
+
+def _fields(e: ValidationError, prefix: str = "") -> list[dict[str, object]]:
+    return [
+        {
+            "field": prefix + ".".join(str(p) for p in err["loc"]),
+            "msg": err["msg"],
+            "type": err["type"],
+        }
+        for err in e.errors()
+    ]
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def _parse(model: type[M], raw: bytes | dict[str, str], where: str) -> M:
+    try:
+        if isinstance(raw, bytes):
+            return model.model_validate_json(raw or b"{}")
+        return model.model_validate(raw)
+    except ValidationError as e:
+        code = "invalid_spec" if model is JobSpec else "invalid_request"
+        raise RequestInvalid(code, _fields(e, "" if where == "body" else f"{where}.")) from e
+
+
+# -- handlers ------------------------------------------------------------------------------
+
+Handler = Callable[[Request, Runner], Awaitable[Response]]
+
+
+async def healthcheck(_: Request, runner: Runner) -> Response:
+    return _json(runner.health())
+
+
+async def submit(request: Request, runner: Runner) -> Response:
+    spec = _parse(JobSpec, await request.body(), "body")
+    return _state(runner, runner.submit(spec))
+
+
+async def code(request: Request, runner: Runner) -> Response:
+    length = request.headers.get("content-length")
+    size = int(length) if length and length.isdigit() else None
+    state = await runner.upload_code(request.stream(), request.headers.get("x-code-sha256"), size)
+    return _state(runner, state)
+
+
+async def run(_: Request, runner: Runner) -> Response:
+    return _state(runner, await asyncio.to_thread(runner.run))
+
+
+async def stop(request: Request, runner: Runner) -> Response:
+    body = _parse(StopRequest, await request.body(), "body")
+    return _state(runner, runner.stop(body.grace_s))
+
+
+async def events(request: Request, runner: Runner) -> Response:
+    q = _parse(EventsQuery, dict(request.query_params), "query")
+    return _json(await runner.events_page(q.after, q.wait, q.limit))
+
+
+async def metrics(_: Request, runner: Runner) -> Response:
+    from tcl.runner.metrics import collect
+
+    running = runner.executor is not None and runner.state is RunnerState.RUNNING
+    pid = runner.executor.pid if running and runner.executor else None
+    return _json(await asyncio.to_thread(collect, pid))
+
+
+def _state(runner: Runner, state: RunnerState) -> Response:
+    return _json(StateInfo(state=state, exit_code=runner.machine.exit_code))
+
+
+@dataclass(frozen=True)
+class ApiRoute:
+    """One row of the API: drives the app and the OpenAPI spec."""
+
+    method: str
+    path: str
+    handler: Handler
+    summary: str
+    response: type[BaseModel]
+    body: type[BaseModel] | None = None
+    query: type[BaseModel] | None = None
+    errors: tuple[int, ...] = ()
+    raw_body: str | None = None  # media type of a non-JSON body
+
+
+ROUTES: tuple[ApiRoute, ...] = (
+    ApiRoute("GET", "/api/healthcheck", healthcheck, "Service, version, state", HealthInfo),
+    ApiRoute(
+        "POST",
+        "/api/submit",
+        submit,
+        "Submit the job spec (repeatable with the same one)",
+        StateInfo,
+        body=JobSpec,
+        errors=(409, 413, 422),
+    ),
+    ApiRoute(
+        "PUT",
+        "/api/code",
+        code,
+        "Upload the code tar.gz (header X-Code-Sha256)",
+        StateInfo,
+        errors=(400, 409, 413, 422),
+        raw_body="application/gzip",
+    ),
+    ApiRoute("POST", "/api/run", run, "Start the job", StateInfo, errors=(409,)),
+    ApiRoute(
+        "POST",
+        "/api/stop",
+        stop,
+        "SIGTERM the job's group, SIGKILL after grace_s",
+        StateInfo,
+        body=StopRequest,
+        errors=(422,),
+    ),
+    ApiRoute(
+        "GET",
+        "/api/events",
+        events,
+        "Events after a seq; wait long-polls",
+        EventsPage,
+        query=EventsQuery,
+        errors=(422,),
+    ),
+    ApiRoute("GET", "/api/metrics", metrics, "CPU, memory, accelerators", Metrics),
+)
+# WS /api/logs?after=SEQ (query model LogsQuery): every Event past ``after`` as one JSON text
+# message each, as they happen; closed with 1000 once the job has ended and all were sent.
 
 
 class BodyLimit:
@@ -81,89 +236,48 @@ class BodyLimit:
         await self.app(scope, limited, send)
 
 
-def get_runner(request: Request) -> Runner:
-    runner: Runner | None = request.app.state.runner
-    assert runner is not None, "app created without a runner (openapi only)"
-    return runner
+def _endpoint(handler: Handler, runner: Runner | None) -> Callable[[Request], Awaitable[Response]]:
+    async def endpoint(request: Request) -> Response:
+        assert runner is not None, "app created without a runner (openapi only)"
+        return await handler(request, runner)
+
+    return endpoint
 
 
-RunnerDep = Annotated[Runner, Depends(get_runner)]
-
-
-def create_app(runner: Runner | None) -> FastAPI:
-    app = FastAPI(title="tcl-runner", version=__version__, docs_url=None, redoc_url=None)
-    app.state.runner = runner
-    app.add_middleware(BodyLimit, max_bytes=MAX_JSON_BODY_BYTES)
-
-    @app.exception_handler(errors.RunnerError)
-    async def runner_error(_: Request, exc: errors.RunnerError) -> JSONResponse:
+def create_app(runner: Runner | None) -> Starlette:
+    async def runner_error(_: Request, exc: Exception) -> Response:
+        assert isinstance(exc, errors.RunnerError)
         if isinstance(exc, errors.InvalidSpec):
             return _error(422, exc.code, [{"field": exc.field, "msg": exc.detail}])
         return _error(status_of(exc), exc.code, exc.detail)
 
-    @app.exception_handler(RequestValidationError)
-    async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
-        detail: list[dict[str, object]] = []
-        for e in exc.errors():
-            loc = [str(p) for p in e.get("loc", ()) if p != "body"]
-            detail.append(
-                {
-                    "field": ".".join(loc),
-                    "msg": str(e.get("msg", "")),
-                    "type": str(e.get("type", "")),
-                }
-            )
-        in_body = any(e.get("loc", ("",))[0] == "body" for e in exc.errors())
-        return _error(422, "invalid_spec" if in_body else "invalid_request", detail)
+    async def request_invalid(_: Request, exc: Exception) -> Response:
+        assert isinstance(exc, RequestInvalid)
+        return _error(422, exc.code, exc.detail)
 
-    @app.get("/api/healthcheck", response_model=HealthInfo)
-    async def healthcheck(runner: RunnerDep) -> HealthInfo:
-        return runner.health()
+    routes: list[Route | WebSocketRoute] = [
+        Route(r.path, _endpoint(r.handler, runner), methods=[r.method]) for r in ROUTES
+    ]
+    routes.append(WebSocketRoute("/api/logs", _logs_endpoint(runner)))
+    app = Starlette(
+        routes=routes,
+        exception_handlers={errors.RunnerError: runner_error, RequestInvalid: request_invalid},
+    )
+    app.add_middleware(BodyLimit, max_bytes=MAX_JSON_BODY_BYTES)
+    app.state.runner = runner
+    return app
 
-    @app.post("/api/submit", response_model=StateInfo)
-    async def submit(spec: JobSpec, runner: RunnerDep) -> StateInfo:
-        return _state(runner, runner.submit(spec))
 
-    @app.put("/api/code", response_model=StateInfo, responses={413: {}, 400: {}, 422: {}})
-    async def code(
-        request: Request,
-        runner: RunnerDep,
-        x_code_sha256: Annotated[str | None, Header()] = None,
-        content_length: Annotated[int | None, Header()] = None,
-    ) -> StateInfo:
-        return _state(
-            runner, await runner.upload_code(request.stream(), x_code_sha256, content_length)
-        )
-
-    @app.post("/api/run", response_model=StateInfo)
-    async def run(runner: RunnerDep) -> StateInfo:
-        return _state(runner, await asyncio.to_thread(runner.run))
-
-    @app.post("/api/stop", response_model=StateInfo)
-    async def stop(runner: RunnerDep, body: StopRequest | None = None) -> StateInfo:
-        return _state(runner, runner.stop((body or StopRequest()).grace_s))
-
-    @app.get("/api/events", response_model=EventsPage)
-    async def events(
-        runner: RunnerDep,
-        after: Annotated[int, Query(ge=0)] = 0,
-        wait: Annotated[float, Query(ge=0, le=MAX_WAIT_S)] = 0,
-        limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
-    ) -> EventsPage:
-        return await runner.events_page(after, wait, limit)
-
-    @app.get("/api/metrics", response_model=Metrics)
-    async def metrics(runner: RunnerDep) -> Metrics:
-        from tcl.runner.metrics import collect
-
-        pid = runner.executor.pid if runner.executor and runner.state.value == "running" else None
-        return await asyncio.to_thread(collect, pid)
-
-    @app.websocket("/api/logs")
-    async def logs(ws: WebSocket, after: int = 0) -> None:
-        runner: Runner = ws.app.state.runner
+def _logs_endpoint(runner: Runner | None) -> Callable[[WebSocket], Awaitable[None]]:
+    async def logs(ws: WebSocket) -> None:
+        assert runner is not None
+        try:
+            q = _parse(LogsQuery, dict(ws.query_params), "query")
+        except RequestInvalid:
+            await ws.close(1008)  # policy violation: a bad query
+            return
         await ws.accept()
-        sender = asyncio.create_task(_push(ws, runner, max(0, after)))
+        sender = asyncio.create_task(_push(ws, runner, q.after))
         try:
             # The client sends nothing; receive() returns when it goes away.
             receiver = asyncio.create_task(ws.receive())
@@ -180,7 +294,7 @@ def create_app(runner: Runner | None) -> FastAPI:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await sender
 
-    return app
+    return logs
 
 
 async def _push(ws: WebSocket, runner: Runner, after: int) -> None:
@@ -197,7 +311,3 @@ async def _push(ws: WebSocket, runner: Runner, after: int) -> None:
         if log.finished and cursor >= log.last_seq:
             return
         await log.wait(cursor, WS_IDLE_WAIT_S)
-
-
-def _state(runner: Runner, state: Any) -> StateInfo:
-    return StateInfo(state=state, exit_code=runner.machine.exit_code)

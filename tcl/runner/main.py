@@ -68,9 +68,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.command == "openapi":
         import json
 
-        from tcl.runner.app import create_app
+        from tcl.runner.openapi import openapi
 
-        print(json.dumps(create_app(None).openapi(), indent=2))
+        print(json.dumps(openapi(), indent=2))
         return
     from tcl.runner.errors import RunnerError
     from tcl.runner.service import RunnerConfig
