@@ -7,6 +7,7 @@ exception tree to HTTP codes once, walking each exception's MRO.
 from __future__ import annotations
 
 import secrets
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Annotated, Any
@@ -15,6 +16,7 @@ from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 import tcl
 from tcl.shim.api import ErrorBody, HealthInfo, HostInfo, TaskInfo, TaskSpec, TerminateRequest
@@ -70,6 +72,31 @@ async def _validation_error(_: Request, exc: Exception) -> JSONResponse:
     return _error(422, ErrorBody(error="invalid_request", detail=detail))
 
 
+class ServerTiming:
+    """ASGI middleware: ``Server-Timing: app;dur=<ms>`` on every response, the time the shim
+    spent answering (excludes network and queueing), so clients and benchmarks can tell the
+    shim's own latency from the transport's."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        t0 = time.perf_counter()
+
+        async def timed_send(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                dur_ms = (time.perf_counter() - t0) * 1000
+                headers = list(message.get("headers", []))
+                headers.append((b"server-timing", f"app;dur={dur_ms:.3f}".encode()))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, receive, timed_send)
+
+
 def create_app(service: TaskService, token: str,
                on_startup: Callable[[], Awaitable[None]] | None = None,
                on_shutdown: Callable[[], Awaitable[None]] | None = None) -> FastAPI:
@@ -109,7 +136,7 @@ def create_app(service: TaskService, token: str,
 
     @router.post("/tasks", status_code=201, responses=errors)
     async def submit(spec: TaskSpec) -> TaskInfo:
-        return service.submit(spec)
+        return await service.submit(spec)
 
     @router.get("/tasks")
     async def list_tasks() -> list[TaskInfo]:
@@ -128,4 +155,5 @@ def create_app(service: TaskService, token: str,
         await service.remove(task_id)
 
     app.include_router(router)
+    app.add_middleware(ServerTiming)
     return app

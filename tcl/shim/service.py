@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import socket
 from dataclasses import dataclass, field
+from typing import Any
 
 import psutil
 
@@ -40,7 +42,7 @@ from tcl.shim.errors import (
 from tcl.shim.executors.base import Executor, Launch
 from tcl.shim.inventory import Inventory
 from tcl.shim.network import choose_network, is_whole_host
-from tcl.shim.store import TaskStore, new_record
+from tcl.shim.store import TaskRecord, TaskStore, new_record
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +59,7 @@ class TaskService:
     busy_outside: set[int] = field(default_factory=set)
     _lifecycles: dict[str, asyncio.Task[None]] = field(default_factory=dict)
     _terminating: dict[str, asyncio.Future[TaskInfo]] = field(default_factory=dict)
+    _submitting: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         self.allocator = Allocator([a.index for a in self.inventory.accelerators],
@@ -89,16 +92,19 @@ class TaskService:
         return (lc is not None and not lc.done()) or task_id in self._terminating
 
     # -- submit -------------------------------------------------------------------------------
-    def submit(self, spec: TaskSpec) -> TaskInfo:
-        """Validate, allocate and record the task, then start its lifecycle. Never awaits, so
-        the capacity check and the allocation are atomic with respect to other requests."""
+    async def submit(self, spec: TaskSpec) -> TaskInfo:
+        """Validate, allocate and record the task, then start its lifecycle.
+
+        Everything up to the allocation runs without awaiting, so the capacity check and the
+        allocation are atomic with respect to other requests and a refusal is answered at once.
+        Only the durable write (task.json, fsync) is done in a thread, off the event loop."""
         kind = spec.executor or self.default_executor
         executor = self.executors.get(kind)
         if executor is None:
             raise ExecutorUnavailable(
                 f"executor: {kind} is not available on this host (available: "
                 f"{', '.join(sorted(self.executors)) or 'none'})")
-        if spec.id in self.store:
+        if spec.id in self.store or spec.id in self._submitting:
             raise TaskExists(f"task {spec.id!r} already exists")
         if kind is ExecutorKind.DOCKER and not spec.image:
             raise BadRequest("image: required by the docker executor")
@@ -106,17 +112,20 @@ class TaskService:
             if not (m.source.startswith("/") and m.target.startswith("/")):
                 raise BadRequest(f"mounts.{i}: source and target must be absolute paths")
         indices = self.allocator.allocate(spec.id, spec.accelerators, self.busy_outside)
+        self._submitting.add(spec.id)
         try:
             network = NetworkMode.HOST
             if kind is ExecutorKind.DOCKER:
                 whole = is_whole_host(len(indices), len(self.allocator.indices),
                                       spec.accelerators == "all")
                 network = choose_network(spec.network, multinode=spec.multinode, whole_host=whole)
-            record = self.store.add(new_record(spec, {
+            record = await asyncio.to_thread(self.store.add, new_record(spec, {
                 "accelerators": indices, "network": network, "executor": kind}))
         except BaseException:
             self.allocator.release(spec.id)
             raise
+        finally:
+            self._submitting.discard(spec.id)
         self._lifecycles[spec.id] = asyncio.create_task(self._run(spec, executor),
                                                         name=f"task-{spec.id}")
         return record.info
@@ -129,7 +138,7 @@ class TaskService:
         """pending → preparing → [pulling →] creating → running, or terminated with a reason."""
         task_id = spec.id
         try:
-            rec = self.store.update(task_id, status=TaskStatus.PREPARING)
+            rec = await self._update(task_id, status=TaskStatus.PREPARING)
             launch = Launch(spec=spec, accelerators=self._accelerators(rec.info.accelerators),
                             network=rec.info.network, task_dir=self.store.task_dir(task_id),
                             host_vendor=self.host_vendor)
@@ -141,10 +150,10 @@ class TaskService:
                     self.store.update(task_id, status=TaskStatus.PULLING, pull_progress=fraction)
 
             await executor.prepare(launch, progress)
-            self.store.update(task_id, status=TaskStatus.CREATING)
+            await self._update(task_id, status=TaskStatus.CREATING)
             started = await executor.start(launch)
-            self.store.update(task_id, status=TaskStatus.RUNNING, handle=started.handle,
-                              ports=started.ports)
+            await self._update(task_id, status=TaskStatus.RUNNING, handle=started.handle,
+                               ports=started.ports)
         except asyncio.CancelledError:
             raise  # terminate() cancelled us and finishes the task itself
         except IllegalTransition:
@@ -156,6 +165,10 @@ class TaskService:
         except Exception as e:
             log.exception("task %s failed to start", task_id)
             self.finish(task_id, TerminationReason.CONTAINER_ERROR, f"{type(e).__name__}: {e}")
+
+    async def _update(self, task_id: str, **changes: Any) -> TaskRecord:
+        """The store's guarded writer, run in a thread (it fsyncs) so the loop stays free."""
+        return await asyncio.to_thread(functools.partial(self.store.update, task_id, **changes))
 
     def finish(self, task_id: str, reason: TerminationReason, message: str = "",
                exit_code: int | None = None) -> TaskInfo:

@@ -1,50 +1,55 @@
 """Process-executor wrapper: runs the runner, records its exit code, survives shim restarts.
 
-Run as ``python -I procwrap.py --exit-file F --tcl-instance I --tcl-task T -- ARGV...``; stdlib
-only, so it starts in milliseconds. It leads its own session (the shim starts it with
-``start_new_session``), so a SIGTERM to the group reaches the runner too; the wrapper itself
-ignores it and waits, then writes the exit code atomically so a restarted shim can read it.
-The ``--tcl-*`` arguments only mark the process, so the shim can find it by its command line.
+Run as ``python -I -S procwrap.py --exit-file F --tcl-instance I --tcl-task T -- ARGV...``. It
+imports only ``os``, ``signal`` and ``sys`` (no site, no subprocess) so it adds milliseconds to
+the runner's start. It leads its own session (the shim starts it with ``start_new_session``), so
+a SIGTERM to the group reaches the runner too; the wrapper itself ignores it and waits, then
+writes the exit code atomically so a restarted shim can read it. The ``--tcl-*`` arguments only
+mark the process, so the shim can find it by its command line.
 """
-
-from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
+
+_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 def main(argv: list[str]) -> int:
-    if "--" not in argv:
-        print("usage: procwrap.py --exit-file F [--tcl-* X ...] -- ARGV", file=sys.stderr)
+    if "--" not in argv or "--exit-file" not in argv:
+        os.write(2, b"usage: procwrap.py --exit-file F [--tcl-* X ...] -- ARGV\n")
         return 2
     split = argv.index("--")
     opts, cmd = argv[:split], argv[split + 1 :]
     exit_file = opts[opts.index("--exit-file") + 1]
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+    for sig in _SIGNALS:
         signal.signal(sig, signal.SIG_IGN)
-    try:
-        child = subprocess.Popen(cmd, restore_signals=True,
-                                 preexec_fn=_default_signals)
-    except OSError as e:
-        print(f"cannot start {cmd[0]}: {e}", file=sys.stderr)
-        code = 127
-    else:
-        rc = child.wait()
-        code = 128 - rc if rc < 0 else rc
+    pid = os.fork()
+    if pid == 0:  # child: default signal handling, then become the runner
+        for sig in _SIGNALS:
+            signal.signal(sig, signal.SIG_DFL)
+        try:
+            os.execvp(cmd[0], cmd)
+        except OSError as e:
+            os.write(2, f"cannot start {cmd[0]}: {e}\n".encode())
+        os._exit(127)
+    while True:
+        try:
+            _, status = os.waitpid(pid, 0)
+            break
+        except InterruptedError:
+            continue
+    code = os.waitstatus_to_exitcode(status)
+    code = 128 - code if code < 0 else code
     tmp = f"{exit_file}.tmp"
-    with open(tmp, "w") as f:
-        f.write(f"{code}\n")
-        f.flush()
-        os.fsync(f.fileno())
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.write(fd, f"{code}\n".encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
     os.replace(tmp, exit_file)
     return code
-
-
-def _default_signals() -> None:
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, signal.SIG_DFL)
 
 
 if __name__ == "__main__":

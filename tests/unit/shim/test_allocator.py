@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 from pathlib import Path
 
@@ -113,10 +114,15 @@ def test_concurrent_requests_never_share_an_accelerator(reqs: list[Request]) -> 
             refused.append(f"t{i}")
 
     threads = [threading.Thread(target=ask, args=(i, r)) for i, r in enumerate(reqs)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as possible, to provoke races
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(interval)
     flat = [i for got in granted.values() for i in got]
     assert len(flat) == len(set(flat)), f"an accelerator was granted twice: {granted}"
     assert len(granted) + len(refused) == len(reqs)
