@@ -33,8 +33,6 @@ import pytest
 
 from tests.integration.control.conftest import SshTestbed
 
-pytest.importorskip("tcl.shim.main", reason="the shim has not landed yet")
-
 TCL = str(Path(sys.executable).parent / "tcl")
 VENV = str(Path(sys.executable).parent.parent)
 N_LINES = 400
