@@ -127,17 +127,20 @@ def load(directory: Path, template: Any,
     metadata = load_metadata(directory)
     target = jax.tree.map(ocp.utils.to_shape_dtype_struct, template)
     if partial:
-        checkpointer: ocp.Checkpointer = ocp.PyTreeCheckpointer()
+        pytree = ocp.PyTreeCheckpointer()
         args = ocp.args.PyTreeRestore(
             item=target, restore_args=ocp.checkpoint_utils.construct_restore_args(target),
             partial_restore=True)
+        try:
+            tree = pytree.restore(directory / TREE_DIR, args=args)
+        finally:
+            pytree.close()
     else:
-        checkpointer = ocp.StandardCheckpointer()
-        args = ocp.args.StandardRestore(target)
-    try:
-        tree = checkpointer.restore(directory / TREE_DIR, args=args)
-    finally:
-        checkpointer.close()
+        standard = ocp.StandardCheckpointer()
+        try:
+            tree = standard.restore(directory / TREE_DIR, target)
+        finally:
+            standard.close()
     key = load_rng(directory / RNG_FILE) if (directory / RNG_FILE).exists() else None
     return tree, metadata, key
 

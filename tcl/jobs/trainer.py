@@ -80,6 +80,7 @@ class BaseTrainer(RestoreableJob[C], Generic[C, M]):
 
     MODEL: ClassVar[type[nn.Module]]
     CONFIG: ClassVar[type] = TrainerConfig
+    COOPERATIVE_STOP: ClassVar[bool] = True  # polls stop_event each step, checkpoints, stops
 
     @classmethod
     def config(cls) -> list[type]:
@@ -249,7 +250,8 @@ class BaseTrainer(RestoreableJob[C], Generic[C, M]):
                 while self.global_step_counter_ < a.total_steps:
                     if self.stop_requested():
                         suffix = step_suffix(self.global_step_counter_)
-                        self.save(suffix)
+                        if self.latest(self.spec) != suffix:
+                            self.save(suffix)
                         raise JobPreempted(suffix)
                     step = self.global_step_counter_
                     key = jax.random.fold_in(self.rng_key, step)
