@@ -21,7 +21,7 @@ class GPTTrainer(BaseTrainer[TrainerConfig, Transformer]):
 
 @dataclasses.dataclass(frozen=True)
 class SampleConfig:
-    prompts: list[str] = field("sample/prompts", default_factory=lambda: ["def "])  # noqa: RUF009
+    prompts: list[str] = field("sample/prompts", default_factory=lambda: ["def "])
     max_new_tokens: int = field("sample/max_new_tokens", default=32)
     temperature: float = field("sample/temperature", default=0.0)  # 0 → greedy
     seed: int = field("sample/seed", default=0)
