@@ -58,7 +58,8 @@ def base_image(docker_client: Any) -> str:
 def runner_image_tag() -> str:
     """Tag derived from everything that goes into the runner image, so worktrees never clash."""
     h = hashlib.sha256()
-    inputs = [REPO / "Dockerfile.runner", REPO / "pyproject.toml", *sorted((REPO / "images").rglob("*"))]
+    inputs = [REPO / "Dockerfile.runner", REPO / "pyproject.toml"]
+    inputs += sorted((REPO / "images").rglob("*"))
     inputs += sorted((REPO / "tcl").rglob("*.py"))
     for path in inputs:
         if path.is_file():

@@ -1,6 +1,7 @@
 """The runner's wire schema (pydantic). The runner owns it; clients import it, never the app.
 
-The OpenAPI spec is generated from these models by FastAPI (``tcl-runner openapi``).
+The OpenAPI spec is generated from these models and the route table in ``app.py``
+(``tcl-runner openapi``).
 """
 
 from __future__ import annotations
@@ -92,6 +93,20 @@ class Event(BaseModel):
     exit_code: int | None = None
 
 
+class EventsQuery(_Strict):
+    """Query of ``GET /api/events``: events with ``seq > after``; ``wait`` long-polls."""
+
+    after: int = Field(default=0, ge=0)
+    wait: float = Field(default=0.0, ge=0, le=60)
+    limit: int = Field(default=1000, ge=1, le=10_000)
+
+
+class LogsQuery(_Strict):
+    """Query of ``WS /api/logs``."""
+
+    after: int = Field(default=0, ge=0)
+
+
 class EventsPage(BaseModel):
     events: list[Event]
     next: int  # pass as ``after`` to continue
@@ -107,13 +122,23 @@ class HealthInfo(BaseModel):
     state: RunnerState
 
 
+class StateInfo(BaseModel):
+    """The answer of submit, code, run and stop: where the runner is now."""
+
+    state: RunnerState
+    exit_code: int | None = None
+
+
 class StopRequest(_Strict):
     grace_s: float = Field(default=10.0, ge=0)
 
 
 class Metrics(BaseModel):
+    """The job's process tree (all zero before it starts) and the accelerators the runner sees."""
+
     cpu_percent: float
     memory_bytes: int
+    processes: int = 0
     accelerators: list[dict[str, float | int | str]] = Field(default_factory=list)
 
 

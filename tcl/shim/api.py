@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -43,6 +43,9 @@ class ExecutorKind(enum.StrEnum):
     PROCESS = "process"
 
 
+NonNegInt = Annotated[int, Field(ge=0)]
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -65,7 +68,7 @@ class TaskSpec(_Strict):
     registry_auth: RegistryAuth | None = None
     executor: ExecutorKind | None = None  # None: the shim's default
     # A count, "all", or explicit indices.
-    accelerators: int | Literal["all"] | list[int] = 0
+    accelerators: NonNegInt | Literal["all"] | list[NonNegInt] = 0
     cpus: float | None = Field(default=None, gt=0)
     memory_bytes: int | None = Field(default=None, gt=0)
     shm_bytes: int | None = Field(default=None, gt=0)
@@ -133,3 +136,4 @@ class HealthInfo(BaseModel):
 class ErrorBody(BaseModel):
     error: str  # "no_capacity", "task_exists", "not_found", ...
     detail: str | list[dict[str, object]]
+    free: list[int] | None = None  # no_capacity only: the accelerator indices free right now

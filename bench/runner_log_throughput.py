@@ -1,0 +1,72 @@
+"""Log throughput: a job printing 1,000,000 lines (~100 MB) received by a WebSocket follower
+of the runner, against the same job's output read straight from a pipe in the same run.
+
+    uv run python bench/runner_log_throughput.py [--lines N]
+
+Target: ratio (runner / pipe throughput) >= 0.5.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import subprocess
+import sys
+import time
+
+from _runner_util import local_runner, start_job
+
+
+def job_argv(lines: int) -> list[str]:
+    prog = (
+        "import sys\n"
+        "w = sys.stdout.write\n"
+        "pad = 'x' * 92\n"
+        f"for i in range({lines}):\n"
+        "    w(f'{i:07d} {pad}\\n')\n"
+    )
+    return [sys.executable, "-c", prog]
+
+
+def pipe_baseline(lines: int) -> tuple[float, int]:
+    t0 = time.perf_counter()
+    # The same job in the same environment: the runner runs jobs with PYTHONUNBUFFERED=1.
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(job_argv(lines), stdout=subprocess.PIPE, bufsize=0, env=env)
+    assert proc.stdout is not None
+    total = 0
+    while chunk := proc.stdout.read(65536):
+        total += len(chunk)
+    proc.wait()
+    return time.perf_counter() - t0, total
+
+
+async def through_runner(lines: int) -> tuple[float, int, int]:
+    async with local_runner() as (client, _, _):
+        t0 = await start_job(client, job_argv(lines))
+        total = 0
+        events = 0
+        async for e in client.follow(0):
+            events += 1
+            if e.stream == "stdout":
+                total += len(e.data or "")
+        return time.perf_counter() - t0, total, events
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--lines", type=int, default=1_000_000)
+    args = ap.parse_args()
+    pipe_s, pipe_bytes = pipe_baseline(args.lines)
+    runner_s, runner_bytes, events = asyncio.run(through_runner(args.lines))
+    assert runner_bytes == pipe_bytes, (runner_bytes, pipe_bytes)
+    mb = pipe_bytes / 1e6
+    print(f"lines={args.lines} bytes={pipe_bytes} ({mb:.1f} MB)")
+    print(f"pipe:   {pipe_s:.2f} s  {mb / pipe_s:.1f} MB/s")
+    print(f"runner: {runner_s:.2f} s  {mb / runner_s:.1f} MB/s  ({events} events over WebSocket)")
+    print(f"ratio runner/pipe throughput: {pipe_s / runner_s:.2f}  (target >= 0.5)")
+
+
+if __name__ == "__main__":
+    main()

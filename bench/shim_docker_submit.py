@@ -1,0 +1,71 @@
+"""Docker executor: task submit -> runner healthcheck answers, vs ``docker run`` of the same image
+to the same readiness, alternating, in the same run.
+
+    uv run python bench/shim_docker_submit.py [ROUNDS]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import time
+
+import httpx
+from _shimlib import ShimProcess, free_port, report, runner_image, wait_healthy
+
+from tcl.shim.api import TaskSpec, TaskStatus
+
+DOCKER = "/usr/bin/docker"
+
+
+async def docker_run_once(http: httpx.AsyncClient, image: str, i: int) -> float:
+    port = free_port()
+    name = f"tcl-bench-baseline-{port}-{i}"
+    t0 = time.perf_counter()
+    await asyncio.to_thread(subprocess.run, [
+        DOCKER, "run", "-d", "--rm", "--name", name, "--label", "tcl-bench=1",
+        "-p", f"127.0.0.1:{port}:10999", image], check=True, capture_output=True)
+    await wait_healthy(http, f"http://127.0.0.1:{port}/api/healthcheck")
+    elapsed = time.perf_counter() - t0
+    await asyncio.to_thread(subprocess.run, [DOCKER, "rm", "-f", name], capture_output=True)
+    return elapsed
+
+
+async def shim_once(shim: ShimProcess, http: httpx.AsyncClient, image: str, i: int) -> float:
+    async with shim.client() as c:
+        t0 = time.perf_counter()
+        await c.submit_task(TaskSpec(id=f"bench-{i}", image=image))
+        while True:
+            info = await c.get_task(f"bench-{i}")
+            if info.status is TaskStatus.RUNNING and info.ports.runner:
+                break
+            if info.status is TaskStatus.TERMINATED:
+                raise RuntimeError(info.message)
+            await asyncio.sleep(0.01)
+        await wait_healthy(http, f"http://127.0.0.1:{info.ports.runner}/api/healthcheck")
+        elapsed = time.perf_counter() - t0
+        await c.terminate_task(f"bench-{i}", timeout_s=1)
+        await c.remove_task(f"bench-{i}")
+        return elapsed
+
+
+async def main(rounds: int) -> None:
+    image = runner_image()
+    shim = ShimProcess("--executor", "docker", "--reconcile-interval-s", "1")
+    await shim.wait()
+    shim_s: list[float] = []
+    base_s: list[float] = []
+    try:
+        async with httpx.AsyncClient(timeout=5, trust_env=False) as http:
+            await docker_run_once(http, image, -1)  # warm-up (page cache, docker-proxy)
+            for i in range(rounds):
+                base_s.append(await docker_run_once(http, image, i))
+                shim_s.append(await shim_once(shim, http, image, i))
+    finally:
+        shim.close()
+    report("docker executor submit->runner healthy", shim_s, base_s, 1.2)
+
+
+if __name__ == "__main__":
+    asyncio.run(main(int(sys.argv[1]) if len(sys.argv) > 1 else 7))

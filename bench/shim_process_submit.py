@@ -1,0 +1,74 @@
+"""Process executor: task submit -> runner healthcheck answers, vs starting ``tcl-runner serve``
+by hand to the same readiness, alternating, in the same run.
+
+    uv run python bench/shim_process_submit.py [ROUNDS]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+from _shimlib import ShimProcess, free_port, report, wait_healthy
+
+from tcl.shim.api import TaskSpec, TaskStatus
+
+RUNNER = str(Path(sys.executable).with_name("tcl-runner"))
+
+
+async def by_hand_once(http: httpx.AsyncClient) -> float:
+    port = free_port()
+    with tempfile.TemporaryDirectory(prefix="tcl-bench-runner-") as state:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen([RUNNER, "serve", "--host", "127.0.0.1", "--port", str(port),
+                                 "--state-dir", state], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, start_new_session=True)
+        await wait_healthy(http, f"http://127.0.0.1:{port}/api/healthcheck")
+        elapsed = time.perf_counter() - t0
+        proc.terminate()
+        await asyncio.to_thread(proc.wait, 30)
+    return elapsed
+
+
+async def shim_once(shim: ShimProcess, http: httpx.AsyncClient, i: int) -> float:
+    async with shim.client() as c:
+        t0 = time.perf_counter()
+        await c.submit_task(TaskSpec(id=f"bench-{i}"))
+        while True:
+            info = await c.get_task(f"bench-{i}")
+            if info.status is TaskStatus.RUNNING and info.ports.runner:
+                break
+            if info.status is TaskStatus.TERMINATED:
+                raise RuntimeError(info.message)
+            await asyncio.sleep(0.01)
+        await wait_healthy(http, f"http://127.0.0.1:{info.ports.runner}/api/healthcheck")
+        elapsed = time.perf_counter() - t0
+        await c.terminate_task(f"bench-{i}", timeout_s=5)
+        await c.remove_task(f"bench-{i}")
+        return elapsed
+
+
+async def main(rounds: int) -> None:
+    shim = ShimProcess("--executor", "process", "--runner-bin", RUNNER,
+                       "--reconcile-interval-s", "1")
+    await shim.wait()
+    shim_s: list[float] = []
+    base_s: list[float] = []
+    try:
+        async with httpx.AsyncClient(timeout=5, trust_env=False) as http:
+            await by_hand_once(http)  # warm-up (page cache)
+            for i in range(rounds):
+                base_s.append(await by_hand_once(http))
+                shim_s.append(await shim_once(shim, http, i))
+    finally:
+        shim.close()
+    report("process executor submit->runner healthy", shim_s, base_s, 1.2)
+
+
+if __name__ == "__main__":
+    asyncio.run(main(int(sys.argv[1]) if len(sys.argv) > 1 else 7))

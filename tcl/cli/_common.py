@@ -1,0 +1,69 @@
+"""Shared CLI plumbing: options object, consoles, async runner, one-line errors."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import typer
+from rich.console import Console
+
+from tcl.control.config import Config, load_config
+from tcl.control.errors import TclError
+from tcl.control.service import Control
+
+T = TypeVar("T")
+
+# rich honours NO_COLOR itself; stderr carries progress, warnings and errors.
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+@dataclass
+class Globals:
+    config_path: str | None = None
+
+    def config(self) -> Config:
+        return load_config(self.config_path)
+
+
+def globals_of(ctx: typer.Context) -> Globals:
+    obj = ctx.find_root().obj
+    return obj if isinstance(obj, Globals) else Globals()
+
+
+def fail(message: str, code: int = 1) -> typer.Exit:
+    """Print an expected failure (one line, or a short list) and return the Exit to raise."""
+    err.print(f"[red]error:[/red] {message}", markup=True, highlight=False)
+    return typer.Exit(code)
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine; a ``TclError`` becomes a one-line message and a non-zero exit."""
+    try:
+        return asyncio.run(coro)
+    except TclError as e:
+        raise fail(str(e), e.exit_code) from None
+
+
+def with_control(ctx: typer.Context, body: Callable[[Control], Awaitable[T]]) -> T:
+    """Load the config, open a :class:`Control`, run ``body``, always close it."""
+    g = globals_of(ctx)
+
+    async def go() -> T:
+        ctl = Control(g.config())
+        try:
+            return await body(ctl)
+        finally:
+            await ctl.aclose()
+
+    return run(go())
+
+
+def print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    sys.stdout.flush()

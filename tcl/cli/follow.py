@@ -1,0 +1,55 @@
+"""Following a run from the CLI (shared by ``submit`` and ``logs -f``): Ctrl-C detaches."""
+
+from __future__ import annotations
+
+import asyncio
+
+import typer
+
+from tcl.cli._common import err, fail, globals_of
+from tcl.cli.render import print_event
+from tcl.control.errors import TclError
+from tcl.control.follow import follow
+from tcl.control.service import Control
+from tcl.control.states import RunState
+from tcl.control.store import Run
+
+
+def exit_code_of(run: Run) -> int:
+    if run.state is RunState.SUCCEEDED:
+        return 0
+    if run.exit_code:
+        return run.exit_code
+    return 1
+
+
+def follow_run(ctx: typer.Context, run_ref: str, timestamps: bool, after: int = 0) -> int:
+    """Follow until the run ends; return the exit code the CLI should exit with."""
+    g = globals_of(ctx)
+
+    async def go() -> Run:
+        ctl = Control(g.config())
+        try:
+            run = ctl.store.resolve(run_ref)
+
+            def reconnecting(why: str) -> None:
+                err.print(f"[tcl] connection lost ({why}); reconnecting…", markup=False)
+
+            return await follow(
+                ctl, run, lambda e: print_event(e, timestamps), reconnecting, after=after
+            )
+        finally:
+            await ctl.aclose()
+
+    try:
+        final = asyncio.run(go())
+    except KeyboardInterrupt:
+        err.print(
+            f"\ndetached; the job keeps running. Re-attach: tcl logs -f {run_ref}", markup=False
+        )
+        return 130
+    except TclError as e:
+        raise fail(str(e), e.exit_code) from None
+    detail = f" (exit code {final.exit_code})" if final.exit_code is not None else ""
+    err.print(f"[tcl] run {final.id} {final.state.value}{detail}", markup=False)
+    return exit_code_of(final)

@@ -1,0 +1,93 @@
+"""``tcl hosts [--check] [--json]``, ``tcl host setup HOST``, ``tcl host cloud-init``."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from tcl.cli._common import err, fail, out, print_json, with_control
+from tcl.control.backends import SshBackend
+from tcl.control.hostsetup import render_cloud_init, setup_host
+from tcl.control.service import Control, HostStatus
+
+host_app = typer.Typer(help="Install the shim on a host.", no_args_is_help=True)
+
+
+def status_json(s: HostStatus) -> dict[str, object]:
+    """The stable JSON form of a host (documented in docs/cli.md)."""
+    accs = []
+    if s.info is not None:
+        accs = [
+            {"index": a.index, "chip": a.chip, "free": a.task_id is None and not a.busy_outside,
+             "task_id": a.task_id, "fake": a.fake}
+            for a in s.info.accelerators
+        ]  # fmt: skip
+    return {"name": s.name, "type": s.type, "address": s.address, "reachable": s.reachable,
+            "detail": s.detail, "accelerators": accs}  # fmt: skip
+
+
+def cmd_hosts(
+    ctx: typer.Context,
+    check: Annotated[bool, typer.Option("--check", help="Contact each host's shim.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="JSON list (stable).")] = False,
+) -> None:
+    """List the configured hosts in solver order (with --check: what each offers now)."""
+    statuses = with_control(ctx, lambda ctl: ctl.host_statuses(check))
+    if as_json:
+        print_json([status_json(s) for s in statuses])
+        return
+    t = Table(box=None, header_style="bold", pad_edge=False)
+    for col in ("HOST", "TYPE", "ADDRESS", *(("STATUS", "OFFERS") if check else ())):
+        t.add_column(col, overflow="fold")
+    for s in statuses:
+        row = [s.name, s.type, s.address]
+        if check:
+            row += ["ok" if s.reachable else "unreachable", s.detail]
+        t.add_row(*row)
+    out.print(t)
+
+
+@host_app.command("setup")
+def cmd_setup(
+    ctx: typer.Context,
+    host: Annotated[str, typer.Argument(help="A host of type ssh from the config.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+) -> None:
+    """Install the shim on HOST over SSH (venv, token, systemd or daemon) and check it."""
+
+    async def go(ctl: Control) -> dict[str, str]:
+        b = ctl.backend(host)
+        if not isinstance(b, SshBackend):
+            raise fail(f"{host} is not an ssh host (type {ctl.cfg.hosts[host].type})")
+        return await setup_host(b, lambda m: err.print(f"{host}: {m}", markup=False))
+
+    res = with_control(ctx, go)
+    if as_json:
+        print_json(res)
+    else:
+        err.print(f"{host}: shim {res['version']} running as {res['started']}", markup=False)
+
+
+@host_app.command("cloud-init")
+def cmd_cloud_init(
+    ctx: typer.Context,
+    package: Annotated[
+        str, typer.Option("--package", help="pip requirement for tcl on the host.")
+    ] = "tcl",
+    port: Annotated[int, typer.Option("--port", help="Shim port (loopback).")] = 10998,
+    executor: Annotated[str, typer.Option("--executor", help="docker or process.")] = "docker",
+    fake: Annotated[
+        str | None, typer.Option("--fake-accelerators", help="e.g. h100:8 (tests).")
+    ] = None,
+) -> None:
+    """Print cloud-init user-data that installs and starts the shim at first boot."""
+    if executor not in ("docker", "process"):
+        raise fail("--executor must be docker or process")
+    out.file.write(render_cloud_init(package, port, executor, fake))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("hosts")(cmd_hosts)
+    app.add_typer(host_app, name="host")

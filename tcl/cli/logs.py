@@ -1,0 +1,78 @@
+"""``tcl logs RUN [-f] [--since] [--tail] [--timestamps]``: from the local copy, refreshed."""
+
+from __future__ import annotations
+
+import re
+import time
+from datetime import datetime
+from typing import Annotated
+
+import typer
+
+from tcl.cli import follow as follow_cmd
+from tcl.cli._common import err, fail, with_control
+from tcl.cli.render import print_event
+from tcl.control.errors import TclError
+from tcl.control.follow import pull
+from tcl.control.logcache import LogCache
+from tcl.control.service import Control
+from tcl.runner.api import Event, EventKind
+
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
+
+
+def parse_since(text: str) -> float:
+    """``90s``, ``10m``, ``2h``, ``1d`` ago, or an ISO timestamp → unix seconds."""
+    m = _DURATION.match(text)
+    if m:
+        mult = {"s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
+        return time.time() - float(m.group(1)) * mult
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        raise fail(f"--since {text!r}: use 10m, 2h, 1d or an ISO time") from None
+
+
+async def _sync(ctl: Control, ref: str) -> tuple[str, str | None]:
+    """Pull what the runner has that we do not; return (run id, warning)."""
+    run = ctl.store.resolve(ref)
+    if run.host is None:
+        return run.id, None
+    try:
+        for _ in range(1000):
+            res = await pull(ctl, ctl.store.get_run(run.id))
+            if not res.more:
+                break
+    except TclError as e:
+        return run.id, f"{run.host} unreachable ({str(e).splitlines()[0]}); showing kept logs"
+    return run.id, None
+
+
+def cmd_logs(
+    ctx: typer.Context,
+    run_ref: Annotated[str, typer.Argument(metavar="RUN", help="Run id, prefix or name.")],
+    follow: Annotated[bool, typer.Option("-f", "--follow", help="Keep following.")] = False,
+    since: Annotated[str | None, typer.Option("--since", help="10m, 2h or ISO time.")] = None,
+    tail: Annotated[int | None, typer.Option("--tail", min=0, help="Last N lines.")] = None,
+    timestamps: Annotated[bool, typer.Option("--timestamps", "-t", help="Prefix times.")] = False,
+) -> None:
+    """Print a run's logs (kept locally, so they outlive the host)."""
+    since_ts = parse_since(since) if since else None
+    run_id, warning = with_control(ctx, lambda ctl: _sync(ctl, run_ref))
+    if warning and not follow:
+        err.print(f"warning: {warning}", markup=False)
+    cache = LogCache(run_id)
+    events: list[Event] = [
+        e for e in cache.read()
+        if e.kind is EventKind.LOG and (since_ts is None or e.ts >= since_ts)
+    ]  # fmt: skip
+    if tail is not None:
+        events = events[-tail:] if tail else []
+    for e in events:
+        print_event(e, timestamps)
+    if follow:
+        raise typer.Exit(follow_cmd.follow_run(ctx, run_id, timestamps, after=cache.last_seq()))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("logs")(cmd_logs)

@@ -1,0 +1,46 @@
+"""The ``tcl`` command: mounts one sub-module per command group; no logic here."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from tcl.cli import hosts, logs, ps, ssh, stop, submit
+from tcl.cli._common import Globals
+
+app = typer.Typer(
+    name="tcl",
+    help="Ship your code to the best free accelerators you can reach and run it there.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_show_locals=False,  # locals may hold secrets
+)
+
+
+@app.callback()
+def _root(
+    ctx: typer.Context,
+    config: Annotated[
+        str | None,
+        typer.Option(
+            "-c",
+            "--config",
+            help="Config file (default $TCL_CONFIG or "
+            "~/.config/tcl/config.yaml; none at all = one local host).",
+        ),
+    ] = None,
+) -> None:
+    ctx.obj = Globals(config_path=config)
+
+
+submit.register(app)
+logs.register(app)
+ps.register(app)
+stop.register(app)
+ssh.register(app)
+hosts.register(app)
+
+
+def main() -> None:
+    app()

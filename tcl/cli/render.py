@@ -1,0 +1,106 @@
+"""How runs and events look on a terminal (and in --json)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
+from rich.status import Status
+
+from tcl.cli._common import err
+from tcl.control.store import Run
+from tcl.runner.api import Event, EventKind, LogStream
+
+
+def iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def age(ts: float) -> str:
+    s = max(0.0, time.time() - ts)
+    for unit, n in (("d", 86400), ("h", 3600), ("m", 60)):
+        if s >= n:
+            return f"{int(s // n)}{unit} ago"
+    return f"{int(s)}s ago"
+
+
+def print_event(e: Event, timestamps: bool = False) -> None:
+    """A log event goes to stdout (stderr lines to stderr); state events are not printed."""
+    if e.kind is not EventKind.LOG or e.data is None:
+        return
+    stream = sys.stderr if e.stream is LogStream.STDERR else sys.stdout
+    text = e.data
+    if timestamps:
+        stamp = iso(e.ts) + " "
+        lines = text.splitlines(keepends=True)
+        text = "".join(stamp + line for line in lines)
+    stream.write(text)
+    stream.flush()
+
+
+def run_json(r: Run) -> dict[str, Any]:
+    """The stable JSON form of a run (documented in docs/cli.md)."""
+    return {
+        "run_id": r.id,
+        "name": r.name,
+        "state": r.state.value,
+        "host": r.host,
+        "backend": r.backend,
+        "exit_code": r.exit_code,
+        "message": r.message,
+        "argv": list(r.request.get("argv", [])),
+        "chip": r.request.get("chip"),
+        "chips": r.request.get("chips", 0),
+        "code_sha256": r.code_sha256,
+        "created_at": iso(r.created_at),
+        "updated_at": iso(r.updated_at),
+    }
+
+
+class RichObserver:
+    """Spinner for waits, a bar for uploads; both on stderr, silent when not a terminal."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled and err.is_terminal
+        self._status: Status | None = None
+        self._progress: Progress | None = None
+        self._task: Any = None
+
+    def status(self, text: str) -> None:
+        if not self.enabled:
+            return
+        self._end_progress()
+        if self._status is None:
+            self._status = err.status(text)
+            self._status.start()
+        else:
+            self._status.update(text)
+
+    def progress(self, done: int, total: int) -> None:
+        if not self.enabled or total < 1 << 20:
+            return
+        if self._progress is None:
+            if self._status is not None:
+                self._status.stop()
+                self._status = None
+            self._progress = Progress(
+                "uploading code", BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                console=err, transient=True,
+            )  # fmt: skip
+            self._progress.start()
+            self._task = self._progress.add_task("upload", total=total)
+        self._progress.update(self._task, completed=done)
+
+    def _end_progress(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
+
+    def close(self) -> None:
+        self._end_progress()
+        if self._status is not None:
+            self._status.stop()
+            self._status = None

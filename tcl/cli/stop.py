@@ -1,0 +1,32 @@
+"""``tcl stop RUN``: SIGTERM the job, SIGKILL after the grace, free its accelerators."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from tcl.cli._common import err, with_control
+from tcl.control.follow import stop
+from tcl.control.service import Control
+from tcl.control.store import Run
+
+
+def cmd_stop(
+    ctx: typer.Context,
+    run_ref: Annotated[str, typer.Argument(metavar="RUN", help="Run id, prefix or name.")],
+    grace_s: Annotated[
+        float, typer.Option("--grace", min=0, help="Seconds before SIGKILL.")
+    ] = 10.0,
+) -> None:
+    """Stop a run."""
+
+    async def go(ctl: Control) -> Run:
+        return await stop(ctl, ctl.store.resolve(run_ref), grace_s)
+
+    run = with_control(ctx, go)
+    err.print(f"run {run.id} {run.state.value}", markup=False)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("stop")(cmd_stop)

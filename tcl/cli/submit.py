@@ -1,0 +1,117 @@
+"""``tcl submit``: run a command on the best free host, then follow its logs."""
+
+from __future__ import annotations
+
+import os
+from typing import Annotated
+
+import typer
+
+from tcl.cli import follow as follow_cmd
+from tcl.cli._common import err, fail, globals_of, out, print_json, run
+from tcl.cli.render import RichObserver
+from tcl.control.service import Control
+from tcl.control.submit import Submission, SubmitResult, submit
+
+
+def _pairs(values: list[str]) -> dict[str, str]:
+    env = {}
+    for v in values:
+        key, sep, value = v.partition("=")
+        if not sep or not key:
+            raise fail(f"--env {v!r}: expected KEY=VALUE")
+        env[key] = value
+    return env
+
+
+def _secrets(names: list[str]) -> dict[str, str]:
+    found = {}
+    for name in names:
+        if name not in os.environ:
+            raise fail(f"--secret {name}: not set in this shell's environment")
+        found[name] = os.environ[name]
+    return found
+
+
+def result_json(r: SubmitResult) -> dict[str, object]:
+    """The stable JSON form of a submit (documented in docs/cli.md)."""
+    return {
+        "run_id": r.run_id,
+        "name": r.name,
+        "host": r.host,
+        "backend": r.backend,
+        "task_id": r.task_id,
+        "accelerators": r.accelerators,
+        "code": {
+            "sha256": r.code_sha256,
+            "bytes": r.code_bytes,
+            "uploaded_bytes": r.uploaded_bytes,
+        },
+        "skipped": [{"host": h, "reason": why} for h, why in r.skipped],
+        "commands": {
+            "logs": f"tcl logs -f {r.run_id}",
+            "ssh": f"tcl ssh {r.run_id}" if r.ssh else None,
+            "stop": f"tcl stop {r.run_id}",
+        },
+    }
+
+
+def cmd_submit(
+    ctx: typer.Context,
+    command: Annotated[list[str], typer.Argument(help="The command to run, after `--`.")],
+    name: Annotated[str, typer.Option("--name", help="A name for the run.")] = "",
+    chip: Annotated[str | None, typer.Option("--chip", help="Chip type, e.g. h100.")] = None,
+    n: Annotated[int, typer.Option("-n", "--chips", min=0, help="How many chips.")] = 0,
+    host: Annotated[str | None, typer.Option("--host", help="Only this host.")] = None,
+    image: Annotated[str | None, typer.Option("--image", help="Container image.")] = None,
+    env: Annotated[list[str] | None, typer.Option("--env", help="KEY=VALUE (repeatable).")] = None,
+    secret: Annotated[
+        list[str] | None,
+        typer.Option("--secret", help="NAME of an env var to pass as a masked secret."),
+    ] = None,
+    follow: Annotated[bool, typer.Option("-f", "--follow", help="Follow logs (default).")] = False,
+    detach: Annotated[bool, typer.Option("-d", "--detach", help="Return once started.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+) -> None:
+    """Run COMMAND on the best free host: tcl submit --chip h100 -n 2 -- python train.py"""
+    if not command:
+        raise fail("nothing to run: tcl submit [OPTIONS] -- COMMAND [ARGS...]")
+    chips = n if n or chip is None else 1
+    sub = Submission(
+        argv=command, name=name, chip=chip, chips=chips, host=host, image=image,
+        env=_pairs(env or []), secrets=_secrets(secret or []),
+    )  # fmt: skip
+    g = globals_of(ctx)
+    obs = RichObserver(enabled=not as_json)
+
+    async def go() -> SubmitResult:
+        ctl = Control(g.config())
+        try:
+            return await submit(ctl, sub, obs)
+        finally:
+            obs.close()
+            await ctl.aclose()
+
+    res = run(go())
+    for h, why in res.skipped:
+        err.print(f"skipped {h}: {why}", markup=False)
+    if as_json:
+        print_json(result_json(res))
+        if not follow:
+            return
+    else:
+        acc = f" (accelerators {','.join(map(str, res.accelerators))})" if res.accelerators else ""
+        err.print(f"run {res.run_id} started on {res.host}{acc}", markup=False)
+        err.print(f"  logs: tcl logs -f {res.run_id}", markup=False)
+        if res.ssh:
+            err.print(f"  ssh:  tcl ssh {res.run_id}", markup=False)
+        err.print(f"  stop: tcl stop {res.run_id}", markup=False)
+    if detach and not follow:
+        return
+    code = follow_cmd.follow_run(ctx, res.run_id, timestamps=False)
+    out.file.flush()
+    raise typer.Exit(code)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("submit", context_settings={"allow_interspersed_args": False})(cmd_submit)

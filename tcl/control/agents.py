@@ -1,0 +1,57 @@
+"""The seams between control and the two agents (shim, runner).
+
+Control only talks to agents through these two protocols, so the solver and the backends can
+be tested against fakes at exactly this seam, and the agents' own typed clients
+(``tcl.shim.client``, ``tcl.runner.client``) plug in behind them. httpx errors are translated
+into ``AgentError`` / ``NoCapacityError`` where the clients are called.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol
+
+from tcl.runner.api import EventsPage, JobSpec
+from tcl.shim.api import HostInfo, TaskInfo, TaskSpec, TerminationReason
+
+
+class ShimApi(Protocol):
+    """What control needs from a shim."""
+
+    async def host(self) -> HostInfo: ...
+
+    async def create_task(self, spec: TaskSpec) -> TaskInfo:
+        """Raises ``NoCapacityError`` on the shim's 409 no_capacity."""
+        ...
+
+    async def get_task(self, task_id: str) -> TaskInfo: ...
+
+    async def terminate_task(
+        self,
+        task_id: str,
+        reason: TerminationReason = TerminationReason.STOPPED_BY_USER,
+        message: str = "",
+    ) -> TaskInfo: ...
+
+    async def aclose(self) -> None: ...
+
+
+class RunnerApi(Protocol):
+    """What control needs from a runner."""
+
+    async def healthcheck(self) -> dict[str, Any]: ...
+
+    async def submit(self, spec: JobSpec) -> None: ...
+
+    async def upload_code(
+        self, path: Path, sha256: str, progress: Callable[[int, int], None] | None = None
+    ) -> None: ...
+
+    async def run(self) -> None: ...
+
+    async def events(self, after: int, wait_s: float = 0.0, limit: int = 1000) -> EventsPage: ...
+
+    async def stop(self, grace_s: float = 10.0) -> None: ...
+
+    async def aclose(self) -> None: ...

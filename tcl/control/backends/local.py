@@ -1,0 +1,52 @@
+"""The ``local`` backend: a shim on this machine (no SSH), process executor by default."""
+
+from __future__ import annotations
+
+import asyncio
+
+from tcl.control.agents import RunnerApi, ShimApi
+from tcl.control.backends.base import Backend, Progress
+from tcl.control.config import LocalHost
+from tcl.control.httpagents import HttpRunner, HttpShim
+from tcl.control.localshim import ensure_local_shim
+from tcl.control.paths import state_dir
+from tcl.control.shipping import Snapshot
+from tcl.shim.api import ExecutorKind
+
+
+class LocalBackend(Backend):
+    kind = "local"
+
+    def __init__(self, name: str, cfg: LocalHost) -> None:
+        self.name = name
+        self.cfg = cfg
+        self.executor = ExecutorKind(cfg.executor)
+        self._shim: HttpShim | None = None
+
+    async def shim(self) -> ShimApi:
+        if self._shim is None:
+            port, token = await asyncio.to_thread(
+                ensure_local_shim,
+                state_dir() / "local-shim",
+                self.cfg.executor,
+                self.cfg.fake_accelerators,
+            )
+            self._shim = HttpShim(f"http://127.0.0.1:{port}", token, name=f"shim {self.name}")
+        return self._shim
+
+    async def runner(self, runner_port: int, label: str) -> RunnerApi:
+        return HttpRunner(f"http://127.0.0.1:{runner_port}", name=f"runner {label}")
+
+    async def ship_code(
+        self, snap: Snapshot, runner_port: int, runner: RunnerApi, progress: Progress | None
+    ) -> int:
+        await runner.upload_code(snap.tarball, snap.sha256, progress)
+        return 0  # loopback: nothing crossed the network
+
+    async def reset(self) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        if self._shim is not None:
+            await self._shim.aclose()
+            self._shim = None

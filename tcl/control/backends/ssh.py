@@ -1,0 +1,116 @@
+"""The ``ssh`` backend: the host's shim and each runner through forwards of one SSH connection.
+
+Code goes to a content-addressed cache on the host (``<shim_dir>/code/<sha256>.tar.gz``) once;
+each runner then receives it from the host's loopback, so a re-submit of the same tree sends
+no code over the network.
+"""
+
+from __future__ import annotations
+
+from tcl.control.agents import RunnerApi, ShimApi
+from tcl.control.backends.base import Backend, Progress, SshEndpoint
+from tcl.control.config import SshHost
+from tcl.control.errors import AgentError, SshCommandError
+from tcl.control.httpagents import HttpRunner, HttpShim
+from tcl.control.shipping import Snapshot
+from tcl.control.ssh import SshPool, SshTarget
+from tcl.shim.api import ExecutorKind
+
+# Runs on the host (stdin of `python3 -`): stream a cached tarball into the runner's PUT /code.
+_HOST_PUT = r"""
+import os, sys, urllib.error, urllib.request
+path, port, sha = sys.argv[1], sys.argv[2], sys.argv[3]
+with open(path, "rb") as f:
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{port}/api/code", data=f, method="PUT",
+        headers={"X-Code-Sha256": sha, "Content-Length": str(os.fstat(f.fileno()).st_size),
+                 "Content-Type": "application/gzip"})
+    try:
+        urllib.request.urlopen(req, timeout=600).read()
+    except urllib.error.HTTPError as e:
+        sys.exit(f"runner refused the code: {e.code} {e.read()[:300]!r}")
+"""
+
+
+class SshBackend(Backend):
+    kind = "ssh"
+
+    def __init__(self, name: str, cfg: SshHost, pool: SshPool) -> None:
+        self.name = name
+        self.cfg = cfg
+        self.pool = pool
+        self.target = SshTarget.from_config(name, cfg)
+        self.executor = ExecutorKind(cfg.executor)
+        self._shim: HttpShim | None = None
+        self._shim_port: int | None = None
+        self._token: str | None = None
+        self._shim_dir: str | None = None
+
+    async def shim_dir(self) -> str:
+        """The shim directory on the host, with ``~`` resolved."""
+        if self._shim_dir is None:
+            d = self.cfg.shim_dir
+            if d.startswith("~"):
+                home = (await self.pool.run(self.target, ["printenv", "HOME"])).stdout.strip()
+                d = home + d[1:]
+            self._shim_dir = d
+        return self._shim_dir
+
+    async def shim(self) -> ShimApi:
+        port = await self.pool.forward(self.target, self.cfg.shim_port)
+        if self._shim is not None and port == self._shim_port:
+            return self._shim
+        if self._token is None:
+            token_file = f"{await self.shim_dir()}/token"
+            try:
+                res = await self.pool.run(self.target, ["cat", token_file])
+            except SshCommandError:
+                raise AgentError(
+                    f"{self.name}: no shim installed (no {token_file}); run `tcl host setup "
+                    f"{self.name}`"
+                ) from None
+            self._token = res.stdout.strip()
+        if self._shim is not None:
+            await self._shim.aclose()
+        self._shim = HttpShim(f"http://127.0.0.1:{port}", self._token, name=f"shim {self.name}")
+        self._shim_port = port
+        return self._shim
+
+    async def runner(self, runner_port: int, label: str) -> RunnerApi:
+        port = await self.pool.forward(self.target, runner_port)
+        return HttpRunner(f"http://127.0.0.1:{port}", name=f"runner {label}@{self.name}")
+
+    async def ship_code(
+        self, snap: Snapshot, runner_port: int, runner: RunnerApi, progress: Progress | None
+    ) -> int:
+        d = await self.shim_dir()
+        remote = f"{d}/code/{snap.sha256}.tar.gz"
+        have = await self.pool.run(self.target, ["test", "-f", remote], check=False)
+        sent = 0
+        if have.exit_code != 0:
+            await self.pool.run(self.target, ["mkdir", "-p", f"{d}/code"])
+            await self.pool.put_file(self.target, snap.tarball, remote, progress)
+            sent = snap.size
+        elif progress is not None:
+            progress(snap.size, snap.size)
+        argv = [self.cfg.python, "-", remote, str(runner_port), snap.sha256]
+        await self.pool.run(self.target, argv, input=_HOST_PUT)
+        return sent
+
+    def ssh_endpoint(self, task_ssh_port: int) -> SshEndpoint | None:
+        t = self.target
+        return SshEndpoint(
+            host=t.host, port=t.port, user=t.user, identity_file=t.identity_file,
+            known_hosts=t.known_hosts, proxy_jump=t.proxy_jump, container_port=task_ssh_port,
+        )  # fmt: skip
+
+    async def reset(self) -> None:
+        if self._shim is not None:
+            await self._shim.aclose()
+        self._shim, self._shim_port = None, None
+        await self.pool.disconnect(self.target)
+
+    async def aclose(self) -> None:
+        if self._shim is not None:
+            await self._shim.aclose()
+            self._shim = None

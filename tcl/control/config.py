@@ -1,0 +1,284 @@
+"""The workstation config (``~/.config/tcl/config.yaml``): schema, loading, error lines.
+
+The schema follows seed 000 (clusters with root/work/log; hosts of type local, ssh (alias
+``plain``), slurm, tpu, volcano; ``priority``; ``gres_mapping``). Every model forbids unknown
+keys, so a typo is an error. Errors name the key path and the line in the file: the YAML is
+composed once more into nodes that keep their marks, and each pydantic error location is walked
+through that node tree.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from tcl.control.errors import ConfigError
+
+DEFAULT_CONFIG_PATH = Path("~/.config/tcl/config.yaml")
+LOCAL_HOST_NAME = "local"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ClusterConfig(_Model):
+    """Filesystem layout shared by the hosts of one cluster."""
+
+    root: str = ""  # shared filesystem root (checkpoints, data)
+    work: str = ""  # per-job scratch space
+    log: str = ""  # log files
+    mount: str | None = None  # optional JuiceFS metadata URL
+    cache_size: str | None = None
+    cache_dir: str | None = None
+    all_squash: str | None = None
+
+
+class _HostBase(_Model):
+    cluster: str | None = None
+    chips: dict[str, int] = Field(default_factory=dict)  # chip name -> count per node
+    image: str | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+
+
+class LocalHost(_HostBase):
+    """This machine, through an embedded shim (no SSH)."""
+
+    type: Literal["local"]
+    executor: Literal["process", "docker"] = "process"
+    # Fake accelerators for the embedded shim, e.g. "h100:2" (tests and demos).
+    fake_accelerators: str | None = None
+
+
+class SshHost(_HostBase):
+    """A plain host over SSH with a shim installed by ``tcl host setup``."""
+
+    type: Literal["ssh", "plain"]
+    ssh: str  # an alias from ~/.ssh/config, or a hostname
+    port: int | None = Field(default=None, ge=1, le=65535)
+    user: str | None = None
+    proxy_jump: str | None = None  # "a,b" like ssh -J
+    identity_file: str | None = None
+    known_hosts: str | None = None
+    ssh_config_file: str | None = None  # read instead of ~/.ssh/config
+    connect_timeout_s: float = Field(default=10.0, gt=0)
+    keepalive_s: float = Field(default=15.0, gt=0)
+    max_sessions: int = Field(default=4, ge=1)  # concurrent SSH channels to this host
+    shim_port: int = Field(default=10998, ge=1, le=65535)
+    shim_dir: str = "~/.local/share/tcl-shim"  # venv, token, state (on the host)
+    executor: Literal["docker", "process"] = "docker"
+    python: str = "python3"  # used by `tcl host setup` to make the venv
+    # An existing venv on the host that already has tcl installed (a shared filesystem, an
+    # offline host): `tcl host setup` uses it instead of making <shim_dir>/venv.
+    shim_venv: str | None = None
+    # What `tcl host setup` pip-installs into a new venv (a wheel it uploads when empty).
+    shim_package: str | None = None
+    fake_accelerators: str | None = None  # passed to the shim by `tcl host setup`
+
+
+class SlurmPartition(_Model):
+    name: str
+    default: bool = False
+
+
+class SlurmHost(_HostBase):
+    type: Literal["slurm"]
+    ssh: str
+    partitions: list[SlurmPartition] = Field(default_factory=list)
+    account: str | None = None
+    qos: str | None = None
+    mem: str | None = None
+    uv_groups: list[str] = Field(default_factory=list)
+    exclude: list[str] = Field(default_factory=list)
+
+
+class TpuHost(_HostBase):
+    type: Literal["tpu"]
+    zone: str
+    project: str | None = None
+    accelerator_type: str
+    version: str
+    spot: bool = False
+    preemptible: bool = False
+    network: str | None = None
+    subnetwork: str | None = None
+    service_account: str | None = None
+    internal_ip: bool = False
+    metadata: dict[str, str] = Field(default_factory=dict)
+
+
+class Toleration(_Model):
+    key: str | None = None
+    operator: str | None = None
+    value: str | None = None
+    effect: str | None = None
+
+
+class VolcanoHost(_HostBase):
+    type: Literal["volcano"]
+    namespace: str = "default"
+    queue: str | None = None
+    pvc_name: str
+    pvc_mount_path: str = "/workspace"
+    num_nodes: int = Field(default=1, ge=1)
+    gpus_per_node: int | None = Field(default=None, ge=0)
+    gpu_resource_key: str = "nvidia.com/gpu"
+    cpu: str | None = None
+    memory: str | None = None
+    shm_size: str | None = None
+    priority_class: str | None = None
+    kubeconfig: str | None = None
+    context: str | None = None
+    rdma: bool = False
+    rdma_per_node: int | None = None
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    tolerations: list[Toleration] = Field(default_factory=list)
+
+
+HostConfig = Annotated[
+    LocalHost | SshHost | SlurmHost | TpuHost | VolcanoHost, Field(discriminator="type")
+]
+
+
+class ShippingConfig(_Model):
+    max_bytes: int = Field(default=512 * 1024 * 1024, gt=0)  # uncompressed snapshot size
+
+
+class Config(_Model):
+    clusters: dict[str, ClusterConfig] = Field(default_factory=dict)
+    hosts: dict[str, HostConfig] = Field(default_factory=dict)
+    priority: list[str] = Field(default_factory=list)
+    gres_mapping: dict[str, str] = Field(default_factory=dict)
+    shipping: ShippingConfig = Field(default_factory=ShippingConfig)
+
+    @model_validator(mode="after")
+    def _check_references(self) -> Config:
+        for name, host in self.hosts.items():
+            if host.cluster is not None and host.cluster not in self.clusters:
+                raise _RefError(("hosts", name, "cluster"), f"unknown cluster {host.cluster!r}")
+        for i, name in enumerate(self.priority):
+            if name not in self.hosts:
+                raise _RefError(("priority", i), f"unknown host {name!r}")
+        return self
+
+    def ordered_hosts(self) -> list[str]:
+        """Host names in solver order: ``priority`` first, then the rest in file order."""
+        rest = [h for h in self.hosts if h not in self.priority]
+        return [*self.priority, *rest]
+
+
+class _RefError(ValueError):
+    def __init__(self, loc: tuple[str | int, ...], message: str) -> None:
+        super().__init__(message)
+        self.loc = loc
+        self.message = message
+
+
+def default_config() -> Config:
+    """What a user without a config file gets: one ``local`` host."""
+    return Config(hosts={LOCAL_HOST_NAME: LocalHost(type="local")})
+
+
+def config_path(explicit: str | os.PathLike[str] | None = None) -> tuple[Path, bool]:
+    """The path to read and whether the user named it (then it must exist)."""
+    if explicit is not None:
+        return Path(explicit).expanduser(), True
+    env = os.environ.get("TCL_CONFIG")
+    if env:
+        return Path(env).expanduser(), True
+    return DEFAULT_CONFIG_PATH.expanduser(), False
+
+
+def load_config(explicit: str | os.PathLike[str] | None = None) -> Config:
+    """Load and validate the config; no file at the default path → :func:`default_config`."""
+    path, named = config_path(explicit)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        if named:
+            raise ConfigError(f"{path}: config file not found") from None
+        return default_config()
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read config: {e.strerror}") from None
+    return parse_config(text, str(path))
+
+
+def parse_config(text: str, source: str = "<config>") -> Config:
+    """Validate YAML text; every error names ``source:line: key.path: message``."""
+    try:
+        data = yaml.safe_load(text)
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        line = mark.line + 1 if mark is not None else 0
+        raise ConfigError(f"{source}:{line}: invalid YAML: {e.problem or e}") from None
+    if data is None:
+        return default_config()
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}:1: the config must be a mapping of keys to values")
+    try:
+        return Config.model_validate(data)
+    except ValidationError as e:
+        lines = []
+        for err in e.errors():
+            loc = _user_loc(tuple(err["loc"]), err["type"])
+            ctx_err = err.get("ctx", {}).get("error")
+            if isinstance(ctx_err, _RefError):
+                loc, msg = ctx_err.loc, ctx_err.message
+            else:
+                msg = _message(err)
+            # an unknown host type points at its `type:` line
+            line = _line_of(root, (*loc, "type") if err["type"].startswith("union_tag") else loc)
+            path = ".".join(str(p) for p in loc) or "(top level)"
+            lines.append(f"{source}:{line}: {path}: {msg}")
+        raise ConfigError("\n".join(lines)) from None
+
+
+def _user_loc(loc: tuple[Any, ...], err_type: str) -> tuple[str | int, ...]:
+    # A discriminated union puts the tag (the host type) into the location: hosts.NAME.TAG.key.
+    if len(loc) >= 3 and loc[0] == "hosts" and not err_type.startswith("union_tag"):
+        loc = (*loc[:2], *loc[3:])
+    return tuple(p for p in loc if isinstance(p, str | int))
+
+
+def _message(err: Any) -> str:
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        return "unknown key (typo?)"
+    if kind == "missing":
+        return "required key is missing"
+    if kind == "union_tag_invalid":
+        return f"unknown host type {err['input'].get('type')!r} (local, ssh, slurm, tpu, volcano)"
+    if kind == "union_tag_not_found":
+        return "missing key 'type' (local, ssh, slurm, tpu, volcano)"
+    return f"{err['msg']} (got {err['input']!r})"
+
+
+def _line_of(root: yaml.Node | None, loc: tuple[str | int, ...]) -> int:
+    """1-based line of the deepest node of ``loc`` that exists in the file."""
+    if root is None:
+        return 1
+    node: yaml.Node = root
+    line = node.start_mark.line + 1
+    for part in loc:
+        child: yaml.Node | None = None
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                if isinstance(key, yaml.ScalarNode) and key.value == str(part):
+                    child, line = value, key.start_mark.line + 1
+                    break
+        elif (
+            isinstance(node, yaml.SequenceNode)
+            and isinstance(part, int)
+            and 0 <= part < len(node.value)
+        ):
+            child = node.value[part]
+            line = child.start_mark.line + 1
+        if child is None:
+            break
+        node = child
+    return line

@@ -1,0 +1,99 @@
+"""The control plane's exception tree.
+
+::
+
+    TclError                      every expected failure; the CLI prints it as one line
+    ├── ConfigError               bad config file: names the key path and the line
+    ├── ShippingError             the code snapshot cannot be made
+    │   └── CodeTooLargeError     over the size limit: names the limit and the largest files
+    ├── StoreError                the state store refuses (unknown run, schema, ...)
+    │   └── RunNotFoundError
+    ├── SshError                  translated from asyncssh / OSError at the pool
+    │   ├── SshConnectError       cannot connect (refused, timeout, DNS): retried with backoff
+    │   ├── SshAuthError          key refused / host key mismatch: never retried
+    │   └── SshCommandError       a remote command exited non-zero
+    ├── AgentError                a shim or runner answered with an error (translated from httpx)
+    │   ├── AgentUnreachableError the connection to it failed or dropped: re-resolve and retry
+    │   └── NoCapacityError       the shim's 409 no_capacity
+    ├── NoPlacementError          the solver found nothing: carries what each host offers
+    └── HostSetupError            `tcl host setup` failed (names the step)
+
+Foreign exceptions (asyncssh, httpx, OSError, yaml, pydantic) are translated where they are
+called, so callers and the CLI only ever see this tree.
+"""
+
+from __future__ import annotations
+
+
+class TclError(Exception):
+    """Every failure a user can cause or fix; printed as one line by the CLI."""
+
+    exit_code = 1
+
+
+class ConfigError(TclError):
+    """The config file is unreadable or invalid (the message names key path and line)."""
+
+    exit_code = 2
+
+
+class ShippingError(TclError):
+    """The code snapshot cannot be made."""
+
+
+class CodeTooLargeError(ShippingError):
+    """The snapshot is over the size limit."""
+
+
+class StoreError(TclError):
+    """The state store refused an operation."""
+
+
+class RunNotFoundError(StoreError):
+    """No run with that id (or unique id prefix / name)."""
+
+
+class SshError(TclError):
+    """An SSH operation failed (translated from asyncssh/OSError)."""
+
+
+class SshConnectError(SshError):
+    """Cannot reach the host: refused, timed out, unresolvable, connection lost."""
+
+
+class SshAuthError(SshError):
+    """The host refused our key, or its host key is unknown/changed."""
+
+
+class SshCommandError(SshError):
+    """A remote command exited non-zero."""
+
+    def __init__(self, message: str, exit_code: int | None = None, stderr: str = "") -> None:
+        super().__init__(message)
+        self.remote_exit_code = exit_code
+        self.stderr = stderr
+
+
+class AgentError(TclError):
+    """A shim or runner answered with an error or could not be reached."""
+
+
+class AgentUnreachableError(AgentError):
+    """The agent could not be reached (a dropped tunnel, a dead process)."""
+
+
+class NoCapacityError(AgentError):
+    """The shim refused the task because the accelerators are not free."""
+
+
+class NoPlacementError(TclError):
+    """Nothing fits the request; ``offers`` lists what each host offers now."""
+
+    def __init__(self, message: str, offers: list[tuple[str, str]]) -> None:
+        lines = [message, *(f"  {host}: {offer}" for host, offer in offers)]
+        super().__init__("\n".join(lines))
+        self.offers = offers
+
+
+class HostSetupError(TclError):
+    """`tcl host setup` failed at a named step."""

@@ -1,0 +1,179 @@
+"""Pulling events from a run's runner into the local log cache; follow, refresh, stop.
+
+The local cache is the cursor: a pull asks for ``after = last seq kept`` and appends only newer
+events, so a follow that loses its SSH connection reconnects (jittered backoff) and continues
+with no lost and no repeated line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from tcl.control.agents import RunnerApi
+from tcl.control.errors import AgentError, AgentUnreachableError, SshConnectError, TclError
+from tcl.control.logcache import LogCache
+from tcl.control.service import Control
+from tcl.control.ssh import backoff_s
+from tcl.control.states import RunState
+from tcl.control.store import Attempt, Run
+from tcl.runner.api import Event, EventKind, RunnerState
+from tcl.shim.api import TerminationReason
+
+RECONNECT_DEADLINE_S = 300.0
+_RETRYABLE = (AgentUnreachableError, SshConnectError)
+
+_STATE_MAP = {
+    RunnerState.WAITING_SPEC: RunState.PROVISIONING,
+    RunnerState.WAITING_CODE: RunState.PROVISIONING,
+    RunnerState.READY: RunState.PROVISIONING,
+    RunnerState.RUNNING: RunState.RUNNING,
+    RunnerState.SUCCEEDED: RunState.SUCCEEDED,
+    RunnerState.FAILED: RunState.FAILED,
+    RunnerState.TERMINATED: RunState.TERMINATED,
+}
+
+
+@dataclass(frozen=True)
+class PullResult:
+    events: list[Event]  # new events, in order, already stored locally
+    state: RunState
+    more: bool
+
+
+async def _runner(ctl: Control, att: Attempt) -> RunnerApi:
+    port = att.handle.get("runner_port")
+    if not isinstance(port, int):
+        raise TclError(f"run {att.run_id} has no runner (attempt {att.attempt})")
+    return await ctl.backend(att.host).runner(port, att.run_id)
+
+
+async def pull(ctl: Control, run: Run, wait_s: float = 0.0) -> PullResult:
+    """One page of new events from the runner, stored before being returned."""
+    att = ctl.store.latest_attempt(run.id)
+    if att is None:
+        return PullResult([], run.state, False)
+    cache = LogCache(run.id)
+    runner = await _runner(ctl, att)
+    try:
+        page = await runner.events(after=cache.last_seq(), wait_s=wait_s)
+    finally:
+        await runner.aclose()
+    fresh = cache.append(page.events)
+    ctl.store.update_attempt(run.id, att.attempt, log_cursor=cache.last_seq())
+    state = _STATE_MAP[page.state]
+    if not page.more or not state.is_final:
+        _record_state(ctl, run, state, page.exit_code)
+    if state.is_final and not page.more:
+        await _release(ctl, att, "done")
+    return PullResult(fresh, state if not page.more else RunState.RUNNING, page.more)
+
+
+def _record_state(ctl: Control, run: Run, state: RunState, exit_code: int | None) -> None:
+    if state is RunState.PROVISIONING or state == run.state:
+        return
+    msg = f"exit code {exit_code}" if exit_code is not None else None
+    ctl.store.set_state(run.id, state, exit_code=exit_code, message=msg)
+
+
+async def _release(ctl: Control, att: Attempt, why: str) -> None:
+    """Free the task's accelerators once its events are all kept locally."""
+    if att.handle.get("released"):
+        return
+    try:
+        shim = await ctl.backend(att.host).shim()
+        await shim.terminate_task(str(att.handle["task_id"]), TerminationReason.DONE, why)
+    except TclError:
+        return  # the host is gone or the task already is: nothing to free
+    ctl.store.update_attempt(att.run_id, att.attempt, handle={**att.handle, "released": True})
+
+
+async def follow(
+    ctl: Control,
+    run: Run,
+    on_event: Callable[[Event], None],
+    on_reconnect: Callable[[str], None] | None = None,
+    after: int = 0,
+) -> Run:
+    """Print kept events after ``after``, then new ones until the run ends; survives drops."""
+    cache = LogCache(run.id)
+    for e in cache.read(after):
+        on_event(e)
+    failing_since: float | None = None
+    attempt = 0
+    while True:
+        current = ctl.store.get_run(run.id)
+        if current.state.is_final and _has_final_event(cache):
+            return current
+        try:
+            res = await pull(ctl, current, wait_s=10.0)
+        except _RETRYABLE as e:
+            now = time.monotonic()
+            failing_since = failing_since or now
+            if now - failing_since > RECONNECT_DEADLINE_S:
+                raise
+            if on_reconnect is not None:
+                on_reconnect(str(e).splitlines()[0])
+            await ctl.backend(current.host or "").reset()
+            await asyncio.sleep(backoff_s(attempt, base_s=0.2, cap_s=3.0))
+            attempt += 1
+            continue
+        failing_since, attempt = None, 0
+        for ev in res.events:
+            on_event(ev)
+        if res.state.is_final and not res.more:
+            return ctl.store.get_run(run.id)
+
+
+def _has_final_event(cache: LogCache) -> bool:
+    # a run whose events were never pulled (e.g. stopped before it started) counts as drained
+    last = None
+    for e in cache.read():
+        if e.kind is EventKind.STATE:
+            last = e
+    return last is None or (last.state is not None and last.state.is_final)
+
+
+async def refresh(ctl: Control, run: Run, timeout_s: float = 5.0) -> Run:
+    """Bring a non-final run's state up to date (one quick pull); unchanged if unreachable."""
+    if run.state.is_final or run.host is None:
+        return run
+    try:
+        await asyncio.wait_for(pull(ctl, run), timeout_s)
+    except (TclError, TimeoutError):
+        return run
+    return ctl.store.get_run(run.id)
+
+
+async def stop(ctl: Control, run: Run, grace_s: float = 10.0) -> Run:
+    """Stop the job (SIGTERM, SIGKILL after ``grace_s``), keep its last logs, free the task."""
+    if run.state.is_final:
+        return run
+    att = ctl.store.latest_attempt(run.id)
+    if att is None:
+        ctl.store.set_state(run.id, RunState.TERMINATED, message="stopped before placement")
+        return ctl.store.get_run(run.id)
+    try:
+        runner = await _runner(ctl, att)
+        try:
+            await runner.stop(grace_s)
+        finally:
+            await runner.aclose()
+        deadline = time.monotonic() + grace_s + 10.0
+        while time.monotonic() < deadline:
+            res = await pull(ctl, ctl.store.get_run(run.id), wait_s=1.0)
+            if res.state.is_final and not res.more:
+                break
+    except AgentError:
+        pass  # the runner is gone already: terminate the task below
+    ctl.store.set_state(run.id, RunState.TERMINATED, message="stopped by user")
+    try:
+        shim = await ctl.backend(att.host).shim()
+        await shim.terminate_task(
+            str(att.handle["task_id"]), TerminationReason.STOPPED_BY_USER, "stopped by user"
+        )
+    except TclError:
+        pass
+    return ctl.store.get_run(run.id)

@@ -1,0 +1,189 @@
+"""``tcl host setup`` (install the shim on a plain host over SSH) and ``tcl host cloud-init``.
+
+Setup steps, each named in the error if it fails: connect → python → venv (or the configured
+``shim_venv``) → token (made on the host, mode 0600, never copied off it) → start (systemd where
+it runs, else a daemon with a pid file) → healthcheck through the SSH tunnel.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shlex
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from string import Template
+
+from tcl.control.backends.ssh import SshBackend
+from tcl.control.config import SshHost
+from tcl.control.errors import HostSetupError, TclError
+from tcl.control.httpagents import HttpShim
+
+HEALTH_TIMEOUT_S = 30.0
+
+# Run on the host with `sh -c SCRIPT sh ARGS...`: values arrive as $1.., never pasted in.
+_MAKE_TOKEN = (
+    'umask 077; [ -s "$1" ] || "$2" -c \'import secrets; print(secrets.token_urlsafe(32))\' > "$1"'
+)
+_START_DAEMON = """
+d="$1"; shift
+if [ -f "$d/shim.pid" ] && kill -0 "$(cat "$d/shim.pid")" 2>/dev/null; then
+  kill "$(cat "$d/shim.pid")"; i=0
+  while kill -0 "$(cat "$d/shim.pid")" 2>/dev/null && [ $i -lt 50 ]; do sleep 0.1; i=$((i+1)); done
+fi
+nohup setsid "$@" </dev/null >>"$d/shim.log" 2>&1 &
+echo $! > "$d/shim.pid.tmp" && mv "$d/shim.pid.tmp" "$d/shim.pid"
+"""
+
+
+def images_dir() -> Path:
+    """The templates ship inside the package (``images/`` in a checkout links to them)."""
+    return Path(__file__).resolve().parent / "templates"
+
+
+def shim_argv(venv: str, shim_dir: str, port: int, executor: str, fake: str | None) -> list[str]:
+    argv = [
+        f"{venv}/bin/tcl-shim", "--host", "127.0.0.1", "--port", str(port),
+        "--state-dir", f"{shim_dir}/state", "--token-file", f"{shim_dir}/token",
+        "--executor", executor,
+    ]  # fmt: skip
+    if fake:
+        argv += ["--fake-accelerators", fake]
+    return argv
+
+
+def render_unit(venv: str, shim_dir: str, port: int, executor: str, fake: str | None,
+                wanted_by: str = "multi-user.target") -> str:  # fmt: skip
+    extra = f" --fake-accelerators {shlex.quote(fake)}" if fake else ""
+    text = (images_dir() / "tcl-shim.service").read_text()
+    return Template(text).substitute(
+        venv=venv, port=port, shim_dir=shim_dir, executor=executor, extra=extra,
+        wanted_by=wanted_by,
+    )  # fmt: skip
+
+
+def render_cloud_init(
+    package: str, port: int = 10998, executor: str = "docker", fake: str | None = None,
+    shim_dir: str = "/var/lib/tcl-shim",
+) -> str:  # fmt: skip
+    venv = f"{shim_dir}/venv"
+    unit = render_unit(venv, shim_dir, port, executor, fake)
+    indented = "\n".join("      " + line if line else "" for line in unit.splitlines())
+    text = (images_dir() / "cloud-init.yaml").read_text()
+    return Template(text).substitute(
+        unit_indented=indented, shim_dir=shim_dir, venv=venv, package=package
+    )
+
+
+def build_wheel(dest: Path) -> Path:
+    """A wheel of this tcl (for hosts that install from it); needs `uv` or `pip` here."""
+    src = Path(__file__).resolve().parents[2]
+    if not (src / "pyproject.toml").exists():
+        raise HostSetupError("cannot build a tcl wheel here: set `shim_package` for the host")
+    builders = [
+        ["uv", "build", "--wheel", "-o", str(dest), str(src)],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(dest), str(src)],
+    ]
+    for argv in builders:
+        try:
+            proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+        except FileNotFoundError:
+            continue
+        wheels = sorted(dest.glob("tcl-*.whl"))
+        if proc.returncode == 0 and wheels:
+            return wheels[-1]
+    raise HostSetupError("building the tcl wheel failed: set `shim_package` for the host")
+
+
+async def setup_host(
+    backend: SshBackend, say: Callable[[str], None] = lambda _m: None
+) -> dict[str, str]:
+    """Install and start the shim on ``backend``'s host; return what was done."""
+    cfg: SshHost = backend.cfg
+    pool, target = backend.pool, backend.target
+
+    async def step(name: str, argv: list[str], input: str | None = None) -> str:
+        try:
+            return (await pool.run(target, argv, input=input, timeout_s=600)).stdout
+        except TclError as e:
+            raise HostSetupError(f"{backend.name}: {name} failed: {e}") from None
+
+    say("connecting")
+    try:
+        shim_dir = await backend.shim_dir()
+    except TclError as e:
+        raise HostSetupError(f"{backend.name}: connect failed: {e}") from None
+    await step("mkdir", ["mkdir", "-p", f"{shim_dir}/state", f"{shim_dir}/code"])
+    await step("chmod", ["chmod", "700", shim_dir])
+    if cfg.shim_venv:
+        venv = cfg.shim_venv
+        say(f"using the existing venv {venv}")
+        await step("check venv", [f"{venv}/bin/tcl-shim", "--help"])
+    else:
+        venv = f"{shim_dir}/venv"
+        say("checking python")
+        check = "import sys; assert sys.version_info >= (3, 11), sys.version"
+        await step("python check", [cfg.python, "-c", check])
+        say("making the venv")
+        await step("venv", [cfg.python, "-m", "venv", venv])
+        package = cfg.shim_package
+        if package is None:
+            with tempfile.TemporaryDirectory() as tmp:
+                wheel = await asyncio.to_thread(build_wheel, Path(tmp))
+                package = f"{shim_dir}/{wheel.name}"
+                say(f"uploading {wheel.name}")
+                await pool.put_file(target, wheel, package)
+        say(f"installing {package}")
+        await step("pip install", [f"{venv}/bin/pip", "install", "--quiet", package])
+    say("making the token")
+    await step("token", ["sh", "-c", _MAKE_TOKEN, "sh", f"{shim_dir}/token", cfg.python])
+    argv = shim_argv(venv, shim_dir, cfg.shim_port, cfg.executor, cfg.fake_accelerators)
+    has_systemd = await pool.run(target, ["test", "-d", "/run/systemd/system"], check=False)
+    if has_systemd.exit_code == 0:
+        say("starting under systemd")
+        user = (await step("whoami", ["id", "-u"])).strip() != "0"
+        unit_dir = "~/.config/systemd/user" if user else "/etc/systemd/system"
+        unit = render_unit(venv, shim_dir, cfg.shim_port, cfg.executor, cfg.fake_accelerators,
+                           "default.target" if user else "multi-user.target")  # fmt: skip
+        sysctl = ["systemctl", "--user"] if user else ["systemctl"]
+        await step("unit", ["sh", "-c", 'mkdir -p "$1" && cat > "$1/tcl-shim.service"', "sh",
+                            unit_dir.replace("~", "$HOME")], input=unit)  # fmt: skip
+        await step("systemctl", [*sysctl, "daemon-reload"])
+        await step("systemctl", [*sysctl, "enable", "--now", "tcl-shim.service"])
+        await step("systemctl", [*sysctl, "restart", "tcl-shim.service"])
+        how = "systemd"
+    else:
+        say("starting as a daemon")
+        await step("start", ["sh", "-c", _START_DAEMON, "sh", shim_dir, *argv])
+        how = f"daemon (pid file {shim_dir}/shim.pid)"
+    say("waiting for the healthcheck")
+    version = await _healthcheck(backend)
+    return {"host": backend.name, "shim_dir": shim_dir, "venv": venv, "started": how,
+            "version": version}  # fmt: skip
+
+
+async def _healthcheck(backend: SshBackend) -> str:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + HEALTH_TIMEOUT_S
+    last = ""
+    await backend.reset()  # a new token may have been made: read it again
+    backend._token = None
+    while loop.time() < deadline:
+        try:
+            shim = await backend.shim()
+            if isinstance(shim, HttpShim):
+                return str((await shim.healthcheck()).get("version", "?"))
+            await shim.host()
+            return "?"
+        except TclError as e:
+            last = str(e).splitlines()[0]
+            await asyncio.sleep(0.3)
+    log = await backend.pool.run(
+        backend.target, ["tail", "-n", "5", f"{await backend.shim_dir()}/shim.log"], check=False
+    )
+    raise HostSetupError(
+        f"{backend.name}: the shim did not pass its healthcheck in {HEALTH_TIMEOUT_S:.0f} s "
+        f"({last}); shim.log: {log.stdout.strip()[-400:]}"
+    )

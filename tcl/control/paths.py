@@ -1,0 +1,38 @@
+"""Where the workstation keeps its state (overridable for tests and teams)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def state_dir() -> Path:
+    """``$TCL_STATE_DIR`` or ``~/.local/share/tcl``: the database, pulled logs, ssh files."""
+    env = os.environ.get("TCL_STATE_DIR")
+    base = Path(env).expanduser() if env else Path("~/.local/share/tcl").expanduser()
+    base.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return base
+
+
+def cache_dir() -> Path:
+    """Code tarballs (content-addressed) live here; safe to delete."""
+    path = state_dir() / "code"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def logs_dir() -> Path:
+    path = state_dir() / "logs"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def ssh_dir() -> Path:
+    path = state_dir() / "ssh"
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return path
+
+
+def db_url() -> str:
+    """``$TCL_DB_URL`` (e.g. PostgreSQL for a team) or SQLite in the state dir."""
+    return os.environ.get("TCL_DB_URL") or f"sqlite:///{state_dir() / 'tcl.db'}"

@@ -1,0 +1,83 @@
+"""The control plane as one object the CLI calls: config + store + SSH pool + backends."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from tcl.control.backends import Backend, LocalBackend, SshBackend
+from tcl.control.config import Config, LocalHost, SshHost
+from tcl.control.errors import AgentError, TclError
+from tcl.control.paths import db_url
+from tcl.control.ssh import SshPool
+from tcl.control.store import Store
+from tcl.shim.api import HostInfo
+
+PROBE_TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True)
+class HostStatus:
+    name: str
+    type: str
+    address: str
+    reachable: bool | None  # None: not checked
+    detail: str  # what it offers, or why it cannot be used
+    info: HostInfo | None = None
+
+
+class Control:
+    """Holds the connections of one CLI command; :meth:`aclose` releases them."""
+
+    def __init__(self, cfg: Config, store: Store | None = None) -> None:
+        self.cfg = cfg
+        self.store = store if store is not None else Store(db_url())
+        self.pool = SshPool()
+        self._backends: dict[str, Backend] = {}
+
+    def backend(self, name: str) -> Backend:
+        b = self._backends.get(name)
+        if b is not None:
+            return b
+        host = self.cfg.hosts.get(name)
+        if host is None:
+            raise TclError(f"host {name!r} is not in the config (see `tcl hosts`)")
+        if isinstance(host, LocalHost):
+            b = LocalBackend(name, host)
+        elif isinstance(host, SshHost):
+            b = SshBackend(name, host, self.pool)
+        else:
+            raise TclError(f"host {name!r}: type {host.type} has no backend in this version")
+        self._backends[name] = b
+        return b
+
+    async def probe(self, name: str) -> HostInfo:
+        """What the host's shim reports now (``GET /api/host``)."""
+        b = self.backend(name)
+        try:
+            shim = await asyncio.wait_for(b.shim(), PROBE_TIMEOUT_S)
+            return await asyncio.wait_for(shim.host(), PROBE_TIMEOUT_S)
+        except TimeoutError:
+            raise AgentError(f"{name}: no answer within {PROBE_TIMEOUT_S:.0f} s") from None
+
+    async def host_statuses(self, check: bool) -> list[HostStatus]:
+        from tcl.control.solver import offer
+
+        async def one(name: str) -> HostStatus:
+            host = self.cfg.hosts[name]
+            addr = getattr(host, "ssh", "") or ("this machine" if host.type == "local" else "")
+            if not check:
+                return HostStatus(name, host.type, addr, None, "")
+            try:
+                info = await self.probe(name)
+            except TclError as e:
+                return HostStatus(name, host.type, addr, False, str(e).splitlines()[0])
+            return HostStatus(name, host.type, addr, True, offer(info), info)
+
+        return list(await asyncio.gather(*(one(n) for n in self.cfg.ordered_hosts())))
+
+    async def aclose(self) -> None:
+        for b in self._backends.values():
+            await b.aclose()
+        await self.pool.close()
+        self.store.close()

@@ -1,0 +1,221 @@
+"""Code shipping: a git-aware, deterministic, content-addressed snapshot of the user's tree.
+
+Inside a git work tree the snapshot holds every file git knows (tracked, with its working-tree
+content, so uncommitted edits are in) plus untracked files that ``.gitignore`` does not ignore;
+``.tclignore`` then removes more. Outside git it walks the directory with ``.tclignore`` only.
+The tar.gz is byte-for-byte deterministic (sorted names, zeroed times and owners, normalised
+modes, gzip mtime 0), so its sha256 names the content. A manifest of (path, size, mtime, mode)
+maps to the last tarball built for it, so re-submitting an unchanged tree costs one ``stat`` per
+file and no compression.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import os
+import stat
+import subprocess
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from tcl.control.errors import CodeTooLargeError, ShippingError
+from tcl.control.ignore import IgnoreRules
+
+_GZIP_LEVEL = 1  # code is re-shipped often; speed beats ratio here
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    rel: str  # POSIX path relative to the root
+    size: int
+    mtime_ns: int
+    mode: int  # st_mode
+    link: str | None = None  # symlink target
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    root: Path
+    tarball: Path  # the cached tar.gz
+    sha256: str
+    size: int  # bytes of the tar.gz
+    files: int
+    content_bytes: int  # uncompressed file bytes
+    git: bool
+
+
+def find_root(start: Path) -> tuple[Path, bool]:
+    """The git top level containing ``start`` (and True), or ``start`` itself (and False)."""
+    try:
+        proc = subprocess.run(
+            ["git", "-C", str(start), "rev-parse", "--show-toplevel"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    except FileNotFoundError:  # no git binary: a plain directory
+        return start.resolve(), False
+    if proc.returncode == 0 and proc.stdout.strip():
+        return Path(proc.stdout.strip()).resolve(), True
+    return start.resolve(), False
+
+
+def _git_paths(root: Path) -> list[str]:
+    proc = subprocess.run(
+        ["git", "-C", str(root), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        capture_output=True,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise ShippingError(f"git ls-files failed in {root}: {proc.stderr.decode().strip()}")
+    return sorted({p.decode() for p in proc.stdout.split(b"\0") if p})
+
+
+def _walk_paths(root: Path, rules: IgnoreRules) -> list[str]:
+    out: list[str] = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        base = Path(dirpath).relative_to(root).as_posix()
+        prefix = "" if base == "." else base + "/"
+        dirnames[:] = [
+            d for d in dirnames if d != ".git" and not rules.ignored(prefix + d, is_dir=True)
+        ]
+        for name in filenames:
+            out.append(prefix + name)
+    return sorted(out)
+
+
+def list_files(root: Path, git: bool) -> list[FileEntry]:
+    """Every regular file and symlink to ship, sorted, ``.tclignore`` applied."""
+    rules = IgnoreRules.from_dir(root)
+    paths = _git_paths(root) if git else _walk_paths(root, rules)
+    entries: list[FileEntry] = []
+    for rel in paths:
+        if rel.startswith(".git/") or (rules and rules.ignored(rel)):
+            continue
+        try:
+            st = (root / rel).lstat()
+        except FileNotFoundError:  # tracked but deleted in the work tree
+            continue
+        if stat.S_ISLNK(st.st_mode):
+            entries.append(FileEntry(rel, 0, st.st_mtime_ns, st.st_mode, os.readlink(root / rel)))
+        elif stat.S_ISREG(st.st_mode):
+            entries.append(FileEntry(rel, st.st_size, st.st_mtime_ns, st.st_mode))
+        # directories (submodules), sockets, devices: never shipped
+    return entries
+
+
+def _human(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GB"
+
+
+def check_size(entries: list[FileEntry], max_bytes: int) -> int:
+    total = sum(e.size for e in entries)
+    if total > max_bytes:
+        largest = sorted(entries, key=lambda e: (-e.size, e.rel))[:5]
+        listing = ", ".join(f"{e.rel} ({_human(e.size)})" for e in largest)
+        raise CodeTooLargeError(
+            f"code snapshot is {_human(total)}, over the limit of {_human(max_bytes)} "
+            f"(shipping.max_bytes); largest files: {listing}. "
+            "Add them to .tclignore (or .gitignore) or raise the limit."
+        )
+    return total
+
+
+def _manifest_key(root: Path, entries: list[FileEntry]) -> str:
+    h = hashlib.sha256(str(root).encode())
+    for e in entries:
+        h.update(f"{e.rel}\0{e.size}\0{e.mtime_ns}\0{e.mode}\0{e.link}\n".encode())
+    return h.hexdigest()
+
+
+def _tarinfo(e: FileEntry) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(e.rel)
+    info.mtime = 0
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    if e.link is not None:
+        info.type = tarfile.SYMTYPE
+        info.linkname = e.link
+        info.mode = 0o777
+    else:
+        info.size = e.size
+        info.mode = 0o755 if e.mode & 0o111 else 0o644
+    return info
+
+
+def write_tarball(root: Path, entries: list[FileEntry], dest: Path) -> str:
+    """Write the deterministic tar.gz to ``dest`` (atomically); return its sha256."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
+    digest = hashlib.sha256()
+
+    class _Hashing(io.RawIOBase):
+        def __init__(self, f: io.BufferedWriter) -> None:
+            self.f = f
+
+        def writable(self) -> bool:
+            return True
+
+        def write(self, b: bytes) -> int:  # type: ignore[override]
+            digest.update(b)
+            return self.f.write(b)
+
+    try:
+        with open(tmp, "wb") as raw:
+            sink = _Hashing(raw)
+            with (
+                gzip.GzipFile(fileobj=sink, mode="wb", mtime=0, compresslevel=_GZIP_LEVEL) as gz,
+                tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar,
+            ):
+                for e in entries:
+                    info = _tarinfo(e)
+                    if e.link is not None:
+                        tar.addfile(info)
+                        continue
+                    with open(root / e.rel, "rb") as f:
+                        tar.addfile(info, f)
+            raw.flush()
+            os.fsync(raw.fileno())
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise ShippingError(f"cannot write the code snapshot: {e}") from None
+    sha = digest.hexdigest()
+    os.replace(tmp, dest)
+    return sha
+
+
+def snapshot(start: Path, cache_dir: Path, max_bytes: int) -> Snapshot:
+    """Snapshot the tree around ``start`` into ``cache_dir``; reuse the tarball when unchanged."""
+    root, git = find_root(start)
+    entries = list_files(root, git)
+    total = check_size(entries, max_bytes)
+    index = cache_dir / "index"
+    key = _manifest_key(root, entries)
+    known = index / f"{key}.json"
+    if known.is_file():
+        try:
+            rec = json.loads(known.read_text())
+            tarball = cache_dir / f"{rec['sha256']}.tar.gz"
+            if tarball.is_file():
+                return Snapshot(
+                    root, tarball, rec["sha256"], tarball.stat().st_size, len(entries), total, git
+                )
+        except (ValueError, KeyError, OSError):
+            pass  # a damaged index entry: rebuild
+    building = cache_dir / f".building-{key[:16]}.tar.gz"
+    sha = write_tarball(root, entries, building)
+    tarball = cache_dir / f"{sha}.tar.gz"
+    os.replace(building, tarball)
+    index.mkdir(parents=True, exist_ok=True)
+    tmp = known.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"version": 1, "sha256": sha}))
+    os.replace(tmp, known)
+    return Snapshot(root, tarball, sha, tarball.stat().st_size, len(entries), total, git)

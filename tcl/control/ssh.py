@@ -1,0 +1,273 @@
+"""A pool of asyncssh connections: one per host, jump hosts, forwards, backoff, limits.
+
+* One connection per host, shared by every command, file transfer and port forward to it;
+  a dropped connection is noticed (``is_closed``) and replaced on next use.
+* ``~/.ssh/config`` is honoured (asyncssh reads it; ``ssh_config_file`` replaces it), and
+  ``proxy_jump`` hops are connected one through the other with the same options.
+* Connection set-up is retried with jittered exponential backoff on connection errors only
+  (refused, timeout, lost); authentication failures and remote command failures are never
+  retried, and a command is never re-sent blindly.
+* A per-host semaphore bounds concurrent channels (``max_sessions``); there is no global lock.
+* asyncssh and OSError exceptions are translated into ``tcl.control.errors`` here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import shlex
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import asyncssh
+
+from tcl.control.config import SshHost
+from tcl.control.errors import SshAuthError, SshCommandError, SshConnectError, SshError
+
+
+@dataclass(frozen=True)
+class SshTarget:
+    """Everything needed to reach one host (built from an :class:`SshHost`)."""
+
+    name: str
+    host: str
+    port: int | None = None
+    user: str | None = None
+    proxy_jump: str | None = None
+    identity_file: str | None = None
+    known_hosts: str | None = None
+    config_file: str | None = None
+    connect_timeout_s: float = 10.0
+    keepalive_s: float = 15.0
+    max_sessions: int = 4
+    connect_attempts: int = 3
+
+    @classmethod
+    def from_config(cls, name: str, host: SshHost) -> SshTarget:
+        return cls(
+            name=name, host=host.ssh, port=host.port, user=host.user, proxy_jump=host.proxy_jump,
+            identity_file=host.identity_file, known_hosts=host.known_hosts,
+            config_file=host.ssh_config_file, connect_timeout_s=host.connect_timeout_s,
+            keepalive_s=host.keepalive_s, max_sessions=host.max_sessions,
+        )  # fmt: skip
+
+    def hop(self, spec: str) -> SshTarget:
+        """A jump host written as ``[user@]host[:port]``, with this target's options."""
+        user, _, hostport = spec.rpartition("@")
+        host, _, port = hostport.partition(":")
+        return SshTarget(
+            name=f"{self.name}/jump:{spec}", host=host, port=int(port) if port else None,
+            user=user or None, identity_file=self.identity_file, known_hosts=self.known_hosts,
+            config_file=self.config_file, connect_timeout_s=self.connect_timeout_s,
+            keepalive_s=self.keepalive_s,
+        )  # fmt: skip
+
+    def options(self) -> dict[str, Any]:
+        opts: dict[str, Any] = {
+            "connect_timeout": self.connect_timeout_s,
+            "login_timeout": self.connect_timeout_s,
+            "keepalive_interval": self.keepalive_s,
+            "keepalive_count_max": 3,
+        }
+        if self.port is not None:
+            opts["port"] = self.port
+        if self.user is not None:
+            opts["username"] = self.user
+        if self.identity_file is not None:
+            opts["client_keys"] = [os.path.expanduser(self.identity_file)]
+        if self.known_hosts is not None:
+            opts["known_hosts"] = os.path.expanduser(self.known_hosts)
+        if self.config_file is not None:
+            opts["config"] = [os.path.expanduser(self.config_file)]
+        return opts
+
+
+@dataclass(frozen=True)
+class RemoteResult:
+    exit_code: int
+    stdout: str
+    stderr: str
+
+
+def translate(e: BaseException, where: str) -> SshError:
+    """Map an asyncssh/OS error to our tree (connection errors are the retryable kind)."""
+    if isinstance(e, SshError):
+        return e
+    if isinstance(e, asyncssh.PermissionDenied):
+        return SshAuthError(f"{where}: permission denied (is your key authorized?)")
+    if isinstance(e, asyncssh.HostKeyNotVerifiable):
+        return SshAuthError(f"{where}: host key not verifiable ({e.reason})")
+    if isinstance(e, asyncssh.DisconnectError | asyncssh.ConnectionLost):
+        return SshConnectError(f"{where}: connection lost ({e.reason})")
+    if isinstance(e, asyncssh.ChannelOpenError):
+        return SshConnectError(f"{where}: channel refused ({e.reason})")
+    if isinstance(e, TimeoutError | asyncio.TimeoutError):
+        return SshConnectError(f"{where}: connection timed out")
+    if isinstance(e, OSError):
+        return SshConnectError(f"{where}: {e.strerror or e}")
+    if isinstance(e, asyncssh.Error):
+        return SshError(f"{where}: {e.reason}")
+    return SshError(f"{where}: {e}")
+
+
+def backoff_s(attempt: int, base_s: float = 0.25, cap_s: float = 5.0) -> float:
+    """Full-jitter exponential backoff for the ``attempt``-th retry (0-based)."""
+    return random.uniform(0, min(cap_s, base_s * 2**attempt))
+
+
+@dataclass
+class _HostState:
+    conn: asyncssh.SSHClientConnection | None = None
+    hops: list[asyncssh.SSHClientConnection] = field(default_factory=list)
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    sessions: asyncio.Semaphore | None = None
+    forwards: dict[tuple[str, int], asyncssh.SSHListener] = field(default_factory=dict)
+
+
+class SshPool:
+    """Pooled connections keyed by target name. Use one pool per event loop."""
+
+    def __init__(self) -> None:
+        self._hosts: dict[str, _HostState] = {}
+        self.connects = 0  # how many connections were opened (tests, benchmarks)
+
+    def _state(self, target: SshTarget) -> _HostState:
+        st = self._hosts.get(target.name)
+        if st is None:
+            st = self._hosts[target.name] = _HostState()
+            st.sessions = asyncio.Semaphore(target.max_sessions)
+        return st
+
+    async def _open(self, target: SshTarget) -> tuple[asyncssh.SSHClientConnection, list[Any]]:
+        hops: list[asyncssh.SSHClientConnection] = []
+        tunnel: asyncssh.SSHClientConnection | None = None
+        try:
+            for spec in [s for s in (target.proxy_jump or "").split(",") if s.strip()]:
+                hop = target.hop(spec.strip())
+                tunnel = await asyncssh.connect(hop.host, tunnel=tunnel, **hop.options())
+                hops.append(tunnel)
+            conn = await asyncssh.connect(target.host, tunnel=tunnel, **target.options())
+        except BaseException:
+            for h in reversed(hops):
+                h.close()
+            raise
+        self.connects += 1
+        return conn, hops
+
+    async def connection(self, target: SshTarget) -> asyncssh.SSHClientConnection:
+        """The live connection to ``target``, connecting (with backoff) when needed."""
+        st = self._state(target)
+        async with st.lock:
+            if st.conn is not None and not st.conn.is_closed():
+                return st.conn
+            self._drop(st)
+            last: SshError | None = None
+            for attempt in range(target.connect_attempts):
+                if attempt:
+                    await asyncio.sleep(backoff_s(attempt - 1))
+                try:
+                    st.conn, st.hops = await self._open(target)
+                    return st.conn
+                except (OSError, asyncssh.Error, TimeoutError) as e:
+                    last = translate(e, f"ssh {target.name}")
+                    if not isinstance(last, SshConnectError):
+                        raise last from None
+            assert last is not None
+            raise last
+
+    def _drop(self, st: _HostState) -> None:
+        for listener in st.forwards.values():
+            listener.close()
+        st.forwards.clear()
+        for c in [st.conn, *reversed(st.hops)]:
+            if c is not None:
+                c.close()
+        st.conn, st.hops = None, []
+
+    async def run(
+        self,
+        target: SshTarget,
+        argv: list[str],
+        *,
+        input: str | None = None,
+        check: bool = True,
+        timeout_s: float | None = 120.0,
+    ) -> RemoteResult:
+        """Run ``argv`` (quoted, never a shell string from user input) on the host."""
+        conn = await self.connection(target)
+        st = self._state(target)
+        assert st.sessions is not None
+        command = shlex.join(argv)
+        async with st.sessions:
+            try:
+                res = await conn.run(command, input=input, check=False, timeout=timeout_s)
+            except asyncssh.TimeoutError:
+                raise SshCommandError(f"{target.name}: `{argv[0]}` timed out") from None
+            except (OSError, asyncssh.Error) as e:
+                raise translate(e, f"ssh {target.name}") from None
+        code = res.exit_status if res.exit_status is not None else -1
+        out = str(res.stdout or "")
+        err = str(res.stderr or "")
+        if check and code != 0:
+            tail = err.strip().splitlines()[-3:]
+            raise SshCommandError(
+                f"{target.name}: `{argv[0]}` exited {code}: {' / '.join(tail)}", code, err
+            )
+        return RemoteResult(code, out, err)
+
+    async def forward(
+        self, target: SshTarget, remote_port: int, remote_host: str = "127.0.0.1"
+    ) -> int:
+        """A local port forwarded to ``remote_host:remote_port`` on the host (reused)."""
+        conn = await self.connection(target)
+        st = self._state(target)
+        key = (remote_host, remote_port)
+        listener = st.forwards.get(key)
+        if listener is not None:
+            return int(listener.get_port())
+        try:
+            listener = await conn.forward_local_port("127.0.0.1", 0, remote_host, remote_port)
+        except (OSError, asyncssh.Error) as e:
+            raise translate(e, f"ssh {target.name} forward :{remote_port}") from None
+        st.forwards[key] = listener
+        return int(listener.get_port())
+
+    async def put_file(
+        self,
+        target: SshTarget,
+        local: Path,
+        remote: str,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> None:
+        """Upload ``local`` to ``remote`` (atomically: a temporary name, then rename)."""
+        conn = await self.connection(target)
+        st = self._state(target)
+        assert st.sessions is not None
+        tmp = f"{remote}.part-{os.getpid()}"
+        handler = None
+        if progress is not None:
+
+            def handler(_src: bytes, _dst: bytes, done: int, total: int) -> None:
+                progress(done, total)
+
+        async with st.sessions:
+            try:
+                async with conn.start_sftp_client() as sftp:
+                    await sftp.put(str(local), tmp, progress_handler=handler)
+                    await sftp.posix_rename(tmp, remote)
+            except (OSError, asyncssh.Error) as e:
+                raise translate(e, f"ssh {target.name} upload") from None
+
+    async def disconnect(self, target: SshTarget) -> None:
+        st = self._hosts.get(target.name)
+        if st is not None:
+            async with st.lock:
+                self._drop(st)
+
+    async def close(self) -> None:
+        for st in self._hosts.values():
+            self._drop(st)
+        self._hosts.clear()

@@ -1,0 +1,298 @@
+"""The state store: runs and their attempts (SQLAlchemy 2; SQLite WAL or PostgreSQL).
+
+One guarded writer (:meth:`Store.set_state`) moves a run between states, checking
+``tcl.control.states.TRANSITIONS``; a refused move leaves the row untouched and returns False.
+The schema uses only portable types, so the same code runs on SQLite and PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    Engine,
+    Float,
+    ForeignKey,
+    Integer,
+    String,
+    create_engine,
+    event,
+    select,
+)
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
+
+from tcl.control.errors import RunNotFoundError, StoreError
+from tcl.control.states import RunState, allowed
+
+SCHEMA_VERSION = 1
+
+
+class _Base(DeclarativeBase):
+    pass
+
+
+class RunRow(_Base):
+    __tablename__ = "tcl_runs"
+
+    id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    name: Mapped[str] = mapped_column(String(256), default="", index=True)
+    state: Mapped[str] = mapped_column(String(32), index=True)
+    host: Mapped[str | None] = mapped_column(String(256), nullable=True)
+    backend: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    request: Mapped[dict[str, Any]] = mapped_column(JSON)  # argv, chip, chips, image, env names
+    code_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    message: Mapped[str] = mapped_column(String(2048), default="")
+    created_at: Mapped[float] = mapped_column(Float)
+    updated_at: Mapped[float] = mapped_column(Float)
+
+
+class AttemptRow(_Base):
+    __tablename__ = "tcl_attempts"
+
+    run_id: Mapped[str] = mapped_column(ForeignKey("tcl_runs.id"), primary_key=True)
+    attempt: Mapped[int] = mapped_column(Integer, primary_key=True)
+    host: Mapped[str] = mapped_column(String(256))
+    backend: Mapped[str] = mapped_column(String(32))
+    handle: Mapped[dict[str, Any]] = mapped_column(JSON)  # backend-specific: task id, ports
+    state: Mapped[str] = mapped_column(String(32))
+    log_cursor: Mapped[int] = mapped_column(Integer, default=0)  # last event seq kept locally
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+class MetaRow(_Base):
+    __tablename__ = "tcl_meta"
+
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[str] = mapped_column(String(256))
+
+
+@dataclass(frozen=True)
+class Run:
+    id: str
+    name: str
+    state: RunState
+    host: str | None
+    backend: str | None
+    request: dict[str, Any]
+    code_sha256: str | None
+    exit_code: int | None
+    message: str
+    created_at: float
+    updated_at: float
+
+
+@dataclass(frozen=True)
+class Attempt:
+    run_id: str
+    attempt: int
+    host: str
+    backend: str
+    handle: dict[str, Any]
+    state: RunState
+    log_cursor: int
+
+
+def _run(row: RunRow) -> Run:
+    return Run(
+        row.id, row.name, RunState(row.state), row.host, row.backend, dict(row.request),
+        row.code_sha256, row.exit_code, row.message, row.created_at, row.updated_at,
+    )  # fmt: skip
+
+
+def _attempt(row: AttemptRow) -> Attempt:
+    return Attempt(
+        row.run_id, row.attempt, row.host, row.backend, dict(row.handle), RunState(row.state),
+        row.log_cursor,
+    )  # fmt: skip
+
+
+def new_run_id(name: str = "") -> str:
+    slug = "".join(c if c.isalnum() or c in "-_." else "-" for c in name.lower()).strip("-.")
+    return f"{slug[:40] or 'run'}-{secrets.token_hex(3)}"
+
+
+def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA busy_timeout=10000")
+    cur.execute("PRAGMA foreign_keys=ON")
+    cur.close()
+
+
+class Store:
+    """Runs and attempts; every method is one short transaction."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        try:
+            self.engine: Engine = create_engine(url, future=True)
+            if self.engine.dialect.name == "sqlite":
+                event.listen(self.engine, "connect", _sqlite_pragmas)
+            _Base.metadata.create_all(self.engine)
+            with self._session() as s:
+                meta = s.get(MetaRow, "schema_version")
+                if meta is None:
+                    s.add(MetaRow(key="schema_version", value=str(SCHEMA_VERSION)))
+                elif int(meta.value) > SCHEMA_VERSION:
+                    raise StoreError(
+                        f"the state store at {self._safe_url()} has schema {meta.value}, "
+                        f"newer than this tcl ({SCHEMA_VERSION}); upgrade tcl"
+                    )
+        except SQLAlchemyError as e:
+            raise StoreError(f"cannot open the state store {self._safe_url()}: {e}") from None
+
+    def _safe_url(self) -> str:
+        try:
+            from sqlalchemy.engine import make_url
+
+            return make_url(self.url).render_as_string(hide_password=True)
+        except Exception:
+            return "(url)"
+
+    @contextmanager
+    def _session(self) -> Iterator[Session]:
+        try:
+            with Session(self.engine) as s, s.begin():
+                yield s
+        except SQLAlchemyError as e:
+            raise StoreError(f"state store error: {e}") from None
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    # runs -------------------------------------------------------------------------------
+
+    def create_run(self, run_id: str, name: str, request: dict[str, Any]) -> Run:
+        now = time.time()
+        row = RunRow(
+            id=run_id, name=name, state=RunState.PENDING.value, request=request,
+            message="", created_at=now, updated_at=now,
+        )  # fmt: skip
+        with self._session() as s:
+            s.add(row)
+            s.flush()
+            return _run(row)
+
+    def get_run(self, run_id: str) -> Run:
+        with self._session() as s:
+            row = s.get(RunRow, run_id)
+            if row is None:
+                raise RunNotFoundError(f"no run {run_id!r}")
+            return _run(row)
+
+    def resolve(self, ref: str) -> Run:
+        """A run by exact id, unique id prefix, or name (the newest with that name)."""
+        with self._session() as s:
+            row = s.get(RunRow, ref)
+            if row is not None:
+                return _run(row)
+            by_name = s.scalars(
+                select(RunRow).where(RunRow.name == ref).order_by(RunRow.created_at.desc())
+            ).first()
+            if by_name is not None:
+                return _run(by_name)
+            like = ref.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+            rows = s.scalars(select(RunRow).where(RunRow.id.like(like, escape="\\"))).all()
+            if len(rows) == 1:
+                return _run(rows[0])
+            if len(rows) > 1:
+                ids = ", ".join(sorted(r.id for r in rows)[:5])
+                raise RunNotFoundError(f"{ref!r} matches several runs: {ids}")
+        raise RunNotFoundError(f"no run matches {ref!r} (see `tcl ps -a`)")
+
+    def list_runs(self, include_final: bool = True, limit: int = 200) -> list[Run]:
+        with self._session() as s:
+            q = select(RunRow).order_by(RunRow.created_at.desc()).limit(limit)
+            if not include_final:
+                finals = [st.value for st in RunState if st.is_final]
+                q = q.where(RunRow.state.not_in(finals))
+            return [_run(r) for r in s.scalars(q)]
+
+    def set_state(
+        self,
+        run_id: str,
+        state: RunState,
+        *,
+        message: str | None = None,
+        exit_code: int | None = None,
+    ) -> bool:
+        """The one writer of run state; False (and no change) when the move is illegal."""
+        with self._session() as s:
+            row = s.get(RunRow, run_id, with_for_update=True)
+            if row is None:
+                raise RunNotFoundError(f"no run {run_id!r}")
+            current = RunState(row.state)
+            if not allowed(current, state):
+                return False
+            if current.is_final:  # a terminal self-loop: keep the first outcome
+                return True
+            row.state = state.value
+            row.updated_at = time.time()
+            if message is not None:
+                row.message = message[:2048]
+            if exit_code is not None:
+                row.exit_code = exit_code
+            return True
+
+    def set_placement(self, run_id: str, host: str, backend: str, code_sha256: str | None) -> None:
+        with self._session() as s:
+            row = s.get(RunRow, run_id)
+            if row is None:
+                raise RunNotFoundError(f"no run {run_id!r}")
+            row.host, row.backend, row.code_sha256 = host, backend, code_sha256
+            row.updated_at = time.time()
+
+    # attempts ---------------------------------------------------------------------------
+
+    def add_attempt(self, run_id: str, host: str, backend: str, handle: dict[str, Any]) -> Attempt:
+        with self._session() as s:
+            last = s.scalars(
+                select(AttemptRow.attempt)
+                .where(AttemptRow.run_id == run_id)
+                .order_by(AttemptRow.attempt.desc())
+            ).first()
+            row = AttemptRow(
+                run_id=run_id, attempt=0 if last is None else last + 1, host=host,
+                backend=backend, handle=handle, state=RunState.PROVISIONING.value,
+                log_cursor=0, created_at=time.time(),
+            )  # fmt: skip
+            s.add(row)
+            s.flush()
+            return _attempt(row)
+
+    def update_attempt(
+        self,
+        run_id: str,
+        attempt: int,
+        *,
+        handle: dict[str, Any] | None = None,
+        state: RunState | None = None,
+        log_cursor: int | None = None,
+    ) -> None:
+        with self._session() as s:
+            row = s.get(AttemptRow, (run_id, attempt))
+            if row is None:
+                raise RunNotFoundError(f"no attempt {attempt} of run {run_id!r}")
+            if handle is not None:
+                row.handle = handle
+            if state is not None:
+                row.state = state.value
+            if log_cursor is not None and log_cursor > row.log_cursor:
+                row.log_cursor = log_cursor
+
+    def latest_attempt(self, run_id: str) -> Attempt | None:
+        with self._session() as s:
+            row = s.scalars(
+                select(AttemptRow)
+                .where(AttemptRow.run_id == run_id)
+                .order_by(AttemptRow.attempt.desc())
+            ).first()
+            return None if row is None else _attempt(row)

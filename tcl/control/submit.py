@@ -1,0 +1,194 @@
+"""``tcl submit``: snapshot → record → solve → launch (next candidate on no_capacity) → start.
+
+The steps report through a small :class:`Observer` (the CLI draws spinners and an upload bar
+with it); nothing here prints.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from tcl.control.agents import RunnerApi
+from tcl.control.backends import Backend
+from tcl.control.errors import AgentError, NoCapacityError, NoPlacementError, TclError
+from tcl.control.paths import cache_dir
+from tcl.control.service import Control
+from tcl.control.shipping import Snapshot, snapshot
+from tcl.control.solver import Request, solve
+from tcl.control.sshconfig import public_key
+from tcl.control.states import RunState
+from tcl.control.store import new_run_id
+from tcl.runner.api import CodeRef, JobSpec
+from tcl.shim.api import ExecutorKind, TaskInfo, TaskSpec, TaskStatus, TerminationReason
+
+TASK_START_TIMEOUT_S = 600.0  # image pulls can be slow
+RUNNER_READY_TIMEOUT_S = 60.0
+
+
+class Observer(Protocol):
+    def status(self, text: str) -> None: ...
+
+    def progress(self, done: int, total: int) -> None: ...
+
+
+class _Silent:
+    def status(self, text: str) -> None:
+        return None
+
+    def progress(self, done: int, total: int) -> None:
+        return None
+
+
+@dataclass(frozen=True)
+class Submission:
+    argv: list[str]
+    name: str = ""
+    chip: str | None = None
+    chips: int = 0
+    host: str | None = None
+    image: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    secrets: dict[str, str] = field(default_factory=dict, repr=False)  # values: never stored
+    cwd: Path = field(default_factory=Path.cwd)
+    max_duration_s: float | None = None
+
+
+@dataclass(frozen=True)
+class SubmitResult:
+    run_id: str
+    name: str
+    host: str
+    backend: str
+    task_id: str
+    accelerators: list[int]
+    code_sha256: str
+    code_bytes: int
+    uploaded_bytes: int
+    skipped: list[tuple[str, str]]
+    ssh: bool  # whether `tcl ssh` can reach it
+
+
+async def submit(ctl: Control, sub: Submission, obs: Observer | None = None) -> SubmitResult:
+    obs = obs or _Silent()
+    obs.status("snapshotting code")
+    snap = await asyncio.to_thread(snapshot, sub.cwd, cache_dir(), ctl.cfg.shipping.max_bytes)
+    run_id = new_run_id(sub.name)
+    request = {
+        "argv": sub.argv, "chip": sub.chip, "chips": sub.chips, "host": sub.host,
+        "image": sub.image, "env": sub.env, "secret_names": sorted(sub.secrets),
+    }  # fmt: skip
+    ctl.store.create_run(run_id, sub.name, request)
+    try:
+        return await _place_and_start(ctl, sub, snap, run_id, obs)
+    except BaseException as e:
+        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        state = RunState.TERMINATED if isinstance(e, KeyboardInterrupt | asyncio.CancelledError) \
+            else RunState.FAILED  # fmt: skip
+        ctl.store.set_state(run_id, state, message=msg)
+        raise
+
+
+async def _place_and_start(
+    ctl: Control, sub: Submission, snap: Snapshot, run_id: str, obs: Observer
+) -> SubmitResult:
+    obs.status("finding hosts")
+    req = Request(chip=sub.chip, chips=sub.chips, host=sub.host)
+    sol = await solve(ctl.cfg, req, ctl.probe)
+    order = ctl.cfg.ordered_hosts()
+    first = order.index(sol.candidates[0].host) if sol.candidates else len(order)
+    skipped = [(h, why) for h, why in sol.skipped if order.index(h) < first]
+    for cand in sol.candidates:
+        backend = ctl.backend(cand.host)
+        attempt_no = 0
+        task_id = f"{run_id}-{attempt_no}"
+        spec = _task_spec(ctl, backend, sub, task_id, run_id)
+        obs.status(f"launching on {cand.host}")
+        try:
+            shim = await backend.shim()
+            task = await shim.create_task(spec)
+            task = await _wait_task(backend, task, obs)
+        except NoCapacityError as e:
+            skipped.append((cand.host, f"no capacity at launch: {e}"))
+            continue
+        ctl.store.set_state(run_id, RunState.PROVISIONING)
+        ctl.store.set_placement(run_id, cand.host, backend.kind, snap.sha256)
+        assert task.ports.runner is not None
+        handle = {"task_id": task.id, "runner_port": task.ports.runner, "ssh_port": task.ports.ssh}
+        att = ctl.store.add_attempt(run_id, cand.host, backend.kind, handle)
+        runner = await backend.runner(task.ports.runner, run_id)
+        try:
+            await _wait_runner(runner)
+            spec_job = JobSpec(
+                run_id=run_id, attempt=att.attempt, name=sub.name, argv=sub.argv,
+                env={**_host_env(ctl, cand.host), **sub.env}, secrets=sub.secrets,
+                code=CodeRef(sha256=snap.sha256, size=snap.size),
+                max_duration_s=sub.max_duration_s,
+            )  # fmt: skip
+            await runner.submit(spec_job)
+            obs.status(f"shipping code ({snap.files} files)")
+            sent = await backend.ship_code(snap, task.ports.runner, runner, obs.progress)
+            await runner.run()
+        finally:
+            await runner.aclose()
+        ctl.store.set_state(run_id, RunState.RUNNING)
+        ctl.store.update_attempt(run_id, att.attempt, state=RunState.RUNNING)
+        return SubmitResult(
+            run_id=run_id, name=sub.name, host=cand.host, backend=backend.kind, task_id=task.id,
+            accelerators=task.accelerators, code_sha256=snap.sha256, code_bytes=snap.size,
+            uploaded_bytes=sent, skipped=skipped, ssh=task.ports.ssh is not None,
+        )  # fmt: skip
+    raise NoPlacementError(f"nothing fits {req.describe()} at launch; hosts now:", skipped)
+
+
+def _host_env(ctl: Control, host: str) -> dict[str, str]:
+    return dict(ctl.cfg.hosts[host].env)
+
+
+def _task_spec(
+    ctl: Control, backend: Backend, sub: Submission, task_id: str, run_id: str
+) -> TaskSpec:
+    image = sub.image or ctl.cfg.hosts[backend.name].image or ""
+    if backend.executor is ExecutorKind.DOCKER and not image:
+        raise TclError(
+            f"host {backend.name} runs jobs in docker: set `image:` for it in the config "
+            "or pass --image (an image with tcl-runner, see Dockerfile.runner)"
+        )
+    return TaskSpec(
+        id=task_id, name=sub.name or run_id, image=image, executor=backend.executor,
+        accelerators=sub.chips, ssh_keys=[public_key()],
+    )  # fmt: skip
+
+
+async def _wait_task(backend: Backend, task: TaskInfo, obs: Observer) -> TaskInfo:
+    shim = await backend.shim()
+    deadline = time.monotonic() + TASK_START_TIMEOUT_S
+    while True:
+        if task.status is TaskStatus.RUNNING and task.ports.runner is not None:
+            return task
+        if task.status is TaskStatus.TERMINATED:
+            if task.termination_reason is TerminationReason.NO_CAPACITY:
+                raise NoCapacityError(task.message or "no capacity")
+            reason = task.termination_reason.value if task.termination_reason else "terminated"
+            raise AgentError(f"task {task.id} on {backend.name} failed: {reason}: {task.message}")
+        if time.monotonic() > deadline:
+            raise AgentError(f"task {task.id} did not start within {TASK_START_TIMEOUT_S:.0f} s")
+        detail = f" {task.pull_progress:.0%}" if task.pull_progress is not None else ""
+        obs.status(f"{backend.name}: {task.status.value}{detail}")
+        await asyncio.sleep(0.1)
+        task = await shim.get_task(task.id)
+
+
+async def _wait_runner(runner: RunnerApi) -> None:
+    deadline = time.monotonic() + RUNNER_READY_TIMEOUT_S
+    while True:
+        try:
+            await runner.healthcheck()
+            return
+        except AgentError:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.05)

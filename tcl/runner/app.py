@@ -1,0 +1,313 @@
+"""The runner's HTTP + WebSocket API. Routes only translate; ``Runner`` does the work.
+
+Built on Starlette (what FastAPI is made of) rather than FastAPI itself: importing FastAPI
+doubled the runner's start-up time, which is part of every submit's latency. Bodies and
+queries are still validated by the pydantic models of ``api.py``, and ``ROUTES`` (one table:
+method, path, models) drives both the app and the generated OpenAPI spec (``openapi.py``).
+
+Errors: every ``RunnerError`` becomes ``{error, detail}`` with the status from ``ERROR_STATUS``
+(looked up along the exception's MRO); schema errors become 422 naming each field.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from pydantic import BaseModel, ValidationError
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route, WebSocketRoute
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from tcl.runner import errors
+from tcl.runner.api import (
+    EventsPage,
+    EventsQuery,
+    HealthInfo,
+    JobSpec,
+    LogsQuery,
+    Metrics,
+    RunnerState,
+    StateInfo,
+    StopRequest,
+)
+from tcl.runner.service import Runner
+
+ERROR_STATUS: dict[type[errors.RunnerError], int] = {
+    errors.InvalidRequest: 400,
+    errors.Conflict: 409,
+    errors.InvalidSpec: 422,
+    errors.UnsafeArchive: 422,
+    errors.PayloadTooLarge: 413,
+    errors.ExecutorError: 500,
+    errors.RunnerError: 500,
+}
+MAX_JSON_BODY_BYTES = 1024 * 1024  # every body but the code upload
+WS_IDLE_WAIT_S = 30.0
+
+
+class RequestInvalid(Exception):
+    """A body or query that does not match its model: 422 with one entry per field."""
+
+    def __init__(self, code: str, detail: list[dict[str, object]]) -> None:
+        super().__init__(code)
+        self.code = code
+        self.detail = detail
+
+
+def status_of(exc: errors.RunnerError) -> int:
+    for cls in type(exc).__mro__:
+        if cls in ERROR_STATUS:
+            return ERROR_STATUS[cls]
+    return 500
+
+
+def _json(model: BaseModel, status: int = 200) -> Response:
+    return Response(model.model_dump_json(), status_code=status, media_type="application/json")
+
+
+def _error(status: int, code: str, detail: str | list[dict[str, object]]) -> JSONResponse:
+    return JSONResponse({"error": code, "detail": detail}, status_code=status)
+
+
+def _fields(e: ValidationError, prefix: str = "") -> list[dict[str, object]]:
+    return [
+        {
+            "field": prefix + ".".join(str(p) for p in err["loc"]),
+            "msg": err["msg"],
+            "type": err["type"],
+        }
+        for err in e.errors()
+    ]
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def _parse(model: type[M], raw: bytes | dict[str, str], where: str) -> M:
+    try:
+        if isinstance(raw, bytes):
+            return model.model_validate_json(raw or b"{}")
+        return model.model_validate(raw)
+    except ValidationError as e:
+        code = "invalid_spec" if model is JobSpec else "invalid_request"
+        raise RequestInvalid(code, _fields(e, "" if where == "body" else f"{where}.")) from e
+
+
+# -- handlers ------------------------------------------------------------------------------
+
+Handler = Callable[[Request, Runner], Awaitable[Response]]
+
+
+async def healthcheck(_: Request, runner: Runner) -> Response:
+    return _json(runner.health())
+
+
+async def submit(request: Request, runner: Runner) -> Response:
+    spec = _parse(JobSpec, await request.body(), "body")
+    return _state(runner, runner.submit(spec))
+
+
+async def code(request: Request, runner: Runner) -> Response:
+    length = request.headers.get("content-length")
+    size = int(length) if length and length.isdigit() else None
+    state = await runner.upload_code(request.stream(), request.headers.get("x-code-sha256"), size)
+    return _state(runner, state)
+
+
+async def run(_: Request, runner: Runner) -> Response:
+    return _state(runner, await asyncio.to_thread(runner.run))
+
+
+async def stop(request: Request, runner: Runner) -> Response:
+    body = _parse(StopRequest, await request.body(), "body")
+    return _state(runner, runner.stop(body.grace_s))
+
+
+async def events(request: Request, runner: Runner) -> Response:
+    q = _parse(EventsQuery, dict(request.query_params), "query")
+    return _json(await runner.events_page(q.after, q.wait, q.limit))
+
+
+async def metrics(_: Request, runner: Runner) -> Response:
+    from tcl.runner.metrics import collect
+
+    running = runner.executor is not None and runner.state is RunnerState.RUNNING
+    pid = runner.executor.pid if running and runner.executor else None
+    return _json(await asyncio.to_thread(collect, pid))
+
+
+def _state(runner: Runner, state: RunnerState) -> Response:
+    return _json(StateInfo(state=state, exit_code=runner.machine.exit_code))
+
+
+@dataclass(frozen=True)
+class ApiRoute:
+    """One row of the API: drives the app and the OpenAPI spec."""
+
+    method: str
+    path: str
+    handler: Handler
+    summary: str
+    response: type[BaseModel]
+    body: type[BaseModel] | None = None
+    query: type[BaseModel] | None = None
+    errors: tuple[int, ...] = ()
+    raw_body: str | None = None  # media type of a non-JSON body
+
+
+ROUTES: tuple[ApiRoute, ...] = (
+    ApiRoute("GET", "/api/healthcheck", healthcheck, "Service, version, state", HealthInfo),
+    ApiRoute(
+        "POST",
+        "/api/submit",
+        submit,
+        "Submit the job spec (repeatable with the same one)",
+        StateInfo,
+        body=JobSpec,
+        errors=(409, 413, 422),
+    ),
+    ApiRoute(
+        "PUT",
+        "/api/code",
+        code,
+        "Upload the code tar.gz (header X-Code-Sha256)",
+        StateInfo,
+        errors=(400, 409, 413, 422),
+        raw_body="application/gzip",
+    ),
+    ApiRoute("POST", "/api/run", run, "Start the job", StateInfo, errors=(409,)),
+    ApiRoute(
+        "POST",
+        "/api/stop",
+        stop,
+        "SIGTERM the job's group, SIGKILL after grace_s",
+        StateInfo,
+        body=StopRequest,
+        errors=(422,),
+    ),
+    ApiRoute(
+        "GET",
+        "/api/events",
+        events,
+        "Events after a seq; wait long-polls",
+        EventsPage,
+        query=EventsQuery,
+        errors=(422,),
+    ),
+    ApiRoute("GET", "/api/metrics", metrics, "CPU, memory, accelerators", Metrics),
+)
+# WS /api/logs?after=SEQ (query model LogsQuery): every Event past ``after`` as one JSON text
+# message each, as they happen; closed with 1000 once the job has ended and all were sent.
+
+
+class BodyLimit:
+    """413 for a JSON body over the limit (the code upload has its own, larger limit)."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] == "/api/code":
+            await self.app(scope, receive, send)
+            return
+        length = dict(scope["headers"]).get(b"content-length")
+        if length is not None and length.isdigit() and int(length) > self.max_bytes:
+            response = _error(413, errors.PayloadTooLarge.code, f"body over {self.max_bytes} bytes")
+            await response(scope, receive, send)
+            return
+        seen = 0
+
+        async def limited() -> Message:
+            nonlocal seen
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if seen > self.max_bytes:
+                raise errors.PayloadTooLarge(f"body over {self.max_bytes} bytes")
+            return message
+
+        await self.app(scope, limited, send)
+
+
+def _endpoint(handler: Handler, runner: Runner | None) -> Callable[[Request], Awaitable[Response]]:
+    async def endpoint(request: Request) -> Response:
+        assert runner is not None, "app created without a runner (openapi only)"
+        return await handler(request, runner)
+
+    return endpoint
+
+
+def create_app(runner: Runner | None) -> Starlette:
+    async def runner_error(_: Request, exc: Exception) -> Response:
+        assert isinstance(exc, errors.RunnerError)
+        if isinstance(exc, errors.InvalidSpec):
+            return _error(422, exc.code, [{"field": exc.field, "msg": exc.detail}])
+        return _error(status_of(exc), exc.code, exc.detail)
+
+    async def request_invalid(_: Request, exc: Exception) -> Response:
+        assert isinstance(exc, RequestInvalid)
+        return _error(422, exc.code, exc.detail)
+
+    routes: list[Route | WebSocketRoute] = [
+        Route(r.path, _endpoint(r.handler, runner), methods=[r.method]) for r in ROUTES
+    ]
+    routes.append(WebSocketRoute("/api/logs", _logs_endpoint(runner)))
+    app = Starlette(
+        routes=routes,
+        exception_handlers={errors.RunnerError: runner_error, RequestInvalid: request_invalid},
+    )
+    app.add_middleware(BodyLimit, max_bytes=MAX_JSON_BODY_BYTES)
+    app.state.runner = runner
+    return app
+
+
+def _logs_endpoint(runner: Runner | None) -> Callable[[WebSocket], Awaitable[None]]:
+    async def logs(ws: WebSocket) -> None:
+        assert runner is not None
+        try:
+            q = _parse(LogsQuery, dict(ws.query_params), "query")
+        except RequestInvalid:
+            await ws.close(1008)  # policy violation: a bad query
+            return
+        await ws.accept()
+        sender = asyncio.create_task(_push(ws, runner, q.after))
+        try:
+            # The client sends nothing; receive() returns when it goes away.
+            receiver = asyncio.create_task(ws.receive())
+            done, _ = await asyncio.wait({sender, receiver}, return_when=asyncio.FIRST_COMPLETED)
+            if sender in done:
+                receiver.cancel()
+                if sender.exception() is None:
+                    await ws.close(1000)
+            else:
+                sender.cancel()
+        except WebSocketDisconnect:
+            sender.cancel()
+        finally:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await sender
+
+    return logs
+
+
+async def _push(ws: WebSocket, runner: Runner, after: int) -> None:
+    """Send every event past ``after`` as a text message; return once the log is finished."""
+    log = runner.log
+    cursor = after
+    while True:
+        page = log.read_raw(cursor)
+        for line in page.lines:
+            await ws.send_text(line.decode())
+        cursor = page.next
+        if page.more:
+            continue
+        if log.finished and cursor >= log.last_seq:
+            return
+        await log.wait(cursor, WS_IDLE_WAIT_S)

@@ -1,0 +1,197 @@
+"""Typed async client for the runner API (httpx + websockets). Control reaches a runner only
+through this, usually over an SSH-forwarded local port.
+
+Errors are translated here: callers see ``RunnerClientError`` subclasses, never httpx's or
+websockets'.
+
+    RunnerClientError
+    ├── RunnerUnavailable   cannot connect, timed out, or the stream broke beyond retries
+    └── RunnerAPIError      the runner answered 4xx/5xx: ``status``, ``error``, ``detail``
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import AsyncIterator
+from pathlib import Path
+from types import TracebackType
+from typing import Any, TypeVar
+
+import httpx
+from pydantic import BaseModel
+
+from tcl.runner.api import (
+    Event,
+    EventsPage,
+    HealthInfo,
+    JobSpec,
+    Metrics,
+    StateInfo,
+    StopRequest,
+)
+
+M = TypeVar("M", bound=BaseModel)
+UPLOAD_CHUNK_BYTES = 1024 * 1024
+WS_MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+
+
+class RunnerClientError(Exception):
+    pass
+
+
+class RunnerUnavailable(RunnerClientError):
+    pass
+
+
+class RunnerAPIError(RunnerClientError):
+    def __init__(self, status: int, error: str, detail: object) -> None:
+        super().__init__(f"runner answered {status} {error}: {detail}")
+        self.status = status
+        self.error = error
+        self.detail = detail
+
+
+class RunnerClient:
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+        timeout_s: float = 30.0,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._http = httpx.AsyncClient(
+            base_url=self.base_url, transport=transport, timeout=timeout_s, trust_env=False
+        )
+
+    async def __aenter__(self) -> RunnerClient:
+        return self
+
+    async def __aexit__(
+        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    # -- calls ---------------------------------------------------------------------------
+
+    async def healthcheck(self) -> HealthInfo:
+        return await self._call("GET", "/api/healthcheck", HealthInfo)
+
+    async def wait_healthy(self, timeout_s: float = 30.0, interval_s: float = 0.05) -> HealthInfo:
+        """Poll the healthcheck until it answers (the runner is starting)."""
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while True:
+            try:
+                return await self.healthcheck()
+            except RunnerUnavailable:
+                if asyncio.get_running_loop().time() > deadline:
+                    raise
+                await asyncio.sleep(interval_s)
+
+    async def submit(self, spec: JobSpec) -> StateInfo:
+        # Secrets are excluded from repr, not from the wire: this is where they must go.
+        body = spec.model_dump(mode="json")
+        return await self._call("POST", "/api/submit", StateInfo, json=body)
+
+    async def upload_code(self, data: bytes | Path, sha256: str) -> StateInfo:
+        """PUT the tarball (a file is streamed, never read whole)."""
+        content: bytes | AsyncIterator[bytes]
+        headers = {"X-Code-Sha256": sha256, "Content-Type": "application/gzip"}
+        if isinstance(data, Path):
+            content = _file_chunks(data)
+            headers["Content-Length"] = str(data.stat().st_size)
+        else:
+            content = data
+        return await self._call("PUT", "/api/code", StateInfo, content=content, headers=headers)
+
+    async def run(self) -> StateInfo:
+        return await self._call("POST", "/api/run", StateInfo)
+
+    async def stop(self, grace_s: float = 10.0) -> StateInfo:
+        body = StopRequest(grace_s=grace_s).model_dump()
+        return await self._call("POST", "/api/stop", StateInfo, json=body)
+
+    async def metrics(self) -> Metrics:
+        return await self._call("GET", "/api/metrics", Metrics)
+
+    async def events(self, after: int = 0, wait_s: float = 0.0, limit: int = 1000) -> EventsPage:
+        params = {"after": after, "wait": wait_s, "limit": limit}
+        timeout = httpx.Timeout(self._http.timeout.read or 30.0, read=wait_s + 30.0)
+        return await self._call("GET", "/api/events", EventsPage, params=params, timeout=timeout)
+
+    async def poll(self, after: int = 0, wait_s: float = 25.0) -> AsyncIterator[Event]:
+        """Every event past ``after`` by long polling, until the job has ended."""
+        while True:
+            page = await self.events(after, wait_s)
+            for event in page.events:
+                yield event
+            after = page.next
+            if not page.more and not page.events and page.state.is_final:
+                return
+
+    async def follow(
+        self, after: int = 0, *, retries: int = 5, backoff_s: float = 0.2
+    ) -> AsyncIterator[Event]:
+        """Every event past ``after`` over the WebSocket, as it happens, until the job has ended.
+
+        A dropped connection is resumed from the last ``seq`` received (no gap, no duplicate);
+        after ``retries`` failed reconnects in a row, ``RunnerUnavailable``.
+        """
+        from websockets.asyncio.client import connect
+        from websockets.exceptions import ConnectionClosedOK, WebSocketException
+
+        ws_base = (
+            "ws" + self.base_url[len("http") :]
+            if self.base_url.startswith("http")
+            else self.base_url
+        )
+        failures = 0
+        while True:
+            try:
+                async with connect(
+                    f"{ws_base}/api/logs?after={after}",
+                    max_size=WS_MAX_MESSAGE_BYTES,
+                    open_timeout=10,
+                    proxy=None,
+                ) as ws:
+                    async for message in ws:
+                        event = Event.model_validate_json(message)
+                        if event.seq <= after:
+                            continue
+                        after = event.seq
+                        failures = 0
+                        yield event
+                    return  # closed normally: the job ended and every event was sent
+            except ConnectionClosedOK:
+                return
+            except (OSError, WebSocketException, TimeoutError) as e:
+                failures += 1
+                if failures > retries:
+                    raise RunnerUnavailable(f"log stream from {self.base_url} lost: {e}") from e
+                await asyncio.sleep(backoff_s * 2 ** (failures - 1) * (0.5 + random.random()))
+
+    # -- plumbing ------------------------------------------------------------------------
+
+    async def _call(self, method: str, path: str, model: type[M], **kwargs: Any) -> M:
+        try:
+            response = await self._http.request(method, path, **kwargs)
+        except httpx.TransportError as e:
+            raise RunnerUnavailable(f"{method} {self.base_url}{path}: {e!r}") from e
+        if response.status_code >= 400:
+            try:
+                body = response.json()
+                error, detail = str(body.get("error", "http_error")), body.get("detail", "")
+            except ValueError:
+                error, detail = "http_error", response.text[:500]
+            raise RunnerAPIError(response.status_code, error, detail)
+        return model.model_validate_json(response.content)
+
+
+async def _file_chunks(path: Path) -> AsyncIterator[bytes]:
+    with open(path, "rb") as f:
+        while chunk := await asyncio.to_thread(f.read, UPLOAD_CHUNK_BYTES):
+            yield chunk

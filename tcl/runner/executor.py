@@ -1,0 +1,229 @@
+"""Runs the job: its own process group, output pumped into the event log, stop and time limit.
+
+Threads, not the event loop, move the bytes: one pump per stream reads the pipe, decodes UTF-8,
+masks secrets and appends events, so a busy job never stalls the HTTP server. A waiter thread
+reaps the process, waits until both pumps have drained their pipes and only then reports the
+exit, so the last log events always come before the terminal state.
+"""
+
+from __future__ import annotations
+
+import codecs
+import contextlib
+import os
+import select
+import signal
+import subprocess
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+from tcl.runner.api import LogStream
+from tcl.runner.errors import ExecutorError
+from tcl.runner.events import EventLog
+from tcl.runner.masking import Masker
+
+READ_BYTES = 64 * 1024
+# An unfinished line is sent after this much silence (a progress bar, a prompt).
+PARTIAL_LINE_FLUSH_S = 0.05
+MAX_PENDING_CHARS = 64 * 1024
+# After the main process exits: how long its leftovers may keep the pipes open.
+DRAIN_S = 1.0
+DEFAULT_GRACE_S = 10.0
+
+ExitCallback = Callable[[int, bool], None]  # (exit_code, stopped)
+
+
+def exit_code_of(returncode: int) -> int:
+    """Shell convention: killed by signal N -> 128 + N."""
+    return returncode if returncode >= 0 else 128 - returncode
+
+
+class Executor:
+    """One job process (group). ``start`` once; ``stop`` any number of times."""
+
+    def __init__(
+        self,
+        log: EventLog,
+        argv: Sequence[str],
+        cwd: Path,
+        env: Mapping[str, str],
+        secrets: Sequence[str],
+        on_exit: ExitCallback,
+        max_duration_s: float | None = None,
+    ) -> None:
+        self._log = log
+        self._argv = list(argv)
+        self._cwd = cwd
+        self._env = dict(env)
+        self._secrets = list(secrets)
+        self._on_exit = on_exit
+        self._max_duration_s = max_duration_s
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._lock = threading.Lock()
+        self._stopping = False
+        self._timers: list[threading.Timer] = []
+        self._done = threading.Event()
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc else None
+
+    def say(self, message: str) -> None:
+        """A runner line in the job's log (masked like the job's own output)."""
+        masker = Masker(self._secrets)
+        with contextlib.suppress(RuntimeError):  # the log already finished
+            self._log.append_log(LogStream.RUNNER, masker.feed(message + "\n") + masker.flush())
+
+    def start(self) -> None:
+        try:
+            self._proc = subprocess.Popen(
+                self._argv,
+                cwd=self._cwd,
+                env=self._env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,  # own process group: stop() signals all of it
+                bufsize=0,
+            )
+        except OSError as e:
+            raise ExecutorError(f"cannot start {self._argv[0]!r}: {e.strerror or e}") from e
+        assert self._proc.stdout is not None and self._proc.stderr is not None
+        pumps = [
+            threading.Thread(
+                target=self._pump,
+                args=(self._proc.stdout.fileno(), LogStream.STDOUT),
+                name="tcl-pump-stdout",
+                daemon=True,
+            ),
+            threading.Thread(
+                target=self._pump,
+                args=(self._proc.stderr.fileno(), LogStream.STDERR),
+                name="tcl-pump-stderr",
+                daemon=True,
+            ),
+        ]
+        for t in pumps:
+            t.start()
+        threading.Thread(target=self._reap, args=(pumps,), name="tcl-reaper", daemon=True).start()
+        if self._max_duration_s is not None:
+            self._after(self._max_duration_s, self._time_limit)
+
+    def stop(self, grace_s: float) -> None:
+        """SIGTERM to the whole group, SIGKILL after ``grace_s``; repeatable."""
+        with self._lock:
+            if self._done.is_set() or self._proc is None:
+                return
+            first = not self._stopping
+            self._stopping = True
+        if first:
+            self.say(f"stopping: SIGTERM to the process group, SIGKILL after {grace_s:g} s")
+        self._signal(signal.SIGTERM)
+        self._after(grace_s, self._kill)
+
+    def wait(self, timeout_s: float | None = None) -> bool:
+        return self._done.wait(timeout_s)
+
+    # -- internals -----------------------------------------------------------------------
+
+    def _after(self, delay_s: float, fn: Callable[[], None]) -> None:
+        timer = threading.Timer(delay_s, fn)
+        timer.daemon = True
+        with self._lock:
+            self._timers.append(timer)
+        timer.start()
+
+    def _time_limit(self) -> None:
+        if not self._done.is_set():
+            self.say(f"max_duration_s={self._max_duration_s:g} reached")
+            self.stop(DEFAULT_GRACE_S)
+
+    def _kill(self) -> None:
+        if not self._done.is_set():
+            self.say("grace period over: SIGKILL to the process group")
+            self._signal(signal.SIGKILL)
+
+    def _signal(self, sig: signal.Signals) -> None:
+        if self._proc is None:
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self._proc.pid, sig)
+
+    def _pump(self, fd: int, stream: LogStream) -> None:
+        decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        masker = Masker(self._secrets)
+        pending = ""
+        emit = self._emitter(stream)
+        while True:
+            if pending:
+                try:
+                    ready, _, _ = select.select([fd], [], [], PARTIAL_LINE_FLUSH_S)
+                except (OSError, ValueError):
+                    break
+                if not ready:
+                    emit(pending)
+                    pending = ""
+                    continue
+            data = _read_burst(fd)
+            if not data:
+                break
+            pending += masker.feed(decoder.decode(data))
+            cut = pending.rfind("\n")
+            if cut >= 0:
+                emit(pending[: cut + 1])
+                pending = pending[cut + 1 :]
+            if len(pending) >= MAX_PENDING_CHARS:
+                emit(pending)
+                pending = ""
+        emit(pending + masker.feed(decoder.decode(b"", final=True)) + masker.flush())
+
+    def _emitter(self, stream: LogStream) -> Callable[[str], None]:
+        def emit(text: str) -> None:
+            if text:
+                with contextlib.suppress(RuntimeError):  # log finished: a leftover process
+                    self._log.append_log(stream, text)
+
+        return emit
+
+    def _reap(self, pumps: list[threading.Thread]) -> None:
+        assert self._proc is not None
+        returncode = self._proc.wait()
+        for t in pumps:
+            t.join(DRAIN_S)
+        if any(t.is_alive() for t in pumps):
+            # Leftover children still hold the pipes: the job is over, end them too.
+            self._signal(signal.SIGKILL)
+            for t in pumps:
+                t.join(DRAIN_S)
+        with self._lock:
+            stopped = self._stopping
+            timers, self._timers = self._timers, []
+        for timer in timers:
+            timer.cancel()
+        # Leftovers of a finished job (daemons it started) do not outlive it.
+        self._signal(signal.SIGKILL)
+        for pipe in (self._proc.stdout, self._proc.stderr):
+            if pipe is not None:
+                with contextlib.suppress(OSError):
+                    pipe.close()
+        try:
+            self._on_exit(exit_code_of(returncode), stopped)
+        finally:
+            self._done.set()
+
+
+def _read_burst(fd: int) -> bytes:
+    """Up to READ_BYTES: what one read gives plus whatever is already waiting in the pipe, so a
+    job writing many small lines yields a few large events (no waiting: latency is unchanged).
+    Empty at end of file."""
+    try:
+        data = os.read(fd, READ_BYTES)
+        while data and len(data) < READ_BYTES and select.select([fd], [], [], 0)[0]:
+            more = os.read(fd, READ_BYTES - len(data))
+            if not more:
+                break  # EOF: the next read returns b"" again
+            data += more
+    except (OSError, ValueError):
+        return b""
+    return data

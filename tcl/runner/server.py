@@ -1,0 +1,62 @@
+"""Serving the app with uvicorn on a socket we bind ourselves (so port 0 works and the chosen
+port can be reported before the first request)."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from pathlib import Path
+
+from tcl.runner.atomic import write_atomic
+from tcl.runner.service import Runner
+
+
+def parse_addr(addr: str) -> tuple[str, int]:
+    host, sep, port = addr.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"address must be HOST:PORT, got {addr!r}")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(512)
+    sock.set_inheritable(False)
+    return sock
+
+
+class Server:
+    """uvicorn around ``create_app(runner)``; ``serve`` returns when ``shutdown`` is called."""
+
+    def __init__(self, runner: Runner, host: str, port: int, port_file: Path | None = None) -> None:
+        import uvicorn
+
+        from tcl.runner.app import create_app
+
+        self.sock = bind(host, port)
+        self.port = int(self.sock.getsockname()[1])
+        self.port_file = port_file
+        config = uvicorn.Config(
+            create_app(runner),
+            log_level="warning",
+            lifespan="off",
+            ws="websockets-sansio",
+            access_log=False,
+            timeout_graceful_shutdown=2,
+        )
+        self._server = uvicorn.Server(config)
+
+    async def serve(self) -> None:
+        if self.port_file is not None:
+            write_atomic(self.port_file, f"{self.port}\n".encode(), mode=0o644)
+        await self._server.serve(sockets=[self.sock])
+
+    def shutdown(self) -> None:
+        self._server.should_exit = True
+
+    async def started(self) -> None:
+        while not self._server.started:
+            await asyncio.sleep(0.01)

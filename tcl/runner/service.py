@@ -1,0 +1,249 @@
+"""The runner's core: spec, code, state machine, executor and event log behind one object.
+
+The HTTP app (``app.py``) and batch mode (``batch.py``) both drive a ``Runner``; neither holds
+state of its own. Calls are safe from any thread and from the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from tcl import __version__
+from tcl.runner import code as codemod
+from tcl.runner import jobenv
+from tcl.runner.api import EventsPage, HealthInfo, JobSpec, LogStream, RunnerState
+from tcl.runner.errors import (
+    CodeHashMismatch,
+    ExecutorError,
+    IllegalTransition,
+    InvalidRequest,
+    InvalidSpec,
+    PayloadTooLarge,
+    SpecConflict,
+)
+from tcl.runner.events import EventLog
+from tcl.runner.executor import Executor
+from tcl.runner.masking import Masker
+from tcl.runner.states import StateMachine
+
+S = RunnerState
+StateHook = Callable[[RunnerState, int | None], None]
+
+
+@dataclass(frozen=True)
+class RunnerConfig:
+    state_dir: Path
+    max_code_bytes: int = codemod.DEFAULT_MAX_CODE_BYTES
+    max_unpacked_bytes: int = codemod.DEFAULT_MAX_UNPACKED_BYTES
+    # Where ssh sessions find the job's working dir and env (None: not written).
+    ssh_env_file: Path | None = None
+
+
+class Runner:
+    def __init__(self, config: RunnerConfig, clock: Callable[[], float] = time.time) -> None:
+        self.config = config
+        config.state_dir.mkdir(parents=True, exist_ok=True)
+        self.log = EventLog(config.state_dir / "events", clock=clock)
+        self._hooks: list[StateHook] = []
+        self.machine = StateMachine(on_change=self._on_state)
+        self.spec: JobSpec | None = None
+        self.executor: Executor | None = None
+        self._lock = threading.RLock()
+        self._uploading = False
+        self._code_sha256: str | None = None
+        self.log.append_state(S.WAITING_SPEC)
+
+    # -- state ---------------------------------------------------------------------------
+
+    @property
+    def state(self) -> RunnerState:
+        return self.machine.state
+
+    def add_state_hook(self, hook: StateHook) -> None:
+        self._hooks.append(hook)
+
+    def _on_state(self, state: RunnerState, exit_code: int | None) -> None:
+        self.log.append_state(state, exit_code)
+        for hook in self._hooks:
+            hook(state, exit_code)
+        if state.is_final:
+            self.log.finish()
+
+    def health(self) -> HealthInfo:
+        return HealthInfo(version=__version__, state=self.state)
+
+    @property
+    def workdir(self) -> Path:
+        if self.spec is not None and self.spec.working_dir:
+            return Path(self.spec.working_dir)
+        return self.config.state_dir / "work"
+
+    # -- steps ---------------------------------------------------------------------------
+
+    def submit(self, spec: JobSpec) -> RunnerState:
+        """Accept the spec; the same spec again is a no-op, a different one a conflict."""
+        with self._lock:
+            if self.spec is not None:
+                if spec == self.spec:
+                    return self.state
+                raise SpecConflict(f"a different spec (run_id {self.spec.run_id}) was submitted")
+            if spec.working_dir is not None and not Path(spec.working_dir).is_absolute():
+                raise InvalidSpec("working_dir", "working_dir must be an absolute path")
+            if not spec.argv and spec.job is None:
+                raise InvalidSpec("argv", "argv is empty and no job is given: nothing to run")
+            self.machine.move(
+                S.WAITING_CODE if spec.code else S.READY, expect=frozenset({S.WAITING_SPEC})
+            )
+            self.spec = spec
+            return self.state
+
+    async def upload_code(
+        self, chunks: AsyncIterator[bytes], sha256: str | None, content_length: int | None
+    ) -> RunnerState:
+        """Receive, verify and extract the tarball; state goes to ready."""
+        sha256 = (sha256 or "").strip().lower()
+        if len(sha256) != 64 or any(c not in "0123456789abcdef" for c in sha256):
+            raise InvalidRequest("header X-Code-Sha256 must be the body's sha256 (64 hex digits)")
+        with self._lock:
+            spec = self.spec
+            if (
+                spec is not None
+                and self.state is not S.WAITING_CODE
+                and sha256 == self._code_sha256
+            ):
+                return self.state  # the same upload again (a retry after a lost answer)
+            if spec is None or self.state is not S.WAITING_CODE or self._uploading:
+                busy = " (an upload is in progress)" if self._uploading else ""
+                raise IllegalTransition(f"code is not expected in state {self.state}{busy}")
+            if spec.code is not None and spec.code.sha256 != sha256:
+                raise CodeHashMismatch(
+                    f"X-Code-Sha256 {sha256} is not the spec's code.sha256 {spec.code.sha256}"
+                )
+            limit = self.config.max_code_bytes
+            if content_length is not None and content_length > limit:
+                raise PayloadTooLarge(
+                    f"code upload of {content_length} bytes is over the limit of {limit} bytes"
+                )
+            self._uploading = True
+        archive = self.config.state_dir / "code.tar.gz"
+        try:
+            await codemod.receive(chunks, archive, sha256, limit)
+            await asyncio.to_thread(self._extract, archive)
+        finally:
+            archive.unlink(missing_ok=True)
+            with self._lock:
+                self._uploading = False
+        return self.state
+
+    def use_code_file(self, archive: Path) -> None:
+        """Batch mode: the tarball is already on disk (checked against the spec's hash)."""
+        with self._lock:
+            spec = self.spec
+            if spec is None or self.state is not S.WAITING_CODE:
+                raise IllegalTransition(f"code is not expected in state {self.state}")
+            actual = codemod.sha256_file(archive)
+            if spec.code is not None and actual != spec.code.sha256:
+                raise CodeHashMismatch(
+                    f"sha256 of {archive} is {actual}, the spec says {spec.code.sha256}"
+                )
+            self._extract(archive)
+
+    def _extract(self, archive: Path) -> None:
+        codemod.extract(archive, self.workdir, self.config.max_unpacked_bytes)
+        with self._lock:
+            self._code_sha256 = codemod.sha256_file(archive)
+            self.machine.move(S.READY, expect=frozenset({S.WAITING_CODE}))
+
+    def run(self) -> RunnerState:
+        """Start the job in its own process group."""
+        with self._lock:
+            spec = self.spec
+            if spec is None or self.state is not S.READY:
+                if self.executor is not None:
+                    return self.state  # run is idempotent once started (a retried request)
+                raise IllegalTransition(
+                    f"cannot run in state {self.state}: the job needs a spec and its code"
+                )
+            workdir = self.workdir
+            workdir.mkdir(parents=True, exist_ok=True)
+            job_file = self.config.state_dir / "job.json"
+            if spec.job is not None:
+                job_file.write_text(spec.job.model_dump_json())
+            if self.config.ssh_env_file is not None:
+                jobenv.write_ssh_snippet(self.config.ssh_env_file, spec, workdir)
+            self.machine.move(S.RUNNING)
+            executor = Executor(
+                self.log,
+                jobenv.job_argv(spec, job_file),
+                workdir,
+                jobenv.job_env(spec, workdir),
+                list(spec.secrets.values()),
+                self._on_exit,
+                spec.max_duration_s,
+            )
+            self.executor = executor
+            try:
+                executor.start()
+            except ExecutorError as e:
+                executor.say(e.detail)
+                self.machine.move(S.FAILED, exit_code=127)
+                return self.state
+            return self.state
+
+    def _on_exit(self, exit_code: int, stopped: bool) -> None:
+        with self._lock:
+            final = S.TERMINATED if stopped else S.SUCCEEDED if exit_code == 0 else S.FAILED
+            self.machine.move(final, exit_code=exit_code)
+
+    def stop(self, grace_s: float) -> RunnerState:
+        """Stop the job (or abandon a job not started yet); repeatable."""
+        with self._lock:
+            if self.state.is_final:
+                return self.state
+            if self.state is S.RUNNING:
+                assert self.executor is not None
+                executor = self.executor
+            else:
+                self.machine.move(S.TERMINATED)
+                return self.state
+        executor.stop(grace_s)
+        return self.state
+
+    def wait(self, timeout_s: float | None = None) -> bool:
+        """Block until the state is final and recorded (events, status hooks)."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while not self.log.finished:
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                return False
+            self.log.wait_sync(self.log.last_seq, remaining)
+        return True
+
+    def say(self, message: str) -> None:
+        """A line on the ``runner`` stream of the job's log, secrets masked."""
+        masker = Masker(self.spec.secrets.values() if self.spec else ())
+        if not self.log.finished:
+            self.log.append_log(LogStream.RUNNER, masker.feed(message + "\n") + masker.flush())
+
+    # -- reading -------------------------------------------------------------------------
+
+    async def events_page(self, after: int, wait_s: float, limit: int) -> EventsPage:
+        if wait_s > 0:
+            await self.log.wait(after, wait_s)
+        events, more = self.log.read(after, limit)
+        # Read the state after the events, so ``state`` is never older than the last event.
+        return EventsPage(
+            events=events,
+            next=events[-1].seq if events else max(after, 0),
+            state=self.state,
+            exit_code=self.machine.exit_code,
+            more=more,
+        )
+
+    def close(self) -> None:
+        self.log.close()

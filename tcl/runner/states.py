@@ -1,0 +1,79 @@
+"""The runner's state machine: one transition table and one guarded writer.
+
+    waiting_spec ──submit──► waiting_code ──code──► ready ──run──► running ──► succeeded
+         │                        │                   │               ├──────► failed
+         └────────────────────────┴───────────────────┴──stop─────────┴──────► terminated
+
+A spec that needs no code (``code: null``) goes straight from waiting_spec to ready.
+Every change is recorded as a ``state`` event in the event log, so followers see it in order
+with the job's output.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+from tcl.runner.api import RunnerState
+from tcl.runner.errors import IllegalTransition
+
+S = RunnerState
+
+# target state -> the states it may be entered from. No self-loops: repeated requests
+# (the same spec twice, stop after the end) are handled by the caller before asking.
+TRANSITIONS: dict[RunnerState, frozenset[RunnerState]] = {
+    S.WAITING_SPEC: frozenset(),
+    S.WAITING_CODE: frozenset({S.WAITING_SPEC}),
+    S.READY: frozenset({S.WAITING_SPEC, S.WAITING_CODE}),
+    S.RUNNING: frozenset({S.READY}),
+    S.SUCCEEDED: frozenset({S.RUNNING}),
+    S.FAILED: frozenset({S.RUNNING, S.READY}),  # READY -> FAILED: the job could not start
+    S.TERMINATED: frozenset({S.WAITING_SPEC, S.WAITING_CODE, S.READY, S.RUNNING}),
+}
+
+
+def is_allowed(current: RunnerState, target: RunnerState) -> bool:
+    return current in TRANSITIONS[target]
+
+
+class StateMachine:
+    """Holds the current state; ``move`` is the only writer and refuses illegal moves."""
+
+    def __init__(self, on_change: Callable[[RunnerState, int | None], None] | None = None) -> None:
+        self._state = S.WAITING_SPEC
+        self._exit_code: int | None = None
+        self._lock = threading.Lock()
+        self._on_change = on_change
+
+    @property
+    def state(self) -> RunnerState:
+        return self._state
+
+    @property
+    def exit_code(self) -> int | None:
+        return self._exit_code
+
+    def move(
+        self,
+        target: RunnerState,
+        *,
+        expect: frozenset[RunnerState] | None = None,
+        exit_code: int | None = None,
+    ) -> RunnerState:
+        """Enter ``target``; returns the previous state.
+
+        ``expect`` narrows the table for this call (e.g. ``run`` only from READY gives a clearer
+        error). Raises ``IllegalTransition`` (409) naming both states.
+        """
+        with self._lock:
+            current = self._state
+            allowed = TRANSITIONS[target] if expect is None else TRANSITIONS[target] & expect
+            if current not in allowed:
+                raise IllegalTransition(f"cannot go from {current} to {target}")
+            self._state = target
+            if exit_code is not None:
+                self._exit_code = exit_code
+            if self._on_change is not None:
+                # Inside the lock, so state events are logged in the order they happened.
+                self._on_change(target, self._exit_code)
+            return current

@@ -1,0 +1,126 @@
+"""Typed async client for the shim API. httpx errors become the shim's own exception tree.
+
+    async with ShimClient("http://127.0.0.1:10998", token) as shim:
+        info = await shim.submit_task(TaskSpec(id="t1", image="img", accelerators=2))
+
+``transport`` is the test seam (``httpx.ASGITransport(app)``, ``httpx.MockTransport``).
+"""
+
+from __future__ import annotations
+
+from types import TracebackType
+from typing import Any, TypeVar
+
+import httpx
+from pydantic import BaseModel, TypeAdapter, ValidationError
+
+from tcl.shim.api import (
+    HealthInfo,
+    HostInfo,
+    TaskInfo,
+    TaskSpec,
+    TerminateRequest,
+    TerminationReason,
+)
+from tcl.shim.errors import (
+    BY_CODE,
+    BadRequest,
+    Conflict,
+    NoCapacity,
+    NotFound,
+    ProtocolError,
+    ShimError,
+    ShimUnavailable,
+    Unauthorized,
+)
+
+M = TypeVar("M", bound=BaseModel)
+_TASKS = TypeAdapter(list[TaskInfo])
+_BY_STATUS: dict[int, type[ShimError]] = {
+    401: Unauthorized, 404: NotFound, 409: Conflict, 422: BadRequest,
+}
+
+
+class ShimClient:
+    def __init__(self, base_url: str, token: str, transport: httpx.AsyncBaseTransport | None = None,
+                 timeout_s: float = 30.0) -> None:
+        self._http = httpx.AsyncClient(
+            base_url=base_url.rstrip("/"), transport=transport, timeout=timeout_s,
+            headers={"Authorization": f"Bearer {token}"},
+        )
+
+    async def __aenter__(self) -> ShimClient:
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None,
+                        exc: BaseException | None, tb: TracebackType | None) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    # -- endpoints ----------------------------------------------------------------------------
+    async def healthcheck(self) -> HealthInfo:
+        return _parse(HealthInfo, await self._call("GET", "/api/healthcheck"))
+
+    async def host(self) -> HostInfo:
+        return _parse(HostInfo, await self._call("GET", "/api/host"))
+
+    async def submit_task(self, spec: TaskSpec) -> TaskInfo:
+        body = spec.model_dump(mode="json")
+        return _parse(TaskInfo, await self._call("POST", "/api/tasks", json=body))
+
+    async def list_tasks(self) -> list[TaskInfo]:
+        resp = await self._call("GET", "/api/tasks")
+        try:
+            return _TASKS.validate_json(resp.content)
+        except ValidationError as e:
+            raise ProtocolError(f"unexpected task list from the shim: {e}") from e
+
+    async def get_task(self, task_id: str) -> TaskInfo:
+        return _parse(TaskInfo, await self._call("GET", f"/api/tasks/{task_id}"))
+
+    async def terminate_task(
+        self, task_id: str, reason: TerminationReason = TerminationReason.STOPPED_BY_USER,
+        message: str = "", timeout_s: float = 10.0,
+    ) -> TaskInfo:
+        req = TerminateRequest(reason=reason, message=message, timeout_s=timeout_s)
+        resp = await self._call("POST", f"/api/tasks/{task_id}/terminate",
+                                json=req.model_dump(mode="json"),
+                                timeout=timeout_s + (self._http.timeout.read or 30.0))
+        return _parse(TaskInfo, resp)
+
+    async def remove_task(self, task_id: str) -> None:
+        await self._call("DELETE", f"/api/tasks/{task_id}")
+
+    # -- plumbing -----------------------------------------------------------------------------
+    async def _call(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        try:
+            resp = await self._http.request(method, path, **kwargs)
+        except httpx.TransportError as e:
+            raise ShimUnavailable(f"cannot reach the shim at {self._http.base_url}: "
+                                  f"{type(e).__name__}: {e}") from e
+        if resp.is_success:
+            return resp
+        raise _error_from(resp)
+
+
+def _error_from(resp: httpx.Response) -> ShimError:
+    try:
+        body = resp.json()
+        code, detail = str(body["error"]), body["detail"]
+    except (ValueError, KeyError, TypeError):
+        return ProtocolError(f"shim answered HTTP {resp.status_code}: {resp.text[:200]}")
+    text = detail if isinstance(detail, str) else "; ".join(
+        f"{d.get('field') or d.get('loc')}: {d.get('msg')}" for d in detail if isinstance(d, dict))
+    if code == NoCapacity.code:
+        return NoCapacity(text, free=list(body.get("free") or []))
+    cls = BY_CODE.get(code) or _BY_STATUS.get(resp.status_code, ShimError)
+    return cls(text)
+
+
+def _parse(model: type[M], resp: httpx.Response) -> M:
+    try:
+        return model.model_validate_json(resp.content)
+    except ValidationError as e:
+        raise ProtocolError(f"unexpected answer from the shim: {e}") from e

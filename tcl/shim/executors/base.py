@@ -1,0 +1,89 @@
+"""The executor interface: the only thing the task service knows about how a runner is run.
+
+Contract (every method may be called again after a shim restart, with the persisted handle):
+- ``prepare`` makes the workload startable (pull the image); it reports progress in 0..1.
+- ``start`` starts it and returns the handle and host ports; it must leave something findable
+  (a labelled container, a recorded pid) before it returns, so ``observe`` can adopt it.
+- ``observe`` is non-blocking and batched: one call reports every task it is asked about.
+- ``stop`` is safe to call more than once and on a workload that already exited.
+- ``remove`` deletes what ``start`` created; safe when nothing exists.
+- ``orphans`` lists workloads carrying this shim's marks whose task id is not in ``known``.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from tcl.shim.api import Accelerator, ExecutorKind, NetworkMode, Ports, TaskSpec
+from tcl.shim.store import Handle
+
+ProgressFn = Callable[[float], None]
+
+
+@dataclass(frozen=True)
+class Launch:
+    """Everything an executor needs to start one task."""
+
+    spec: TaskSpec
+    accelerators: list[Accelerator]
+    network: NetworkMode
+    task_dir: Path
+    host_vendor: str | None = None  # vendor of the host's accelerators (None: it has none)
+
+
+def accelerator_env(launch: Launch, renumbered: bool = False) -> dict[str, str]:
+    """How the task learns its accelerators: ``CUDA_VISIBLE_DEVICES`` for GPUs (and fakes, which
+    stand in for GPUs), ``TPU_VISIBLE_CHIPS`` for TPU chips, ``TCL_ACCELERATORS`` always (host
+    indices). ``renumbered``: the container sees only its own devices, numbered from 0."""
+    indices = [a.index for a in launch.accelerators]
+    host_ids = ",".join(str(i) for i in indices)
+    local_ids = ",".join(str(i) for i in range(len(indices))) if renumbered else host_ids
+    env = {"TCL_ACCELERATORS": host_ids}
+    if launch.host_vendor in ("nvidia", "fake"):
+        env["CUDA_VISIBLE_DEVICES"] = local_ids
+    elif launch.host_vendor == "tpu":
+        env["TPU_VISIBLE_CHIPS"] = local_ids
+    return env
+
+
+class Liveness(enum.Enum):
+    ALIVE = "alive"
+    EXITED = "exited"
+    MISSING = "missing"
+
+
+@dataclass
+class Observed:
+    liveness: Liveness
+    exit_code: int | None = None
+    message: str = ""
+    ports: Ports = field(default_factory=Ports)
+    handle: Handle | None = None  # set when the executor found the workload without a handle
+
+
+@dataclass
+class Started:
+    handle: Handle
+    ports: Ports
+
+
+class Executor(Protocol):
+    kind: ExecutorKind
+
+    async def prepare(self, launch: Launch, progress: ProgressFn) -> None: ...
+
+    async def start(self, launch: Launch) -> Started: ...
+
+    async def observe(self, tasks: dict[str, Handle]) -> dict[str, Observed]: ...
+
+    async def stop(self, task_id: str, handle: Handle, timeout_s: float) -> int | None: ...
+
+    async def remove(self, task_id: str, handle: Handle) -> None: ...
+
+    async def orphans(self, known: Iterable[str]) -> list[str]: ...
+
+    async def remove_orphan(self, name: str) -> None: ...

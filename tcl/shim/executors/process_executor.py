@@ -1,0 +1,195 @@
+"""The process executor: the runner as a child process in its own session (no Docker needed).
+
+Each task's runner runs under ``procwrap.py`` (pid + start time recorded in task.json), in a new
+session so it outlives a shim that is killed, and with its accelerators handed over through
+``CUDA_VISIBLE_DEVICES`` / ``TPU_VISIBLE_CHIPS``. It shares the host network: the runner binds
+127.0.0.1 on a free port, reported as the task's runner port; there is no container sshd.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+import psutil
+
+from tcl.shim.api import ExecutorKind, Ports
+from tcl.shim.errors import BadRequest, ContainerError
+from tcl.shim.executors.base import Launch, Liveness, Observed, ProgressFn, Started, accelerator_env
+from tcl.shim.executors.ports import free_port
+from tcl.shim.store import Handle
+
+log = logging.getLogger(__name__)
+
+WRAPPER = str(Path(__file__).with_name("procwrap.py"))
+EXIT_FILE = "exit_code"
+LOG_FILE = "runner.log"
+_STOP_POLL_S = 0.05
+
+
+class ProcessExecutor:
+    kind = ExecutorKind.PROCESS
+
+    def __init__(self, runner_argv: list[str], instance_id: str, tasks_dir: Path) -> None:
+        self._runner_argv = runner_argv
+        self._instance = instance_id
+        self._tasks_dir = tasks_dir
+        self._children: dict[int, subprocess.Popen[bytes]] = {}
+
+    async def prepare(self, launch: Launch, progress: ProgressFn) -> None:
+        if launch.spec.mounts:
+            raise BadRequest("mounts: the process executor runs on the host and mounts nothing")
+
+    async def start(self, launch: Launch) -> Started:
+        spec = launch.spec
+        port = free_port()
+        runner_dir = launch.task_dir / "runner"
+        runner_dir.mkdir(exist_ok=True, mode=0o700)
+        exit_file = launch.task_dir / EXIT_FILE
+        exit_file.unlink(missing_ok=True)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TCL_SHIM_")}
+        env.update(spec.env)
+        env.update(accelerator_env(launch))
+        env["TCL_TASK_ID"] = spec.id
+        argv = [
+            sys.executable, "-I", "-S", WRAPPER, "--exit-file", str(exit_file),
+            "--tcl-instance", self._instance, "--tcl-task", spec.id, "--",
+            *self._runner_argv, "serve", "--host", "127.0.0.1", "--port", str(port),
+            "--state-dir", str(runner_dir),
+        ]
+        proc, started_at = await asyncio.to_thread(self._spawn, argv, env, launch.task_dir)
+        self._children[proc.pid] = proc
+        return Started(Handle(pid=proc.pid, pid_start_time=started_at), Ports(runner=port))
+
+    @staticmethod
+    def _spawn(argv: list[str], env: dict[str, str],
+               task_dir: Path) -> tuple[subprocess.Popen[bytes], float | None]:
+        try:
+            with open(task_dir / LOG_FILE, "ab") as log_file:
+                proc = subprocess.Popen(
+                    argv, env=env, cwd=task_dir, stdin=subprocess.DEVNULL,
+                    stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True)
+        except OSError as e:
+            raise ContainerError(f"cannot start the runner: {e}") from e
+        try:
+            return proc, psutil.Process(proc.pid).create_time()
+        except psutil.Error:
+            return proc, None
+
+    # -- observe ------------------------------------------------------------------------------
+    async def observe(self, tasks: dict[str, Handle]) -> dict[str, Observed]:
+        found = self._scan() if any(h.pid is None for h in tasks.values()) else {}
+        out: dict[str, Observed] = {}
+        for task_id, handle in tasks.items():
+            if handle.pid is None and task_id in found:
+                handle = found[task_id]
+                obs = self._observe_one(task_id, handle)
+                obs.handle = handle
+                out[task_id] = obs
+            else:
+                out[task_id] = self._observe_one(task_id, handle)
+        return out
+
+    def _observe_one(self, task_id: str, handle: Handle) -> Observed:
+        if handle.pid is None:
+            return Observed(Liveness.MISSING, message="the runner process was never recorded")
+        child = self._children.get(handle.pid)
+        if child is not None:
+            rc = child.poll()
+            if rc is None:
+                return Observed(Liveness.ALIVE)
+            del self._children[handle.pid]
+        elif self._alive(handle):
+            return Observed(Liveness.ALIVE)
+        code = self._exit_code(task_id)
+        if code is None:
+            return Observed(Liveness.MISSING, message="the runner process is gone")
+        return Observed(Liveness.EXITED, exit_code=code)
+
+    def _alive(self, handle: Handle) -> bool:
+        assert handle.pid is not None
+        try:
+            p = psutil.Process(handle.pid)
+            started = handle.pid_start_time
+            if started is not None and abs(p.create_time() - started) > 1:
+                return False  # the pid was reused by another process
+            return p.status() != psutil.STATUS_ZOMBIE
+        except psutil.Error:
+            return False
+
+    def _exit_code(self, task_id: str) -> int | None:
+        """The code the wrapper recorded (None: it never finished, e.g. killed with SIGKILL)."""
+        try:
+            return int((self._tasks_dir / task_id / EXIT_FILE).read_text().strip())
+        except (OSError, ValueError):
+            return None
+
+    def _scan(self) -> dict[str, Handle]:
+        """Wrapper processes of this shim instance, by task id (from their command lines)."""
+        found: dict[str, Handle] = {}
+        for p in psutil.process_iter(["pid", "cmdline", "create_time"]):
+            cmd = p.info.get("cmdline") or []
+            if WRAPPER not in cmd or "--tcl-instance" not in cmd or "--tcl-task" not in cmd:
+                continue
+            try:
+                inst = cmd[cmd.index("--tcl-instance") + 1]
+                task = cmd[cmd.index("--tcl-task") + 1]
+            except IndexError:
+                continue
+            if inst == self._instance:
+                found[task] = Handle(pid=p.info["pid"], pid_start_time=p.info["create_time"])
+        return found
+
+    # -- stop / remove ------------------------------------------------------------------------
+    async def stop(self, task_id: str, handle: Handle, timeout_s: float) -> int | None:
+        if handle.pid is None:
+            handle = self._scan().get(task_id, handle)
+        if handle.pid is None or not self._alive_or_child(handle):
+            return self._reap(task_id, handle)
+        self._signal_group(handle.pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and self._alive_or_child(handle):
+            await asyncio.sleep(_STOP_POLL_S)
+        if self._alive_or_child(handle):
+            self._signal_group(handle.pid, signal.SIGKILL)
+            while self._alive_or_child(handle):
+                await asyncio.sleep(_STOP_POLL_S)
+        return self._reap(task_id, handle)
+
+    def _alive_or_child(self, handle: Handle) -> bool:
+        child = self._children.get(handle.pid or -1)
+        if child is not None:
+            return child.poll() is None
+        return self._alive(handle)
+
+    def _reap(self, task_id: str, handle: Handle) -> int | None:
+        child = self._children.pop(handle.pid or -1, None)
+        recorded = self._exit_code(task_id)
+        if child is not None and recorded is None:
+            return child.poll()
+        return recorded
+
+    @staticmethod
+    def _signal_group(pid: int, sig: int) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, sig)
+
+    async def remove(self, task_id: str, handle: Handle) -> None:
+        await self.stop(task_id, handle, 0)
+
+    async def orphans(self, known: Iterable[str]) -> list[str]:
+        known_ids = set(known)
+        return [f"{t}:{h.pid}" for t, h in self._scan().items() if t not in known_ids]
+
+    async def remove_orphan(self, name: str) -> None:
+        pid = int(name.rsplit(":", 1)[1])
+        log.info("killing orphan runner process group %d", pid)
+        self._signal_group(pid, signal.SIGKILL)

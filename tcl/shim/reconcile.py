@@ -1,0 +1,173 @@
+"""The reconcile loop: compare what the store says with what the executors see, and fix it.
+
+Run once at start (after a restart this adopts still-running containers and processes, with
+their accelerators and ports) and then every ``interval_s``:
+- an active task whose workload is alive is (re)marked ``running`` with its ports;
+- an active task whose workload exited ends ``done`` (exit 0) or ``failed``;
+- an active task whose workload vanished ends ``vanished`` (e.g. removed while the shim was down);
+- a terminated task whose workload is still alive has it stopped;
+- workloads carrying this shim's marks but no known task are removed (orphans);
+- task dirs without a usable task.json are removed (stray dirs, at start).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import shutil
+import time
+from pathlib import Path
+
+from tcl.shim.api import ExecutorKind, TaskStatus, TerminationReason
+from tcl.shim.errors import ShimError
+from tcl.shim.executors.base import Liveness, Observed
+from tcl.shim.files import write_atomic
+from tcl.shim.inventory import BUSY_OUTSIDE_MIB, outside_usage_mib
+from tcl.shim.service import TaskService
+from tcl.shim.store import Handle, TaskRecord
+
+log = logging.getLogger(__name__)
+
+LEFTOVER_STOP_TIMEOUT_S = 5.0
+TERMINATED_CHECK_EVERY = 10  # passes; leftovers of terminated tasks are rare (cancel races)
+OUTSIDE_USAGE_EVERY_S = 10.0
+
+
+class Reconciler:
+    def __init__(self, service: TaskService, interval_s: float) -> None:
+        self.service = service
+        self.interval_s = interval_s
+        self._loop_task: asyncio.Task[None] | None = None
+        self._usage_checked_at = 0.0
+        self._passes = 0
+
+    async def start(self) -> None:
+        """Load task.json files, drop stray dirs, re-hold accelerators, reconcile, loop."""
+        if self._loop_task is not None:
+            return
+        store = self.service.store
+        for stray in store.load():
+            log.warning("removing stray task dir %s", stray)
+            shutil.rmtree(stray, ignore_errors=True)
+        for rec in store.records():
+            if rec.info.status is not TaskStatus.TERMINATED:
+                self.service.allocator.restore(rec.info.id, rec.info.accelerators)
+        await self.refresh_outside_usage()
+        await self.reconcile_once(after_restart=True)
+        self._loop_task = asyncio.create_task(self._loop(), name="shim-reconcile")
+
+    async def close(self) -> None:
+        if self._loop_task is not None:
+            self._loop_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._loop_task
+            self._loop_task = None
+
+    async def _loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval_s)
+            try:
+                await self.reconcile_once()
+                if time.monotonic() - self._usage_checked_at > OUTSIDE_USAGE_EVERY_S:
+                    await self.refresh_outside_usage()
+            except Exception:
+                log.exception("reconcile pass failed; retrying in %.1f s", self.interval_s)
+
+    async def refresh_outside_usage(self) -> None:
+        """GPUs used ≥ 100 MiB by processes outside tcl count as busy (not for fakes)."""
+        self._usage_checked_at = time.monotonic()
+        inventory = self.service.inventory
+        if self.service.host_vendor != "nvidia":
+            return
+        used = await asyncio.to_thread(outside_usage_mib)
+        held = self.service.allocator.held()
+        self.service.busy_outside = {
+            a.index for a in inventory.accelerators
+            if a.index not in held and used.get(a.uuid, 0) >= BUSY_OUTSIDE_MIB
+        }
+
+    async def reconcile_once(self, after_restart: bool = False) -> None:
+        svc = self.service
+        check_terminated = after_restart or self._passes % TERMINATED_CHECK_EVERY == 0
+        self._passes += 1
+        records = [r for r in svc.store.records()
+                   if check_terminated or r.info.status is not TaskStatus.TERMINATED]
+        for kind, executor in svc.executors.items():
+            mine = [r for r in records if r.info.executor is kind and not svc.is_busy(r.info.id)]
+            handles: dict[str, Handle] = {r.info.id: r.handle for r in mine}
+            try:
+                observed = await executor.observe(handles)
+            except ShimError as e:
+                log.warning("cannot observe %s tasks: %s", kind, e.detail)
+                continue
+            for rec in mine:
+                obs = observed.get(rec.info.id)
+                if obs is not None and not svc.is_busy(rec.info.id):
+                    await self._settle(rec, obs, after_restart)
+            known = {r.info.id for r in svc.store.records()}
+            try:
+                for name in await executor.orphans(known):
+                    await executor.remove_orphan(name)
+            except ShimError as e:
+                log.warning("cannot clean up %s orphans: %s", kind, e.detail)
+        for kind in {r.info.executor for r in records} - set(svc.executors):
+            self._executor_gone(kind, records)
+
+    async def _settle(self, rec: TaskRecord, obs: Observed, after_restart: bool) -> None:
+        svc, info = self.service, rec.info
+        task_id = info.id
+        if info.status is TaskStatus.TERMINATED:
+            if obs.liveness is Liveness.ALIVE:
+                log.info("task %s is terminated but its workload runs: stopping it", task_id)
+                await svc.executors[info.executor].stop(task_id, obs.handle or rec.handle,
+                                                        LEFTOVER_STOP_TIMEOUT_S)
+            return
+        if obs.liveness is Liveness.ALIVE:
+            if info.status in (TaskStatus.CREATING, TaskStatus.RUNNING):
+                ports = obs.ports if obs.ports.runner is not None else info.ports
+                handle = obs.handle if obs.handle is not None else rec.handle
+                if info.status is not TaskStatus.RUNNING or ports != info.ports or (
+                        handle != rec.handle):
+                    svc.store.update(task_id, status=TaskStatus.RUNNING, ports=ports,
+                                     handle=handle)
+                    log.info("task %s adopted as running", task_id)
+                return
+            # Alive, but the shim died before it recorded the start: not a state we can resume.
+            await svc.executors[info.executor].stop(task_id, obs.handle or rec.handle,
+                                                    LEFTOVER_STOP_TIMEOUT_S)
+            svc.finish(task_id, TerminationReason.VANISHED,
+                       f"the shim restarted while the task was {info.status}")
+            return
+        if obs.liveness is Liveness.EXITED:
+            code = obs.exit_code
+            reason = TerminationReason.DONE if code == 0 else TerminationReason.FAILED
+            message = obs.message or f"the runner exited with code {code}"
+            svc.finish(task_id, reason, message, code)
+            return
+        # Missing: before the workload existed (shim restart mid-start), or removed behind our back.
+        if info.status in (TaskStatus.RUNNING, TaskStatus.CREATING) or after_restart:
+            what = "while the shim was down" if after_restart else "behind the shim's back"
+            svc.finish(task_id, TerminationReason.VANISHED,
+                       f"{obs.message or 'the workload is gone'} ({what}; was {info.status})")
+
+    def _executor_gone(self, kind: ExecutorKind, records: list[TaskRecord]) -> None:
+        for rec in records:
+            if rec.info.executor is kind and rec.info.status is not TaskStatus.TERMINATED:
+                self.service.finish(rec.info.id, TerminationReason.VANISHED,
+                                    f"the {kind} executor is not available after a restart")
+
+
+def ensure_instance_id(state_dir: Path) -> str:
+    """A random id for this shim's state dir; marks its containers and processes."""
+    path = state_dir / "instance_id"
+    try:
+        value = path.read_text().strip()
+        if value:
+            return value
+    except FileNotFoundError:
+        pass
+    value = secrets.token_hex(4)
+    write_atomic(path, f"{value}\n".encode())
+    return value

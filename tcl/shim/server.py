@@ -1,0 +1,131 @@
+"""Build and run a shim from its settings (the command line only parses flags into these)."""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+import os
+import secrets
+import shutil
+import stat
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import uvicorn
+from fastapi import FastAPI
+
+from tcl.shim.api import ExecutorKind
+from tcl.shim.app import create_app
+from tcl.shim.errors import BadRequest, ExecutorUnavailable
+from tcl.shim.executors.base import Executor
+from tcl.shim.executors.process_executor import ProcessExecutor
+from tcl.shim.files import write_atomic
+from tcl.shim.inventory import discover
+from tcl.shim.reconcile import Reconciler, ensure_instance_id
+from tcl.shim.service import TaskService
+from tcl.shim.store import TaskStore
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ShimSettings:
+    state_dir: Path
+    token_file: Path
+    host: str = "127.0.0.1"
+    port: int = 10998
+    executor: ExecutorKind | None = None  # None: docker where it works, else process
+    fake_accelerators: str | None = None
+    runner_bin: str | None = None
+    reconcile_interval_s: float = 1.0
+    pull_stall_timeout_s: float = 60.0
+
+
+class SettingsError(Exception):
+    """A setting cannot be used; the message names the flag."""
+
+
+def check_loopback(host: str) -> None:
+    if host == "localhost":
+        return
+    try:
+        if ipaddress.ip_address(host).is_loopback:
+            return
+    except ValueError:
+        pass
+    raise SettingsError(f"--host {host}: the shim listens on loopback only (reach it through SSH)")
+
+
+def load_token(path: Path) -> str:
+    """Read the bearer token (mode 0600 required); create one if the file does not exist."""
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        write_atomic(path, (secrets.token_urlsafe(32) + "\n").encode(), mode=0o600)
+        log.info("created a new token file %s", path)
+    mode = stat.S_IMODE(path.stat().st_mode)
+    if mode & 0o077:
+        raise SettingsError(f"--token-file {path}: mode {mode:04o} lets others read it; "
+                            f"run chmod 600 {path}")
+    token = path.read_text().strip()
+    if not token:
+        raise SettingsError(f"--token-file {path}: the file is empty")
+    return token
+
+
+def default_runner_argv(runner_bin: str | None) -> list[str]:
+    if runner_bin:
+        return [runner_bin]
+    beside = Path(sys.executable).with_name("tcl-runner")
+    found = str(beside) if beside.exists() else shutil.which("tcl-runner")
+    return [found] if found else [sys.executable, "-m", "tcl.runner.main"]
+
+
+def build(settings: ShimSettings) -> tuple[TaskService, Reconciler]:
+    state_dir = settings.state_dir
+    state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    instance = ensure_instance_id(state_dir)
+    store = TaskStore(state_dir)
+    try:
+        inventory = discover(settings.fake_accelerators)
+    except BadRequest as e:
+        raise SettingsError(e.detail) from e
+    executors: dict[ExecutorKind, Executor] = {
+        ExecutorKind.PROCESS: ProcessExecutor(default_runner_argv(settings.runner_bin), instance,
+                                              store.tasks_dir),
+    }
+    try:
+        from tcl.shim.executors.docker_executor import DockerExecutor
+
+        executors[ExecutorKind.DOCKER] = DockerExecutor.connect(instance,
+                                                                settings.pull_stall_timeout_s)
+    except ExecutorUnavailable as e:
+        if settings.executor is ExecutorKind.DOCKER:
+            raise SettingsError(f"--executor docker: {e.detail}") from e
+        log.info("docker executor unavailable: %s", e.detail)
+    default = settings.executor or (
+        ExecutorKind.DOCKER if ExecutorKind.DOCKER in executors else ExecutorKind.PROCESS)
+    service = TaskService(store=store, inventory=inventory, executors=executors,
+                          default_executor=default)
+    return service, Reconciler(service, settings.reconcile_interval_s)
+
+
+def make_app(settings: ShimSettings) -> FastAPI:
+    check_loopback(settings.host)
+    token = load_token(settings.token_file)
+    service, reconciler = build(settings)
+
+    async def shutdown() -> None:
+        await reconciler.close()
+        await service.close()
+
+    return create_app(service, token, on_startup=reconciler.start, on_shutdown=shutdown)
+
+
+def serve(settings: ShimSettings, log_level: str = "info") -> None:
+    app = make_app(settings)
+    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=log_level,
+                            access_log=False, lifespan="on")
+    os.umask(0o077)
+    asyncio.run(uvicorn.Server(config).serve())

@@ -1,0 +1,231 @@
+"""The task service: submit, terminate, remove, and each task's lifecycle up to ``running``.
+
+Submission is synchronous up to the allocation (so ``no_capacity`` is answered at once); the rest
+(prepare → pull → create → start) runs as an asyncio task. Exits, restarts and leftovers are the
+reconcile loop's business (``tcl.shim.reconcile``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import os
+import socket
+from dataclasses import dataclass, field
+from typing import Any
+
+import psutil
+
+from tcl.shim.allocator import Allocator
+from tcl.shim.api import (
+    Accelerator,
+    ExecutorKind,
+    HostInfo,
+    NetworkMode,
+    TaskInfo,
+    TaskSpec,
+    TaskStatus,
+    TerminateRequest,
+    TerminationReason,
+)
+from tcl.shim.errors import (
+    BadRequest,
+    ExecutorUnavailable,
+    IllegalTransition,
+    ImageError,
+    ShimError,
+    TaskExists,
+    TaskNotTerminated,
+)
+from tcl.shim.executors.base import Executor, Launch
+from tcl.shim.inventory import Inventory
+from tcl.shim.network import choose_network, is_whole_host
+from tcl.shim.store import TaskRecord, TaskStore, new_record
+
+log = logging.getLogger(__name__)
+
+PROGRESS_STEP = 0.01  # persist pull progress in steps of 1 %
+
+
+@dataclass
+class TaskService:
+    store: TaskStore
+    inventory: Inventory
+    executors: dict[ExecutorKind, Executor]
+    default_executor: ExecutorKind
+    allocator: Allocator = field(init=False)
+    busy_outside: set[int] = field(default_factory=set)
+    _lifecycles: dict[str, asyncio.Task[None]] = field(default_factory=dict)
+    _terminating: dict[str, asyncio.Future[TaskInfo]] = field(default_factory=dict)
+    _submitting: set[str] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        self.allocator = Allocator([a.index for a in self.inventory.accelerators],
+                                   self.inventory.topology)
+
+    @property
+    def host_vendor(self) -> str | None:
+        accels = self.inventory.accelerators
+        return accels[0].vendor if accels else None
+
+    # -- reads --------------------------------------------------------------------------------
+    def host_info(self) -> HostInfo:
+        held = self.allocator.held()
+        accels = [a.model_copy(update={"task_id": held.get(a.index),
+                                       "busy_outside": a.index in self.busy_outside})
+                  for a in self.inventory.accelerators]
+        return HostInfo(hostname=socket.gethostname(), cpus=os.cpu_count() or 1,
+                        memory_bytes=psutil.virtual_memory().total, accelerators=accels,
+                        executors=sorted(self.executors))
+
+    def get(self, task_id: str) -> TaskInfo:
+        return self.store.get(task_id).info
+
+    def list_tasks(self) -> list[TaskInfo]:
+        return sorted((r.info for r in self.store.records()), key=lambda i: i.created_at)
+
+    def is_busy(self, task_id: str) -> bool:
+        """True while this shim's own code (lifecycle or terminate) is moving the task."""
+        lc = self._lifecycles.get(task_id)
+        return (lc is not None and not lc.done()) or task_id in self._terminating
+
+    # -- submit -------------------------------------------------------------------------------
+    async def submit(self, spec: TaskSpec) -> TaskInfo:
+        """Validate, allocate and record the task, then start its lifecycle.
+
+        Everything up to the allocation runs without awaiting, so the capacity check and the
+        allocation are atomic with respect to other requests and a refusal is answered at once.
+        Only the durable write (task.json, fsync) is done in a thread, off the event loop."""
+        kind = spec.executor or self.default_executor
+        executor = self.executors.get(kind)
+        if executor is None:
+            raise ExecutorUnavailable(
+                f"executor: {kind} is not available on this host (available: "
+                f"{', '.join(sorted(self.executors)) or 'none'})")
+        if spec.id in self.store or spec.id in self._submitting:
+            raise TaskExists(f"task {spec.id!r} already exists")
+        if kind is ExecutorKind.DOCKER and not spec.image:
+            raise BadRequest("image: required by the docker executor")
+        for i, m in enumerate(spec.mounts):
+            if not (m.source.startswith("/") and m.target.startswith("/")):
+                raise BadRequest(f"mounts.{i}: source and target must be absolute paths")
+        indices = self.allocator.allocate(spec.id, spec.accelerators, self.busy_outside)
+        self._submitting.add(spec.id)
+        try:
+            network = NetworkMode.HOST
+            if kind is ExecutorKind.DOCKER:
+                whole = is_whole_host(len(indices), len(self.allocator.indices),
+                                      spec.accelerators == "all")
+                network = choose_network(spec.network, multinode=spec.multinode, whole_host=whole)
+            record = await asyncio.to_thread(self.store.add, new_record(spec, {
+                "accelerators": indices, "network": network, "executor": kind}))
+        except BaseException:
+            self.allocator.release(spec.id)
+            raise
+        finally:
+            self._submitting.discard(spec.id)
+        self._lifecycles[spec.id] = asyncio.create_task(self._run(spec, executor),
+                                                        name=f"task-{spec.id}")
+        return record.info
+
+    def _accelerators(self, indices: list[int]) -> list[Accelerator]:
+        wanted: set[int] = set(indices)
+        return [a for a in self.inventory.accelerators if a.index in wanted]
+
+    async def _run(self, spec: TaskSpec, executor: Executor) -> None:
+        """pending → preparing → [pulling →] creating → running, or terminated with a reason."""
+        task_id = spec.id
+        try:
+            rec = await self._update(task_id, status=TaskStatus.PREPARING)
+            launch = Launch(spec=spec, accelerators=self._accelerators(rec.info.accelerators),
+                            network=rec.info.network, task_dir=self.store.task_dir(task_id),
+                            host_vendor=self.host_vendor)
+            last = [-1.0]
+
+            def progress(fraction: float) -> None:  # called from the pull thread
+                if fraction - last[0] >= PROGRESS_STEP or fraction >= 1.0 > last[0]:
+                    last[0] = fraction
+                    self.store.update(task_id, status=TaskStatus.PULLING, pull_progress=fraction)
+
+            await executor.prepare(launch, progress)
+            await self._update(task_id, status=TaskStatus.CREATING)
+            started = await executor.start(launch)
+            await self._update(task_id, status=TaskStatus.RUNNING, handle=started.handle,
+                               ports=started.ports)
+        except asyncio.CancelledError:
+            raise  # terminate() cancelled us and finishes the task itself
+        except IllegalTransition:
+            log.info("task %s was terminated while starting", task_id)
+        except ImageError as e:
+            self.finish(task_id, TerminationReason.IMAGE_ERROR, e.detail)
+        except ShimError as e:
+            self.finish(task_id, TerminationReason.CONTAINER_ERROR, e.detail)
+        except Exception as e:
+            log.exception("task %s failed to start", task_id)
+            self.finish(task_id, TerminationReason.CONTAINER_ERROR, f"{type(e).__name__}: {e}")
+
+    async def _update(self, task_id: str, **changes: Any) -> TaskRecord:
+        """The store's guarded writer, run in a thread (it fsyncs) so the loop stays free."""
+        return await asyncio.to_thread(functools.partial(self.store.update, task_id, **changes))
+
+    def finish(self, task_id: str, reason: TerminationReason, message: str = "",
+               exit_code: int | None = None) -> TaskInfo:
+        """The one way a task ends: record the outcome (first reason wins), free its chips."""
+        rec = self.store.update(task_id, status=TaskStatus.TERMINATED, reason=reason,
+                                message=message, exit_code=exit_code)
+        self.allocator.release(task_id)
+        return rec.info
+
+    # -- terminate / remove -------------------------------------------------------------------
+    async def terminate(self, task_id: str, req: TerminateRequest) -> TaskInfo:
+        rec = self.store.get(task_id)
+        if rec.info.status is TaskStatus.TERMINATED:
+            return self.finish(task_id, req.reason, req.message)  # repeat: first reason kept
+        pending = self._terminating.get(task_id)
+        if pending is not None:  # a terminate is under way: its reason is the first one
+            await asyncio.shield(pending)
+            return self.finish(task_id, req.reason, req.message)
+        fut: asyncio.Future[TaskInfo] = asyncio.get_running_loop().create_future()
+        self._terminating[task_id] = fut
+        try:
+            lifecycle = self._lifecycles.pop(task_id, None)
+            if lifecycle is not None and not lifecycle.done():
+                lifecycle.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await lifecycle
+            rec = self.store.get(task_id)
+            executor = self.executors[rec.info.executor]
+            exit_code = None
+            message = req.message
+            try:
+                exit_code = await executor.stop(task_id, rec.handle, req.timeout_s)
+            except ShimError as e:
+                message = f"{message} (stop failed: {e.detail})".strip()
+            info = self.finish(task_id, req.reason, message, exit_code)
+            fut.set_result(info)
+            return info
+        except BaseException as e:
+            fut.set_exception(e)
+            fut.exception()  # mark retrieved
+            raise
+        finally:
+            del self._terminating[task_id]
+
+    async def remove(self, task_id: str) -> None:
+        rec = self.store.get(task_id)
+        if rec.info.status is not TaskStatus.TERMINATED or task_id in self._terminating:
+            raise TaskNotTerminated(
+                f"task {task_id!r} is {rec.info.status}: terminate it before removing it")
+        await self.executors[rec.info.executor].remove(task_id, rec.handle)
+        self.store.remove(task_id)
+        self._lifecycles.pop(task_id, None)
+
+    async def close(self) -> None:
+        """Stop the shim's own coroutines; the tasks' containers and processes keep running."""
+        for lc in list(self._lifecycles.values()):
+            lc.cancel()
+        for lc in list(self._lifecycles.values()):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await lc

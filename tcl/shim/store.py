@@ -1,0 +1,167 @@
+"""The task store: in-memory records, each persisted as ``<state-dir>/tasks/<id>/task.json``.
+
+``update`` is the only writer of a task's status. It consults the transition table, keeps the
+first termination reason (terminate is repeatable), persists atomically before returning and
+hands out copies, so no caller can change a record behind the store's back.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import threading
+import time
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, ValidationError
+
+from tcl.shim.api import Ports, TaskInfo, TaskSpec, TaskStatus, TerminationReason
+from tcl.shim.errors import IllegalTransition, NotFound, TaskExists
+from tcl.shim.files import write_atomic
+from tcl.shim.states import can_transition
+
+log = logging.getLogger(__name__)
+
+RECORD_VERSION = 1
+TASK_FILE = "task.json"
+
+
+class Handle(BaseModel):
+    """What an executor needs to find its workload again after a shim restart."""
+
+    container_id: str | None = None
+    pid: int | None = None
+    pid_start_time: float | None = None  # guards against pid reuse
+
+
+class TaskRecord(BaseModel):
+    """Persisted per task (versioned JSON). The spec is stored without registry credentials."""
+
+    version: Literal[1] = 1
+    spec: TaskSpec
+    info: TaskInfo
+    handle: Handle = Field(default_factory=Handle)
+
+
+class TaskStore:
+    def __init__(self, state_dir: Path) -> None:
+        self.tasks_dir = state_dir / "tasks"
+        self.tasks_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self._records: dict[str, TaskRecord] = {}
+        self._lock = threading.Lock()
+
+    def task_dir(self, task_id: str) -> Path:
+        return self.tasks_dir / task_id
+
+    # -- reads: copies only -------------------------------------------------------------------
+    def get(self, task_id: str) -> TaskRecord:
+        with self._lock:
+            rec = self._records.get(task_id)
+            if rec is None:
+                raise NotFound(f"no task {task_id!r}")
+            return rec.model_copy(deep=True)
+
+    def records(self) -> list[TaskRecord]:
+        with self._lock:
+            return [r.model_copy(deep=True) for r in self._records.values()]
+
+    def __contains__(self, task_id: object) -> bool:
+        with self._lock:
+            return task_id in self._records
+
+    # -- writes -------------------------------------------------------------------------------
+    def add(self, record: TaskRecord) -> TaskRecord:
+        spec = record.spec.model_copy(update={"registry_auth": None})
+        record = record.model_copy(update={"spec": spec}, deep=True)
+        with self._lock:
+            if record.info.id in self._records:
+                raise TaskExists(f"task {record.info.id!r} already exists")
+            self.task_dir(record.info.id).mkdir(mode=0o700, exist_ok=True)
+            self._persist(record)
+            self._records[record.info.id] = record
+            return record.model_copy(deep=True)
+
+    def update(
+        self,
+        task_id: str,
+        *,
+        status: TaskStatus | None = None,
+        reason: TerminationReason | None = None,
+        handle: Handle | None = None,
+        **info_changes: Any,
+    ) -> TaskRecord:
+        """Move a task (guarded by the transition table) and/or record facts about it."""
+        with self._lock:
+            rec = self._records.get(task_id)
+            if rec is None:
+                raise NotFound(f"no task {task_id!r}")
+            info = rec.info
+            changes: dict[str, Any] = dict(info_changes)
+            if status is not None:
+                if not can_transition(info.status, status):
+                    raise IllegalTransition(f"task {task_id!r}: {info.status} -> {status} refused")
+                changes["status"] = status
+                if status is TaskStatus.TERMINATED:
+                    if info.status is TaskStatus.TERMINATED:
+                        # Repeated terminate: the first reason, message and exit code stand.
+                        for key in ("termination_reason", "message", "exit_code"):
+                            changes.pop(key, None)
+                        if info.exit_code is None and info_changes.get("exit_code") is not None:
+                            changes["exit_code"] = info_changes["exit_code"]
+                    else:
+                        changes["termination_reason"] = reason or TerminationReason.DONE
+            elif info.status is TaskStatus.TERMINATED:
+                # Facts arriving after termination must not rewrite the outcome.
+                for key in ("termination_reason", "message"):
+                    changes.pop(key, None)
+            changes["updated_at"] = time.time()
+            new_info = info.model_copy(update=changes)
+            TaskInfo.model_validate(new_info.model_dump())  # refuse ill-typed changes early
+            new = rec.model_copy(update={"info": new_info, "handle": handle or rec.handle})
+            self._persist(new)
+            self._records[task_id] = new
+            return new.model_copy(deep=True)
+
+    def remove(self, task_id: str) -> None:
+        with self._lock:
+            if self._records.pop(task_id, None) is None:
+                raise NotFound(f"no task {task_id!r}")
+            shutil.rmtree(self.task_dir(task_id), ignore_errors=True)
+
+    # -- disk ---------------------------------------------------------------------------------
+    def _persist(self, record: TaskRecord) -> None:
+        path = self.task_dir(record.info.id) / TASK_FILE
+        write_atomic(path, record.model_dump_json(indent=1).encode())
+
+    def load(self) -> list[Path]:
+        """Read every task.json; return the task dirs that belong to no readable task."""
+        stray: list[Path] = []
+        with self._lock:
+            for d in sorted(self.tasks_dir.iterdir()):
+                if not d.is_dir():
+                    continue
+                path = d / TASK_FILE
+                try:
+                    raw = json.loads(path.read_text())
+                    if raw.get("version") != RECORD_VERSION:
+                        raise ValueError(f"unknown task.json version {raw.get('version')!r}")
+                    rec = TaskRecord.model_validate(raw)
+                    if rec.info.id != d.name:
+                        raise ValueError(f"task.json names {rec.info.id!r}")
+                except (OSError, ValueError, ValidationError) as e:
+                    log.warning("task dir %s has no usable task.json (%s)", d, e)
+                    stray.append(d)
+                    continue
+                self._records[rec.info.id] = rec
+        return stray
+
+
+def new_record(spec: TaskSpec, info_fields: dict[str, Any]) -> TaskRecord:
+    now = time.time()
+    info = TaskInfo(
+        id=spec.id, name=spec.name, status=TaskStatus.PENDING, image=spec.image,
+        created_at=now, updated_at=now, ports=Ports(), **info_fields,
+    )
+    return TaskRecord(spec=spec, info=info)

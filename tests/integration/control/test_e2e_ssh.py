@@ -1,0 +1,251 @@
+"""End to end through the real `tcl` command: sshd hosts, dockerd, shims from `tcl host setup`.
+
+Hosts (see conftest.py for the sshd testbed):
+* ``gpu-h100``: sshd on 127.0.0.1:2222 (root network namespace), shim with the docker executor
+  and fake accelerators h100:8, jobs in the runner image. Containers publish their runner and
+  sshd ports on the root namespace's loopback, which is what this host's sshd forwards to.
+* ``gpu-a100``: sshd inside netns ``infra-h1`` (10.213.0.11), shim with the process executor
+  and fake accelerators a100:4. A shim inside a netns can reach dockerd through its unix
+  socket, but the ports docker publishes live in the root namespace, out of reach of that
+  host's sshd; so this host runs jobs as processes (the runner binds the netns loopback).
+* ``dead``: nothing listens there; the solver must skip it with a reason.
+Both shims run from this checkout's venv (``shim_venv``: the filesystem is shared by the
+namespaces), which is how `tcl host setup` is pointed at hosts without PyPI access.
+Only the accelerators are fake (there is no GPU here); everything else is the real thing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.control.conftest import SshTestbed
+
+pytest.importorskip("tcl.shim.main", reason="the shim has not landed yet")
+
+TCL = str(Path(sys.executable).parent / "tcl")
+VENV = str(Path(sys.executable).parent.parent)
+N_LINES = 400
+
+JOB = f"""
+import os, sys, time
+for i in range({N_LINES}):
+    print(f"line {{i}}", flush=True)
+    if i % 40 == 0:
+        time.sleep(0.4)
+print("FILES", sorted(os.listdir(".")), flush=True)
+print("TRAIN", open("train.py").read().strip(), flush=True)
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Env:
+    home: Path
+    config: Path
+    repo: Path
+    shim_dirs: dict[str, Path]
+
+    def env(self) -> dict[str, str]:
+        return {
+            **os.environ,
+            "HOME": str(self.home),
+            "TCL_STATE_DIR": str(self.home / "state"),
+            "TCL_CONFIG": str(self.config),
+            "NO_COLOR": "1",
+            "COLUMNS": "200",
+        }
+
+    def tcl(
+        self, *args: str, check: bool = True, timeout: float = 180
+    ) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run(
+            [TCL, *args],
+            cwd=self.repo,
+            env=self.env(),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        if check and proc.returncode != 0:
+            pytest.fail(f"tcl {' '.join(args)} -> {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
+        return proc
+
+    def tcl_json(self, *args: str) -> Any:
+        return json.loads(self.tcl(*args, "--json").stdout)
+
+
+def _git(repo: Path, *args: str) -> None:
+    subprocess.run(
+        ["git", "-C", str(repo), "-c", "user.email=t@t", "-c", "user.name=t", *args],
+        check=True,
+        capture_output=True,
+    )
+
+
+@pytest.fixture(scope="module")
+def e2e(
+    ssh_testbed: SshTestbed, runner_image: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Env]:
+    root = tmp_path_factory.mktemp("e2e")
+    home, repo = root / "home", root / "repo"
+    home.mkdir()
+    repo.mkdir()
+    shim_dirs = {"gpu-h100": root / "shim-h100", "gpu-a100": root / "shim-a100"}
+    tb = ssh_testbed
+    common = (
+        f"user: root, identity_file: {tb.key}, known_hosts: {tb.known_hosts}, "
+        f"ssh_config_file: {tb.config}, connect_timeout_s: 3, shim_venv: {VENV}"
+    )
+    config = root / "config.yaml"
+    config.write_text(f"""
+hosts:
+  dead: {{type: ssh, ssh: 127.0.0.1, port: {_free_port()}, {common}}}
+  gpu-a100: {{type: ssh, ssh: 10.213.0.11, {common}, shim_port: {_free_port()},
+             shim_dir: {shim_dirs["gpu-a100"]}, executor: process, fake_accelerators: "a100:4"}}
+  gpu-h100: {{type: ssh, ssh: 127.0.0.1, port: 2222, {common}, shim_port: {_free_port()},
+             shim_dir: {shim_dirs["gpu-h100"]}, executor: docker, fake_accelerators: "h100:8",
+             image: "{runner_image}"}}
+priority: [dead, gpu-a100, gpu-h100]
+""")
+    env = Env(home, config, repo, shim_dirs)
+    _git(repo, "init", "-q")
+    (repo / ".gitignore").write_text("*.ckpt\n")
+    (repo / "train.py").write_text("print('committed')\n")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", "init")
+    (repo / "train.py").write_text("print('uncommitted edit')\n")
+    (repo / "untracked_new.py").write_text("x = 1\n")
+    (repo / "weights.ckpt").write_text("ignored\n")
+    try:
+        for host in ("gpu-h100", "gpu-a100"):
+            res = env.tcl("host", "setup", host, "--json")
+            info = json.loads(res.stdout)
+            assert info["started"].startswith("daemon"), info
+        yield env
+    finally:
+        for d in shim_dirs.values():
+            pid_file = d / "shim.pid"
+            if pid_file.exists():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(pid_file.read_text()), signal.SIGTERM)
+
+
+def test_hosts_check_lists_offers_and_unreachable(e2e: Env) -> None:
+    rows = {h["name"]: h for h in e2e.tcl_json("hosts", "--check")}
+    assert rows["dead"]["reachable"] is False and "ssh dead" in rows["dead"]["detail"]
+    assert rows["gpu-a100"]["detail"] == "a100: 4 of 4 free"
+    assert rows["gpu-h100"]["reachable"] is True
+    assert len(rows["gpu-h100"]["accelerators"]) == 8
+
+
+def test_nothing_fits_lists_each_host(e2e: Env) -> None:
+    res = e2e.tcl("submit", "--chip", "h100", "-n", "9", "--", "true", check=False)
+    assert res.returncode == 1
+    assert "nothing fits 9 x h100" in res.stderr
+    assert "  gpu-h100: h100: " in res.stderr and " of 8 free" in res.stderr
+    assert "  gpu-a100: a100: 4 of 4 free" in res.stderr
+    assert "  dead: unreachable: ssh dead" in res.stderr
+
+
+def _kill_connections(tb: SshTestbed) -> int:
+    """Kill every per-connection child of the 127.0.0.1:2222 sshd (cuts forwards too)."""
+    listener = tb.pid("lo")
+    out = subprocess.run(
+        ["ps", "-o", "pid=", "--ppid", str(listener)], capture_output=True, text=True, check=False
+    ).stdout.split()
+    for pid in out:
+        os.kill(int(pid), signal.SIGKILL)
+    return len(out)
+
+
+def test_submit_follow_through_a_cut_ssh_connection(e2e: Env, ssh_testbed: SshTestbed) -> None:
+    sub = e2e.tcl_json(
+        "submit", "--chip", "h100", "-n", "2", "-d", "--name", "e2e", "--", "python3", "-c", JOB
+    )
+    assert sub["host"] == "gpu-h100" and sub["accelerators"] == [0, 1]
+    assert sub["skipped"][0]["host"] == "dead"
+    assert sub["skipped"][0]["reason"].startswith("unreachable")
+    assert sub["code"]["uploaded_bytes"] > 0
+    follow = subprocess.Popen(
+        [TCL, "logs", "-f", sub["run_id"]],
+        cwd=e2e.repo,
+        env=e2e.env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert follow.stdout is not None
+    seen = []
+    cut = 0
+    for line in follow.stdout:
+        seen.append(line.rstrip("\n"))
+        if len(seen) == 120 and not cut:
+            cut = _kill_connections(ssh_testbed)
+    err = follow.stderr.read() if follow.stderr else ""
+    assert follow.wait(60) == 0, err
+    assert cut >= 1
+    assert "reconnecting" in err
+    logs = [s for s in seen if s.startswith("line ")]
+    assert logs == [f"line {i}" for i in range(N_LINES)]  # nothing lost, nothing repeated
+    files = next(s for s in seen if s.startswith("FILES"))
+    assert "untracked_new.py" in files and "weights.ckpt" not in files
+    assert "TRAIN print('uncommitted edit')" in seen
+    # kept locally: readable without the host
+    again = e2e.tcl("logs", sub["run_id"]).stdout.splitlines()
+    assert [s for s in again if s.startswith("line ")] == logs
+    # same tree again: nothing is uploaded
+    sub2 = e2e.tcl_json("submit", "--chip", "h100", "-n", "1", "-d", "--", "true")
+    assert sub2["code"]["sha256"] == sub["code"]["sha256"]
+    assert sub2["code"]["uploaded_bytes"] == 0
+
+
+def test_ps_ssh_stop(e2e: Env, docker_client: Any) -> None:
+    sub = e2e.tcl_json("submit", "--chip", "h100", "-n", "2", "-d", "--", "sleep", "300")
+    run_id = sub["run_id"]
+    rows = {r["run_id"]: r for r in e2e.tcl_json("ps")}
+    assert rows[run_id]["state"] == "running" and rows[run_id]["host"] == "gpu-h100"
+    res = e2e.tcl("ssh", run_id, "--", "hostname")
+    (container,) = docker_client.containers.list(
+        filters={"label": f"tcl.shim.task-id={sub['task_id']}"}
+    )
+    assert res.stdout.strip() == container.attrs["Config"]["Hostname"]
+    assert res.stdout.strip() != socket.gethostname()
+    stopped = e2e.tcl("stop", run_id)
+    assert "terminated" in stopped.stderr
+    rows = {r["run_id"]: r for r in e2e.tcl_json("ps", "-a")}
+    assert rows[run_id]["state"] == "terminated"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        container.reload()
+        if container.status != "running":
+            break
+        time.sleep(0.5)
+    assert container.status != "running"
+
+
+def test_bad_config_names_key_and_line(e2e: Env, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("hosts:\n  x:\n    type: ssh\n    ssh: h\n    shim_port: lots\n")
+    res = e2e.tcl("-c", str(bad), "ps", check=False)
+    assert res.returncode == 2
+    assert f"{bad}:5: hosts.x.shim_port:" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1

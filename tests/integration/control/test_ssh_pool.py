@@ -1,0 +1,112 @@
+"""The SSH pool against real sshd hosts: direct, jump host, forwards, errors, reconnects."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tcl.control.errors import SshAuthError, SshCommandError, SshConnectError
+from tcl.control.ssh import SshPool, SshTarget
+from tests.integration.control.conftest import SshTestbed
+
+
+def _target(tb: SshTestbed, name: str, host: str, **kw: object) -> SshTarget:
+    return SshTarget(
+        name=name, host=host, user="root", identity_file=tb.key, known_hosts=tb.known_hosts,
+        config_file=tb.config, connect_timeout_s=3.0, **kw,  # type: ignore[arg-type]
+    )  # fmt: skip
+
+
+@pytest.fixture
+def netns_http(tmp_path: Path) -> Iterator[int]:
+    """An HTTP server listening on 127.0.0.1 *inside* netns infra-h2 (only a forward reaches it)."""
+    (tmp_path / "index.html").write_text("inside-h2")
+    port = 18090 + os.getpid() % 500
+    proc = subprocess.Popen(
+        ["ip", "netns", "exec", "infra-h2", "python3", "-m", "http.server", str(port),
+         "--bind", "127.0.0.1", "--directory", str(tmp_path)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    time.sleep(0.8)
+    yield port
+    proc.terminate()
+    proc.wait(5)
+
+
+def _get(port: int) -> str:
+    return urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5).read().decode()
+
+
+async def test_direct_jump_forward_and_errors(ssh_testbed: SshTestbed, netns_http: int) -> None:
+    pool = SshPool()
+    lo = _target(ssh_testbed, "lo", "127.0.0.1", port=2222)
+    h2 = _target(ssh_testbed, "h2", "10.213.0.12", proxy_jump="127.0.0.1:2222")
+    try:
+        res = await pool.run(lo, ["echo", "a b;c"])  # argv is quoted: no shell injection
+        assert res.stdout == "a b;c\n"
+        res = await pool.run(h2, ["hostname", "-I"])
+        assert res.stdout.split() == ["10.213.0.12"]
+        assert pool.connects == 2  # the jump hop is not counted; one conn per target
+        await pool.run(h2, ["true"])
+        assert pool.connects == 2  # reused
+        port = await pool.forward(h2, netns_http)
+        assert await asyncio.to_thread(_get, port) == "inside-h2"
+        assert await pool.forward(h2, netns_http) == port  # reused
+        with pytest.raises(SshCommandError) as e:
+            await pool.run(h2, ["sh", "-c", "echo oops >&2; exit 3"])
+        assert e.value.remote_exit_code == 3 and "oops" in str(e.value)
+    finally:
+        await pool.close()
+
+
+async def test_unreachable_is_retried_then_translated(ssh_testbed: SshTestbed) -> None:
+    pool = SshPool()
+    dead = _target(ssh_testbed, "dead", "127.0.0.1", port=1, connect_attempts=3)
+    t0 = time.monotonic()
+    with pytest.raises(SshConnectError, match="ssh dead"):
+        await pool.run(dead, ["true"])
+    assert time.monotonic() - t0 < 10
+
+
+async def test_auth_error_is_not_retried(ssh_testbed: SshTestbed, tmp_path: Path) -> None:
+    other = tmp_path / "other_key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
+    pool = SshPool()
+    bad = SshTarget(
+        name="bad",
+        host="127.0.0.1",
+        port=2222,
+        user="root",
+        identity_file=str(other),
+        known_hosts=ssh_testbed.known_hosts,
+        config_file=ssh_testbed.config,
+    )
+    with pytest.raises(SshAuthError, match="permission denied"):
+        await pool.run(bad, ["true"])
+    assert pool.connects == 0
+
+
+async def test_reconnects_after_the_connection_is_cut(ssh_testbed: SshTestbed) -> None:
+    pool = SshPool()
+    lo = _target(ssh_testbed, "lo", "127.0.0.1", port=2222)
+    try:
+        res = await pool.run(lo, ["sh", "-c", "echo $PPID"])
+        # the per-connection sshd process is the parent of the shell's parent session
+        sess = int(res.stdout)
+        child = int(Path(f"/proc/{sess}/stat").read_text().split()[3])
+        conn_pid = child if child != ssh_testbed.pid("lo") else sess
+        os.kill(conn_pid, signal.SIGKILL)
+        await asyncio.sleep(0.5)
+        res = await pool.run(lo, ["echo", "again"])
+        assert res.stdout == "again\n"
+        assert pool.connects == 2
+    finally:
+        await pool.close()

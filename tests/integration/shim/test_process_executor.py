@@ -1,0 +1,80 @@
+"""The shim with the process executor: the same scenario as with Docker, on a host without it.
+
+Docker is made unreachable for the shim (DOCKER_HOST points nowhere), so only the process
+executor exists; the runner is the real ``tcl-runner`` from this environment.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import psutil
+import pytest
+
+from tcl.runner.api import RunnerState
+from tcl.shim.api import ExecutorKind, NetworkMode, TaskSpec, TaskStatus, TerminationReason
+from tcl.shim.errors import ExecutorUnavailable, NoCapacity, TaskNotTerminated
+from tests.integration.shim.conftest import ShimFactory
+from tests.integration.shim.harness import job_outcome, start_job, wait_status
+
+NO_DOCKER = {"DOCKER_HOST": "unix:///nonexistent/docker.sock"}
+PRINT_GPUS = ["python3", "-c",
+              "import os, time; time.sleep(2); print('gpus=' + os.environ['CUDA_VISIBLE_DEVICES'])"]
+
+
+async def test_process_executor_scenario(make_shim: ShimFactory) -> None:
+    shim = await make_shim("--fake-accelerators", "h100:2", env=NO_DOCKER)
+    async with shim.client() as c:
+        assert (await c.host()).executors == [ExecutorKind.PROCESS]
+        with pytest.raises(ExecutorUnavailable, match="docker"):
+            await c.submit_task(TaskSpec(id="d", image="x", executor=ExecutorKind.DOCKER))
+        a = await c.submit_task(TaskSpec(id="a", accelerators=1))
+        b = await c.submit_task(TaskSpec(id="b", accelerators=1))
+        assert (a.accelerators, b.accelerators) == ([0], [1])
+        assert a.executor is ExecutorKind.PROCESS and a.network is NetworkMode.HOST
+        with pytest.raises(NoCapacity):
+            await c.submit_task(TaskSpec(id="c", accelerators=1))
+        a = await wait_status(c, "a", TaskStatus.RUNNING)
+        b = await wait_status(c, "b", TaskStatus.RUNNING)
+        assert a.ports.runner and b.ports.runner and a.ports.runner != b.ports.runner
+        assert a.ports.ssh is None
+        await start_job(a.ports.runner, PRINT_GPUS)
+        await start_job(b.ports.runner, PRINT_GPUS)
+        with pytest.raises(TaskNotTerminated):
+            await c.remove_task("a")
+
+    shim.kill(signal.SIGKILL)  # mid-job
+    pid = _runner_pid(shim.state_dir / "tasks" / "a" / "task.json")
+    assert psutil.pid_exists(pid)  # the runner outlived the shim (own session)
+    shim2 = await make_shim("--fake-accelerators", "h100:2", env=NO_DOCKER, port=shim.port)
+    async with shim2.client() as c:
+        after = await c.get_task("a")
+        assert after.status is TaskStatus.RUNNING
+        assert after.accelerators == [0] and after.ports == a.ports
+        with pytest.raises(NoCapacity):
+            await c.submit_task(TaskSpec(id="c", accelerators=1))
+        for info in (a, b):
+            state, stdout = await job_outcome(info.ports.runner or 0)
+            assert state is RunnerState.SUCCEEDED
+            assert f"gpus={info.accelerators[0]}" in stdout
+        done = await c.terminate_task("a", timeout_s=10)
+        assert done.termination_reason is TerminationReason.STOPPED_BY_USER
+        assert done.exit_code == 0  # read from the wrapper's exit file: not the new shim's child
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+        # b's runner is killed behind the shim's back: reported, not lost.
+        os.killpg(_runner_pid(shim.state_dir / "tasks" / "b" / "task.json"), signal.SIGKILL)
+        gone = await wait_status(c, "b", TaskStatus.TERMINATED, timeout_s=20)
+        assert gone.termination_reason in (TerminationReason.VANISHED, TerminationReason.FAILED)
+        await c.remove_task("a")
+        await c.remove_task("b")
+        assert (await c.list_tasks()) == []
+
+
+def _runner_pid(task_json: os.PathLike[str]) -> int:
+    import json
+    from pathlib import Path
+
+    pid = json.loads(Path(task_json).read_text())["handle"]["pid"]
+    assert isinstance(pid, int)
+    return pid

@@ -1,0 +1,119 @@
+"""Shipping: what goes into the snapshot, determinism, caching, the size-limit error."""
+
+from __future__ import annotations
+
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from tcl.control.errors import CodeTooLargeError
+from tcl.control.ignore import IgnoreRules
+from tcl.control.shipping import snapshot
+
+
+def _git(repo: Path, *args: str) -> None:
+    subprocess.run(
+        ["git", "-C", str(repo), "-c", "user.email=t@t", "-c", "user.name=t", *args],
+        check=True, capture_output=True,
+    )  # fmt: skip
+
+
+def _names(tar_path: Path) -> dict[str, bytes]:
+    out = {}
+    with tarfile.open(tar_path) as t:
+        for m in t.getmembers():
+            f = t.extractfile(m)
+            out[m.name] = f.read() if f else b""
+    return out
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    r = tmp_path / "repo"
+    r.mkdir()
+    _git(r, "init", "-q")
+    (r / ".gitignore").write_text("*.ckpt\nbuild/\n")
+    (r / "train.py").write_text("print('v1')\n")
+    (r / "deleted.py").write_text("x\n")
+    (r / "pkg").mkdir()
+    (r / "pkg" / "mod.py").write_text("A = 1\n")
+    _git(r, "add", "-A")
+    _git(r, "commit", "-q", "-m", "init")
+    return r
+
+
+def test_git_snapshot_contents(repo: Path, tmp_path: Path) -> None:
+    (repo / "train.py").write_text("print('v2 uncommitted')\n")  # uncommitted edit
+    (repo / "new_untracked.py").write_text("new\n")  # untracked, not ignored
+    (repo / "weights.ckpt").write_text("big\n")  # ignored by .gitignore
+    (repo / "build").mkdir()
+    (repo / "build" / "out.o").write_text("o\n")
+    (repo / "secret.env").write_text("TOKEN=1\n")
+    (repo / ".tclignore").write_text("secret.env\n")
+    (repo / "deleted.py").unlink()  # tracked, deleted in the work tree
+    snap = snapshot(repo / "pkg", tmp_path / "cache", 10**9)  # from a subdirectory
+    files = _names(snap.tarball)
+    assert snap.git and snap.root == repo.resolve()
+    assert files["train.py"] == b"print('v2 uncommitted')\n"
+    assert "new_untracked.py" in files and "pkg/mod.py" in files
+    for gone in ("weights.ckpt", "build/out.o", "secret.env", "deleted.py"):
+        assert gone not in files
+    assert not any(n.startswith(".git/") for n in files)
+
+
+def test_deterministic_and_cached(repo: Path, tmp_path: Path) -> None:
+    a = snapshot(repo, tmp_path / "c1", 10**9)
+    b = snapshot(repo, tmp_path / "c2", 10**9)  # separate cache: rebuilt from scratch
+    assert a.sha256 == b.sha256 and a.tarball.read_bytes() == b.tarball.read_bytes()
+    again = snapshot(repo, tmp_path / "c1", 10**9)
+    assert again.tarball == a.tarball
+    (repo / "train.py").write_text("print('changed')\n")
+    assert snapshot(repo, tmp_path / "c1", 10**9).sha256 != a.sha256
+
+
+def test_plain_directory_uses_tclignore(tmp_path: Path) -> None:
+    d = tmp_path / "plain"
+    (d / "data").mkdir(parents=True)
+    (d / "a.py").write_text("a\n")
+    (d / "data" / "x.bin").write_text("x\n")
+    (d / "keep.log").write_text("k\n")
+    (d / "drop.log").write_text("d\n")
+    (d / ".tclignore").write_text("data/\n*.log\n!keep.log\n")
+    snap = snapshot(d, tmp_path / "cache", 10**9)
+    assert not snap.git
+    assert set(_names(snap.tarball)) == {".tclignore", "a.py", "keep.log"}
+
+
+def test_size_limit_names_limit_and_five_largest(tmp_path: Path) -> None:
+    d = tmp_path / "big"
+    d.mkdir()
+    for i in range(7):
+        (d / f"f{i}.bin").write_bytes(b"x" * (1000 * (i + 1)))
+    with pytest.raises(CodeTooLargeError) as e:
+        snapshot(d, tmp_path / "cache", 5000)
+    msg = str(e.value)
+    assert "limit of 4.9 KB" in msg
+    for i in (6, 5, 4, 3, 2):
+        assert f"f{i}.bin" in msg
+    assert "f1.bin" not in msg and "f0.bin" not in msg
+
+
+@pytest.mark.parametrize(
+    ("pattern", "path", "is_dir", "expected"),
+    [
+        ("*.py", "a/b/c.py", False, True),
+        ("/top.txt", "top.txt", False, True),
+        ("/top.txt", "sub/top.txt", False, False),
+        ("logs/", "logs", True, True),
+        ("logs/", "logs", False, False),
+        ("logs/", "logs/x.txt", False, True),
+        ("a/**/z", "a/b/c/z", False, True),
+        ("**/cache", "x/y/cache", True, True),
+        ("data?.csv", "data1.csv", False, True),
+        ("data[0-2].csv", "data3.csv", False, False),
+    ],
+)
+def test_ignore_patterns(pattern: str, path: str, is_dir: bool, expected: bool) -> None:
+    assert IgnoreRules([pattern]).ignored(path, is_dir) is expected

@@ -1,0 +1,56 @@
+"""State store on SQLite (WAL); the same checks run on PostgreSQL in tests/integration."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tcl.control.errors import RunNotFoundError
+from tcl.control.states import RunState
+from tcl.control.store import Store
+
+
+def exercise_store(store: Store) -> None:
+    """Shared by the SQLite and the PostgreSQL test."""
+    run = store.create_run("train-abc123", "train", {"argv": ["python", "x.py"], "chips": 2})
+    assert run.state is RunState.PENDING
+    store.create_run("eval-def456", "eval", {"argv": ["true"]})
+    assert store.resolve("train").id == "train-abc123"  # by name
+    assert store.resolve("eval-d").id == "eval-def456"  # by unique prefix
+    with pytest.raises(RunNotFoundError):
+        store.resolve("zzz")
+    # the guarded writer refuses an illegal move and keeps the row as it was
+    assert store.set_state(run.id, RunState.RUNNING) is False
+    assert store.get_run(run.id).state is RunState.PENDING
+    assert store.set_state(run.id, RunState.PROVISIONING)
+    store.set_placement(run.id, "gpu1", "ssh", "ab" * 32)
+    att = store.add_attempt(run.id, "gpu1", "ssh", {"task_id": "t1", "shim_port": 10998})
+    assert att.attempt == 0
+    store.update_attempt(run.id, 0, log_cursor=7, state=RunState.RUNNING)
+    store.update_attempt(run.id, 0, log_cursor=3)  # a cursor never moves back
+    latest = store.latest_attempt(run.id)
+    assert latest is not None and latest.log_cursor == 7 and latest.handle["task_id"] == "t1"
+    assert store.set_state(run.id, RunState.RUNNING)
+    assert store.set_state(run.id, RunState.SUCCEEDED, exit_code=0)
+    # a late TERMINATED after the outcome is refused; the first outcome is kept
+    assert store.set_state(run.id, RunState.TERMINATED) is False
+    assert store.set_state(run.id, RunState.SUCCEEDED, exit_code=9)
+    final = store.get_run(run.id)
+    assert final.state is RunState.SUCCEEDED and final.exit_code == 0 and final.host == "gpu1"
+    assert [r.id for r in store.list_runs(include_final=False)] == ["eval-def456"]
+    assert len(store.list_runs()) == 2
+
+
+def test_sqlite_store(tmp_path: Path) -> None:
+    store = Store(f"sqlite:///{tmp_path / 'tcl.db'}")
+    try:
+        exercise_store(store)
+        with store.engine.connect() as c:
+            assert c.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+    finally:
+        store.close()
+    # reopening keeps the data
+    again = Store(f"sqlite:///{tmp_path / 'tcl.db'}")
+    assert again.get_run("train-abc123").state is RunState.SUCCEEDED
+    again.close()

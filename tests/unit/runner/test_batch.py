@@ -1,0 +1,172 @@
+"""Batch mode and the command line, run as real processes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from tcl.runner.api import CodeRef, JobSpec
+from tcl.runner.events import EventLog
+
+from .conftest import PY, sha, tarball
+
+RUNNER = [sys.executable, "-m", "tcl.runner.main"]
+
+
+def write_spec(tmp_path: Path, spec: JobSpec) -> Path:
+    path = tmp_path / "spec.json"
+    path.write_text(spec.model_dump_json())
+    return path
+
+
+def test_batch_runs_the_job_and_writes_status_and_events(tmp_path: Path) -> None:
+    code = tarball({"job.py": b"import os; print('hi', os.environ['S']); raise SystemExit(4)"})
+    (tmp_path / "code.tgz").write_bytes(code)
+    spec = JobSpec(
+        run_id="b1",
+        argv=[PY, "job.py"],
+        secrets={"S": "topsecret"},
+        code=CodeRef(sha256=sha(code), size=len(code)),
+    )
+    state_dir = tmp_path / "state"
+    proc = subprocess.run(
+        [
+            *RUNNER,
+            "batch",
+            "--spec",
+            str(write_spec(tmp_path, spec)),
+            "--code",
+            str(tmp_path / "code.tgz"),
+            "--state-dir",
+            str(state_dir),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 4, proc.stderr
+    status = json.loads((state_dir / "status.json").read_text())
+    assert (status["version"], status["run_id"], status["state"], status["exit_code"]) == (
+        1,
+        "b1",
+        "failed",
+        4,
+    )
+    events, _ = EventLog(state_dir / "events").read(0)
+    assert [e.state for e in events if e.state] == [
+        "waiting_spec",
+        "waiting_code",
+        "ready",
+        "running",
+        "failed",
+    ]
+    assert "hi ***\n" in [e.data for e in events]
+    assert b"topsecret" not in (state_dir / "events" / "events.jsonl").read_bytes()
+
+
+def test_batch_refuses_a_bad_spec_naming_the_field(tmp_path: Path) -> None:
+    bad = tmp_path / "spec.json"
+    bad.write_text(json.dumps({"run_id": "x", "argv": ["true"], "max_duration_s": -1}))
+    proc = subprocess.run(
+        [*RUNNER, "batch", "--spec", str(bad), "--state-dir", str(tmp_path / "s")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 2 and "max_duration_s" in proc.stderr
+
+
+def test_batch_with_a_wrong_code_hash_never_runs(tmp_path: Path) -> None:
+    code = tarball({"job.py": b"print(1)"})
+    (tmp_path / "code.tgz").write_bytes(code + b"x")
+    spec = JobSpec(run_id="b", argv=[PY, "job.py"], code=CodeRef(sha256=sha(code), size=len(code)))
+    state_dir = tmp_path / "state"
+    proc = subprocess.run(
+        [
+            *RUNNER,
+            "batch",
+            "--spec",
+            str(write_spec(tmp_path, spec)),
+            "--code",
+            str(tmp_path / "code.tgz"),
+            "--state-dir",
+            str(state_dir),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 2 and "sha256" in proc.stderr
+    assert json.loads((state_dir / "status.json").read_text())["state"] == "terminated"
+    assert not (state_dir / "work").exists()
+
+
+def test_openapi_is_generated_from_the_models() -> None:
+    proc = subprocess.run(
+        [*RUNNER, "openapi"], capture_output=True, text=True, timeout=60, check=True
+    )
+    spec = json.loads(proc.stdout)
+    assert {
+        "/api/submit",
+        "/api/code",
+        "/api/run",
+        "/api/events",
+        "/api/stop",
+        "/api/metrics",
+        "/api/healthcheck",
+    } <= set(spec["paths"])
+    assert "JobSpec" in spec["components"]["schemas"]
+
+
+def test_start_up_imports_nothing_heavy() -> None:
+    probe = (
+        "import sys; import tcl.runner.main, tcl.runner.server, tcl.runner.app;"
+        "heavy = ('jax', 'asyncssh', 'docker', 'psutil', 'sqlalchemy');"
+        "bad = [m for m in heavy if m in sys.modules];"
+        "print(bad)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
+    ).stdout
+    assert out.strip() == "[]"
+
+
+async def test_batch_serve_offers_live_logs(tmp_path: Path) -> None:
+    import asyncio
+    import socket
+
+    from tcl.runner.client import RunnerClient
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    prog = "import time\nfor i in range(5):\n    print('tick', i, flush=True); time.sleep(0.1)\n"
+    spec = JobSpec(run_id="bs", argv=[PY, "-c", prog])
+    proc = await asyncio.create_subprocess_exec(
+        *RUNNER,
+        "batch",
+        "--spec",
+        str(write_spec(tmp_path, spec)),
+        "--state-dir",
+        str(tmp_path / "state"),
+        "--serve",
+        f"127.0.0.1:{port}",
+        "--linger-s",
+        "2",
+    )
+    try:
+        async with RunnerClient(f"http://127.0.0.1:{port}") as client:
+            await client.wait_healthy(timeout_s=20)
+            events = [e async for e in client.follow(0)]
+        out = "".join(e.data or "" for e in events if e.stream == "stdout")
+        assert out.splitlines() == [f"tick {i}" for i in range(5)]
+        assert await asyncio.wait_for(proc.wait(), 20) == 0
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
