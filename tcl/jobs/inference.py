@@ -126,7 +126,7 @@ class InferenceJob(RestoreableJob[C], Generic[C, M]):
                               f"exceeds block_size {self.block_size}",
                               key="architecture/block_size")
         key = key if key is not None else jax.random.key(0)
-        with self.mesh, nn.logical_axis_rules(RULES):
+        with jax.set_mesh(self.mesh), nn.logical_axis_rules(RULES):
             out = _generate(self.model, self.state.params, jnp.asarray(tokens),
                             jnp.asarray(mask), key, max_new_tokens, float(temperature))
         new = np.asarray(jax.device_get(out))
@@ -138,15 +138,15 @@ def _generate(model: nn.Module, params: Any, tokens_BP: jax.Array, valid_BP: jax
               key: jax.Array, n_new: int, temperature: float) -> jax.Array:
     """Prefill the cache with the prompt, then decode `n_new` tokens one at a time."""
     pos_BP = jnp.maximum(jnp.cumsum(valid_BP, axis=1) - 1, 0).astype(jnp.int32)
-    cache = model.init(jax.random.key(0), tokens_BP, pos_BP, valid_BP, decode=True)["cache"]
 
     def pick(logits_BV: jax.Array, k: jax.Array) -> jax.Array:
         if temperature == 0.0:
             return jnp.argmax(logits_BV, axis=-1).astype(jnp.int32)
         return jax.random.categorical(k, logits_BV / temperature).astype(jnp.int32)
 
-    logits, upd = model.apply({"params": params, "cache": cache}, tokens_BP, pos_BP, valid_BP,
-                              decode=True, mutable=["cache"])
+    # No "cache" collection yet: the first decode call creates it (empty) and fills the prompt.
+    logits, upd = model.apply({"params": params}, tokens_BP, pos_BP, valid_BP, decode=True,
+                              mutable=["cache"])
     first = pick(logits[:, -1], jax.random.fold_in(key, 0))
 
     def body(carry: Any, i: jax.Array) -> Any:

@@ -153,8 +153,7 @@ class BaseTrainer(RestoreableJob[C], Generic[C, M]):
         abstract = jax.eval_shape(init_boxed, init_key)
         shardings = logical_shardings(abstract, self.mesh)
         init = jax.jit(lambda k: nn.meta.unbox(init_boxed(k)), out_shardings=shardings)
-        with self.mesh, nn.logical_axis_rules(RULES):
-            state = init(init_key)
+        state = init(init_key)  # born sharded (out_shardings); no mesh context needed
         return state, shardings
 
     def _loss_only(self, params: Any, tokens: jax.Array) -> jax.Array:
@@ -182,7 +181,7 @@ class BaseTrainer(RestoreableJob[C], Generic[C, M]):
                 (loss, grads), _ = jax.lax.scan(micro, zeros, (tokens_ABT1, jnp.arange(accum)))
                 loss, grads = jax.tree.map(lambda x: x / accum, (loss, grads))
             new_state = state.apply_gradients(grads=grads)
-            return new_state, {"loss": loss, "grad_norm": optax.global_norm(grads)}
+            return new_state, {"loss": loss, "grad_norm": optax.tree.norm(grads)}
 
         self.batch_sharding = batch_sharding(self.mesh, 3, batch_axis=1)
         return jax.jit(train_step, in_shardings=(self.state_sharding, self.batch_sharding, None),
@@ -246,7 +245,7 @@ class BaseTrainer(RestoreableJob[C], Generic[C, M]):
         pending: list[dict[str, jax.Array]] = []
         t_last, step_last = time.perf_counter(), self.global_step_counter_
         try:
-            with self.mesh, nn.logical_axis_rules(RULES):
+            with jax.set_mesh(self.mesh), nn.logical_axis_rules(RULES):
                 while self.global_step_counter_ < a.total_steps:
                     if self.stop_requested():
                         suffix = step_suffix(self.global_step_counter_)

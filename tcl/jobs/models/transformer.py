@@ -30,12 +30,16 @@ class Attention(nn.Module):
     def __call__(self, x_BTD: jax.Array, pos_BT: jax.Array, valid_BT: jax.Array,
                  decode: bool) -> jax.Array:
         c = self.cfg
-        proj = {
-            name: nn.DenseGeneral((c.n_heads, c.head_dim), dtype=self.dtype, use_bias=False,
-                                  kernel_init=_init(("embed", "heads", "kv")), name=name)
-            for name in ("query", "key", "value")
-        }
-        q_BTNH, k_BTNH, v_BTNH = (proj[n](x_BTD) for n in ("query", "key", "value"))
+        # Explicit kernels (not DenseGeneral, whose flattened init breaks logical sharding).
+        def kernel(name: str, shape: tuple[int, ...], axes: tuple[str, ...]) -> jax.Array:
+            w: jax.Array = self.param(name, _init(axes), shape)
+            return w.astype(self.dtype)
+
+        qkv = (c.d_model, c.n_heads, c.head_dim)
+        x = x_BTD.astype(self.dtype)
+        q_BTNH, k_BTNH, v_BTNH = (
+            jnp.einsum("btd,dnh->btnh", x, kernel(n, qkv, ("embed", "heads", "kv")))
+            for n in ("query", "key", "value"))
         T = x_BTD.shape[1]
         if decode:
             k_BSNH, v_BSNH, kpos_BS, kvalid_BS = self._update_cache(k_BTNH, v_BTNH, pos_BT,
@@ -50,8 +54,8 @@ class Attention(nn.Module):
             q_BTNH, k_BSNH.astype(q_BTNH.dtype), v_BSNH.astype(q_BTNH.dtype),
             mask=mask_BTS[:, None],
             implementation=cast(Literal["xla", "cudnn"] | None, c.attention_impl))
-        return nn.DenseGeneral(c.d_model, axis=(-2, -1), dtype=self.dtype, use_bias=False,
-                               kernel_init=_init(("heads", "kv", "embed")), name="out")(out_BTNH)
+        w_out = kernel("out", (c.n_heads, c.head_dim, c.d_model), ("heads", "kv", "embed"))
+        return jnp.einsum("btnh,nhd->btd", out_BTNH, w_out)
 
     def _update_cache(self, k_BTNH: jax.Array, v_BTNH: jax.Array, pos_BT: jax.Array,
                       valid_BT: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
