@@ -22,8 +22,18 @@ async def local_runner() -> AsyncIterator[tuple[RunnerClient, subprocess.Popen[b
         state = Path(tmp) / "state"
         port_file = Path(tmp) / "port"
         proc = subprocess.Popen(
-            [sys.executable, "-m", "tcl.runner.main", "serve", "--port", "0",
-             "--port-file", str(port_file), "--state-dir", str(state)],
+            [
+                sys.executable,
+                "-m",
+                "tcl.runner.main",
+                "serve",
+                "--port",
+                "0",
+                "--port-file",
+                str(port_file),
+                "--state-dir",
+                str(state),
+            ],
         )
         try:
             while not port_file.exists():

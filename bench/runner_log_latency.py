@@ -82,8 +82,10 @@ def main() -> None:
     print(f"lines={args.lines} interval={args.interval_ms} ms")
     print(f"pipe:   p50 {p50p:.2f} ms  p99 {p99p:.2f} ms")
     print(f"runner: p50 {p50r:.2f} ms  p99 {p99r:.2f} ms  (printed -> WebSocket follower)")
-    print(f"added by the runner: p50 {p50r - p50p:.2f} ms, p99 {p99r - p99p:.2f} ms; "
-          f"ratio p50 runner/pipe {p50r / p50p:.1f}  (target p50 < 5 ms)")
+    print(
+        f"added by the runner: p50 {p50r - p50p:.2f} ms, p99 {p99r - p99p:.2f} ms; "
+        f"ratio p50 runner/pipe {p50r / p50p:.1f}  (target p50 < 5 ms)"
+    )
 
 
 if __name__ == "__main__":

@@ -262,3 +262,14 @@ async def test_output_written_while_stopping_comes_before_the_terminal_state(
     assert events[-1].state is S.TERMINATED and events[-1].exit_code == 0
     out = "".join(e.data or "" for e in events if e.stream is LogStream.STDOUT)
     assert out.splitlines()[1:] == [f"cleanup {i}" for i in range(2000)]
+
+
+async def test_output_of_a_child_outliving_the_job_is_drained_before_the_end(
+    client: RunnerClient,
+) -> None:
+    # The main process exits at once; its child still holds stdout and writes 0.3 s later.
+    await client.submit(JobSpec(run_id="r", argv=["sh", "-c", "(sleep 0.3; echo late) & exit 0"]))
+    await client.run()
+    text, states, exit_code = await collect(client)
+    assert text[LogStream.STDOUT] == "late\n"
+    assert (states[-1], exit_code) == (S.SUCCEEDED, 0)
