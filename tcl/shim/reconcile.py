@@ -31,7 +31,9 @@ from tcl.shim.store import Handle, TaskRecord
 log = logging.getLogger(__name__)
 
 LEFTOVER_STOP_TIMEOUT_S = 5.0
-TERMINATED_CHECK_EVERY = 10  # passes; leftovers of terminated tasks are rare (cancel races)
+# Every this many passes: leftovers of terminated tasks (cancel races) and orphans are rare,
+# and looking for them costs a process-table scan or a container listing.
+TERMINATED_CHECK_EVERY = 10
 OUTSIDE_USAGE_EVERY_S = 10.0
 
 
@@ -106,7 +108,9 @@ class Reconciler:
                 obs = observed.get(rec.info.id)
                 if obs is not None and not svc.is_busy(rec.info.id):
                     await self._settle(rec, obs, after_restart)
-            known = {r.info.id for r in svc.store.records()}
+            if not check_terminated:
+                continue  # orphans are rare: look for them at start and every few passes
+            known = {r.info.id for r in svc.store.records()} | svc.submitting
             try:
                 for name in await executor.orphans(known):
                     await executor.remove_orphan(name)

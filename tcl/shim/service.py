@@ -86,6 +86,11 @@ class TaskService:
     def list_tasks(self) -> list[TaskInfo]:
         return sorted((r.info for r in self.store.records()), key=lambda i: i.created_at)
 
+    @property
+    def submitting(self) -> set[str]:
+        """Ids being recorded right now (not yet in the store)."""
+        return set(self._submitting)
+
     def is_busy(self, task_id: str) -> bool:
         """True while this shim's own code (lifecycle or terminate) is moving the task."""
         lc = self._lifecycles.get(task_id)

@@ -36,6 +36,7 @@ def pull_image(
     last_done = -1
     last_progress_at = time.monotonic()
     last_status: dict[str, str] = {}
+    reported = 0.0
     try:
         for event in _pull_stream(api, repo, tag or "latest", auth, stall_timeout_s):
             if cancel.is_set():
@@ -59,8 +60,9 @@ def pull_image(
                 last_progress_at = time.monotonic()
             elif time.monotonic() - last_progress_at > stall_timeout_s:
                 raise ImageError(f"pull of {image} made no progress for {stall_timeout_s:g} s")
-            if total:
-                progress(min(done / total, 1.0))
+            if total:  # layer sizes become known one by one: never report going backwards
+                reported = max(reported, min(done / total, 1.0))
+                progress(reported)
     except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError) as e:
         if isinstance(e, requests.exceptions.ReadTimeout) or "timed out" in str(e).lower():
             raise ImageError(
