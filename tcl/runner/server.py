@@ -45,6 +45,9 @@ class Server:
             lifespan="off",
             ws="websockets-sansio",
             access_log=False,
+            # Log text compresses well, but deflating every event costs the runner more CPU
+            # than the job's output costs to produce; SSH can compress the tunnel instead.
+            ws_per_message_deflate=False,
             timeout_graceful_shutdown=2,
         )
         self._server = uvicorn.Server(config)
