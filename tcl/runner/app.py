@@ -45,6 +45,7 @@ ERROR_STATUS: dict[type[errors.RunnerError], int] = {
     errors.InvalidSpec: 422,
     errors.UnsafeArchive: 422,
     errors.PayloadTooLarge: 413,
+    errors.StorageError: 500,
     errors.ExecutorError: 500,
     errors.RunnerError: 500,
 }
@@ -255,13 +256,21 @@ def create_app(runner: Runner | None) -> Starlette:
         assert isinstance(exc, RequestInvalid)
         return _error(422, exc.code, exc.detail)
 
+    async def internal(_: Request, exc: Exception) -> Response:
+        # A bug, not bad input: still JSON, without internals beyond the exception's type.
+        return _error(500, "internal_error", type(exc).__name__)
+
     routes: list[Route | WebSocketRoute] = [
         Route(r.path, _endpoint(r.handler, runner), methods=[r.method]) for r in ROUTES
     ]
     routes.append(WebSocketRoute("/api/logs", _logs_endpoint(runner)))
     app = Starlette(
         routes=routes,
-        exception_handlers={errors.RunnerError: runner_error, RequestInvalid: request_invalid},
+        exception_handlers={
+            errors.RunnerError: runner_error,
+            RequestInvalid: request_invalid,
+            Exception: internal,
+        },
     )
     app.add_middleware(BodyLimit, max_bytes=MAX_JSON_BODY_BYTES)
     app.state.runner = runner

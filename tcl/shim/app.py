@@ -55,9 +55,8 @@ def _error(status: int, body: ErrorBody, headers: dict[str, str] | None = None) 
 
 async def _shim_error(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, ShimError)
-    body = ErrorBody(
-        error=exc.code, detail=exc.detail, free=exc.free if isinstance(exc, NoCapacity) else None
-    )
+    body = ErrorBody(error=exc.code, detail=exc.detail,
+                     free=exc.free if isinstance(exc, NoCapacity) else None)
     headers = {"WWW-Authenticate": "Bearer"} if isinstance(exc, Unauthorized) else None
     return _error(status_for(exc), body, headers)
 
@@ -66,12 +65,8 @@ async def _validation_error(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
     # Never echo the offending input back: it may hold registry credentials.
     detail: list[dict[str, object]] = [
-        {
-            "loc": list(e.get("loc", ())),
-            "field": ".".join(str(p) for p in e.get("loc", ())[1:]),
-            "msg": e.get("msg", ""),
-            "type": e.get("type", ""),
-        }
+        {"loc": list(e.get("loc", ())), "field": ".".join(str(p) for p in e.get("loc", ())[1:]),
+         "msg": e.get("msg", ""), "type": e.get("type", "")}
         for e in exc.errors()
     ]
     return _error(422, ErrorBody(error="invalid_request", detail=detail))
@@ -102,12 +97,9 @@ class ServerTiming:
         await self.app(scope, receive, timed_send)
 
 
-def create_app(
-    service: TaskService,
-    token: str,
-    on_startup: Callable[[], Awaitable[None]] | None = None,
-    on_shutdown: Callable[[], Awaitable[None]] | None = None,
-) -> FastAPI:
+def create_app(service: TaskService, token: str,
+               on_startup: Callable[[], Awaitable[None]] | None = None,
+               on_shutdown: Callable[[], Awaitable[None]] | None = None) -> FastAPI:
     async def require_token(
         creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
     ) -> None:
@@ -130,9 +122,7 @@ def create_app(
     app.add_exception_handler(RequestValidationError, _validation_error)
     router = APIRouter(prefix="/api", dependencies=[Depends(require_token)])
     errors: dict[int | str, dict[str, Any]] = {
-        401: {"model": ErrorBody},
-        404: {"model": ErrorBody},
-        409: {"model": ErrorBody},
+        401: {"model": ErrorBody}, 404: {"model": ErrorBody}, 409: {"model": ErrorBody},
         422: {"model": ErrorBody},
     }
 

@@ -95,20 +95,8 @@ class ProtocolError(ShimError):
 
 
 ALL_ERRORS: tuple[type[ShimError], ...] = (
-    ShimError,
-    BadRequest,
-    ExecutorUnavailable,
-    Unauthorized,
-    NotFound,
-    Conflict,
-    TaskExists,
-    NoCapacity,
-    TaskNotTerminated,
-    IllegalTransition,
-    ExecutorError,
-    ImageError,
-    ContainerError,
-    ShimUnavailable,
-    ProtocolError,
+    ShimError, BadRequest, ExecutorUnavailable, Unauthorized, NotFound, Conflict, TaskExists,
+    NoCapacity, TaskNotTerminated, IllegalTransition, ExecutorError, ImageError, ContainerError,
+    ShimUnavailable, ProtocolError,
 )
 BY_CODE: dict[str, type[ShimError]] = {cls.code: cls for cls in ALL_ERRORS}

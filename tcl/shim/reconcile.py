@@ -31,7 +31,9 @@ from tcl.shim.store import Handle, TaskRecord
 log = logging.getLogger(__name__)
 
 LEFTOVER_STOP_TIMEOUT_S = 5.0
-TERMINATED_CHECK_EVERY = 10  # passes; leftovers of terminated tasks are rare (cancel races)
+# Every this many passes: leftovers of terminated tasks (cancel races) and orphans are rare,
+# and looking for them costs a process-table scan or a container listing.
+TERMINATED_CHECK_EVERY = 10
 OUTSIDE_USAGE_EVERY_S = 10.0
 
 
@@ -84,8 +86,7 @@ class Reconciler:
         used = await asyncio.to_thread(outside_usage_mib)
         held = self.service.allocator.held()
         self.service.busy_outside = {
-            a.index
-            for a in inventory.accelerators
+            a.index for a in inventory.accelerators
             if a.index not in held and used.get(a.uuid, 0) >= BUSY_OUTSIDE_MIB
         }
 
@@ -93,11 +94,8 @@ class Reconciler:
         svc = self.service
         check_terminated = after_restart or self._passes % TERMINATED_CHECK_EVERY == 0
         self._passes += 1
-        records = [
-            r
-            for r in svc.store.records()
-            if check_terminated or r.info.status is not TaskStatus.TERMINATED
-        ]
+        records = [r for r in svc.store.records()
+                   if check_terminated or r.info.status is not TaskStatus.TERMINATED]
         for kind, executor in svc.executors.items():
             mine = [r for r in records if r.info.executor is kind and not svc.is_busy(r.info.id)]
             handles: dict[str, Handle] = {r.info.id: r.handle for r in mine}
@@ -110,7 +108,9 @@ class Reconciler:
                 obs = observed.get(rec.info.id)
                 if obs is not None and not svc.is_busy(rec.info.id):
                     await self._settle(rec, obs, after_restart)
-            known = {r.info.id for r in svc.store.records()}
+            if not check_terminated:
+                continue  # orphans are rare: look for them at start and every few passes
+            known = {r.info.id for r in svc.store.records()} | svc.submitting
             try:
                 for name in await executor.orphans(known):
                     await executor.remove_orphan(name)
@@ -125,31 +125,24 @@ class Reconciler:
         if info.status is TaskStatus.TERMINATED:
             if obs.liveness is Liveness.ALIVE:
                 log.info("task %s is terminated but its workload runs: stopping it", task_id)
-                await svc.executors[info.executor].stop(
-                    task_id, obs.handle or rec.handle, LEFTOVER_STOP_TIMEOUT_S
-                )
+                await svc.executors[info.executor].stop(task_id, obs.handle or rec.handle,
+                                                        LEFTOVER_STOP_TIMEOUT_S)
             return
         if obs.liveness is Liveness.ALIVE:
             if info.status in (TaskStatus.CREATING, TaskStatus.RUNNING):
                 ports = obs.ports if obs.ports.runner is not None else info.ports
                 handle = obs.handle if obs.handle is not None else rec.handle
-                if (
-                    info.status is not TaskStatus.RUNNING
-                    or ports != info.ports
-                    or (handle != rec.handle)
-                ):
-                    svc.store.update(task_id, status=TaskStatus.RUNNING, ports=ports, handle=handle)
+                if info.status is not TaskStatus.RUNNING or ports != info.ports or (
+                        handle != rec.handle):
+                    svc.store.update(task_id, status=TaskStatus.RUNNING, ports=ports,
+                                     handle=handle)
                     log.info("task %s adopted as running", task_id)
                 return
             # Alive, but the shim died before it recorded the start: not a state we can resume.
-            await svc.executors[info.executor].stop(
-                task_id, obs.handle or rec.handle, LEFTOVER_STOP_TIMEOUT_S
-            )
-            svc.finish(
-                task_id,
-                TerminationReason.VANISHED,
-                f"the shim restarted while the task was {info.status}",
-            )
+            await svc.executors[info.executor].stop(task_id, obs.handle or rec.handle,
+                                                    LEFTOVER_STOP_TIMEOUT_S)
+            svc.finish(task_id, TerminationReason.VANISHED,
+                       f"the shim restarted while the task was {info.status}")
             return
         if obs.liveness is Liveness.EXITED:
             code = obs.exit_code
@@ -160,20 +153,14 @@ class Reconciler:
         # Missing: before the workload existed (shim restart mid-start), or removed behind our back.
         if info.status in (TaskStatus.RUNNING, TaskStatus.CREATING) or after_restart:
             what = "while the shim was down" if after_restart else "behind the shim's back"
-            svc.finish(
-                task_id,
-                TerminationReason.VANISHED,
-                f"{obs.message or 'the workload is gone'} ({what}; was {info.status})",
-            )
+            svc.finish(task_id, TerminationReason.VANISHED,
+                       f"{obs.message or 'the workload is gone'} ({what}; was {info.status})")
 
     def _executor_gone(self, kind: ExecutorKind, records: list[TaskRecord]) -> None:
         for rec in records:
             if rec.info.executor is kind and rec.info.status is not TaskStatus.TERMINATED:
-                self.service.finish(
-                    rec.info.id,
-                    TerminationReason.VANISHED,
-                    f"the {kind} executor is not available after a restart",
-                )
+                self.service.finish(rec.info.id, TerminationReason.VANISHED,
+                                    f"the {kind} executor is not available after a restart")
 
 
 def ensure_instance_id(state_dir: Path) -> str:

@@ -66,9 +66,8 @@ def load_token(path: Path) -> str:
         log.info("created a new token file %s", path)
     mode = stat.S_IMODE(path.stat().st_mode)
     if mode & 0o077:
-        raise SettingsError(
-            f"--token-file {path}: mode {mode:04o} lets others read it; run chmod 600 {path}"
-        )
+        raise SettingsError(f"--token-file {path}: mode {mode:04o} lets others read it; "
+                            f"run chmod 600 {path}")
     token = path.read_text().strip()
     if not token:
         raise SettingsError(f"--token-file {path}: the file is empty")
@@ -93,26 +92,22 @@ def build(settings: ShimSettings) -> tuple[TaskService, Reconciler]:
     except BadRequest as e:
         raise SettingsError(e.detail) from e
     executors: dict[ExecutorKind, Executor] = {
-        ExecutorKind.PROCESS: ProcessExecutor(
-            default_runner_argv(settings.runner_bin), instance, store.tasks_dir
-        ),
+        ExecutorKind.PROCESS: ProcessExecutor(default_runner_argv(settings.runner_bin), instance,
+                                              store.tasks_dir),
     }
     try:
         from tcl.shim.executors.docker_executor import DockerExecutor
 
-        executors[ExecutorKind.DOCKER] = DockerExecutor.connect(
-            instance, settings.pull_stall_timeout_s
-        )
+        executors[ExecutorKind.DOCKER] = DockerExecutor.connect(instance,
+                                                                settings.pull_stall_timeout_s)
     except ExecutorUnavailable as e:
         if settings.executor is ExecutorKind.DOCKER:
             raise SettingsError(f"--executor docker: {e.detail}") from e
         log.info("docker executor unavailable: %s", e.detail)
     default = settings.executor or (
-        ExecutorKind.DOCKER if ExecutorKind.DOCKER in executors else ExecutorKind.PROCESS
-    )
-    service = TaskService(
-        store=store, inventory=inventory, executors=executors, default_executor=default
-    )
+        ExecutorKind.DOCKER if ExecutorKind.DOCKER in executors else ExecutorKind.PROCESS)
+    service = TaskService(store=store, inventory=inventory, executors=executors,
+                          default_executor=default)
     return service, Reconciler(service, settings.reconcile_interval_s)
 
 
@@ -130,13 +125,7 @@ def make_app(settings: ShimSettings) -> FastAPI:
 
 def serve(settings: ShimSettings, log_level: str = "info") -> None:
     app = make_app(settings)
-    config = uvicorn.Config(
-        app,
-        host=settings.host,
-        port=settings.port,
-        log_level=log_level,
-        access_log=False,
-        lifespan="on",
-    )
+    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=log_level,
+                            access_log=False, lifespan="on")
     os.umask(0o077)
     asyncio.run(uvicorn.Server(config).serve())

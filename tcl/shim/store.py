@@ -161,13 +161,7 @@ class TaskStore:
 def new_record(spec: TaskSpec, info_fields: dict[str, Any]) -> TaskRecord:
     now = time.time()
     info = TaskInfo(
-        id=spec.id,
-        name=spec.name,
-        status=TaskStatus.PENDING,
-        image=spec.image,
-        created_at=now,
-        updated_at=now,
-        ports=Ports(),
-        **info_fields,
+        id=spec.id, name=spec.name, status=TaskStatus.PENDING, image=spec.image,
+        created_at=now, updated_at=now, ports=Ports(), **info_fields,
     )
     return TaskRecord(spec=spec, info=info)

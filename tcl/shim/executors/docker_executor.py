@@ -48,14 +48,8 @@ _ALIVE = {"created", "running", "restarting", "paused"}
 class DockerExecutor:
     kind = ExecutorKind.DOCKER
 
-    def __init__(
-        self,
-        client: Any,
-        pull_api: Any,
-        instance_id: str,
-        pull_stall_timeout_s: float,
-        dev_dir: Path = Path("/dev"),
-    ) -> None:
+    def __init__(self, client: Any, pull_api: Any, instance_id: str, pull_stall_timeout_s: float,
+                 dev_dir: Path = Path("/dev")) -> None:
         self._client = client
         self._pull_api = pull_api
         self._instance = instance_id
@@ -91,9 +85,8 @@ class DockerExecutor:
         auth_config = {"username": auth.username, "password": auth.password} if auth else None
         cancel = threading.Event()
         try:
-            await asyncio.to_thread(
-                pull_image, self._pull_api, image, auth_config, self._stall_s, progress, cancel
-            )
+            await asyncio.to_thread(pull_image, self._pull_api, image, auth_config, self._stall_s,
+                                    progress, cancel)
         finally:
             cancel.set()
         if not await asyncio.to_thread(self._has_image, image):
@@ -122,10 +115,8 @@ class DockerExecutor:
             "name": self.container_name(spec.id),
             "labels": {LABEL_TASK: spec.id, LABEL_INSTANCE: self._instance},
             "detach": True,
-            "mounts": [
-                Mount(target=m.target, source=m.source, type="bind", read_only=m.read_only)
-                for m in spec.mounts
-            ],
+            "mounts": [Mount(target=m.target, source=m.source, type="bind", read_only=m.read_only)
+                       for m in spec.mounts],
         }
         if spec.shm_bytes:
             kwargs["shm_size"] = spec.shm_bytes
@@ -144,20 +135,11 @@ class DockerExecutor:
             ports = Ports(runner=free_port(), ssh=free_port())
             env["TCL_SSH_PORT"] = str(ports.ssh)
             kwargs["network_mode"] = "host"
-            kwargs["command"] = [
-                "serve",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(ports.runner),
-                "--state-dir",
-                RUNNER_STATE_DIR,
-            ]
+            kwargs["command"] = ["serve", "--host", "127.0.0.1", "--port", str(ports.runner),
+                                 "--state-dir", RUNNER_STATE_DIR]
         else:
-            kwargs["ports"] = {
-                f"{RUNNER_PORT}/tcp": ("127.0.0.1", None),
-                f"{SSH_PORT}/tcp": ("127.0.0.1", None),
-            }
+            kwargs["ports"] = {f"{RUNNER_PORT}/tcp": ("127.0.0.1", None),
+                               f"{SSH_PORT}/tcp": ("127.0.0.1", None)}
         kwargs["environment"] = env
         try:
             container = self._client.containers.create(spec.image, **kwargs)
@@ -184,8 +166,7 @@ class DockerExecutor:
     def _list_mine(self) -> list[dict[str, Any]]:
         try:
             found: list[dict[str, Any]] = self._client.api.containers(
-                all=True, filters={"label": f"{LABEL_INSTANCE}={self._instance}"}
-            )
+                all=True, filters={"label": f"{LABEL_INSTANCE}={self._instance}"})
             return found
         except (docker.errors.APIError, requests.exceptions.RequestException) as e:
             raise ContainerError(f"docker: cannot list containers: {e}") from e
@@ -212,9 +193,8 @@ class DockerExecutor:
             message = state.get("Error") or ""
             if state.get("OOMKilled"):
                 message = "the container ran out of memory (OOM killed)"
-            out[task_id] = Observed(
-                Liveness.EXITED, exit_code=state.get("ExitCode"), message=message, handle=handle
-            )
+            out[task_id] = Observed(Liveness.EXITED, exit_code=state.get("ExitCode"),
+                                    message=message, handle=handle)
         return out
 
     # -- stop / remove ------------------------------------------------------------------------

@@ -60,45 +60,23 @@ class ProcessExecutor:
         env.update(accelerator_env(launch))
         env["TCL_TASK_ID"] = spec.id
         argv = [
-            sys.executable,
-            "-I",
-            "-S",
-            WRAPPER,
-            "--exit-file",
-            str(exit_file),
-            "--tcl-instance",
-            self._instance,
-            "--tcl-task",
-            spec.id,
-            "--",
-            *self._runner_argv,
-            "serve",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--state-dir",
-            str(runner_dir),
+            sys.executable, "-I", "-S", WRAPPER, "--exit-file", str(exit_file),
+            "--tcl-instance", self._instance, "--tcl-task", spec.id, "--",
+            *self._runner_argv, "serve", "--host", "127.0.0.1", "--port", str(port),
+            "--state-dir", str(runner_dir),
         ]
         proc, started_at = await asyncio.to_thread(self._spawn, argv, env, launch.task_dir)
         self._children[proc.pid] = proc
         return Started(Handle(pid=proc.pid, pid_start_time=started_at), Ports(runner=port))
 
     @staticmethod
-    def _spawn(
-        argv: list[str], env: dict[str, str], task_dir: Path
-    ) -> tuple[subprocess.Popen[bytes], float | None]:
+    def _spawn(argv: list[str], env: dict[str, str],
+               task_dir: Path) -> tuple[subprocess.Popen[bytes], float | None]:
         try:
             with open(task_dir / LOG_FILE, "ab") as log_file:
                 proc = subprocess.Popen(
-                    argv,
-                    env=env,
-                    cwd=task_dir,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log_file,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )
+                    argv, env=env, cwd=task_dir, stdin=subprocess.DEVNULL,
+                    stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True)
         except OSError as e:
             raise ContainerError(f"cannot start the runner: {e}") from e
         try:

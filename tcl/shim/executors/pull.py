@@ -36,6 +36,7 @@ def pull_image(
     last_done = -1
     last_progress_at = time.monotonic()
     last_status: dict[str, str] = {}
+    reported = 0.0
     try:
         for event in _pull_stream(api, repo, tag or "latest", auth, stall_timeout_s):
             if cancel.is_set():
@@ -59,11 +60,13 @@ def pull_image(
                 last_progress_at = time.monotonic()
             elif time.monotonic() - last_progress_at > stall_timeout_s:
                 raise ImageError(f"pull of {image} made no progress for {stall_timeout_s:g} s")
-            if total:
-                progress(min(done / total, 1.0))
+            if total:  # layer sizes become known one by one: never report going backwards
+                reported = max(reported, min(done / total, 1.0))
+                progress(reported)
     except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError) as e:
         if isinstance(e, requests.exceptions.ReadTimeout) or "timed out" in str(e).lower():
-            raise ImageError(f"pull of {image} made no progress for {stall_timeout_s:g} s") from e
+            raise ImageError(
+                f"pull of {image} made no progress for {stall_timeout_s:g} s") from e
         raise ImageError(f"pull of {image}: cannot reach the docker daemon: {e}") from e
     except docker.errors.NotFound as e:
         raise ImageError(f"image {image} not found: {e.explanation or e}") from e
@@ -72,20 +75,14 @@ def pull_image(
     progress(1.0)
 
 
-def _pull_stream(
-    api: Any, repo: str, tag: str, auth: dict[str, str] | None, read_timeout_s: float
-) -> Iterator[dict[str, Any]]:
+def _pull_stream(api: Any, repo: str, tag: str, auth: dict[str, str] | None,
+                 read_timeout_s: float) -> Iterator[dict[str, Any]]:
     """POST /images/create and yield its JSON lines. docker-py's own ``pull`` disables the read
     timeout, so the request is made here with the stall timeout as its per-read timeout."""
     headers = {"X-Registry-Auth": encode_header(auth)} if auth else {}
     url = f"{api.base_url}/v{api.api_version}/images/create"
-    with api.post(
-        url,
-        params={"fromImage": repo, "tag": tag},
-        headers=headers,
-        stream=True,
-        timeout=(read_timeout_s, read_timeout_s),
-    ) as resp:
+    with api.post(url, params={"fromImage": repo, "tag": tag}, headers=headers, stream=True,
+                  timeout=(read_timeout_s, read_timeout_s)) as resp:
         if resp.status_code >= 400:
             try:
                 message = resp.json().get("message", resp.text)

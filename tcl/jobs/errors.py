@@ -1,0 +1,47 @@
+"""The tcl.jobs exception tree.
+
+    JobsError
+    ├── ConfigError          a config key, value or class declaration is wrong
+    ├── RegistryError        a job key is unknown or registered twice
+    ├── CheckpointError      a checkpoint is missing, incomplete or would be clobbered
+    ├── BatchSizeError       the auto batch-size search could not finish
+    └── JobPreempted         the job stopped on SIGTERM/SIGINT (after checkpointing, if it can)
+"""
+
+from __future__ import annotations
+
+
+class JobsError(Exception):
+    """Base of every error raised by tcl.jobs."""
+
+
+class ConfigError(JobsError):
+    """A config key, value or declaration is wrong; the message names the key."""
+
+    def __init__(self, message: str, *, key: str | None = None, line: int | None = None) -> None:
+        where = ""
+        if key is not None:
+            where = f"{key}: " if line is None else f"{key} (line {line}): "
+        super().__init__(where + message)
+        self.key = key
+        self.line = line
+
+
+class RegistryError(JobsError):
+    """A job key is unknown or registered twice."""
+
+
+class CheckpointError(JobsError):
+    """A checkpoint is missing, incomplete, or a save would clobber the `latest` one."""
+
+
+class BatchSizeError(JobsError):
+    """The auto batch-size search failed for a reason other than running out of memory."""
+
+
+class JobPreempted(JobsError):
+    """Raised inside a job that was asked to stop; `checkpoint` is what it saved, if anything."""
+
+    def __init__(self, checkpoint: str | None = None) -> None:
+        super().__init__(f"preempted (checkpoint: {checkpoint or 'none'})")
+        self.checkpoint = checkpoint

@@ -1,0 +1,62 @@
+"""Metrics as JSON lines, and MFU against the chip's dense bf16 peak."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import IO, Any
+
+import jax
+
+# Dense bf16 peak FLOP/s per device, by a substring of `device.device_kind`.
+PEAK_BF16_FLOPS: tuple[tuple[str, float], ...] = (
+    ("H200", 989e12),
+    ("H100", 989e12),
+    ("A100", 312e12),
+    ("L40S", 362e12),
+    ("L4", 121e12),
+    ("TPU v6", 918e12),
+    ("TPU v5p", 459e12),
+    ("TPU v5", 197e12),  # v5e ("TPU v5 lite")
+    ("TPU v4", 275e12),
+)
+
+
+def peak_flops_per_device(override: float | None = None) -> float | None:
+    if override:
+        return override
+    kind = jax.devices()[0].device_kind
+    for name, flops in PEAK_BF16_FLOPS:
+        if name in kind:
+            return flops
+    return None  # CPU and unknown chips: MFU is reported as null
+
+
+def chip_name() -> str:
+    d = jax.devices()[0]
+    return f"{d.platform}:{d.device_kind}"
+
+
+class MetricsWriter:
+    """Appends one JSON object per line to `path` (main process only)."""
+
+    def __init__(self, path: Path, enabled: bool = True) -> None:
+        self.path = path
+        self._f: IO[str] | None = None
+        if enabled:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._f = path.open("a", buffering=1)
+
+    def write(self, record: dict[str, Any]) -> None:
+        if self._f is not None:
+            self._f.write(json.dumps({"ts": round(time.time(), 3), **record}) + "\n")
+
+    def close(self) -> None:
+        if self._f is not None:
+            self._f.close()
+            self._f = None
+
+
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

@@ -1,0 +1,1 @@
+"""Flax models for tcl.jobs."""

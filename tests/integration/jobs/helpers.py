@@ -1,0 +1,19 @@
+"""A tiny trainer config shared by the integration tests (real JAX on CPU)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+TINY_YAML = """\
+job: gpt/train
+architecture: {block_size: 32, n_layers: 2, d_model: 32, n_heads: 2}
+training: {per_device_batch_size: 8, total_steps: 40, lr: 0.003, warmup_steps: 5}
+logging: {report_interval: 1, validation_interval: 0, checkpoint_interval: 20}
+data: {max_bytes: 300000}
+"""
+
+
+def write_tiny(tmp: Path) -> Path:
+    path = tmp / "tiny.yaml"
+    path.write_text(TINY_YAML)
+    return path
