@@ -172,11 +172,11 @@ class Runner:
                     f"cannot run in state {self.state}: the job needs a spec and its code"
                 )
             workdir = self.workdir
-            job_file = self.config.state_dir / "job.json"
+            config_file = self.config.state_dir / "job-config.yaml"
             try:
                 workdir.mkdir(parents=True, exist_ok=True)
-                if spec.job is not None:
-                    write_atomic(job_file, spec.job.model_dump_json().encode())
+                if spec.job is not None and spec.job.config_yaml:
+                    write_atomic(config_file, spec.job.config_yaml.encode())
             except OSError as e:
                 raise StorageError(f"cannot prepare the working dir {workdir}: {e}") from e
             self.machine.move(S.RUNNING)
@@ -187,7 +187,7 @@ class Runner:
                     self.say(f"ssh sessions will not get the job's env: {e}")
             executor = Executor(
                 self.log,
-                jobenv.job_argv(spec, job_file),
+                jobenv.job_argv(spec, workdir, config_file),
                 workdir,
                 jobenv.job_env(spec, workdir),
                 list(spec.secrets.values()),

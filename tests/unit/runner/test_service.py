@@ -31,3 +31,34 @@ def test_unusable_working_dir_is_a_storage_error_and_nothing_runs(tmp_path: Path
     with pytest.raises(StorageError):
         runner.run()
     assert runner.state is RunnerState.READY and runner.executor is None
+
+
+def test_a_tcl_jobs_job_gets_an_argv_the_launcher_accepts(tmp_path: Path) -> None:
+    from tcl.jobs.launch import parse  # the jobs library's own flag parser (imports JAX)
+    from tcl.runner.api import JobRef
+    from tcl.runner.jobenv import job_argv
+
+    spec = JobSpec(
+        run_id="run-7",
+        name="tiny",
+        project="p",
+        job=JobRef(key="gpt/train", config_yaml="steps: 3\n", restore="step_2"),
+        env={"TCL_OUT_DIR": "/mnt/runs/run-7"},
+    )
+    argv = job_argv(spec, tmp_path / "work", tmp_path / "job-config.yaml")
+    assert argv[1:3] == ["-m", "tcl.jobs.launch"]
+    opts = parse(argv[3:])
+    assert (opts.key, opts.config_path, opts.out_dir) == (
+        "gpt/train",
+        tmp_path / "job-config.yaml",
+        Path("/mnt/runs/run-7"),
+    )
+    assert (opts.run_id, opts.name, opts.project, opts.group, opts.restore) == (
+        "run-7",
+        "tiny",
+        "p",
+        "default",
+        "step_2",
+    )
+    bare = job_argv(JobSpec(run_id="r", job=JobRef(key="k")), tmp_path / "w", tmp_path / "c.yaml")
+    assert parse(bare[3:]).config_path is None and bare[5] == str(tmp_path / "w" / "out")
