@@ -288,8 +288,7 @@ def _logs_endpoint(runner: Runner | None) -> Callable[[WebSocket], Awaitable[Non
         await ws.accept()
         sender = asyncio.create_task(_push(ws, runner, q.after))
         try:
-            # The client sends nothing; receive() returns when it goes away.
-            receiver = asyncio.create_task(ws.receive())
+            receiver = asyncio.create_task(_until_disconnect(ws))
             done, _ = await asyncio.wait({sender, receiver}, return_when=asyncio.FIRST_COMPLETED)
             if sender in done:
                 receiver.cancel()
@@ -304,6 +303,12 @@ def _logs_endpoint(runner: Runner | None) -> Callable[[WebSocket], Awaitable[Non
                 await sender
 
     return logs
+
+
+async def _until_disconnect(ws: WebSocket) -> None:
+    """Returns when the client goes away; whatever it sends meanwhile is ignored."""
+    while (await ws.receive())["type"] != "websocket.disconnect":
+        pass
 
 
 async def _push(ws: WebSocket, runner: Runner, after: int) -> None:
