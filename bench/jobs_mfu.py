@@ -85,6 +85,9 @@ def main() -> int:
     if mfu is None:
         print("MFU: unknown peak for this chip")
         return 1
+    if a.smoke:
+        print(f"MFU {mfu:.1%} (smoke run: the peak is a made-up 1e11 FLOP/s; not a result)")
+        return 0
     print(f"MFU {mfu:.1%}  ratio to target 45%: {mfu / 0.45:.2f}")
     return 0
 
