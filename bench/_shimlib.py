@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import socket
 import statistics
 import subprocess
@@ -78,6 +79,7 @@ class ShimProcess:
     def close(self) -> None:
         self.proc.terminate()
         self.proc.wait(30)
+        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 async def wait_healthy(http: httpx.AsyncClient, url: str, timeout_s: float = 60) -> None:

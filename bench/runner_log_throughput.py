@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 
+import psutil
 from _runner_util import local_runner, start_job
 
 BLOCK_WRITES = False  # --block-writes: the job writes 1 MB blocks (stresses the runner itself)
@@ -55,8 +56,11 @@ def pipe_baseline(lines: int) -> tuple[float, int]:
     return time.perf_counter() - t0, total
 
 
-async def through_runner(lines: int) -> tuple[float, int, int]:
-    async with local_runner() as (client, _, _):
+async def through_runner(lines: int) -> tuple[float, int, int, float]:
+    """Seconds, bytes received, events, and the runner process's own CPU seconds."""
+    async with local_runner() as (client, proc, _):
+        runner = psutil.Process(proc.pid)
+        cpu0 = sum(runner.cpu_times()[:2])
         t0 = await start_job(client, job_argv(lines))
         total = 0
         events = 0
@@ -64,7 +68,8 @@ async def through_runner(lines: int) -> tuple[float, int, int]:
             events += 1
             if e.stream == "stdout":
                 total += len(e.data or "")
-        return time.perf_counter() - t0, total, events
+        elapsed = time.perf_counter() - t0
+        return elapsed, total, events, sum(runner.cpu_times()[:2]) - cpu0
 
 
 def main() -> None:
@@ -79,13 +84,15 @@ def main() -> None:
     for _ in range(args.repeat):  # alternating, so load changes hit both sides alike
         t, pipe_bytes = pipe_baseline(args.lines)
         pipe_s = min(pipe_s, t)
-        t, runner_bytes, events = asyncio.run(through_runner(args.lines))
-        runner_s = min(runner_s, t)
+        t, runner_bytes, events, cpu_s = asyncio.run(through_runner(args.lines))
+        if t < runner_s:
+            runner_s, runner_cpu_s = t, cpu_s
         assert runner_bytes == pipe_bytes, (runner_bytes, pipe_bytes)
     mb = pipe_bytes / 1e6
     print(f"lines={args.lines} bytes={pipe_bytes} ({mb:.1f} MB), best of {args.repeat}")
     print(f"pipe:   {pipe_s:.2f} s  {mb / pipe_s:.1f} MB/s")
     print(f"runner: {runner_s:.2f} s  {mb / runner_s:.1f} MB/s  ({events} events over WebSocket)")
+    print(f"runner process CPU: {runner_cpu_s:.2f} s ({runner_cpu_s / mb * 100:.2f} s per 100 MB)")
     print(f"ratio runner/pipe throughput: {pipe_s / runner_s:.2f}  (target >= 0.5)")
 
 

@@ -7,11 +7,14 @@ from the request reaching the app to the response starting) and the client-perce
 which on a small machine is dominated by 100 HTTP exchanges queueing for the same cores.
 
     uv run python bench/shim_concurrent_submit.py [TASKS]
+    BENCH_RUNNER=/path/to/stand-in uv run python bench/shim_concurrent_submit.py  # isolate the
+        shim from the granted tasks' runner start-up (any executable that stays up)
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import statistics
 import sys
 import time
@@ -24,7 +27,7 @@ from tcl.shim.api import TaskSpec
 from tcl.shim.client import ShimClient
 from tcl.shim.errors import NoCapacity
 
-RUNNER = str(Path(sys.executable).with_name("tcl-runner"))
+RUNNER = os.environ.get("BENCH_RUNNER") or str(Path(sys.executable).with_name("tcl-runner"))
 
 
 async def timed(http: httpx.AsyncClient, method: str, path: str,

@@ -23,33 +23,43 @@ def exit_code_of(run: Run) -> int:
     return 1
 
 
+async def follow_with(ctl: Control, run_ref: str, timestamps: bool, after: int = 0) -> Run:
+    """Follow on an open :class:`Control` (``submit`` reuses its SSH connection)."""
+    run = ctl.store.resolve(run_ref)
+
+    def reconnecting(why: str) -> None:
+        err.print(f"[tcl] connection lost ({why}); reconnecting…", markup=False)
+
+    return await follow(ctl, run, lambda e: print_event(e, timestamps), reconnecting, after=after)
+
+
+def detached(run_ref: str) -> int:
+    err.print(f"\ndetached; the job keeps running. Re-attach: tcl logs -f {run_ref}", markup=False)
+    return 130
+
+
+def finished(final: Run) -> int:
+    """Print the outcome; return the exit code the CLI should exit with."""
+    detail = f" (exit code {final.exit_code})" if final.exit_code is not None else ""
+    err.print(f"[tcl] run {final.id} {final.state.value}{detail}", markup=False)
+    return exit_code_of(final)
+
+
 def follow_run(ctx: typer.Context, run_ref: str, timestamps: bool, after: int = 0) -> int:
-    """Follow until the run ends; return the exit code the CLI should exit with."""
+    """Follow until the run ends (Ctrl-C detaches); return the CLI's exit code."""
     g = globals_of(ctx)
 
     async def go() -> Run:
         ctl = Control(g.config())
         try:
-            run = ctl.store.resolve(run_ref)
-
-            def reconnecting(why: str) -> None:
-                err.print(f"[tcl] connection lost ({why}); reconnecting…", markup=False)
-
-            return await follow(
-                ctl, run, lambda e: print_event(e, timestamps), reconnecting, after=after
-            )
+            return await follow_with(ctl, run_ref, timestamps, after)
         finally:
             await ctl.aclose()
 
     try:
         final = asyncio.run(go())
     except KeyboardInterrupt:
-        err.print(
-            f"\ndetached; the job keeps running. Re-attach: tcl logs -f {run_ref}", markup=False
-        )
-        return 130
+        return detached(run_ref)
     except TclError as e:
         raise fail(str(e), e.exit_code) from None
-    detail = f" (exit code {final.exit_code})" if final.exit_code is not None else ""
-    err.print(f"[tcl] run {final.id} {final.state.value}{detail}", markup=False)
-    return exit_code_of(final)
+    return finished(final)

@@ -8,8 +8,6 @@ import typer
 from rich.table import Table
 
 from tcl.cli._common import err, fail, out, print_json, with_control
-from tcl.control.backends import SshBackend
-from tcl.control.hostsetup import render_cloud_init, setup_host
 from tcl.control.service import Control, HostStatus
 
 host_app = typer.Typer(help="Install the shim on a host.", no_args_is_help=True)
@@ -57,6 +55,9 @@ def cmd_setup(
 ) -> None:
     """Install the shim on HOST over SSH (venv, token, systemd or daemon) and check it."""
 
+    from tcl.control.backends.ssh import SshBackend
+    from tcl.control.hostsetup import setup_host
+
     async def go(ctl: Control) -> dict[str, str]:
         b = ctl.backend(host)
         if not isinstance(b, SshBackend):
@@ -83,6 +84,8 @@ def cmd_cloud_init(
     ] = None,
 ) -> None:
     """Print cloud-init user-data that installs and starts the shim at first boot."""
+    from tcl.control.hostsetup import render_cloud_init
+
     if executor not in ("docker", "process"):
         raise fail("--executor must be docker or process")
     out.file.write(render_cloud_init(package, port, executor, fake))

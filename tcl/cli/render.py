@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from datetime import UTC, datetime
@@ -65,11 +66,16 @@ class RichObserver:
 
     def __init__(self, enabled: bool) -> None:
         self.enabled = enabled and err.is_terminal
+        # TCL_TRACE=1: print each step with its time since start (where does submit time go?)
+        self.trace = os.environ.get("TCL_TRACE") == "1"
+        self._t0 = time.perf_counter()
         self._status: Status | None = None
         self._progress: Progress | None = None
         self._task: Any = None
 
     def status(self, text: str) -> None:
+        if self.trace:
+            err.print(f"[{time.perf_counter() - self._t0:6.2f}s] {text}", markup=False)
         if not self.enabled:
             return
         self._end_progress()

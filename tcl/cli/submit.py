@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 from typing import Annotated
 
 import typer
 
 from tcl.cli import follow as follow_cmd
-from tcl.cli._common import err, fail, globals_of, out, print_json, run
+from tcl.cli._common import err, fail, globals_of, print_json
 from tcl.cli.render import RichObserver
+from tcl.control.errors import TclError
 from tcl.control.service import Control
+from tcl.control.store import Run
 from tcl.control.submit import Submission, SubmitResult, submit
 
 
@@ -83,34 +86,49 @@ def cmd_submit(
     )  # fmt: skip
     g = globals_of(ctx)
     obs = RichObserver(enabled=not as_json)
+    want_follow = follow or not detach
+    state: dict[str, SubmitResult] = {}
 
-    async def go() -> SubmitResult:
+    async def go() -> Run | None:
         ctl = Control(g.config())
         try:
-            return await submit(ctl, sub, obs)
+            try:
+                res = await submit(ctl, sub, obs)
+            finally:
+                obs.close()
+            state["res"] = res
+            _announce(res, as_json)
+            if not want_follow or (as_json and not follow):
+                return None
+            # same Control: the SSH connection and forwards made for the submit are reused
+            return await follow_cmd.follow_with(ctl, res.run_id, timestamps=False)
         finally:
-            obs.close()
             await ctl.aclose()
 
-    res = run(go())
+    try:
+        final = asyncio.run(go())
+    except KeyboardInterrupt:
+        if "res" in state:
+            raise typer.Exit(follow_cmd.detached(state["res"].run_id)) from None
+        raise typer.Exit(130) from None
+    except TclError as e:
+        raise fail(str(e), e.exit_code) from None
+    if final is not None:
+        raise typer.Exit(follow_cmd.finished(final))
+
+
+def _announce(res: SubmitResult, as_json: bool) -> None:
     for h, why in res.skipped:
         err.print(f"skipped {h}: {why}", markup=False)
     if as_json:
         print_json(result_json(res))
-        if not follow:
-            return
-    else:
-        acc = f" (accelerators {','.join(map(str, res.accelerators))})" if res.accelerators else ""
-        err.print(f"run {res.run_id} started on {res.host}{acc}", markup=False)
-        err.print(f"  logs: tcl logs -f {res.run_id}", markup=False)
-        if res.ssh:
-            err.print(f"  ssh:  tcl ssh {res.run_id}", markup=False)
-        err.print(f"  stop: tcl stop {res.run_id}", markup=False)
-    if detach and not follow:
         return
-    code = follow_cmd.follow_run(ctx, res.run_id, timestamps=False)
-    out.file.flush()
-    raise typer.Exit(code)
+    acc = f" (accelerators {','.join(map(str, res.accelerators))})" if res.accelerators else ""
+    err.print(f"run {res.run_id} started on {res.host}{acc}", markup=False)
+    err.print(f"  logs: tcl logs -f {res.run_id}", markup=False)
+    if res.ssh:
+        err.print(f"  ssh:  tcl ssh {res.run_id}", markup=False)
+    err.print(f"  stop: tcl stop {res.run_id}", markup=False)
 
 
 def register(app: typer.Typer) -> None:

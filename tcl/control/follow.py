@@ -13,10 +13,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from tcl.control.agents import RunnerApi
+from tcl.control.backoff import backoff_s
 from tcl.control.errors import AgentError, AgentUnreachableError, SshConnectError, TclError
 from tcl.control.logcache import LogCache
 from tcl.control.service import Control
-from tcl.control.ssh import backoff_s
 from tcl.control.states import RunState
 from tcl.control.store import Attempt, Run
 from tcl.runner.api import Event, EventKind, RunnerState

@@ -169,7 +169,7 @@ async def _healthcheck(backend: SshBackend) -> str:
     deadline = loop.time() + HEALTH_TIMEOUT_S
     last = ""
     await backend.reset()  # a new token may have been made: read it again
-    backend._token = None
+    backend.forget_token()
     while loop.time() < deadline:
         try:
             shim = await backend.shim()

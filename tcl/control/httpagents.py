@@ -1,7 +1,7 @@
-"""httpx implementations of the agent seams (``ShimApi``, ``RunnerApi``).
+"""The agents' own typed clients behind control's seams (``ShimApi``, ``RunnerApi``).
 
-They speak the wire schemas in ``tcl.shim.api`` / ``tcl.runner.api`` and translate httpx
-errors into ``tcl.control.errors`` at the call.
+Their exception trees (``tcl.shim.errors``, ``tcl.runner.client``) are translated into
+``tcl.control.errors`` at each call.
 """
 
 from __future__ import annotations
@@ -10,64 +10,44 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-import httpx
-
 from tcl.control.errors import AgentError, AgentUnreachableError, NoCapacityError
 from tcl.runner.api import EventsPage, JobSpec
 from tcl.runner.client import RunnerAPIError, RunnerClient, RunnerUnavailable
-from tcl.shim.api import HostInfo, TaskInfo, TaskSpec, TerminateRequest, TerminationReason
+from tcl.shim.api import HostInfo, TaskInfo, TaskSpec, TerminationReason
+from tcl.shim.client import ShimClient
+from tcl.shim.errors import NoCapacity, ShimError, ShimUnavailable
 
 T = TypeVar("T")
 
 
-def _raise_for(resp: httpx.Response, what: str) -> None:
-    if resp.status_code < 400:
-        return
-    try:
-        body: Any = resp.json()
-        code, detail = str(body.get("error", resp.status_code)), body.get("detail", "")
-    except ValueError:
-        code, detail = str(resp.status_code), resp.text[:200]
-    if code == "no_capacity":
-        raise NoCapacityError(f"{what}: no capacity: {detail}")
-    raise AgentError(f"{what}: {code}: {detail}")
+class HttpShim:
+    """The shim's own typed client (``tcl.shim.client``) behind the ``ShimApi`` seam."""
 
-
-class _Http:
-    def __init__(self, base_url: str, name: str, headers: dict[str, str] | None = None) -> None:
-        self.name = name
-        self._client = httpx.AsyncClient(
-            base_url=base_url.rstrip("/") + "/api", headers=headers or {}, timeout=30.0
-        )
-
-    async def _request(self, method: str, path: str, **kw: Any) -> httpx.Response:
-        try:
-            resp = await self._client.request(method, path, **kw)
-        except httpx.TransportError as e:
-            raise AgentUnreachableError(f"{self.name}: {type(e).__name__}: {e}") from None
-        _raise_for(resp, self.name)
-        return resp
-
-    async def aclose(self) -> None:
-        await self._client.aclose()
-
-
-class HttpShim(_Http):
     def __init__(self, base_url: str, token: str, name: str = "shim") -> None:
-        super().__init__(base_url, name, {"Authorization": f"Bearer {token}"})
+        self.name = name
+        self._client = ShimClient(base_url, token)
+
+    async def _call(self, coro: Awaitable[T]) -> T:
+        try:
+            return await coro
+        except ShimUnavailable as e:
+            raise AgentUnreachableError(f"{self.name}: {e}") from None
+        except NoCapacity as e:
+            raise NoCapacityError(f"{self.name}: {e}") from None
+        except ShimError as e:
+            raise AgentError(f"{self.name}: {e.code}: {e}") from None
 
     async def healthcheck(self) -> dict[str, Any]:
-        return dict((await self._request("GET", "/healthcheck")).json())
+        return (await self._call(self._client.healthcheck())).model_dump(mode="json")
 
     async def host(self) -> HostInfo:
-        return HostInfo.model_validate((await self._request("GET", "/host")).json())
+        return await self._call(self._client.host())
 
     async def create_task(self, spec: TaskSpec) -> TaskInfo:
-        resp = await self._request("POST", "/tasks", json=spec.model_dump(mode="json"))
-        return TaskInfo.model_validate(resp.json())
+        return await self._call(self._client.submit_task(spec))
 
     async def get_task(self, task_id: str) -> TaskInfo:
-        return TaskInfo.model_validate((await self._request("GET", f"/tasks/{task_id}")).json())
+        return await self._call(self._client.get_task(task_id))
 
     async def terminate_task(
         self,
@@ -75,11 +55,10 @@ class HttpShim(_Http):
         reason: TerminationReason = TerminationReason.STOPPED_BY_USER,
         message: str = "",
     ) -> TaskInfo:
-        req = TerminateRequest(reason=reason, message=message)
-        resp = await self._request(
-            "POST", f"/tasks/{task_id}/terminate", json=req.model_dump(mode="json")
-        )
-        return TaskInfo.model_validate(resp.json())
+        return await self._call(self._client.terminate_task(task_id, reason, message))
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
 
 
 class HttpRunner:

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from tcl.control.backends import Backend, LocalBackend, SshBackend
+from tcl.control.backends.base import Backend
 from tcl.control.config import Config, LocalHost, SshHost
 from tcl.control.errors import AgentError, TclError
 from tcl.control.paths import db_url
-from tcl.control.ssh import SshPool
 from tcl.control.store import Store
 from tcl.shim.api import HostInfo
+
+if TYPE_CHECKING:
+    from tcl.control.ssh import SshPool
 
 PROBE_TIMEOUT_S = 30.0
 
@@ -32,8 +35,17 @@ class Control:
     def __init__(self, cfg: Config, store: Store | None = None) -> None:
         self.cfg = cfg
         self.store = store if store is not None else Store(db_url())
-        self.pool = SshPool()
+        self._pool: SshPool | None = None
         self._backends: dict[str, Backend] = {}
+
+    @property
+    def pool(self) -> SshPool:
+        """The SSH pool, made on first use (asyncssh is imported only then)."""
+        if self._pool is None:
+            from tcl.control.ssh import SshPool
+
+            self._pool = SshPool()
+        return self._pool
 
     def backend(self, name: str) -> Backend:
         b = self._backends.get(name)
@@ -43,8 +55,12 @@ class Control:
         if host is None:
             raise TclError(f"host {name!r} is not in the config (see `tcl hosts`)")
         if isinstance(host, LocalHost):
+            from tcl.control.backends.local import LocalBackend
+
             b = LocalBackend(name, host)
         elif isinstance(host, SshHost):
+            from tcl.control.backends.ssh import SshBackend
+
             b = SshBackend(name, host, self.pool)
         else:
             raise TclError(f"host {name!r}: type {host.type} has no backend in this version")
@@ -79,5 +95,6 @@ class Control:
     async def aclose(self) -> None:
         for b in self._backends.values():
             await b.aclose()
-        await self.pool.close()
+        if self._pool is not None:
+            await self._pool.close()
         self.store.close()

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import random
 import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,6 +23,7 @@ from typing import Any
 
 import asyncssh
 
+from tcl.control.backoff import backoff_s
 from tcl.control.config import SshHost
 from tcl.control.errors import SshAuthError, SshCommandError, SshConnectError, SshError
 
@@ -111,11 +111,6 @@ def translate(e: BaseException, where: str) -> SshError:
     if isinstance(e, asyncssh.Error):
         return SshError(f"{where}: {e.reason}")
     return SshError(f"{where}: {e}")
-
-
-def backoff_s(attempt: int, base_s: float = 0.25, cap_s: float = 5.0) -> float:
-    """Full-jitter exponential backoff for the ``attempt``-th retry (0-based)."""
-    return random.uniform(0, min(cap_s, base_s * 2**attempt))
 
 
 @dataclass

@@ -10,8 +10,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import asyncssh
-
 from tcl.control.backends.base import SshEndpoint
 from tcl.control.paths import ssh_dir
 
@@ -22,6 +20,8 @@ def key_path() -> Path:
     """tcl's private key for container sshds (made on first use, mode 0600)."""
     path = ssh_dir() / KEY_NAME
     if not path.exists():
+        import asyncssh
+
         key = asyncssh.generate_private_key("ssh-ed25519", comment="tcl")
         tmp = path.with_name(f".{KEY_NAME}.tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

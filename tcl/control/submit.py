@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Protocol
 
 from tcl.control.agents import RunnerApi
-from tcl.control.backends import Backend
+from tcl.control.backends.base import Backend
 from tcl.control.errors import AgentError, NoCapacityError, NoPlacementError, TclError
 from tcl.control.paths import cache_dir
 from tcl.control.service import Control

@@ -45,6 +45,7 @@ ERROR_STATUS: dict[type[errors.RunnerError], int] = {
     errors.InvalidSpec: 422,
     errors.UnsafeArchive: 422,
     errors.PayloadTooLarge: 413,
+    errors.StorageError: 500,
     errors.ExecutorError: 500,
     errors.RunnerError: 500,
 }
@@ -255,13 +256,21 @@ def create_app(runner: Runner | None) -> Starlette:
         assert isinstance(exc, RequestInvalid)
         return _error(422, exc.code, exc.detail)
 
+    async def internal(_: Request, exc: Exception) -> Response:
+        # A bug, not bad input: still JSON, without internals beyond the exception's type.
+        return _error(500, "internal_error", type(exc).__name__)
+
     routes: list[Route | WebSocketRoute] = [
         Route(r.path, _endpoint(r.handler, runner), methods=[r.method]) for r in ROUTES
     ]
     routes.append(WebSocketRoute("/api/logs", _logs_endpoint(runner)))
     app = Starlette(
         routes=routes,
-        exception_handlers={errors.RunnerError: runner_error, RequestInvalid: request_invalid},
+        exception_handlers={
+            errors.RunnerError: runner_error,
+            RequestInvalid: request_invalid,
+            Exception: internal,
+        },
     )
     app.add_middleware(BodyLimit, max_bytes=MAX_JSON_BODY_BYTES)
     app.state.runner = runner
@@ -279,8 +288,7 @@ def _logs_endpoint(runner: Runner | None) -> Callable[[WebSocket], Awaitable[Non
         await ws.accept()
         sender = asyncio.create_task(_push(ws, runner, q.after))
         try:
-            # The client sends nothing; receive() returns when it goes away.
-            receiver = asyncio.create_task(ws.receive())
+            receiver = asyncio.create_task(_until_disconnect(ws))
             done, _ = await asyncio.wait({sender, receiver}, return_when=asyncio.FIRST_COMPLETED)
             if sender in done:
                 receiver.cancel()
@@ -295,6 +303,12 @@ def _logs_endpoint(runner: Runner | None) -> Callable[[WebSocket], Awaitable[Non
                 await sender
 
     return logs
+
+
+async def _until_disconnect(ws: WebSocket) -> None:
+    """Returns when the client goes away; whatever it sends meanwhile is ignored."""
+    while (await ws.receive())["type"] != "websocket.disconnect":
+        pass
 
 
 async def _push(ws: WebSocket, runner: Runner, after: int) -> None:

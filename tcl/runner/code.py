@@ -13,7 +13,7 @@ import tarfile
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from tcl.runner.errors import CodeHashMismatch, PayloadTooLarge, UnsafeArchive
+from tcl.runner.errors import CodeHashMismatch, PayloadTooLarge, StorageError, UnsafeArchive
 
 DEFAULT_MAX_CODE_BYTES = 2 * 1024**3  # compressed upload
 DEFAULT_MAX_UNPACKED_BYTES = 8 * 1024**3
@@ -35,7 +35,10 @@ async def receive(
                 if size > max_bytes:
                     raise PayloadTooLarge(f"code upload is over the limit of {max_bytes} bytes")
                 digest.update(chunk)
-                out.write(chunk)
+                try:
+                    out.write(chunk)
+                except OSError as e:
+                    raise StorageError(f"cannot store the code upload: {e}") from e
         actual = digest.hexdigest()
         if actual != expected_sha256:
             raise CodeHashMismatch(
@@ -117,4 +120,6 @@ def extract(
                 tar.extractall(workdir, members=members)
     except tarfile.TarError as e:
         raise UnsafeArchive(f"not a readable tar archive: {e}") from e
+    except OSError as e:
+        raise StorageError(f"cannot extract the code into {workdir}: {e}") from e
     return len(members)

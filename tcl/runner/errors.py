@@ -9,6 +9,7 @@ RunnerError
 ├── InvalidSpec             422  a spec that parses but cannot run (names the field)
 ├── UnsafeArchive           422  a tarball member escapes the working dir
 ├── PayloadTooLarge         413  body over the size limit
+├── StorageError            500  the state dir cannot be written (disk full, permissions)
 └── ExecutorError           500  the job could not be started
 """
 
@@ -51,6 +52,10 @@ class UnsafeArchive(RunnerError):
 
 class PayloadTooLarge(RunnerError):
     code = "payload_too_large"
+
+
+class StorageError(RunnerError):
+    code = "storage_error"
 
 
 class ExecutorError(RunnerError):

@@ -40,11 +40,37 @@ def job_env(spec: JobSpec, workdir: Path, base: Mapping[str, str] | None = None)
     return env
 
 
-def job_argv(spec: JobSpec, job_file: Path) -> list[str]:
-    """``argv`` as given, or the ``tcl.jobs`` launcher reading the job reference from a file."""
-    if spec.argv:
+def job_out_dir(spec: JobSpec, workdir: Path) -> Path:
+    """Where a ``tcl.jobs`` job keeps checkpoints, status, logs and results: ``$TCL_OUT_DIR``
+    from the spec's env (a persistent mount, so a retry resumes), else ``<workdir>/out``."""
+    return Path(spec.env.get("TCL_OUT_DIR") or workdir / "out")
+
+
+def job_argv(spec: JobSpec, workdir: Path, config_file: Path) -> list[str]:
+    """``argv`` as given, or ``python -m tcl.jobs.launch KEY CONFIG OUT_DIR --run-id ...`` for a
+    ``tcl.jobs`` job; its config travels as a file (data), never pasted into a command."""
+    if spec.argv or spec.job is None:
         return list(spec.argv)
-    return [sys.executable, "-m", "tcl.jobs.launch", "--job-file", str(job_file)]
+    job = spec.job
+    argv = [
+        sys.executable,
+        "-m",
+        "tcl.jobs.launch",
+        job.key,
+        str(config_file) if job.config_yaml else "-",
+        str(job_out_dir(spec, workdir)),
+        "--run-id",
+        spec.run_id,
+    ]
+    for flag, value in (
+        ("--name", spec.name),
+        ("--project", spec.project),
+        ("--group", spec.group),
+        ("--restore", job.restore),
+    ):
+        if value:
+            argv += [flag, value]
+    return argv
 
 
 def ssh_snippet(spec: JobSpec, workdir: Path) -> str:

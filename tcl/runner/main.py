@@ -8,6 +8,10 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tcl.runner.service import RunnerConfig
 
 DEFAULT_PORT = 10999
 
@@ -37,6 +41,12 @@ def _parser() -> argparse.ArgumentParser:
         "--port", type=int, default=DEFAULT_PORT, help="0: any free port (see --port-file)"
     )
     s.add_argument("--port-file", type=Path, default=None, help="write the bound port here")
+    s.add_argument(
+        "--linger-s",
+        type=float,
+        default=None,
+        help="exit this long after the job ended, with its exit code (default: serve on)",
+    )
     common(s)
 
     b = sub.add_parser("batch", help="run a job from files, without being driven over HTTP")
@@ -56,7 +66,7 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _config(args: argparse.Namespace) -> object:
+def _config(args: argparse.Namespace) -> RunnerConfig:
     from tcl.runner.service import RunnerConfig
 
     extra = {"max_code_bytes": args.max_code_bytes} if args.max_code_bytes else {}
@@ -73,62 +83,31 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(json.dumps(openapi(), indent=2))
         return
     from tcl.runner.errors import RunnerError
-    from tcl.runner.service import RunnerConfig
 
-    config = _config(args)
-    assert isinstance(config, RunnerConfig)
     try:
-        if args.command == "serve":
-            _serve(config, args.host, args.port, args.port_file)
-        else:
-            from tcl.runner.batch import run_batch
-            from tcl.runner.server import parse_addr
-
-            serve = parse_addr(args.serve) if args.serve else None
-            sys.exit(run_batch(config, args.spec, args.code, serve, args.linger_s))
+        sys.exit(_serve(args) if args.command == "serve" else _batch(args))
     except (RunnerError, ValueError, OSError) as e:
         print(f"tcl-runner: {getattr(e, 'detail', e)}", file=sys.stderr)
         sys.exit(2)
 
 
-def _serve(config: object, host: str, port: int, port_file: Path | None) -> None:
-    import asyncio
-    import signal
+def _serve(args: argparse.Namespace) -> int:
+    from tcl.runner.server import serve
+    from tcl.runner.service import Runner
 
-    from tcl.runner.server import Server
-    from tcl.runner.service import Runner, RunnerConfig
-
-    assert isinstance(config, RunnerConfig)
-    runner = Runner(config)
-    server = Server(runner, host, port, port_file)
-
-    async def go() -> None:
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, _on_signal, runner, server)
-        await server.serve()
-
+    runner = Runner(_config(args))
     try:
-        asyncio.run(go())
+        return serve(runner, args.host, args.port, args.port_file, args.linger_s)
     finally:
         runner.close()
 
 
-def _on_signal(runner: object, server: object) -> None:
-    """The container is being stopped: stop the job (short grace), then the server."""
-    import threading
+def _batch(args: argparse.Namespace) -> int:
+    from tcl.runner.batch import run_batch
+    from tcl.runner.server import parse_addr
 
-    from tcl.runner.server import Server
-    from tcl.runner.service import Runner
-
-    assert isinstance(runner, Runner) and isinstance(server, Server)
-
-    def finish() -> None:
-        runner.stop(grace_s=5.0)
-        runner.wait(10.0)
-        server.shutdown()
-
-    threading.Thread(target=finish, daemon=True).start()
+    addr = parse_addr(args.serve) if args.serve else None
+    return run_batch(_config(args), args.spec, args.code, addr, args.linger_s)
 
 
 if __name__ == "__main__":

@@ -45,6 +45,9 @@ class Server:
             lifespan="off",
             ws="websockets-sansio",
             access_log=False,
+            # Log text compresses well, but deflating every event costs the runner more CPU
+            # than the job's output costs to produce; SSH can compress the tunnel instead.
+            ws_per_message_deflate=False,
             timeout_graceful_shutdown=2,
         )
         self._server = uvicorn.Server(config)
@@ -60,3 +63,47 @@ class Server:
     async def started(self) -> None:
         while not self._server.started:
             await asyncio.sleep(0.01)
+
+
+def serve(
+    runner: Runner,
+    host: str,
+    port: int,
+    port_file: Path | None = None,
+    linger_s: float | None = None,
+) -> int:
+    """``tcl-runner serve``: serve until SIGTERM/SIGINT (which stop the job first, 5 s grace),
+    or, with ``linger_s``, until that long after the job has ended. Returns the exit status:
+    the job's exit code when it ended, else 0."""
+    import signal
+    import threading
+
+    server = Server(runner, host, port, port_file)
+
+    def stop_then_shutdown() -> None:
+        runner.stop(grace_s=5.0)
+        runner.wait(10.0)
+        server.shutdown()
+
+    async def linger() -> None:
+        assert linger_s is not None
+        await asyncio.to_thread(runner.wait)
+        await asyncio.sleep(linger_s)  # followers and pollers read the last events
+        server.shutdown()
+
+    async def go() -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(
+                sig, lambda: threading.Thread(target=stop_then_shutdown, daemon=True).start()
+            )
+        lingering = asyncio.create_task(linger()) if linger_s is not None else None
+        try:
+            await server.serve()
+        finally:
+            if lingering is not None:
+                lingering.cancel()
+
+    asyncio.run(go())
+    code = runner.machine.exit_code
+    return code if code is not None and runner.state.is_final else 0

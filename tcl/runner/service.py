@@ -17,6 +17,7 @@ from tcl import __version__
 from tcl.runner import code as codemod
 from tcl.runner import jobenv
 from tcl.runner.api import EventsPage, HealthInfo, JobSpec, LogStream, RunnerState
+from tcl.runner.atomic import write_atomic
 from tcl.runner.errors import (
     CodeHashMismatch,
     ExecutorError,
@@ -25,6 +26,7 @@ from tcl.runner.errors import (
     InvalidSpec,
     PayloadTooLarge,
     SpecConflict,
+    StorageError,
 )
 from tcl.runner.events import EventLog
 from tcl.runner.executor import Executor
@@ -133,7 +135,7 @@ class Runner:
         archive = self.config.state_dir / "code.tar.gz"
         try:
             await codemod.receive(chunks, archive, sha256, limit)
-            await asyncio.to_thread(self._extract, archive)
+            await asyncio.to_thread(self._extract, archive, sha256)
         finally:
             archive.unlink(missing_ok=True)
             with self._lock:
@@ -151,12 +153,12 @@ class Runner:
                 raise CodeHashMismatch(
                     f"sha256 of {archive} is {actual}, the spec says {spec.code.sha256}"
                 )
-            self._extract(archive)
+            self._extract(archive, actual)
 
-    def _extract(self, archive: Path) -> None:
+    def _extract(self, archive: Path, sha256: str) -> None:
         codemod.extract(archive, self.workdir, self.config.max_unpacked_bytes)
         with self._lock:
-            self._code_sha256 = codemod.sha256_file(archive)
+            self._code_sha256 = sha256
             self.machine.move(S.READY, expect=frozenset({S.WAITING_CODE}))
 
     def run(self) -> RunnerState:
@@ -170,16 +172,22 @@ class Runner:
                     f"cannot run in state {self.state}: the job needs a spec and its code"
                 )
             workdir = self.workdir
-            workdir.mkdir(parents=True, exist_ok=True)
-            job_file = self.config.state_dir / "job.json"
-            if spec.job is not None:
-                job_file.write_text(spec.job.model_dump_json())
-            if self.config.ssh_env_file is not None:
-                jobenv.write_ssh_snippet(self.config.ssh_env_file, spec, workdir)
+            config_file = self.config.state_dir / "job-config.yaml"
+            try:
+                workdir.mkdir(parents=True, exist_ok=True)
+                if spec.job is not None and spec.job.config_yaml:
+                    write_atomic(config_file, spec.job.config_yaml.encode())
+            except OSError as e:
+                raise StorageError(f"cannot prepare the working dir {workdir}: {e}") from e
             self.machine.move(S.RUNNING)
+            if self.config.ssh_env_file is not None:
+                try:
+                    jobenv.write_ssh_snippet(self.config.ssh_env_file, spec, workdir)
+                except OSError as e:  # ssh sessions are a convenience: the job runs anyway
+                    self.say(f"ssh sessions will not get the job's env: {e}")
             executor = Executor(
                 self.log,
-                jobenv.job_argv(spec, job_file),
+                jobenv.job_argv(spec, workdir, config_file),
                 workdir,
                 jobenv.job_env(spec, workdir),
                 list(spec.secrets.values()),

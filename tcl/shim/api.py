@@ -5,7 +5,14 @@ from __future__ import annotations
 import enum
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
+    field_validator,
+)
 
 API_VERSION = 1
 
@@ -77,6 +84,18 @@ class TaskSpec(_Strict):
     mounts: list[Mount] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
     ssh_keys: list[str] = Field(default_factory=list)  # public keys for the container sshd
+
+    @field_validator("accelerators", mode="wrap")
+    @classmethod
+    def _one_accelerators_error(
+        cls, value: object, handler: ValidatorFunctionWrapHandler
+    ) -> object:
+        # One clear error instead of one per union member ("accelerators.literal['all']"...).
+        try:
+            return handler(value)
+        except ValidationError:
+            raise ValueError(
+                'a count >= 0, "all", or a list of accelerator indices >= 0') from None
 
 
 class Ports(BaseModel):

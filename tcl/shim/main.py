@@ -29,16 +29,16 @@ def run(
         "/var/lib/tcl-shim/token"),
     executor: Annotated[ExecutorKind | None, typer.Option(
         envvar="TCL_SHIM_EXECUTOR",
-        help="Default executor for tasks that name none [default: docker if reachable, "
-             "else process].")] = None,
+        help="Default executor for tasks that name none (default: docker if reachable, "
+             "else process).")] = None,
     fake_accelerators: Annotated[str | None, typer.Option(
         envvar="TCL_SHIM_FAKE_ACCELERATORS",
         help="Pretend the host has these accelerators, e.g. h100:8 (tests; shown as fake).",
     )] = None,
     runner_bin: Annotated[str | None, typer.Option(
         envvar="TCL_SHIM_RUNNER_BIN",
-        help="tcl-runner executable for the process executor [default: beside this Python, "
-             "else on PATH].")] = None,
+        help="tcl-runner executable for the process executor (default: beside this Python, "
+             "else on PATH).")] = None,
     reconcile_interval_s: Annotated[float, typer.Option(
         envvar="TCL_SHIM_RECONCILE_INTERVAL_S", min=0.05,
         help="Seconds between reconcile passes (exit detection, adoption, cleanup).")] = 1.0,

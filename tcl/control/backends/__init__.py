@@ -1,7 +1,4 @@
 """Backends: how control reaches a host's shim and a task's runner (local, ssh)."""
 
-from tcl.control.backends.base import Backend, SshEndpoint
-from tcl.control.backends.local import LocalBackend
-from tcl.control.backends.ssh import SshBackend
-
-__all__ = ["Backend", "LocalBackend", "SshBackend", "SshEndpoint"]
+# Modules are imported where used: the ssh backend pulls in asyncssh, which a local-only
+# command never needs (import time is part of submit latency).

@@ -10,16 +10,19 @@ from __future__ import annotations
 from tcl.control.agents import RunnerApi, ShimApi
 from tcl.control.backends.base import Backend, Progress, SshEndpoint
 from tcl.control.config import SshHost
-from tcl.control.errors import AgentError, SshCommandError
+from tcl.control.errors import AgentError
 from tcl.control.httpagents import HttpRunner, HttpShim
 from tcl.control.shipping import Snapshot
 from tcl.control.ssh import SshPool, SshTarget
 from tcl.shim.api import ExecutorKind
 
-# Runs on the host (stdin of `python3 -`): stream a cached tarball into the runner's PUT /code.
+# Runs on the host (stdin of `python3 -`): stream a cached tarball into the runner's PUT /code;
+# exit 3 when the host does not have it yet (one round trip when it does).
 _HOST_PUT = r"""
 import os, sys, urllib.error, urllib.request
 path, port, sha = sys.argv[1], sys.argv[2], sys.argv[3]
+if not os.path.isfile(path):
+    sys.exit(3)
 with open(path, "rb") as f:
     req = urllib.request.Request(
         f"http://127.0.0.1:{port}/api/code", data=f, method="PUT",
@@ -30,6 +33,10 @@ with open(path, "rb") as f:
     except urllib.error.HTTPError as e:
         sys.exit(f"runner refused the code: {e.code} {e.read()[:300]!r}")
 """
+
+
+# `sh -c SCRIPT sh SHIM_DIR`: print the shim dir with ~ resolved, then the token (one round trip).
+_DIR_AND_TOKEN = 'd="$1"; case "$d" in "~"*) d="$HOME${d#"~"}";; esac; echo "$d"; cat "$d/token"'
 
 
 class SshBackend(Backend):
@@ -49,27 +56,34 @@ class SshBackend(Backend):
     async def shim_dir(self) -> str:
         """The shim directory on the host, with ``~`` resolved."""
         if self._shim_dir is None:
-            d = self.cfg.shim_dir
-            if d.startswith("~"):
-                home = (await self.pool.run(self.target, ["printenv", "HOME"])).stdout.strip()
-                d = home + d[1:]
-            self._shim_dir = d
+            await self._dir_and_token()
+        assert self._shim_dir is not None
         return self._shim_dir
+
+    async def _dir_and_token(self) -> None:
+        res = await self.pool.run(
+            self.target, ["sh", "-c", _DIR_AND_TOKEN, "sh", self.cfg.shim_dir], check=False
+        )
+        lines = res.stdout.splitlines()
+        if lines:
+            self._shim_dir = lines[0]
+        self._token = lines[1].strip() if res.exit_code == 0 and len(lines) > 1 else None
+
+    def forget_token(self) -> None:
+        """Read the token again on next use (``tcl host setup`` may have made a new one)."""
+        self._token = None
 
     async def shim(self) -> ShimApi:
         port = await self.pool.forward(self.target, self.cfg.shim_port)
         if self._shim is not None and port == self._shim_port:
             return self._shim
         if self._token is None:
-            token_file = f"{await self.shim_dir()}/token"
-            try:
-                res = await self.pool.run(self.target, ["cat", token_file])
-            except SshCommandError:
-                raise AgentError(
-                    f"{self.name}: no shim installed (no {token_file}); run `tcl host setup "
-                    f"{self.name}`"
-                ) from None
-            self._token = res.stdout.strip()
+            await self._dir_and_token()
+        if self._token is None:
+            raise AgentError(
+                f"{self.name}: no shim installed (no {self._shim_dir}/token); "
+                f"run `tcl host setup {self.name}`"
+            )
         if self._shim is not None:
             await self._shim.aclose()
         self._shim = HttpShim(f"http://127.0.0.1:{port}", self._token, name=f"shim {self.name}")
@@ -85,17 +99,18 @@ class SshBackend(Backend):
     ) -> int:
         d = await self.shim_dir()
         remote = f"{d}/code/{snap.sha256}.tar.gz"
-        have = await self.pool.run(self.target, ["test", "-f", remote], check=False)
-        sent = 0
-        if have.exit_code != 0:
-            await self.pool.run(self.target, ["mkdir", "-p", f"{d}/code"])
-            await self.pool.put_file(self.target, snap.tarball, remote, progress)
-            sent = snap.size
-        elif progress is not None:
-            progress(snap.size, snap.size)
         argv = [self.cfg.python, "-", remote, str(runner_port), snap.sha256]
+        put = await self.pool.run(self.target, argv, input=_HOST_PUT, check=False)
+        if put.exit_code == 0:
+            if progress is not None:
+                progress(snap.size, snap.size)
+            return 0
+        if put.exit_code != 3:
+            raise AgentError(f"{self.name}: code hand-over failed: {put.stderr.strip()[-300:]}")
+        await self.pool.run(self.target, ["mkdir", "-p", f"{d}/code"])
+        await self.pool.put_file(self.target, snap.tarball, remote, progress)
         await self.pool.run(self.target, argv, input=_HOST_PUT)
-        return sent
+        return snap.size
 
     def ssh_endpoint(self, task_ssh_port: int) -> SshEndpoint | None:
         t = self.target

@@ -7,11 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from tcl.control.localshim import stop_local_shim
-
-pytest.importorskip("tcl.shim.main", reason="the shim has not landed yet")
 
 TCL = str(Path(sys.executable).parent / "tcl")
 

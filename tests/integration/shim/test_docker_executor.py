@@ -211,3 +211,24 @@ async def test_pull_that_stops_progressing_times_out(make_shim: ShimFactory) -> 
             s.close()
         server.close()
         _ = free_port
+
+
+async def test_whole_host_task_uses_the_host_network(
+    make_shim: ShimFactory, runner_image: str, docker_client: Any
+) -> None:
+    shim = await make_shim("--fake-accelerators", "h100:2")
+    async with shim.client() as c:
+        info = await c.submit_task(TaskSpec(id="whole", image=runner_image, accelerators="all",
+                                            ssh_keys=[PUBKEY]))
+        assert info.network is NetworkMode.HOST and info.accelerators == [0, 1]
+        info = await wait_status(c, "whole", TaskStatus.RUNNING)
+        assert info.ports.runner and info.ports.ssh
+        attrs = docker_client.containers.get(f"tcl-{shim.instance}-whole").attrs
+        assert attrs["HostConfig"]["NetworkMode"] == "host"
+        assert attrs["Args"][1:3] == ["--host", "127.0.0.1"]  # the runner binds loopback only
+        await start_job(info.ports.runner, PRINT_GPUS)
+        state, stdout = await job_outcome(info.ports.runner)
+        assert state is RunnerState.SUCCEEDED and "gpus=0,1" in stdout
+        assert ssh_banner(info.ports.ssh).startswith(b"SSH-2.0")
+        await c.terminate_task("whole", timeout_s=5)
+        await c.remove_task("whole")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import signal
 
+import httpx
 import psutil
 import pytest
 
@@ -16,7 +17,7 @@ from tcl.runner.api import RunnerState
 from tcl.shim.api import ExecutorKind, NetworkMode, TaskSpec, TaskStatus, TerminationReason
 from tcl.shim.errors import ExecutorUnavailable, NoCapacity, TaskNotTerminated
 from tests.integration.shim.conftest import ShimFactory
-from tests.integration.shim.harness import job_outcome, start_job, wait_status
+from tests.integration.shim.harness import TOKEN, job_outcome, start_job, wait_status
 
 NO_DOCKER = {"DOCKER_HOST": "unix:///nonexistent/docker.sock"}
 PRINT_GPUS = ["python3", "-c",
@@ -29,6 +30,7 @@ async def test_process_executor_scenario(make_shim: ShimFactory) -> None:
         assert (await c.host()).executors == [ExecutorKind.PROCESS]
         with pytest.raises(ExecutorUnavailable, match="docker"):
             await c.submit_task(TaskSpec(id="d", image="x", executor=ExecutorKind.DOCKER))
+        await _bad_input(shim.url)
         a = await c.submit_task(TaskSpec(id="a", accelerators=1))
         b = await c.submit_task(TaskSpec(id="b", accelerators=1))
         assert (a.accelerators, b.accelerators) == ([0], [1])
@@ -78,3 +80,21 @@ def _runner_pid(task_json: os.PathLike[str]) -> int:
     pid = json.loads(Path(task_json).read_text())["handle"]["pid"]
     assert isinstance(pid, int)
     return pid
+
+
+async def _bad_input(url: str) -> None:
+    """Malformed spec → 422 naming the field; unknown id → 404; no token → 401."""
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    async with httpx.AsyncClient(base_url=url, headers=auth, trust_env=False) as http:
+        r = await http.post("/api/tasks", json={"id": "x", "accelerators": "two"})
+        assert r.status_code == 422
+        assert [d["field"] for d in r.json()["detail"]] == ["accelerators"], r.json()
+        r = await http.post("/api/tasks", content=b"{not json", headers={
+            "Content-Type": "application/json"})
+        assert r.status_code == 422 and r.json()["error"] == "invalid_request"
+        r = await http.get("/api/tasks/no-such-task")
+        assert r.status_code == 404 and r.json()["error"] == "not_found"
+        r = await http.delete("/api/tasks/no-such-task")
+        assert r.status_code == 404
+        r = await http.get("/api/host", headers={"Authorization": "Bearer nope"})
+        assert r.status_code == 401

@@ -273,3 +273,36 @@ async def test_output_of_a_child_outliving_the_job_is_drained_before_the_end(
     text, states, exit_code = await collect(client)
     assert text[LogStream.STDOUT] == "late\n"
     assert (states[-1], exit_code) == (S.SUCCEEDED, 0)
+
+
+async def test_unwritable_working_dir_is_a_storage_error(
+    client: RunnerClient, runner: Runner, tmp_path: Path
+) -> None:
+    (tmp_path / "a-file").write_text("not a dir")
+    code = tarball({"a.py": b""})
+    spec = JobSpec(
+        run_id="r",
+        argv=["true"],
+        working_dir=str(tmp_path / "a-file" / "work"),
+        code=CodeRef(sha256=sha(code), size=len(code)),
+    )
+    await client.submit(spec)
+    with pytest.raises(RunnerAPIError) as e:
+        await client.upload_code(code, sha(code))
+    assert (e.value.status, e.value.error) == (500, "storage_error")
+    assert runner.state is S.WAITING_CODE
+
+
+async def test_metrics_cover_the_jobs_process_tree(client: RunnerClient) -> None:
+    prog = (
+        "import subprocess, time; p = subprocess.Popen(['sleep', '30']);"
+        "print('up', flush=True); time.sleep(30)"
+    )
+    await client.submit(JobSpec(run_id="r", argv=[PY, "-c", prog]))
+    await client.run()
+    async for e in client.poll(0, wait_s=1):
+        if e.data == "up\n":
+            break
+    m = await client.metrics()
+    assert m.processes == 2 and m.memory_bytes > 1_000_000 and m.cpu_percent >= 0
+    await client.stop(0)

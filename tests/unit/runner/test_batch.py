@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -137,7 +138,6 @@ def test_start_up_imports_nothing_heavy() -> None:
 
 
 async def test_batch_serve_offers_live_logs(tmp_path: Path) -> None:
-    import asyncio
     import socket
 
     from tcl.runner.client import RunnerClient
@@ -166,6 +166,63 @@ async def test_batch_serve_offers_live_logs(tmp_path: Path) -> None:
         out = "".join(e.data or "" for e in events if e.stream == "stdout")
         assert out.splitlines() == [f"tick {i}" for i in range(5)]
         assert await asyncio.wait_for(proc.wait(), 20) == 0
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+
+
+async def _serve(tmp_path: Path, *extra: str) -> tuple[asyncio.subprocess.Process, str]:
+    port_file = tmp_path / "port"
+    proc = await asyncio.create_subprocess_exec(
+        *RUNNER,
+        "serve",
+        "--port",
+        "0",
+        "--port-file",
+        str(port_file),
+        "--state-dir",
+        str(tmp_path / "state"),
+        *extra,
+    )
+    for _ in range(400):
+        if port_file.exists():
+            break
+        await asyncio.sleep(0.05)
+    return proc, f"http://127.0.0.1:{port_file.read_text().strip()}"
+
+
+async def test_serve_linger_exits_with_the_jobs_exit_code(tmp_path: Path) -> None:
+    from tcl.runner.client import RunnerClient
+
+    proc, url = await _serve(tmp_path, "--linger-s", "0.5")
+    try:
+        async with RunnerClient(url) as client:
+            await client.wait_healthy()
+            await client.submit(JobSpec(run_id="l", argv=[PY, "-c", "raise SystemExit(3)"]))
+            await client.run()
+            events = [e async for e in client.follow(0)]
+        assert events[-1].exit_code == 3
+        assert await asyncio.wait_for(proc.wait(), 20) == 3
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+
+
+async def test_sigterm_stops_the_job_then_the_server(tmp_path: Path) -> None:
+    from tcl.runner.client import RunnerClient
+
+    proc, url = await _serve(tmp_path)
+    try:
+        async with RunnerClient(url) as client:
+            await client.wait_healthy()
+            await client.submit(JobSpec(run_id="t", argv=["sleep", "600"]))
+            await client.run()
+        proc.terminate()
+        assert await asyncio.wait_for(proc.wait(), 20) == 128 + 15
+        events, _ = EventLog(tmp_path / "state" / "events").read(0)
+        assert events[-1].state == "terminated"
     finally:
         if proc.returncode is None:
             proc.kill()

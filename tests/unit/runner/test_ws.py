@@ -46,3 +46,17 @@ def test_logs_refuse_a_bad_cursor(runner: Runner) -> None:
         ):
             ws.receive_text()
         assert closed.value.code == 1008
+
+
+def test_messages_from_the_client_do_not_end_the_stream(runner: Runner) -> None:
+    runner.submit(JobSpec(run_id="r", argv=[PY, "-c", "import time; time.sleep(0.5); print('x')"]))
+    runner.run()
+    with TestClient(create_app(runner)) as http, http.websocket_connect("/api/logs") as ws:
+        first = json.loads(ws.receive_text())
+        ws.send_text("hello?")
+        rest = []
+        with pytest.raises(WebSocketDisconnect):
+            while True:
+                rest.append(json.loads(ws.receive_text()))
+    assert first["seq"] == 1 and rest[-1]["state"] == "succeeded"
+    assert [e["seq"] for e in rest] == list(range(2, runner.log.last_seq + 1))

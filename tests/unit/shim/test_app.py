@@ -173,7 +173,7 @@ async def test_bad_input(env: Env) -> None:
         body = r.json()
         assert body["error"] == "invalid_request"
         fields = {d["field"] for d in body["detail"]}
-        assert any(f.startswith("accelerators") for f in fields)
+        assert "accelerators" in fields
         assert "registry_auth.password" in fields
         assert "7" not in str([d.get("input") for d in body["detail"]])  # input never echoed
         r = await raw.post("/api/tasks", json={"id": "bad id!", "image": "i"})

@@ -1,0 +1,120 @@
+"""Shared set-up for the control benchmarks (not a benchmark itself).
+
+A key-only sshd on 127.0.0.1:2222 (scripts/testbed/ssh-up.sh with no netns hosts), a shim
+installed there by `tcl host setup` (docker executor, fake h100:8), and a private HOME/state
+dir and config, so nothing of the user's is touched.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+TCL = str(Path(sys.executable).parent / "tcl")
+VENV = str(Path(sys.executable).parent.parent)
+SSH_BASE = "/tmp/tcl-bench-control"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def runner_image() -> str:
+    from bench._shimlib import runner_image as build
+
+    return build()
+
+
+class Bed:
+    def __init__(self, root: Path, image: str) -> None:
+        self.root = root
+        self.home = root / "home"
+        self.home.mkdir()
+        self.ssh = Path(SSH_BASE) / "ssh"
+        self.shim_dir = root / "shim"
+        self.image = image
+        self.config = root / "config.yaml"
+        self.config.write_text(
+            "hosts:\n"
+            f"  box: {{type: ssh, ssh: 127.0.0.1, port: 2222, user: root,"
+            f" identity_file: {self.ssh}/id_ed25519, known_hosts: {self.ssh}/known_hosts,"
+            f" ssh_config_file: {self.ssh}/ssh_config, shim_venv: {VENV},"
+            f" shim_port: {free_port()}, shim_dir: {self.shim_dir}, executor: docker,"
+            f' fake_accelerators: "h100:8", image: "{image}"}}\n'
+        )
+
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "HOME": str(self.home), "TCL_STATE_DIR": str(self.home / "state"),
+                "TCL_CONFIG": str(self.config), "NO_COLOR": "1"}  # fmt: skip
+
+    def tcl(self, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([TCL, *args], env=self.env(), cwd=cwd or self.root,
+                              capture_output=True, text=True, check=True)  # fmt: skip
+
+    def ssh_argv(self) -> list[str]:
+        return ["ssh", "-F", str(self.ssh / "ssh_config"), "-p", "2222", "127.0.0.1"]
+
+    def cleanup_runs(self) -> None:
+        import docker
+
+        runs = json.loads(self.tcl("ps", "-a", "--json").stdout)
+        ids = tuple(r["run_id"] for r in runs)
+        client = docker.from_env()
+        for c in client.containers.list(all=True, filters={"label": "tcl.shim.task-id"}):
+            if ids and c.labels.get("tcl.shim.task-id", "").startswith(ids):
+                c.remove(force=True)
+
+
+@contextmanager
+def testbed() -> Iterator[Bed]:
+    env = {**os.environ, "BASE": SSH_BASE, "N": "0"}
+    subprocess.run(["bash", str(REPO / "scripts/testbed/ssh-down.sh")], env=env, check=False,
+                   capture_output=True)  # fmt: skip
+    subprocess.run(["bash", str(REPO / "scripts/testbed/ssh-up.sh")], env=env, check=True,
+                   capture_output=True)  # fmt: skip
+    root = Path(tempfile.mkdtemp(prefix="tcl-bench-control."))
+    bed = Bed(root, runner_image())
+    try:
+        bed.tcl("host", "setup", "box")
+        yield bed
+    finally:
+        try:
+            bed.cleanup_runs()
+        finally:
+            pid = bed.shim_dir / "shim.pid"
+            if pid.exists():
+                with suppress(ProcessLookupError):
+                    os.kill(int(pid.read_text()), 15)
+            subprocess.run(["bash", str(REPO / "scripts/testbed/ssh-down.sh")], env=env,
+                           check=False, capture_output=True)  # fmt: skip
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def time_to_line(argv: list[str], env: dict[str, str], cwd: Path, want: str) -> float:
+    """Seconds from start until a stdout line equal to ``want`` is printed."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True)  # fmt: skip
+    assert proc.stdout is not None
+    elapsed = float("nan")
+    for line in proc.stdout:
+        if line.strip() == want:
+            elapsed = time.perf_counter() - t0
+            break
+    proc.stdout.close()
+    proc.wait(120)
+    return elapsed
