@@ -104,7 +104,7 @@ def test_cached_logits_equal_no_cache_logits_with_left_padding(
                                  jnp.asarray(pos[:, -1:] + 1), jnp.ones((2, 1), bool),
                                  decode=True, mutable=["cache"])
     for row, prompt in enumerate(prompts):
-        full = model.apply({"params": params}, jnp.asarray([prompt + [int(nxt[row, 0])]]))[0]
+        full = model.apply({"params": params}, jnp.asarray([[*prompt, int(nxt[row, 0])]]))[0]
         real = np.asarray(logits[row])[mask[row]]
         np.testing.assert_allclose(real, np.asarray(full[:-1]), atol=1e-4, rtol=1e-4)
         np.testing.assert_allclose(np.asarray(step_logits[row, 0]), np.asarray(full[-1]),
