@@ -1,20 +1,42 @@
 #!/usr/bin/env bash
-# The main-job command, for now: set up, start the runner locally (a process, not docker) and run
-# a small sample job through its HTTP API, printing its logs as they arrive (WebSocket).
-# Honest scope: this drives the runner directly; once the control plane lands, `tcl submit`
-# on the embedded local host replaces it.
+# The main-job command: set up, then run a sample job through `tcl submit` on the local default
+# (no config: one `local` host, an embedded shim with the process executor; no SSH, no Docker),
+# following its logs live, then show `tcl ps` and the kept logs.
+# Everything goes to a throw-away state dir; your own ~/.config/tcl and ~/.local/share/tcl are
+# not touched.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+repo=$(pwd)
 work=$(mktemp -d /tmp/tcl-demo.XXXXXX)
 bash scripts/setup.sh >"$work/setup.log" 2>&1 || { cat "$work/setup.log" >&2; exit 1; }
+export TCL_STATE_DIR="$work/state" TCL_CONFIG="$work/config.yaml"
+: >"$TCL_CONFIG"   # an empty config = the local default
 cleanup() {
-  if [ -n "${runner_pid:-}" ]; then kill "$runner_pid" 2>/dev/null || true; wait "$runner_pid" 2>/dev/null || true; fi
+  (cd "$repo" && uv run --locked python -c \
+    'import os, pathlib; from tcl.control.localshim import stop_local_shim; stop_local_shim(pathlib.Path(os.environ["TCL_STATE_DIR"]) / "local-shim")') || true
   rm -rf "$work"
 }
 trap cleanup EXIT
-uv run --locked tcl-runner serve --host 127.0.0.1 --port 0 --port-file "$work/port" \
-  --state-dir "$work/state" &
-runner_pid=$!
-for _ in $(seq 300); do [ -s "$work/port" ] && break; sleep 0.05; done
-[ -s "$work/port" ] || { echo "runner did not start" >&2; exit 1; }
-uv run --locked python scripts/runner_demo.py "http://127.0.0.1:$(cat "$work/port")"
+mkdir "$work/project"
+cat >"$work/project/sample_job.py" <<'PY'
+"""A sample job: estimates pi by the Leibniz series, reporting progress as it goes."""
+import os
+import time
+
+total, terms = 0.0, 2_000_000
+for k in range(terms):
+    total += (-1) ** k / (2 * k + 1)
+    if k % 500_000 == 0:
+        print(f"step {k:>9,}: pi ~ {4 * total:.6f}", flush=True)
+        time.sleep(0.2)
+print(f"done: pi ~ {4 * total:.8f} (run {os.environ.get('TCL_RUN_ID', '?')})")
+PY
+tcl() { (cd "$work/project" && uv run --locked --project "$repo" tcl "$@"); }
+echo "$ tcl submit --name demo -- python sample_job.py"
+tcl submit --name demo -- python sample_job.py
+echo
+echo "$ tcl ps -a"
+tcl ps -a
+echo
+echo "$ tcl logs demo --tail 2   (kept locally)"
+tcl logs demo --tail 2

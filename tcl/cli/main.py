@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from tcl.cli import hosts, logs, ps, ssh, stop, submit
+from tcl.cli import hosts, jobs, logs, ps, ssh, stop, submit
 from tcl.cli._common import Globals
 
 app = typer.Typer(
@@ -40,6 +40,7 @@ ps.register(app)
 stop.register(app)
 ssh.register(app)
 hosts.register(app)
+jobs.register(app)
 
 
 def main() -> None:

@@ -53,8 +53,8 @@ async def _runner(ctl: Control, att: Attempt) -> RunnerApi:
 async def pull(ctl: Control, run: Run, wait_s: float = 0.0) -> PullResult:
     """One page of new events from the runner, stored before being returned."""
     att = ctl.store.latest_attempt(run.id)
-    if att is None:
-        return PullResult([], run.state, False)
+    if att is None or (att.handle.get("released") and run.state.is_final):
+        return PullResult([], run.state, False)  # every event is kept locally already
     cache = LogCache(run.id)
     runner = await _runner(ctl, att)
     try:
@@ -67,7 +67,7 @@ async def pull(ctl: Control, run: Run, wait_s: float = 0.0) -> PullResult:
     if not page.more or not state.is_final:
         _record_state(ctl, run, state, page.exit_code)
     if state.is_final and not page.more:
-        await _release(ctl, att, "done")
+        await _release(ctl, att, state)
     return PullResult(fresh, state if not page.more else RunState.RUNNING, page.more)
 
 
@@ -78,13 +78,21 @@ def _record_state(ctl: Control, run: Run, state: RunState, exit_code: int | None
     ctl.store.set_state(run.id, state, exit_code=exit_code, message=msg)
 
 
-async def _release(ctl: Control, att: Attempt, why: str) -> None:
+_REASON = {
+    RunState.SUCCEEDED: TerminationReason.DONE,
+    RunState.FAILED: TerminationReason.FAILED,
+    RunState.TERMINATED: TerminationReason.STOPPED_BY_USER,
+}
+
+
+async def _release(ctl: Control, att: Attempt, state: RunState) -> None:
     """Free the task's accelerators once its events are all kept locally."""
     if att.handle.get("released"):
         return
     try:
         shim = await ctl.backend(att.host).shim()
-        await shim.terminate_task(str(att.handle["task_id"]), TerminationReason.DONE, why)
+        reason = _REASON.get(state, TerminationReason.DONE)
+        await shim.terminate_task(str(att.handle["task_id"]), reason, f"run {state.value}")
     except TclError:
         return  # the host is gone or the task already is: nothing to free
     ctl.store.update_attempt(att.run_id, att.attempt, handle={**att.handle, "released": True})

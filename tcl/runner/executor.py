@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import codecs
 import contextlib
+import fcntl
 import os
 import select
 import signal
 import subprocess
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
@@ -23,10 +25,13 @@ from tcl.runner.errors import ExecutorError
 from tcl.runner.events import EventLog
 from tcl.runner.masking import Masker
 
-READ_BYTES = 64 * 1024
+READ_BYTES = 256 * 1024
+PIPE_BYTES = 1024 * 1024  # F_SETPIPE_SZ: room for COALESCE_S of fast output
 # An unfinished line is sent after this much silence (a progress bar, a prompt).
 PARTIAL_LINE_FLUSH_S = 0.05
-MAX_PENDING_CHARS = 64 * 1024
+MAX_PENDING_CHARS = 256 * 1024
+# Output that keeps coming is gathered this long into one event (see _pump).
+COALESCE_S = 0.002
 # After the main process exits: how long its leftovers may keep the pipes open.
 DRAIN_S = 1.0
 DEFAULT_GRACE_S = 10.0
@@ -90,6 +95,9 @@ class Executor:
         except OSError as e:
             raise ExecutorError(f"cannot start {self._argv[0]!r}: {e.strerror or e}") from e
         assert self._proc.stdout is not None and self._proc.stderr is not None
+        for pipe in (self._proc.stdout, self._proc.stderr):
+            with contextlib.suppress(OSError, AttributeError):  # Linux only; a hint
+                fcntl.fcntl(pipe.fileno(), fcntl.F_SETPIPE_SZ, PIPE_BYTES)
         pumps = [
             threading.Thread(
                 target=self._pump,
@@ -155,7 +163,9 @@ class Executor:
         masker = Masker(self._secrets)
         pending = ""
         emit = self._emitter(stream)
-        while True:
+        last_read = 0.0
+        eof = False
+        while not eof:
             if pending:
                 try:
                     ready, _, _ = select.select([fd], [], [], PARTIAL_LINE_FLUSH_S)
@@ -165,7 +175,12 @@ class Executor:
                     emit(pending)
                     pending = ""
                     continue
-            data = _read_burst(fd)
+            # A job that keeps writing (the previous read was moments ago) gets its output
+            # gathered for up to COALESCE_S: a few large events instead of one per line. A line
+            # after a quiet spell goes out at once, so interactive latency is unchanged.
+            now = time.monotonic()
+            data, eof = _read_burst(fd, COALESCE_S if now - last_read < COALESCE_S else 0.0)
+            last_read = now
             if not data:
                 break
             pending += masker.feed(decoder.decode(data))
@@ -213,17 +228,20 @@ class Executor:
             self._done.set()
 
 
-def _read_burst(fd: int) -> bytes:
-    """Up to READ_BYTES: what one read gives plus whatever is already waiting in the pipe, so a
-    job writing many small lines yields a few large events (no waiting: latency is unchanged).
-    Empty at end of file."""
+def _read_burst(fd: int, linger_s: float) -> tuple[bytes, bool]:
+    """Up to READ_BYTES: one (blocking) read, then, after ``linger_s`` (0: none), whatever is
+    waiting in the pipe. Returns the bytes and whether the pipe hit end of file."""
     try:
         data = os.read(fd, READ_BYTES)
-        while data and len(data) < READ_BYTES and select.select([fd], [], [], 0)[0]:
+        if not data:
+            return b"", True
+        if linger_s > 0:
+            time.sleep(linger_s)  # one sleep, not a read per line: the pipe holds 1 MiB
+        while len(data) < READ_BYTES and select.select([fd], [], [], 0)[0]:
             more = os.read(fd, READ_BYTES - len(data))
             if not more:
-                break  # EOF: the next read returns b"" again
+                return data, True
             data += more
     except (OSError, ValueError):
-        return b""
-    return data
+        return b"", True
+    return data, False

@@ -128,3 +128,16 @@ def test_cloud_init_renders_valid_user_data(home: Path) -> None:
     assert "--fake-accelerators h100:8" in unit and "--host 127.0.0.1" in unit
     assert ["/var/lib/tcl-shim/venv/bin/pip", "install", "--quiet", "tcl==0.1.0"] in doc["runcmd"]
     assert "token" not in unit.split("--token-file")[0]  # only the path, never a value
+
+
+def test_jobs_and_run_wire_tcl_jobs(home: Path) -> None:
+    res = runner.invoke(app, ["jobs", "--json"])
+    assert res.exit_code == 0, res.output
+    keys = {j["key"] for j in json.loads(res.stdout)}
+    assert {"gpt/train", "gpt/sample"} <= keys
+    res = runner.invoke(app, ["run", "nope/job", "-", str(home / "out")])
+    assert res.exit_code == 2 and "no job registered as 'nope/job'" in res.stderr
+    yaml_path = Path(__file__).resolve().parents[3] / "examples" / "tiny_gpt.yaml"
+    res = runner.invoke(app, ["run", "gpt/train", str(yaml_path), str(home / "out"),
+                              "training/stepz=3"])  # fmt: skip
+    assert res.exit_code == 2 and "training/stepz" in res.stderr

@@ -136,6 +136,7 @@ async def test_job_runs_output_is_masked_and_env_is_set(
         "print('cwd', os.getcwd())\n"
         "print('foo', os.environ['FOO'], os.environ['TCL_RUN_ID'])\n"
         "sys.stdout.write('tok=' + os.environ['TOK'][:3]); sys.stdout.flush()\n"
+        "import time; time.sleep(0.2)  # two separate reads of the pipe\n"
         "sys.stdout.write(os.environ['TOK'][3:] + '\\n')\n"
         "print('err', os.environ['TOK'], file=sys.stderr)\n"
         "sys.exit(3)\n"

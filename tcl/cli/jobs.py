@@ -1,0 +1,64 @@
+"""``tcl jobs`` (the registered ``tcl.jobs`` jobs) and ``tcl run`` (one in this process).
+
+JAX is imported only by these commands, never by the rest of the CLI.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from tcl.cli._common import err, fail, out, print_json
+
+
+def cmd_jobs(
+    as_json: Annotated[bool, typer.Option("--json", help="JSON list (stable).")] = False,
+) -> None:
+    """List the jobs `tcl run` and `tcl submit --job` know (the tcl.jobs registry)."""
+    from tcl.jobs.registry import list_jobs
+
+    rows = list_jobs()
+    if as_json:
+        print_json([{"key": j.key, "class": j.cls, "kind": j.kind, "doc": j.doc} for j in rows])
+        return
+    t = Table(box=None, header_style="bold", pad_edge=False)
+    for col in ("KEY", "KIND", "CLASS", "DESCRIPTION"):
+        t.add_column(col, overflow="fold")
+    for j in rows:
+        t.add_row(j.key, j.kind, j.cls, j.doc)
+    out.print(t)
+
+
+def cmd_run(
+    key: Annotated[str, typer.Argument(help="Job key, e.g. gpt/train (see `tcl jobs`).")],
+    config: Annotated[str, typer.Argument(help="Config YAML, or - for none.")],
+    out_dir: Annotated[str, typer.Argument(help="Where checkpoints and logs go.")],
+    overrides: Annotated[
+        list[str] | None, typer.Argument(help="key=value overrides (a/b=1).")
+    ] = None,
+    restore: Annotated[
+        str | None, typer.Option("--restore", help="Checkpoint path relative to OUT_DIR.")
+    ] = None,
+    name: Annotated[str | None, typer.Option("--name", help="Run name.")] = None,
+    project: Annotated[str, typer.Option("--project")] = "default",
+    group: Annotated[str, typer.Option("--group")] = "default",
+) -> None:
+    """Run a tcl.jobs job in this process (no agents, no hosts)."""
+    from tcl.jobs.errors import JobsError
+    from tcl.jobs.run import run_job
+
+    try:
+        run_job(key, None if config == "-" else config, out_dir, restore=restore,
+                overrides=overrides or [], name=name, project=project, group=group)  # fmt: skip
+    except JobsError as e:
+        raise fail(str(e), 2) from None
+    except KeyboardInterrupt:
+        err.print("interrupted", markup=False)
+        raise typer.Exit(130) from None
+
+
+def register(app: typer.Typer) -> None:
+    app.command("jobs")(cmd_jobs)
+    app.command("run")(cmd_run)

@@ -1,0 +1,168 @@
+"""Following at the agent seam: fake runner/shim (no network), real store and log cache."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tcl.control.backends.base import Backend, Progress
+from tcl.control.config import default_config
+from tcl.control.errors import AgentUnreachableError
+from tcl.control.follow import follow, stop
+from tcl.control.logcache import LogCache
+from tcl.control.service import Control
+from tcl.control.shipping import Snapshot
+from tcl.control.states import RunState
+from tcl.control.store import Store
+from tcl.runner.api import Event, EventKind, EventsPage, JobSpec, LogStream, RunnerState
+from tcl.shim.api import ExecutorKind, TaskInfo, TaskSpec, TerminationReason
+
+N = 10
+
+
+class FakeRunner:
+    """Serves N log lines then a final state, 3 per page; drops the connection once."""
+
+    def __init__(self, drop_at_call: int | None) -> None:
+        self.log = [
+            Event(seq=i + 1, ts=1.0 + i, kind=EventKind.LOG, stream=LogStream.STDOUT,
+                  data=f"line {i}\n")
+            for i in range(N)
+        ] + [Event(seq=N + 1, ts=99.0, kind=EventKind.STATE, state=RunnerState.SUCCEEDED,
+                   exit_code=0)]  # fmt: skip
+        self.calls: list[int] = []
+        self.drop_at_call = drop_at_call
+        self.stopped = False
+
+    async def healthcheck(self) -> dict[str, Any]:
+        return {}
+
+    async def submit(self, spec: JobSpec) -> None: ...
+
+    async def upload_code(self, path: Path, sha256: str, progress: Progress | None = None) -> None:
+        return None
+
+    async def run(self) -> None: ...
+
+    async def events(self, after: int, wait_s: float = 0.0, limit: int = 1000) -> EventsPage:
+        self.calls.append(after)
+        if len(self.calls) == self.drop_at_call:
+            raise AgentUnreachableError("runner: connection reset")
+        page = [e for e in self.log if e.seq > after][:3]
+        last = page[-1].seq if page else after
+        if self.stopped:  # SIGTERM: the runner ends `terminated` with the signal's code
+            return EventsPage(events=[], next=after, more=False, state=RunnerState.TERMINATED,
+                              exit_code=-15)  # fmt: skip
+        done = last == N + 1
+        return EventsPage(
+            events=page, next=last, more=not done,
+            state=RunnerState.SUCCEEDED if done else RunnerState.RUNNING,
+            exit_code=0 if done else None,
+        )  # fmt: skip
+
+    async def stop(self, grace_s: float = 10.0) -> None:
+        self.stopped = True
+
+    async def aclose(self) -> None: ...
+
+
+class FakeShim:
+    def __init__(self) -> None:
+        self.terminated: list[tuple[str, TerminationReason]] = []
+
+    async def terminate_task(
+        self, task_id: str, reason: TerminationReason = TerminationReason.STOPPED_BY_USER,
+        message: str = "",
+    ) -> TaskInfo:  # fmt: skip
+        self.terminated.append((task_id, reason))
+        return TaskInfo(id=task_id, name="", status="terminated", network="host",
+                        executor=ExecutorKind.PROCESS, created_at=0, updated_at=0)  # fmt: skip
+
+    async def host(self) -> Any: ...
+
+    async def create_task(self, spec: TaskSpec) -> TaskInfo: ...
+
+    async def get_task(self, task_id: str) -> TaskInfo: ...
+
+    async def aclose(self) -> None: ...
+
+
+class FakeBackend(Backend):
+    kind = "fake"
+    executor = ExecutorKind.PROCESS
+
+    def __init__(self, runner: FakeRunner, shim: FakeShim) -> None:
+        self.name = "local"
+        self._runner, self._shim = runner, shim
+        self.resets = 0
+
+    async def shim(self) -> Any:
+        return self._shim
+
+    async def runner(self, runner_port: int, label: str) -> Any:
+        return self._runner
+
+    async def ship_code(self, snap: Snapshot, runner_port: int, runner: Any,
+                        progress: Progress | None) -> int:  # fmt: skip
+        return 0
+
+    async def reset(self) -> None:
+        self.resets += 1
+
+
+@pytest.fixture
+def ctl(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Control:
+    monkeypatch.setenv("TCL_STATE_DIR", str(tmp_path))
+    c = Control(default_config(), Store(f"sqlite:///{tmp_path / 'tcl.db'}"))
+    c.store.create_run("r-1", "", {"argv": ["x"]})
+    c.store.set_state("r-1", RunState.PROVISIONING)
+    c.store.set_placement("r-1", "local", "fake", None)
+    c.store.add_attempt("r-1", "local", "fake", {"task_id": "r-1-0", "runner_port": 1})
+    c.store.set_state("r-1", RunState.RUNNING)
+    return c
+
+
+async def test_follow_survives_a_drop_without_loss_or_repeat(ctl: Control) -> None:
+    runner, shim = FakeRunner(drop_at_call=2), FakeShim()
+    backend = FakeBackend(runner, shim)
+    ctl._backends["local"] = backend
+    seen: list[str] = []
+    drops: list[str] = []
+    final = await follow(ctl, ctl.store.get_run("r-1"),
+                         lambda e: seen.append(e.data or ""), drops.append)  # fmt: skip
+    logs = [s for s in seen if s.startswith("line")]
+    assert logs == [f"line {i}\n" for i in range(N)]
+    assert drops == ["runner: connection reset"] and backend.resets == 1
+    assert runner.calls[:3] == [0, 3, 3]  # the retry resumes from the kept cursor
+    assert final.state is RunState.SUCCEEDED and final.exit_code == 0
+    assert shim.terminated == [("r-1-0", TerminationReason.DONE)]  # accelerators freed
+    att = ctl.store.latest_attempt("r-1")
+    assert att is not None and att.log_cursor == N + 1
+    # a second follow replays the kept copy and never contacts the host again
+    runner.calls.clear()
+    again: list[str] = []
+    await follow(ctl, ctl.store.get_run("r-1"), lambda e: again.append(e.data or ""))
+    assert [s for s in again if s.startswith("line")] == logs and runner.calls == []
+    assert LogCache("r-1").last_seq() == N + 1
+
+
+async def test_stop_keeps_the_first_outcome_and_frees_the_task(ctl: Control) -> None:
+    runner, shim = FakeRunner(drop_at_call=None), FakeShim()
+    ctl._backends["local"] = FakeBackend(runner, shim)
+    run = await stop(ctl, ctl.store.get_run("r-1"), grace_s=0)
+    assert runner.stopped
+    assert run.state is RunState.TERMINATED and run.exit_code == -15
+    assert shim.terminated[0] == ("r-1-0", TerminationReason.STOPPED_BY_USER)
+    # a late stop of a finished run changes nothing
+    assert (await stop(ctl, ctl.store.get_run("r-1"))).state is RunState.TERMINATED
+
+
+def test_log_cache_appends_only_newer_events(tmp_path: Path) -> None:
+    cache = LogCache("r", tmp_path)
+    ev = [Event(seq=i, ts=0.0, kind=EventKind.LOG, data=f"{i}\n") for i in range(1, 6)]
+    assert [e.seq for e in cache.append(ev[:3])] == [1, 2, 3]
+    assert [e.seq for e in cache.append(ev[1:])] == [4, 5]  # overlap: no repeats
+    assert [e.seq for e in LogCache("r", tmp_path).read()] == [1, 2, 3, 4, 5]
+    assert LogCache("r", tmp_path).last_seq() == 5
