@@ -71,6 +71,16 @@ def compute_dtype(name: str) -> Any:
         raise ConfigError(f"unknown dtype {name!r}", key="architecture/dtype") from None
 
 
+def check_model_parallel(cfg: ModelConfig, model_axis: int) -> None:
+    """Every dimension the `model` axis splits must divide by its size."""
+    dims = {"architecture/n_heads": cfg.n_heads, "architecture/vocab_size": cfg.vocab_size,
+            "architecture/mlp_ratio": cfg.d_model * cfg.mlp_ratio}
+    for key, dim in dims.items():
+        if dim % model_axis:
+            raise ConfigError(f"{dim} is not divisible by mesh/model_parallel {model_axis}",
+                              key=key)
+
+
 def step_suffix(step: int) -> str:
     return f"step_{step:08d}"
 
@@ -94,6 +104,7 @@ class BaseTrainer(RestoreableJob[C], Generic[C, M]):
         self.model_cfg = configure(ModelConfig)
         self.data_cfg = configure(DataConfig)
         self.mesh = make_mesh(configure(MeshConfig).model_parallel)
+        check_model_parallel(self.model_cfg, self.mesh.shape["model"])
         if a.per_device_batch_size < 1:
             raise ConfigError("must be ≥ 1 here (-1 is resolved by the launcher)",
                               key="training/per_device_batch_size")

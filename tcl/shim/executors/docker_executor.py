@@ -134,6 +134,7 @@ class DockerExecutor:
         if launch.network is NetworkMode.HOST:
             ports = Ports(runner=free_port(), ssh=free_port())
             env["TCL_SSH_PORT"] = str(ports.ssh)
+            env["TCL_SSH_LISTEN"] = "127.0.0.1"  # host network: loopback only, like the agents
             kwargs["network_mode"] = "host"
             kwargs["command"] = ["serve", "--host", "127.0.0.1", "--port", str(ports.runner),
                                  "--state-dir", RUNNER_STATE_DIR]

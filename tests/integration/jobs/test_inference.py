@@ -86,3 +86,26 @@ def test_quick_configures_and_restores(straight: tuple[Path, Path, GPTTrainer]) 
     assert isinstance(job, GPTTrainer)
     assert job.model_cfg.d_model == 32 and job.global_step_counter_ == 42
     assert GPTTrainer.latest(job.spec) == "step_00000042"
+
+
+def test_cached_logits_equal_no_cache_logits_with_left_padding(
+        straight: tuple[Path, Path, GPTTrainer]) -> None:
+    """Prefill a left-padded batch into the KV cache, decode one token, and compare every real
+    position's logits with a plain forward pass over the unpadded sequence."""
+    trainer = straight[2]
+    model, params = trainer.model, trainer.state.params
+    prompts = [encode("def main("), encode("x = 1")]
+    tokens, mask = InferenceJob.pad(prompts)
+    pos = np.maximum(np.cumsum(mask, axis=1) - 1, 0)
+    logits, upd = model.apply({"params": params}, jnp.asarray(tokens), jnp.asarray(pos),
+                              jnp.asarray(mask), decode=True, mutable=["cache"])
+    nxt = np.asarray([[7], [9]], np.int32)
+    step_logits, _ = model.apply({"params": params, "cache": upd["cache"]}, jnp.asarray(nxt),
+                                 jnp.asarray(pos[:, -1:] + 1), jnp.ones((2, 1), bool),
+                                 decode=True, mutable=["cache"])
+    for row, prompt in enumerate(prompts):
+        full = model.apply({"params": params}, jnp.asarray([[*prompt, int(nxt[row, 0])]]))[0]
+        real = np.asarray(logits[row])[mask[row]]
+        np.testing.assert_allclose(real, np.asarray(full[:-1]), atol=1e-4, rtol=1e-4)
+        np.testing.assert_allclose(np.asarray(step_logits[row, 0]), np.asarray(full[-1]),
+                                   atol=1e-4, rtol=1e-4)

@@ -230,5 +230,12 @@ async def test_whole_host_task_uses_the_host_network(
         state, stdout = await job_outcome(info.ports.runner)
         assert state is RunnerState.SUCCEEDED and "gpus=0,1" in stdout
         assert ssh_banner(info.ports.ssh).startswith(b"SSH-2.0")
+        # The container sshd shares the host's network: it must listen on loopback only.
+        listening = docker_client.containers.get(f"tcl-{shim.instance}-whole").exec_run(
+            ["sh", "-c", "cat /proc/net/tcp"]).output.decode()
+        ssh_port_hex = f"{info.ports.ssh:04X}"
+        binds = [ln.split()[1] for ln in listening.splitlines()[1:]
+                 if ln.split()[1].endswith(":" + ssh_port_hex) and ln.split()[3] == "0A"]
+        assert binds == ["0100007F:" + ssh_port_hex], binds
         await c.terminate_task("whole", timeout_s=5)
         await c.remove_task("whole")
