@@ -145,6 +145,9 @@ async def _place_and_start(
         except NoCapacityError as e:
             skipped.append((cand.host, f"no capacity at launch: {e}"))
             continue
+        backend.prestage_code(
+            snap, obs.progress
+        )  # e.g. start the host's code hand-over during the start
         try:
             task = await _wait_task(backend, task, obs)
             if task.ports.runner is None:
