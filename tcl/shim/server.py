@@ -28,6 +28,7 @@ from tcl.shim.service import TaskService
 from tcl.shim.store import TaskStore
 
 log = logging.getLogger(__name__)
+CODE_CACHE_DIR = "code-cache"  # extracted code trees shared by the runners (tcl.runner.codecache)
 
 
 @dataclass(frozen=True)
@@ -91,15 +92,16 @@ def build(settings: ShimSettings) -> tuple[TaskService, Reconciler]:
         inventory = discover(settings.fake_accelerators)
     except BadRequest as e:
         raise SettingsError(e.detail) from e
+    code_cache = state_dir.resolve() / CODE_CACHE_DIR
     executors: dict[ExecutorKind, Executor] = {
         ExecutorKind.PROCESS: ProcessExecutor(default_runner_argv(settings.runner_bin), instance,
-                                              store.tasks_dir),
+                                              store.tasks_dir, code_cache=code_cache),
     }
     try:
         from tcl.shim.executors.docker_executor import DockerExecutor
 
-        executors[ExecutorKind.DOCKER] = DockerExecutor.connect(instance,
-                                                                settings.pull_stall_timeout_s)
+        executors[ExecutorKind.DOCKER] = DockerExecutor.connect(
+            instance, settings.pull_stall_timeout_s, code_cache=code_cache)
     except ExecutorUnavailable as e:
         if settings.executor is ExecutorKind.DOCKER:
             raise SettingsError(f"--executor docker: {e.detail}") from e

@@ -2,7 +2,8 @@
 
 Code goes to a content-addressed cache on the host (``<shim_dir>/code/<sha256>.tar.gz``) once;
 each runner then receives it from the host's loopback, so a re-submit of the same tree sends
-no code over the network.
+no code over the network. A runner whose host already has the tree extracted (the shim's
+``code-cache``, see ``tcl.runner.codecache``) copies it from there: no upload, no extraction.
 """
 
 from __future__ import annotations
@@ -16,16 +17,26 @@ from tcl.control.shipping import Snapshot
 from tcl.control.ssh import SshPool, SshTarget
 from tcl.shim.api import ExecutorKind
 
-# Runs on the host (stdin of `python3 -`): stream a cached tarball into the runner's PUT /code;
-# exit 3 when the host does not have it yet (one round trip when it does).
+# Runs on the host (stdin of `python3 -`): have the runner take the tree from the host's code
+# cache (no upload, no extraction); else stream the cached tarball into its PUT /code; exit 3
+# when the host has neither (one round trip when it has either).
 _HOST_PUT = r"""
-import os, sys, urllib.error, urllib.request
+import json, os, sys, urllib.error, urllib.request
 path, port, sha = sys.argv[1], sys.argv[2], sys.argv[3]
+base = f"http://127.0.0.1:{port}/api/code"
+req = urllib.request.Request(f"{base}/cached", data=json.dumps({"sha256": sha}).encode(),
+                             method="POST", headers={"Content-Type": "application/json"})
+try:
+    urllib.request.urlopen(req, timeout=600).read()
+    sys.exit(0)
+except urllib.error.HTTPError as e:
+    if e.code not in (404, 405):  # 405: a runner from before the code cache
+        sys.exit(f"runner refused the cached code: {e.code} {e.read()[:300]!r}")
 if not os.path.isfile(path):
     sys.exit(3)
 with open(path, "rb") as f:
     req = urllib.request.Request(
-        f"http://127.0.0.1:{port}/api/code", data=f, method="PUT",
+        base, data=f, method="PUT",
         headers={"X-Code-Sha256": sha, "Content-Length": str(os.fstat(f.fileno()).st_size),
                  "Content-Type": "application/gzip"})
     try:
