@@ -2,13 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
-
-import typer
-
-from tcl.cli._common import err, fail, globals_of
+from tcl.cli._common import err
 from tcl.cli.render import print_event
-from tcl.control.errors import TclError
 from tcl.control.follow import follow
 from tcl.control.service import Control
 from tcl.control.states import RunState
@@ -43,23 +38,3 @@ def finished(final: Run) -> int:
     detail = f" (exit code {final.exit_code})" if final.exit_code is not None else ""
     err.print(f"[tcl] run {final.id} {final.state.value}{detail}", markup=False)
     return exit_code_of(final)
-
-
-def follow_run(ctx: typer.Context, run_ref: str, timestamps: bool, after: int = 0) -> int:
-    """Follow until the run ends (Ctrl-C detaches); return the CLI's exit code."""
-    g = globals_of(ctx)
-
-    async def go() -> Run:
-        ctl = Control(g.config())
-        try:
-            return await follow_with(ctl, run_ref, timestamps, after)
-        finally:
-            await ctl.aclose()
-
-    try:
-        final = asyncio.run(go())
-    except KeyboardInterrupt:
-        return detached(run_ref)
-    except TclError as e:
-        raise fail(str(e), e.exit_code) from None
-    return finished(final)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 from datetime import datetime
@@ -10,12 +11,13 @@ from typing import Annotated
 import typer
 
 from tcl.cli import follow as follow_cmd
-from tcl.cli._common import err, fail, with_control
+from tcl.cli._common import err, fail, globals_of
 from tcl.cli.render import print_event
 from tcl.control.errors import TclError
 from tcl.control.follow import pull
 from tcl.control.logcache import LogCache
 from tcl.control.service import Control
+from tcl.control.store import Run
 from tcl.runner.api import Event, EventKind
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
@@ -58,20 +60,42 @@ def cmd_logs(
 ) -> None:
     """Print a run's logs (kept locally, so they outlive the host)."""
     since_ts = parse_since(since) if since else None
-    run_id, warning = with_control(ctx, lambda ctl: _sync(ctl, run_ref))
-    if warning and not follow:
-        err.print(f"warning: {warning}", markup=False)
-    cache = LogCache(run_id)
-    events: list[Event] = [
-        e for e in cache.read()
-        if e.kind is EventKind.LOG and (since_ts is None or e.ts >= since_ts)
-    ]  # fmt: skip
-    if tail is not None:
-        events = events[-tail:] if tail else []
-    for e in events:
-        print_event(e, timestamps)
-    if follow:
-        raise typer.Exit(follow_cmd.follow_run(ctx, run_id, timestamps, after=cache.last_seq()))
+    g = globals_of(ctx)
+
+    def show(run_id: str) -> int:
+        cache = LogCache(run_id)
+        events: list[Event] = [
+            e for e in cache.read()
+            if e.kind is EventKind.LOG and (since_ts is None or e.ts >= since_ts)
+        ]  # fmt: skip
+        if tail is not None:
+            events = events[-tail:] if tail else []
+        for e in events:
+            print_event(e, timestamps)
+        return cache.last_seq()
+
+    async def go() -> Run | None:
+        ctl = Control(g.config())
+        try:
+            run_id, warning = await _sync(ctl, run_ref)
+            if warning and not follow:
+                err.print(f"warning: {warning}", markup=False)
+            last = show(run_id)
+            if not follow:
+                return None
+            # one Control: the connection made for the catch-up is reused for following
+            return await follow_cmd.follow_with(ctl, run_id, timestamps, after=last)
+        finally:
+            await ctl.aclose()
+
+    try:
+        final = asyncio.run(go())
+    except KeyboardInterrupt:
+        raise typer.Exit(follow_cmd.detached(run_ref)) from None
+    except TclError as e:
+        raise fail(str(e), e.exit_code) from None
+    if final is not None:
+        raise typer.Exit(follow_cmd.finished(final))
 
 
 def register(app: typer.Typer) -> None:

@@ -7,12 +7,13 @@ with it); nothing here prints.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from tcl.control.agents import RunnerApi
+from tcl.control.agents import RunnerApi, ShimApi
 from tcl.control.backends.base import Backend
 from tcl.control.errors import AgentError, NoCapacityError, NoPlacementError, TclError
 from tcl.control.paths import cache_dir
@@ -107,33 +108,30 @@ async def _place_and_start(
         task_id = f"{run_id}-{attempt_no}"
         spec = _task_spec(ctl, backend, sub, task_id, run_id)
         obs.status(f"launching on {cand.host}")
+        shim = await backend.shim()
         try:
-            shim = await backend.shim()
             task = await shim.create_task(spec)
-            task = await _wait_task(backend, task, obs)
         except NoCapacityError as e:
             skipped.append((cand.host, f"no capacity at launch: {e}"))
             continue
-        ctl.store.set_state(run_id, RunState.PROVISIONING)
-        ctl.store.set_placement(run_id, cand.host, backend.kind, snap.sha256)
-        assert task.ports.runner is not None
-        handle = {"task_id": task.id, "runner_port": task.ports.runner, "ssh_port": task.ports.ssh}
-        att = ctl.store.add_attempt(run_id, cand.host, backend.kind, handle)
-        runner = await backend.runner(task.ports.runner, run_id)
         try:
-            await _wait_runner(runner)
-            spec_job = JobSpec(
-                run_id=run_id, attempt=att.attempt, name=sub.name, argv=sub.argv,
-                env={**_host_env(ctl, cand.host), **sub.env}, secrets=sub.secrets,
-                code=CodeRef(sha256=snap.sha256, size=snap.size),
-                max_duration_s=sub.max_duration_s,
-            )  # fmt: skip
-            await runner.submit(spec_job)
-            obs.status(f"shipping code ({snap.files} files)")
-            sent = await backend.ship_code(snap, task.ports.runner, runner, obs.progress)
-            await runner.run()
-        finally:
-            await runner.aclose()
+            task = await _wait_task(backend, task, obs)
+            if task.ports.runner is None:
+                raise AgentError(f"task {task.id} reports no runner port")
+            ctl.store.set_state(run_id, RunState.PROVISIONING)
+            ctl.store.set_placement(run_id, cand.host, backend.kind, snap.sha256)
+            handle = {"task_id": task.id, "runner_port": task.ports.runner,
+                      "ssh_port": task.ports.ssh}  # fmt: skip
+            att = ctl.store.add_attempt(run_id, cand.host, backend.kind, handle)
+            sent = await _start_job(ctl, backend, sub, snap, task.ports.runner, run_id,
+                                    att.attempt, obs)  # fmt: skip
+        except NoCapacityError as e:
+            skipped.append((cand.host, f"no capacity at launch: {e}"))
+            continue
+        except BaseException:
+            # Ctrl-C or a failure after the task exists: never leave it holding accelerators
+            await asyncio.shield(_terminate_quietly(shim, task.id))
+            raise
         ctl.store.set_state(run_id, RunState.RUNNING)
         ctl.store.update_attempt(run_id, att.attempt, state=RunState.RUNNING)
         return SubmitResult(
@@ -142,6 +140,34 @@ async def _place_and_start(
             uploaded_bytes=sent, skipped=skipped, ssh=task.ports.ssh is not None,
         )  # fmt: skip
     raise NoPlacementError(f"nothing fits {req.describe()} at launch; hosts now:", skipped)
+
+
+async def _start_job(
+    ctl: Control, backend: Backend, sub: Submission, snap: Snapshot, runner_port: int,
+    run_id: str, attempt: int, obs: Observer,
+) -> int:  # fmt: skip
+    """Spec, code, run; return how many code bytes crossed the network."""
+    runner = await backend.runner(runner_port, run_id)
+    try:
+        await _wait_runner(runner)
+        spec_job = JobSpec(
+            run_id=run_id, attempt=attempt, name=sub.name, argv=sub.argv,
+            env={**_host_env(ctl, backend.name), **sub.env}, secrets=sub.secrets,
+            code=CodeRef(sha256=snap.sha256, size=snap.size),
+            max_duration_s=sub.max_duration_s,
+        )  # fmt: skip
+        await runner.submit(spec_job)
+        obs.status(f"shipping code ({snap.files} files)")
+        sent = await backend.ship_code(snap, runner_port, runner, obs.progress)
+        await runner.run()
+        return sent
+    finally:
+        await runner.aclose()
+
+
+async def _terminate_quietly(shim: ShimApi, task_id: str) -> None:
+    with contextlib.suppress(TclError):
+        await shim.terminate_task(task_id, TerminationReason.FAILED, "submit did not finish")
 
 
 def _host_env(ctl: Control, host: str) -> dict[str, str]:

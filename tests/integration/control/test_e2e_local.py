@@ -55,3 +55,48 @@ def test_no_config_runs_on_local_default(tmp_path: Path) -> None:
         assert res.returncode == 4 and "failed (exit code 4)" in res.stderr
     finally:
         stop_local_shim(home / "state" / "local-shim")
+
+
+def test_ctrl_c_detaches_and_the_job_keeps_running(tmp_path: Path) -> None:
+    import json
+    import signal
+    import time
+
+    env = {k: v for k, v in os.environ.items() if k not in ("TCL_CONFIG", "TCL_DB_URL")}
+    env.update(HOME=str(tmp_path), TCL_STATE_DIR=str(tmp_path / "state"), NO_COLOR="1")
+
+    def tcl(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [TCL, *args],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+
+    try:
+        job = "import time\nprint('tick', flush=True)\ntime.sleep(60)"
+        sub = json.loads(tcl("submit", "-d", "--json", "--", "python", "-c", job).stdout)
+        follow = subprocess.Popen(
+            [TCL, "logs", "-f", sub["run_id"]],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert follow.stdout is not None and follow.stdout.readline() == "tick\n"
+        time.sleep(0.5)
+        follow.send_signal(signal.SIGINT)
+        _, err = follow.communicate(timeout=30)
+        assert follow.returncode == 130
+        assert f"detached; the job keeps running. Re-attach: tcl logs -f {sub['run_id']}" in err
+        (row,) = json.loads(tcl("ps", "--json").stdout)
+        assert row["run_id"] == sub["run_id"] and row["state"] == "running"
+        assert "terminated" in tcl("stop", "--grace", "1", sub["run_id"]).stderr
+        (row,) = json.loads(tcl("ps", "-a", "--json").stdout)
+        assert row["state"] == "terminated"
+    finally:
+        stop_local_shim(tmp_path / "state" / "local-shim")

@@ -1,0 +1,101 @@
+"""Submit at the agent seam: no_capacity at launch moves on; a failed start frees the task."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tcl.control.config import parse_config
+from tcl.control.errors import AgentError, NoCapacityError
+from tcl.control.service import Control
+from tcl.control.states import RunState
+from tcl.control.store import Store
+from tcl.control.submit import Submission, submit
+from tcl.shim.api import (
+    Accelerator,
+    ExecutorKind,
+    HostInfo,
+    Ports,
+    TaskInfo,
+    TaskSpec,
+    TaskStatus,
+    TerminationReason,
+)
+from tests.unit.control.test_follow import FakeBackend, FakeRunner
+
+CFG = parse_config("""
+hosts:
+  racy: {type: local}
+  spare: {type: local}
+priority: [racy, spare]
+""")
+
+
+class Shim:
+    """Reports 2 free h100; refuses tasks with no_capacity when ``racy`` (another submit won)."""
+
+    def __init__(self, racy: bool) -> None:
+        self.racy = racy
+        self.created: list[TaskSpec] = []
+        self.terminated: list[tuple[str, TerminationReason]] = []
+
+    async def host(self) -> HostInfo:
+        accs = [Accelerator(index=i, chip="h100", vendor="fake") for i in range(2)]
+        return HostInfo(hostname="h", cpus=2, memory_bytes=1, accelerators=accs, executors=[])
+
+    async def create_task(self, spec: TaskSpec) -> TaskInfo:
+        if self.racy:
+            raise NoCapacityError("shim: no capacity: 0 of 2 free")
+        self.created.append(spec)
+        return TaskInfo(id=spec.id, name=spec.name, status=TaskStatus.RUNNING,
+                        accelerators=[0, 1], network="host", ports=Ports(runner=4242),
+                        executor=ExecutorKind.PROCESS, created_at=0, updated_at=0)  # fmt: skip
+
+    async def get_task(self, task_id: str) -> TaskInfo: ...
+
+    async def terminate_task(self, task_id: str, reason: TerminationReason = TerminationReason.DONE,
+                             message: str = "") -> Any:  # fmt: skip
+        self.terminated.append((task_id, reason))
+
+    async def aclose(self) -> None: ...
+
+
+class BrokenRunner(FakeRunner):
+    async def submit(self, spec: Any) -> None:
+        raise AgentError("runner: spec_invalid: argv is empty")
+
+
+@pytest.fixture
+def ctl(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Control:
+    monkeypatch.setenv("TCL_STATE_DIR", str(tmp_path / "state"))
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "job.py").write_text("print(1)\n")
+    monkeypatch.chdir(tmp_path / "code")
+    return Control(CFG, Store(f"sqlite:///{tmp_path / 'tcl.db'}"))
+
+
+async def test_no_capacity_at_launch_moves_to_the_next_host(ctl: Control) -> None:
+    racy, spare = Shim(racy=True), Shim(racy=False)
+    ctl._backends["racy"] = FakeBackend(FakeRunner(None), racy)  # type: ignore[arg-type]
+    ctl._backends["spare"] = FakeBackend(FakeRunner(None), spare)  # type: ignore[arg-type]
+    ctl._backends["racy"].name, ctl._backends["spare"].name = "racy", "spare"
+    res = await submit(ctl, Submission(argv=["python", "job.py"], chip="h100", chips=2))
+    assert res.host == "spare" and res.accelerators == [0, 1]
+    assert res.skipped == [("racy", "no capacity at launch: shim: no capacity: 0 of 2 free")]
+    assert spare.created[0].accelerators == 2 and spare.created[0].ssh_keys
+    run = ctl.store.get_run(res.run_id)
+    assert run.state is RunState.RUNNING and run.host == "spare"
+
+
+async def test_a_failed_start_terminates_the_task_and_fails_the_run(ctl: Control) -> None:
+    shim = Shim(racy=False)
+    ctl._backends["racy"] = FakeBackend(BrokenRunner(None), shim)  # type: ignore[arg-type]
+    ctl._backends["racy"].name = "racy"
+    with pytest.raises(AgentError, match="argv is empty"):
+        await submit(ctl, Submission(argv=["x"], host="racy"))
+    (task_id, reason), = shim.terminated
+    assert task_id.endswith("-0") and reason is TerminationReason.FAILED
+    (run,) = ctl.store.list_runs()
+    assert run.state is RunState.FAILED and "argv is empty" in run.message
