@@ -83,9 +83,14 @@ def save(
     key: jax.Array | None,
     main_process: bool = True,
 ) -> None:
-    """Write a complete checkpoint at `directory`, replacing an older one there."""
+    """Write a complete checkpoint at `directory`, replacing an older one there.
+
+    Every process writes its shards into the same temp dir (`partial_dir`); the main process
+    adds the small files and renames it into place. Call `clear_partial` on the main process
+    and sync all processes before this.
+    """
     directory.parent.mkdir(parents=True, exist_ok=True)
-    tmp = directory.parent / f".{directory.name}.partial-{uuid.uuid4().hex[:8]}"
+    tmp = partial_dir(directory)
     try:
         # Synchronous (the save must be on disk before the rename anyway), uncompressed (float
         # weights barely compress; zstd made saving CPU-bound at ~1/3 of disk speed) and
@@ -110,8 +115,18 @@ def save(
             if old is not None:
                 shutil.rmtree(old, ignore_errors=True)
     finally:
-        if tmp.exists():
+        if main_process and tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def partial_dir(directory: Path) -> Path:
+    """Where a checkpoint is assembled; the same path on every process (multi-host saves)."""
+    return directory.parent / f".{directory.name}.partial"
+
+
+def clear_partial(directory: Path) -> None:
+    """Remove what a crashed save left behind (main process, before a save)."""
+    shutil.rmtree(partial_dir(directory), ignore_errors=True)
 
 
 def load_metadata(directory: Path) -> dict[str, Any]:
