@@ -27,6 +27,7 @@ METADATA_FILE = "config.json"
 JOB_FILE = "job.json"
 CONFIG_FILE = "config.yaml"  # written last: its presence marks a complete checkpoint
 LATEST_FILE = "latest"
+RESTORE_CONCURRENT_GB = 4
 
 
 # -- RNG ---------------------------------------------------------------------------------------
@@ -96,7 +97,7 @@ def save(
         # weights barely compress; zstd made saving CPU-bound at ~1/3 of disk speed) and
         # without OCDBT (one tensorstore dir per array: ~2x faster saves here, fine for local
         # and shared disks). See bench/jobs_checkpoint.py.
-        checkpointer = ocp.PyTreeCheckpointer(use_compression=False, use_ocdbt=False)
+        checkpointer = _checkpointer()
         try:
             checkpointer.save(tmp / TREE_DIR, args=ocp.args.PyTreeSave(tree))
         finally:
@@ -117,6 +118,14 @@ def save(
     finally:
         if main_process and tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _checkpointer() -> ocp.Checkpointer:
+    """Synchronous PyTree checkpointer: no compression, no OCDBT, up to 4 GB in flight on
+    restore (about 1.6x faster restores than the default here; bench/jobs_checkpoint.py)."""
+    handler = ocp.PyTreeCheckpointHandler(use_ocdbt=False, use_compression=False,
+                                          restore_concurrent_gb=RESTORE_CONCURRENT_GB)
+    return ocp.Checkpointer(handler)
 
 
 def partial_dir(directory: Path) -> Path:
@@ -146,7 +155,7 @@ def load(directory: Path, template: Any,
     """
     metadata = load_metadata(directory)
     target = jax.tree.map(ocp.utils.to_shape_dtype_struct, template)
-    checkpointer = ocp.PyTreeCheckpointer()
+    checkpointer = _checkpointer()
     args = ocp.args.PyTreeRestore(
         item=target, restore_args=ocp.checkpoint_utils.construct_restore_args(target),
         partial_restore=partial)
