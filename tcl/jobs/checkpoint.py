@@ -19,8 +19,8 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
+from tcl.atomic import fsync_dir, write_atomic, write_json_atomic
 from tcl.jobs.errors import CheckpointError
-from tcl.jobs.fs import fsync_dir, write_atomic, write_json_atomic
 
 TREE_DIR = "checkpoint"
 RNG_FILE = "rng.npy"
