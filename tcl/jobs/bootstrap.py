@@ -27,7 +27,7 @@ from omegaconf import DictConfig
 
 from tcl.jobs import batchsize
 from tcl.jobs.config import configuration, configure
-from tcl.jobs.errors import JobPreempted
+from tcl.jobs.errors import ConfigError, JobPreempted
 from tcl.jobs.job import BasicJob, RestoreableJob
 from tcl.jobs.registry import get_job
 from tcl.jobs.run import load_config, make_job
@@ -123,6 +123,9 @@ def launch(opts: LaunchOptions) -> int:
     overrides = list(opts.overrides)
     env_bs = os.environ.get(batchsize.BATCH_SIZE_ENV)
     if env_bs:
+        if not env_bs.strip().isdigit():
+            raise ConfigError(f"${batchsize.BATCH_SIZE_ENV}={env_bs!r} is not a positive integer",
+                              key="training/per_device_batch_size")
         overrides.append(f"training/per_device_batch_size={int(env_bs)}")
     if opts.probe:
         overrides += _probe_overrides(batchsize.PROBE_STEPS)

@@ -8,6 +8,7 @@ only once every file is on disk, so a directory named like a checkpoint is alway
 from __future__ import annotations
 
 import json
+import logging
 import random
 import shutil
 import uuid
@@ -18,8 +19,8 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
+from tcl.atomic import fsync_dir, write_atomic, write_json_atomic
 from tcl.jobs.errors import CheckpointError
-from tcl.jobs.fs import fsync_dir, write_atomic, write_json_atomic
 
 TREE_DIR = "checkpoint"
 RNG_FILE = "rng.npy"
@@ -27,6 +28,7 @@ METADATA_FILE = "config.json"
 JOB_FILE = "job.json"
 CONFIG_FILE = "config.yaml"  # written last: its presence marks a complete checkpoint
 LATEST_FILE = "latest"
+RESTORE_CONCURRENT_GB = 4
 
 
 # -- RNG ---------------------------------------------------------------------------------------
@@ -83,14 +85,20 @@ def save(
     key: jax.Array | None,
     main_process: bool = True,
 ) -> None:
-    """Write a complete checkpoint at `directory`, replacing an older one there."""
+    """Write a complete checkpoint at `directory`, replacing an older one there.
+
+    Every process writes its shards into the same temp dir (`partial_dir`); the main process
+    adds the small files and renames it into place. Call `clear_partial` on the main process
+    and sync all processes before this.
+    """
     directory.parent.mkdir(parents=True, exist_ok=True)
-    tmp = directory.parent / f".{directory.name}.partial-{uuid.uuid4().hex[:8]}"
+    tmp = partial_dir(directory)
     try:
-        # Synchronous (the save must be on disk before the rename anyway) and uncompressed:
-        # float weights barely compress, and zstd made saving CPU-bound at ~1/3 of disk speed
-        # (bench/jobs_checkpoint.py).
-        checkpointer = ocp.PyTreeCheckpointer(use_compression=False)
+        # Synchronous (the save must be on disk before the rename anyway), uncompressed (float
+        # weights barely compress; zstd made saving CPU-bound at ~1/3 of disk speed) and
+        # without OCDBT (one tensorstore dir per array: ~2x faster saves here, fine for local
+        # and shared disks). See bench/jobs_checkpoint.py.
+        checkpointer = _checkpointer()
         try:
             checkpointer.save(tmp / TREE_DIR, args=ocp.args.PyTreeSave(tree))
         finally:
@@ -109,8 +117,37 @@ def save(
             if old is not None:
                 shutil.rmtree(old, ignore_errors=True)
     finally:
-        if tmp.exists():
+        if main_process and tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+class _NoOcdbtMergeNotice(logging.Filter):
+    """Orbax warns on every save without OCDBT that it has no OCDBT subdirs to merge; we turned
+    OCDBT off on purpose, so that line is noise in the job's log."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Skipping merge of OCDBT checkpoints" not in record.getMessage()
+
+
+logging.getLogger("absl").addFilter(_NoOcdbtMergeNotice())
+
+
+def _checkpointer() -> ocp.Checkpointer:
+    """Synchronous PyTree checkpointer: no compression, no OCDBT, up to 4 GB in flight on
+    restore (about 1.6x faster restores than the default here; bench/jobs_checkpoint.py)."""
+    handler = ocp.PyTreeCheckpointHandler(use_ocdbt=False, use_compression=False,
+                                          restore_concurrent_gb=RESTORE_CONCURRENT_GB)
+    return ocp.Checkpointer(handler)
+
+
+def partial_dir(directory: Path) -> Path:
+    """Where a checkpoint is assembled; the same path on every process (multi-host saves)."""
+    return directory.parent / f".{directory.name}.partial"
+
+
+def clear_partial(directory: Path) -> None:
+    """Remove what a crashed save left behind (main process, before a save)."""
+    shutil.rmtree(partial_dir(directory), ignore_errors=True)
 
 
 def load_metadata(directory: Path) -> dict[str, Any]:
@@ -130,7 +167,7 @@ def load(directory: Path, template: Any,
     """
     metadata = load_metadata(directory)
     target = jax.tree.map(ocp.utils.to_shape_dtype_struct, template)
-    checkpointer = ocp.PyTreeCheckpointer()
+    checkpointer = _checkpointer()
     args = ocp.args.PyTreeRestore(
         item=target, restore_args=ocp.checkpoint_utils.construct_restore_args(target),
         partial_restore=partial)

@@ -151,6 +151,8 @@ class CheckpointedJob(BasicJob[C]):
                                          metadata: dict[str, Any]) -> None:
         target = self._abs(rel_path)
         self._guard_latest(target)
+        if self.main_process():
+            ckpt.clear_partial(target)
         _sync("tcl.jobs.save.start")
         ckpt.save(target, tree, metadata, {**self.spec.to_json(), "job": self.KEY},
                   OmegaConf.to_yaml(current_config()), self.key, self.main_process())

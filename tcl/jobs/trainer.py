@@ -179,7 +179,9 @@ class BaseTrainer(RestoreableJob[C], Generic[C, M]):
         grad_fn = jax.value_and_grad(self.loss)
 
         def train_step(state: TrainState, tokens_ABT1: jax.Array,
-                       key: jax.Array) -> tuple[TrainState, dict[str, jax.Array]]:
+                       base_key: jax.Array) -> tuple[TrainState, dict[str, jax.Array]]:
+            # The step's key is derived on device: no extra host dispatch per step.
+            key = jax.random.fold_in(base_key, state.step)
             if accum == 1:
                 loss, grads = grad_fn(state.params, tokens_ABT1[0], key)
             else:
@@ -207,6 +209,9 @@ class BaseTrainer(RestoreableJob[C], Generic[C, M]):
         local = self.global_batch // jax.process_count()
         tokens = self.dataset.batch(step, local, self.block_size, split, jax.process_index())
         tokens = tokens.reshape(accum, local // accum, self.block_size + 1)
+        if jax.process_count() == 1:  # the fast path: one host holds the whole batch
+            placed: jax.Array = jax.device_put(tokens, self.batch_sharding)
+            return placed
         out: jax.Array = jax.make_array_from_process_local_data(self.batch_sharding, tokens)
         return out
 
@@ -264,8 +269,8 @@ class BaseTrainer(RestoreableJob[C], Generic[C, M]):
                             self.save(suffix)
                         raise JobPreempted(suffix)
                     step = self.global_step_counter_
-                    key = jax.random.fold_in(self.rng_key, step)
-                    self.state, metrics = self._train_step(self.state, self.batch(step), key)
+                    self.state, metrics = self._train_step(self.state, self.batch(step),
+                                                           self.rng_key)
                     pending.append(metrics)
                     self.global_step_counter_ = step = step + 1
                     if step % a.report_interval == 0 or step == a.total_steps:

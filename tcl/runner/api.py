@@ -39,6 +39,12 @@ class CodeRef(_Strict):
     size: int = Field(ge=0)
 
 
+class CachedCodeRequest(_Strict):
+    """Install the code from the host's tree cache instead of an upload (404 if absent)."""
+
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+
+
 class ClusterInfo(_Strict):
     """Where this process sits in a multi-node job (for ``jax.distributed.initialize``)."""
 

@@ -27,6 +27,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from tcl.runner import errors
 from tcl.runner.api import (
+    CachedCodeRequest,
     EventsPage,
     EventsQuery,
     HealthInfo,
@@ -42,6 +43,7 @@ from tcl.runner.service import Runner
 ERROR_STATUS: dict[type[errors.RunnerError], int] = {
     errors.InvalidRequest: 400,
     errors.Conflict: 409,
+    errors.CodeNotCached: 404,
     errors.InvalidSpec: 422,
     errors.UnsafeArchive: 422,
     errors.PayloadTooLarge: 413,
@@ -122,6 +124,11 @@ async def code(request: Request, runner: Runner) -> Response:
     return _state(runner, state)
 
 
+async def cached_code(request: Request, runner: Runner) -> Response:
+    body = _parse(CachedCodeRequest, await request.body(), "body")
+    return _state(runner, await runner.use_cached_code(body.sha256))
+
+
 async def run(_: Request, runner: Runner) -> Response:
     return _state(runner, await asyncio.to_thread(runner.run))
 
@@ -182,6 +189,15 @@ ROUTES: tuple[ApiRoute, ...] = (
         StateInfo,
         errors=(400, 409, 413, 422),
         raw_body="application/gzip",
+    ),
+    ApiRoute(
+        "POST",
+        "/api/code/cached",
+        cached_code,
+        "Install the code from the host's tree cache (404 code_not_cached: upload it)",
+        StateInfo,
+        body=CachedCodeRequest,
+        errors=(400, 404, 409, 422),
     ),
     ApiRoute("POST", "/api/run", run, "Start the job", StateInfo, errors=(409,)),
     ApiRoute(

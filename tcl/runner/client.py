@@ -22,6 +22,7 @@ import httpx
 from pydantic import BaseModel
 
 from tcl.runner.api import (
+    CachedCodeRequest,
     Event,
     EventsPage,
     HealthInfo,
@@ -107,6 +108,11 @@ class RunnerClient:
         else:
             content = data
         return await self._call("PUT", "/api/code", StateInfo, content=content, headers=headers)
+
+    async def use_cached_code(self, sha256: str) -> StateInfo:
+        """Install the code from the host's tree cache; RunnerAPIError 404 when it is absent."""
+        body = CachedCodeRequest(sha256=sha256).model_dump()
+        return await self._call("POST", "/api/code/cached", StateInfo, json=body)
 
     async def run(self) -> StateInfo:
         return await self._call("POST", "/api/run", StateInfo)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import posixpath
 import tarfile
+import zlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -118,7 +119,7 @@ def extract(
                 tar.extractall(workdir, members=members, filter="data")
             else:  # pragma: no cover - older 3.11 patch releases (Debian's 3.11.2)
                 tar.extractall(workdir, members=members)
-    except tarfile.TarError as e:
+    except (tarfile.TarError, EOFError, zlib.error) as e:  # a truncated or corrupt gzip
         raise UnsafeArchive(f"not a readable tar archive: {e}") from e
     except OSError as e:
         raise StorageError(f"cannot extract the code into {workdir}: {e}") from e

@@ -6,6 +6,7 @@ RunnerError
 ├── Conflict                409  the request is legal, but not now
 │   ├── SpecConflict        409  a second, different spec
 │   └── IllegalTransition   409  e.g. run before the code
+├── CodeNotCached           404  the host's code cache has no tree with that sha256
 ├── InvalidSpec             422  a spec that parses but cannot run (names the field)
 ├── UnsafeArchive           422  a tarball member escapes the working dir
 ├── PayloadTooLarge         413  body over the size limit
@@ -44,6 +45,10 @@ class SpecConflict(Conflict):
 
 class IllegalTransition(Conflict):
     code = "illegal_state"
+
+
+class CodeNotCached(RunnerError):
+    code = "code_not_cached"
 
 
 class UnsafeArchive(RunnerError):

@@ -9,11 +9,11 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from tcl.atomic import write_atomic
 from tcl.runner.api import JobSpec
-from tcl.runner.atomic import write_atomic
 
 # Variables of the runner itself that the job must not inherit.
-_RUNNER_ONLY = ("TCL_SSH_AUTHORIZED_KEYS", "TCL_RUNNER_SSH_ENV_FILE")
+_RUNNER_ONLY = ("TCL_SSH_AUTHORIZED_KEYS", "TCL_RUNNER_SSH_ENV_FILE", "TCL_RUNNER_CODE_CACHE")
 
 
 def public_env(spec: JobSpec, workdir: Path) -> dict[str, str]:

@@ -34,6 +34,15 @@ def _parser() -> argparse.ArgumentParser:
             help="write the job's working dir and env (no secrets) here for ssh sessions "
             "(default: $TCL_RUNNER_SSH_ENV_FILE)",
         )
+        sp.add_argument(
+            "--code-cache",
+            type=Path,
+            default=Path(os.environ["TCL_RUNNER_CODE_CACHE"])
+            if os.environ.get("TCL_RUNNER_CODE_CACHE")
+            else None,
+            help="extracted code trees shared by this host's runners "
+            "(default: $TCL_RUNNER_CODE_CACHE; none: extract each upload)",
+        )
 
     s = sub.add_parser("serve", help="serve the HTTP/WebSocket API and run one job")
     s.add_argument("--host", default="127.0.0.1")
@@ -70,7 +79,13 @@ def _config(args: argparse.Namespace) -> RunnerConfig:
     from tcl.runner.service import RunnerConfig
 
     extra = {"max_code_bytes": args.max_code_bytes} if args.max_code_bytes else {}
-    return RunnerConfig(state_dir=args.state_dir.resolve(), ssh_env_file=args.ssh_env_file, **extra)
+    cache = args.code_cache.resolve() if args.code_cache else None
+    return RunnerConfig(
+        state_dir=args.state_dir.resolve(),
+        ssh_env_file=args.ssh_env_file,
+        code_cache_dir=cache,
+        **extra,
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -14,12 +14,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tcl import __version__
+from tcl.atomic import write_atomic
 from tcl.runner import code as codemod
 from tcl.runner import jobenv
 from tcl.runner.api import EventsPage, HealthInfo, JobSpec, LogStream, RunnerState
-from tcl.runner.atomic import write_atomic
+from tcl.runner.codecache import CodeCache
 from tcl.runner.errors import (
     CodeHashMismatch,
+    CodeNotCached,
     ExecutorError,
     IllegalTransition,
     InvalidRequest,
@@ -44,6 +46,8 @@ class RunnerConfig:
     max_unpacked_bytes: int = codemod.DEFAULT_MAX_UNPACKED_BYTES
     # Where ssh sessions find the job's working dir and env (None: not written).
     ssh_env_file: Path | None = None
+    # A content-addressed cache of extracted trees shared by the host's runners (None: none).
+    code_cache_dir: Path | None = None
 
 
 class Runner:
@@ -58,6 +62,7 @@ class Runner:
         self._lock = threading.RLock()
         self._uploading = False
         self._code_sha256: str | None = None
+        self.cache = CodeCache(config.code_cache_dir) if config.code_cache_dir else None
         self.log.append_state(S.WAITING_SPEC)
 
     # -- state ---------------------------------------------------------------------------
@@ -104,10 +109,10 @@ class Runner:
             self.spec = spec
             return self.state
 
-    async def upload_code(
-        self, chunks: AsyncIterator[bytes], sha256: str | None, content_length: int | None
-    ) -> RunnerState:
-        """Receive, verify and extract the tarball; state goes to ready."""
+    def _begin_code(self, sha256: str | None, content_length: int | None) -> str | None:
+        """Check that code with this hash is expected now and mark an install in progress.
+
+        Returns the normalised hash, or None when that code is already installed (a retry)."""
         sha256 = (sha256 or "").strip().lower()
         if len(sha256) != 64 or any(c not in "0123456789abcdef" for c in sha256):
             raise InvalidRequest("header X-Code-Sha256 must be the body's sha256 (64 hex digits)")
@@ -118,7 +123,7 @@ class Runner:
                 and self.state is not S.WAITING_CODE
                 and sha256 == self._code_sha256
             ):
-                return self.state  # the same upload again (a retry after a lost answer)
+                return None  # the same code again (a retry after a lost answer)
             if spec is None or self.state is not S.WAITING_CODE or self._uploading:
                 busy = " (an upload is in progress)" if self._uploading else ""
                 raise IllegalTransition(f"code is not expected in state {self.state}{busy}")
@@ -132,14 +137,46 @@ class Runner:
                     f"code upload of {content_length} bytes is over the limit of {limit} bytes"
                 )
             self._uploading = True
+            return sha256
+
+    def _end_code(self) -> None:
+        with self._lock:
+            self._uploading = False
+
+    async def use_cached_code(self, sha256: str) -> RunnerState:
+        """Install code from the host's tree cache without an upload; CodeNotCached if absent."""
+        checked = self._begin_code(sha256, None)
+        if checked is None:
+            return self.state
+        try:
+            if self.cache is None or self.cache.tree(checked) is None:
+                where = "in this host's code cache" if self.cache else "here (no code cache)"
+                raise CodeNotCached(f"code {checked} is not {where}; upload it (PUT /api/code)")
+            await asyncio.to_thread(self._install_cached, checked)
+        finally:
+            self._end_code()
+        return self.state
+
+    def _install_cached(self, sha256: str) -> None:
+        assert self.cache is not None
+        self.cache.materialise(sha256, self.workdir)
+        self._code_ready(sha256)
+
+    async def upload_code(
+        self, chunks: AsyncIterator[bytes], sha256: str | None, content_length: int | None
+    ) -> RunnerState:
+        """Receive, verify and extract the tarball; state goes to ready."""
+        checked = self._begin_code(sha256, content_length)
+        if checked is None:
+            return self.state
+        sha256, limit = checked, self.config.max_code_bytes
         archive = self.config.state_dir / "code.tar.gz"
         try:
             await codemod.receive(chunks, archive, sha256, limit)
             await asyncio.to_thread(self._extract, archive, sha256)
         finally:
             archive.unlink(missing_ok=True)
-            with self._lock:
-                self._uploading = False
+            self._end_code()
         return self.state
 
     def use_code_file(self, archive: Path) -> None:
@@ -156,7 +193,14 @@ class Runner:
             self._extract(archive, actual)
 
     def _extract(self, archive: Path, sha256: str) -> None:
-        codemod.extract(archive, self.workdir, self.config.max_unpacked_bytes)
+        if self.cache is not None:
+            self.cache.add(sha256, archive, self.config.max_unpacked_bytes)
+            self.cache.materialise(sha256, self.workdir)
+        else:
+            codemod.extract(archive, self.workdir, self.config.max_unpacked_bytes)
+        self._code_ready(sha256)
+
+    def _code_ready(self, sha256: str) -> None:
         with self._lock:
             self._code_sha256 = sha256
             self.machine.move(S.READY, expect=frozenset({S.WAITING_CODE}))

@@ -16,18 +16,19 @@ from pathlib import Path
 import uvicorn
 from fastapi import FastAPI
 
+from tcl.atomic import write_atomic
 from tcl.shim.api import ExecutorKind
 from tcl.shim.app import create_app
 from tcl.shim.errors import BadRequest, ExecutorUnavailable
 from tcl.shim.executors.base import Executor
 from tcl.shim.executors.process_executor import ProcessExecutor
-from tcl.shim.files import write_atomic
 from tcl.shim.inventory import discover
 from tcl.shim.reconcile import Reconciler, ensure_instance_id
 from tcl.shim.service import TaskService
 from tcl.shim.store import TaskStore
 
 log = logging.getLogger(__name__)
+CODE_CACHE_DIR = "code-cache"  # extracted code trees shared by the runners (tcl.runner.codecache)
 
 
 @dataclass(frozen=True)
@@ -91,15 +92,16 @@ def build(settings: ShimSettings) -> tuple[TaskService, Reconciler]:
         inventory = discover(settings.fake_accelerators)
     except BadRequest as e:
         raise SettingsError(e.detail) from e
+    code_cache = state_dir.resolve() / CODE_CACHE_DIR
     executors: dict[ExecutorKind, Executor] = {
         ExecutorKind.PROCESS: ProcessExecutor(default_runner_argv(settings.runner_bin), instance,
-                                              store.tasks_dir),
+                                              store.tasks_dir, code_cache=code_cache),
     }
     try:
         from tcl.shim.executors.docker_executor import DockerExecutor
 
-        executors[ExecutorKind.DOCKER] = DockerExecutor.connect(instance,
-                                                                settings.pull_stall_timeout_s)
+        executors[ExecutorKind.DOCKER] = DockerExecutor.connect(
+            instance, settings.pull_stall_timeout_s, code_cache=code_cache)
     except ExecutorUnavailable as e:
         if settings.executor is ExecutorKind.DOCKER:
             raise SettingsError(f"--executor docker: {e.detail}") from e

@@ -2,7 +2,10 @@
 
 Code goes to a content-addressed cache on the host (``<shim_dir>/code/<sha256>.tar.gz``) once;
 each runner then receives it from the host's loopback, so a re-submit of the same tree sends
-no code over the network.
+no code over the network. A runner whose host already has the tree extracted (the shim's
+``code-cache``, see ``tcl.runner.codecache``) copies it from there: no upload, no extraction.
+The upload to the host's cache and the hand-over process start while the task's container
+starts (:meth:`SshBackend.prestage_code`); once the runner is up only its port is sent.
 """
 
 from __future__ import annotations
@@ -20,21 +23,31 @@ from tcl.control.shipping import Snapshot
 from tcl.control.ssh import RemoteProcess, SshPool, SshTarget
 from tcl.shim.api import ExecutorKind
 
-# Runs on the host (`python -c SCRIPT TARBALL SHA256`): stream the cached tarball into the runner's
-# PUT /code. The runner's port arrives on stdin once the runner is up, so the process can start
-# (shell, interpreter, imports) while the container starts; no port (stdin closed empty) means
-# the submit gave up: exit 4. Exit 3: the tarball is not in the host's cache.
+# Runs on the host (`python -c SCRIPT TARBALL SHA256`), the runner's port on stdin: have the
+# runner take the tree from the host's code cache (no upload, no extraction); else stream the
+# cached tarball into its PUT /code; exit 3 when the host has neither. The port arrives once the
+# runner is up, so the process starts (shell, interpreter, imports) while the container starts;
+# no port (stdin closed empty) means the submit gave up: exit 4.
 _HOST_PUT = r"""
-import os, sys, urllib.error, urllib.request
+import json, os, sys, urllib.error, urllib.request
 path, sha = sys.argv[1], sys.argv[2]
 port = sys.stdin.readline().strip()
 if not port.isdigit():
     sys.exit(4)
+base = f"http://127.0.0.1:{port}/api/code"
+req = urllib.request.Request(f"{base}/cached", data=json.dumps({"sha256": sha}).encode(),
+                             method="POST", headers={"Content-Type": "application/json"})
+try:
+    urllib.request.urlopen(req, timeout=600).read()
+    sys.exit(0)
+except urllib.error.HTTPError as e:
+    if e.code not in (404, 405):  # 405: a runner from before the code cache
+        sys.exit(f"runner refused the cached code: {e.code} {e.read()[:300]!r}")
 if not os.path.isfile(path):
     sys.exit(3)
 with open(path, "rb") as f:
     req = urllib.request.Request(
-        f"http://127.0.0.1:{port}/api/code", data=f, method="PUT",
+        base, data=f, method="PUT",
         headers={"X-Code-Sha256": sha, "Content-Length": str(os.fstat(f.fileno()).st_size),
                  "Content-Type": "application/gzip"})
     try:

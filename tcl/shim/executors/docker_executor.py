@@ -42,6 +42,7 @@ LABEL_INSTANCE = "tcl.shim.instance"
 RUNNER_PORT = 10999
 SSH_PORT = 10022
 RUNNER_STATE_DIR = "/var/lib/tcl-runner"
+CODE_CACHE_TARGET = "/var/cache/tcl-code"  # the host's code cache, shared by its runners
 _ALIVE = {"created", "running", "restarting", "paused"}
 
 
@@ -49,8 +50,9 @@ class DockerExecutor:
     kind = ExecutorKind.DOCKER
 
     def __init__(self, client: Any, pull_api: Any, instance_id: str, pull_stall_timeout_s: float,
-                 dev_dir: Path = Path("/dev")) -> None:
+                 dev_dir: Path = Path("/dev"), code_cache: Path | None = None) -> None:
         self._client = client
+        self._code_cache = code_cache
         self._pull_api = pull_api
         self._instance = instance_id
         self._stall_s = pull_stall_timeout_s
@@ -62,7 +64,8 @@ class DockerExecutor:
         self.nvidia_runtime = "nvidia" in runtimes
 
     @classmethod
-    def connect(cls, instance_id: str, pull_stall_timeout_s: float) -> DockerExecutor:
+    def connect(cls, instance_id: str, pull_stall_timeout_s: float,
+                code_cache: Path | None = None) -> DockerExecutor:
         """Connect to the local dockerd (DOCKER_HOST etc.); ExecutorUnavailable if absent."""
         try:
             client = docker.from_env(timeout=60)
@@ -70,7 +73,8 @@ class DockerExecutor:
             pull_client = docker.from_env(timeout=max(1, math.ceil(pull_stall_timeout_s)))
         except (docker.errors.DockerException, requests.exceptions.RequestException) as e:
             raise ExecutorUnavailable(f"docker is not available: {e}") from e
-        return cls(client, pull_client.api, instance_id, pull_stall_timeout_s)
+        return cls(client, pull_client.api, instance_id, pull_stall_timeout_s,
+                   code_cache=code_cache)
 
     def container_name(self, task_id: str) -> str:
         return f"tcl-{self._instance}-{task_id}"
@@ -118,6 +122,11 @@ class DockerExecutor:
             "mounts": [Mount(target=m.target, source=m.source, type="bind", read_only=m.read_only)
                        for m in spec.mounts],
         }
+        if self._code_cache is not None:
+            self._code_cache.mkdir(parents=True, exist_ok=True, mode=0o700)
+            kwargs["mounts"].append(Mount(target=CODE_CACHE_TARGET, source=str(self._code_cache),
+                                          type="bind"))
+            env["TCL_RUNNER_CODE_CACHE"] = CODE_CACHE_TARGET
         if spec.shm_bytes:
             kwargs["shm_size"] = spec.shm_bytes
         if spec.cpus:

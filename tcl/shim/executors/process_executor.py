@@ -38,8 +38,10 @@ _STOP_POLL_S = 0.05
 class ProcessExecutor:
     kind = ExecutorKind.PROCESS
 
-    def __init__(self, runner_argv: list[str], instance_id: str, tasks_dir: Path) -> None:
+    def __init__(self, runner_argv: list[str], instance_id: str, tasks_dir: Path,
+                 code_cache: Path | None = None) -> None:
         self._runner_argv = runner_argv
+        self._code_cache = code_cache
         self._instance = instance_id
         self._tasks_dir = tasks_dir
         self._children: dict[int, subprocess.Popen[bytes]] = {}
@@ -65,6 +67,9 @@ class ProcessExecutor:
             *self._runner_argv, "serve", "--host", "127.0.0.1", "--port", str(port),
             "--state-dir", str(runner_dir),
         ]
+        if self._code_cache is not None:
+            self._code_cache.mkdir(parents=True, exist_ok=True, mode=0o700)
+            argv += ["--code-cache", str(self._code_cache)]
         proc, started_at = await asyncio.to_thread(self._spawn, argv, env, launch.task_dir)
         self._children[proc.pid] = proc
         return Started(Handle(pid=proc.pid, pid_start_time=started_at), Ports(runner=port))

@@ -88,13 +88,18 @@ def test_incomplete_checkpoints_are_invisible(tmp_path: Path) -> None:
     job = _job(tmp_path)
     scope = tmp_path / "checkpoints" / job.spec.scope
     (scope / "half" / "checkpoint").mkdir(parents=True)  # crashed before config.yaml
-    (scope / ".s2.partial-1234" / "checkpoint").mkdir(parents=True)
-    (scope / ".s2.partial-1234" / "config.yaml").write_text("{}")
+    (scope / ".s2.partial" / "checkpoint").mkdir(parents=True)  # a save in progress
+    (scope / ".s2.partial" / "config.yaml").write_text("{}")
     assert Counter.checkpoints(job.spec) == []
     with pytest.raises(CheckpointError, match="no complete checkpoint"):
         ckpt.register(scope, "half")
     (scope / "latest").write_text("half\n")
     assert Counter.latest(job.spec) is None
+    # A stale partial dir from a crashed save does not break the next save of that suffix.
+    with configuration(build_config([CounterConfig])[0]):
+        job.save_tree_and_metadata("s2", job.tree, {"steps": 2})
+    assert Counter.checkpoints(job.spec) == ["s2"]
+    assert not (scope / ".s2.partial").exists()
 
 
 def test_the_latest_checkpoint_is_never_overwritten_in_place(tmp_path: Path) -> None:
