@@ -31,12 +31,18 @@ for k in range(terms):
         time.sleep(0.2)
 print(f"done: pi ~ {4 * total:.8f} (run {os.environ.get('TCL_RUN_ID', '?')})")
 PY
+cp examples/tiny_gpt.yaml "$work/project/"
 tcl() { (cd "$work/project" && uv run --locked --project "$repo" tcl "$@"); }
 echo "$ tcl submit --name demo -- python sample_job.py"
 tcl submit --name demo -- python sample_job.py
 echo
+# The main job: a tiny byte-level GPT trained with tcl.jobs (flax, optax, Orbax checkpoints),
+# through the launcher that resumes from the latest checkpoint after a preemption.
+echo "$ tcl submit --name tiny-gpt -- python -m tcl.jobs.launch gpt/train tiny_gpt.yaml out"
+tcl submit --name tiny-gpt -- python -m tcl.jobs.launch gpt/train tiny_gpt.yaml out
+echo
 echo "$ tcl ps -a"
 tcl ps -a
 echo
-echo "$ tcl logs demo --tail 2   (kept locally)"
-tcl logs demo --tail 2
+echo "$ tcl logs tiny-gpt --tail 3   (kept locally)"
+tcl logs tiny-gpt --tail 3

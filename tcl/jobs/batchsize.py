@@ -20,8 +20,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from tcl.atomic import write_json_atomic
 from tcl.jobs.errors import BatchSizeError
-from tcl.jobs.fs import write_json_atomic
 
 CANDIDATES: tuple[int, ...] = (1024, 512, 256, 128, 64, 32, 16, 10, 8, 4, 3, 2, 1)
 OOM_MARKERS = ("RESOURCE_EXHAUSTED", "Out of memory while trying to allocate")

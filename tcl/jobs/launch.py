@@ -35,7 +35,11 @@ def parse(argv: list[str]) -> LaunchOptions:
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    # force: importing jax/absl has already configured the root logger. Our own loggers
+    # (progress, metrics) at INFO; libraries (Orbax narrates every save) at WARNING.
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s",
+                        force=True)
+    logging.getLogger("tcl").setLevel(logging.INFO)
     try:
         opts = parse(sys.argv[1:] if argv is None else argv)
         return launch(opts)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import time
 from pathlib import Path
 from typing import IO, Any
@@ -38,8 +39,21 @@ def chip_name() -> str:
     return f"{d.platform}:{d.device_kind}"
 
 
+log = logging.getLogger("tcl.jobs.metrics")
+
+
+def summary_line(record: dict[str, Any]) -> str:
+    """One human line per record for the job's log (the JSON file keeps every field)."""
+    parts = [f"{record.get('kind', 'metrics')} step {record.get('step', '?')}"]
+    for key, value in record.items():
+        if key in ("kind", "step", "ts") or value is None:
+            continue
+        parts.append(f"{key} {value:.4g}" if isinstance(value, float) else f"{key} {value}")
+    return "  ".join(parts)
+
+
 class MetricsWriter:
-    """Appends one JSON object per line to `path` (main process only)."""
+    """Appends one JSON object per line to `path` (main process only), and logs a summary."""
 
     def __init__(self, path: Path, enabled: bool = True) -> None:
         self.path = path
@@ -51,6 +65,7 @@ class MetricsWriter:
     def write(self, record: dict[str, Any]) -> None:
         if self._f is not None:
             self._f.write(json.dumps({"ts": round(time.time(), 3), **record}) + "\n")
+            log.info("%s", summary_line(record))
 
     def close(self) -> None:
         if self._f is not None:

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from tcl.jobs.fs import write_atomic
+from tcl.atomic import write_atomic
 
 # Env overrides of the launch dirs (seed: THESEUS_DISPATCH_*_OVERRIDE).
 ROOT_ENV = "TCL_DISPATCH_ROOT_OVERRIDE"

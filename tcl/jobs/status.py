@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tcl.atomic import write_json_atomic
 from tcl.jobs.errors import JobsError
-from tcl.jobs.fs import write_json_atomic
 
 SCHEMA_VERSION = 1
 HEARTBEAT_ENV = "TCL_HEARTBEAT_S"

@@ -13,8 +13,8 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from tcl.atomic import write_atomic
 from tcl.runner.api import JobSpec, RunnerState
-from tcl.runner.atomic import write_atomic
 from tcl.runner.errors import InvalidSpec, RunnerError
 from tcl.runner.service import Runner, RunnerConfig
 

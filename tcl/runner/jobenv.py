@@ -9,8 +9,8 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from tcl.atomic import write_atomic
 from tcl.runner.api import JobSpec
-from tcl.runner.atomic import write_atomic
 
 # Variables of the runner itself that the job must not inherit.
 _RUNNER_ONLY = (

@@ -7,7 +7,7 @@ import asyncio
 import socket
 from pathlib import Path
 
-from tcl.runner.atomic import write_atomic
+from tcl.atomic import write_atomic
 from tcl.runner.service import Runner
 
 

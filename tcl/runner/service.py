@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tcl import __version__
+from tcl.atomic import write_atomic
 from tcl.runner import code as codemod
 from tcl.runner import jobenv
 from tcl.runner.api import EventsPage, HealthInfo, JobSpec, LogStream, RunnerState
-from tcl.runner.atomic import write_atomic
 from tcl.runner.codecache import CodeCache
 from tcl.runner.errors import (
     CodeHashMismatch,

@@ -20,10 +20,10 @@ import shutil
 import time
 from pathlib import Path
 
+from tcl.atomic import write_atomic
 from tcl.shim.api import ExecutorKind, TaskStatus, TerminationReason
 from tcl.shim.errors import ShimError
 from tcl.shim.executors.base import Liveness, Observed
-from tcl.shim.files import write_atomic
 from tcl.shim.inventory import BUSY_OUTSIDE_MIB, outside_usage_mib
 from tcl.shim.service import TaskService
 from tcl.shim.store import Handle, TaskRecord

@@ -16,12 +16,12 @@ from pathlib import Path
 import uvicorn
 from fastapi import FastAPI
 
+from tcl.atomic import write_atomic
 from tcl.shim.api import ExecutorKind
 from tcl.shim.app import create_app
 from tcl.shim.errors import BadRequest, ExecutorUnavailable
 from tcl.shim.executors.base import Executor
 from tcl.shim.executors.process_executor import ProcessExecutor
-from tcl.shim.files import write_atomic
 from tcl.shim.inventory import discover
 from tcl.shim.reconcile import Reconciler, ensure_instance_id
 from tcl.shim.service import TaskService

@@ -17,9 +17,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
+from tcl.atomic import write_atomic
 from tcl.shim.api import Ports, TaskInfo, TaskSpec, TaskStatus, TerminationReason
 from tcl.shim.errors import IllegalTransition, NotFound, TaskExists
-from tcl.shim.files import write_atomic
 from tcl.shim.states import can_transition
 
 log = logging.getLogger(__name__)

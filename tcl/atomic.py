@@ -1,4 +1,8 @@
-"""Atomic file writes (tmp + fsync + rename) and directory fsync."""
+"""Atomic file writes, shared by every deployable (stdlib only: the agents start fast).
+
+A reader sees either the old content or the whole new content, never a torn file: write a
+temporary file in the same folder, fsync it, rename it over the target, fsync the folder.
+"""
 
 from __future__ import annotations
 
@@ -17,8 +21,8 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def write_atomic(path: Path, data: bytes | str) -> None:
-    """Write `data` to `path` so a reader sees either the old or the whole new content."""
+def write_atomic(path: Path, data: bytes | str, mode: int = 0o600) -> None:
+    """Replace ``path`` with ``data`` atomically; creates missing parent folders."""
     path.parent.mkdir(parents=True, exist_ok=True)
     raw = data.encode() if isinstance(data, str) else data
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -27,6 +31,7 @@ def write_atomic(path: Path, data: bytes | str) -> None:
             f.write(raw)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -34,5 +39,5 @@ def write_atomic(path: Path, data: bytes | str) -> None:
     fsync_dir(path.parent)
 
 
-def write_json_atomic(path: Path, obj: Any) -> None:
-    write_atomic(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
+def write_json_atomic(path: Path, obj: Any, mode: int = 0o600) -> None:
+    write_atomic(path, json.dumps(obj, indent=2, sort_keys=True) + "\n", mode)
