@@ -137,7 +137,7 @@ async def _place_and_start(
         backend = ctl.backend(cand.host)
         attempt_no = 0
         task_id = f"{run_id}-{attempt_no}"
-        spec = _task_spec(ctl, backend, sub, task_id, run_id)
+        spec = _task_spec(ctl, backend, sub, task_id, run_id, snap.sha256)
         obs.status(f"launching on {cand.host}")
         shim = await backend.shim()
         try:
@@ -211,7 +211,7 @@ def _host_env(ctl: Control, host: str) -> dict[str, str]:
 
 
 def _task_spec(
-    ctl: Control, backend: Backend, sub: Submission, task_id: str, run_id: str
+    ctl: Control, backend: Backend, sub: Submission, task_id: str, run_id: str, code_sha256: str
 ) -> TaskSpec:
     image = sub.image or ctl.cfg.hosts[backend.name].image or ""
     if backend.executor is ExecutorKind.DOCKER and not image:
@@ -221,7 +221,7 @@ def _task_spec(
         )
     return TaskSpec(
         id=task_id, name=sub.name or run_id, image=image, executor=backend.executor,
-        accelerators=sub.chips, ssh_keys=[public_key()],
+        accelerators=sub.chips, ssh_keys=[public_key()], code_sha256=code_sha256,
     )  # fmt: skip
 
 

@@ -2,21 +2,23 @@
 
 Layout under the cache root (``--code-cache``; the shim bind-mounts ``<state>/code-cache``)::
 
-    trees/<sha256>/       the tarball with that sha256, extracted (files read-only)
+    trees/<sha256>/       the tarball with that sha256, extracted
     trees/.tmp-<random>/  an extraction in progress (never read)
     locks/<sha256>.lock   flock held while that tree is being extracted
 
 A tree exists only once complete: it is extracted into a temp dir (with every check of
-``code.extract``: escaping paths, links, devices, the size limit), its files are made
-read-only and fsynced, and the dir is renamed into place. Two runners extracting the same
+``code.extract``: escaping paths, links, devices, the size limit), synced to disk, and the
+dir is renamed into place. Two runners extracting the same
 tarball at once serialise on the lock, and the second one finds the tree. A tree's name is
 the sha256 of a tarball that was verified on upload, so it is never written again.
 
-A job never works in the cache: its working dir is a *copy* of the tree, made with
+A job never works in the cache. Its working dir is either an overlay mount with the tree as
+the read-only lower layer (the docker executor, when the task names its code: writes go to a
+per-task upper dir; see ``premounted_code``), or a *copy* of the tree, made with
 ``copy_file_range`` (a reflink on btrfs/XFS, an in-kernel copy elsewhere, a plain copy across
-file systems). Hard links would be cheaper but share the inode, and a job running as root
-(every docker job) opening a shipped file for writing would change the cache for every later
-job. Nothing is evicted yet: remove ``trees/<sha>`` (``chmod -R u+w`` first) to free space.
+file systems). Hard links would be cheaper than a copy but share the inode, and a job running
+as root (every docker job) opening a shipped file for writing would change the cache for every
+later job. Nothing is evicted yet: remove ``trees/<sha>`` to free space.
 """
 
 from __future__ import annotations
@@ -102,13 +104,11 @@ class CodeCache:
 
 
 def _seal(root: Path) -> None:
-    """Make every file read-only and durable (dirs stay writable so a tree can be removed)."""
-    for dirpath, _dirs, files in os.walk(root):
-        for name in files:
-            path = os.path.join(dirpath, name)
-            st = os.lstat(path)
-            if stat.S_ISREG(st.st_mode):
-                os.chmod(path, stat.S_IMODE(st.st_mode) & ~0o222)
+    """Make the tree durable before it is published.
+
+    Modes stay as shipped: read-only bits would not stop a root job, and a job's working dir
+    must look the same whether it is a copy or an overlay on the tree."""
+    del root
     os.sync()  # one call instead of 20,000 fsyncs; the rename that follows publishes the tree
 
 

@@ -13,7 +13,12 @@ from tcl.atomic import write_atomic
 from tcl.runner.api import JobSpec
 
 # Variables of the runner itself that the job must not inherit.
-_RUNNER_ONLY = ("TCL_SSH_AUTHORIZED_KEYS", "TCL_RUNNER_SSH_ENV_FILE", "TCL_RUNNER_CODE_CACHE")
+_RUNNER_ONLY = (
+    "TCL_SSH_AUTHORIZED_KEYS",
+    "TCL_RUNNER_SSH_ENV_FILE",
+    "TCL_RUNNER_CODE_CACHE",
+    "TCL_RUNNER_PREMOUNTED_CODE",
+)
 
 
 def public_env(spec: JobSpec, workdir: Path) -> dict[str, str]:

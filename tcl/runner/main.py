@@ -43,6 +43,13 @@ def _parser() -> argparse.ArgumentParser:
             help="extracted code trees shared by this host's runners "
             "(default: $TCL_RUNNER_CODE_CACHE; none: extract each upload)",
         )
+        sp.add_argument(
+            "--premounted-code",
+            metavar="SHA256",
+            default=os.environ.get("TCL_RUNNER_PREMOUNTED_CODE") or None,
+            help="the default working dir already holds this cached tree (an overlay mounted by "
+            "the executor; default: $TCL_RUNNER_PREMOUNTED_CODE)",
+        )
 
     s = sub.add_parser("serve", help="serve the HTTP/WebSocket API and run one job")
     s.add_argument("--host", default="127.0.0.1")
@@ -84,6 +91,7 @@ def _config(args: argparse.Namespace) -> RunnerConfig:
         state_dir=args.state_dir.resolve(),
         ssh_env_file=args.ssh_env_file,
         code_cache_dir=cache,
+        premounted_code=args.premounted_code,
         **extra,
     )
 

@@ -48,6 +48,9 @@ class RunnerConfig:
     ssh_env_file: Path | None = None
     # A content-addressed cache of extracted trees shared by the host's runners (None: none).
     code_cache_dir: Path | None = None
+    # The sha256 of the tree the executor already mounted (an overlay) as the default working
+    # dir: installing that code is then a no-op.
+    premounted_code: str | None = None
 
 
 class Runner:
@@ -159,7 +162,11 @@ class Runner:
 
     def _install_cached(self, sha256: str) -> None:
         assert self.cache is not None
-        self.cache.materialise(sha256, self.workdir)
+        premounted = self.config.premounted_code == sha256 and (
+            self.spec is None or self.spec.working_dir is None
+        )
+        if not premounted:
+            self.cache.materialise(sha256, self.workdir)
         self._code_ready(sha256)
 
     async def upload_code(

@@ -84,6 +84,9 @@ class TaskSpec(_Strict):
     mounts: list[Mount] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
     ssh_keys: list[str] = Field(default_factory=list)  # public keys for the container sshd
+    # The code the runner will be given. Docker executor: when the host's code cache holds that
+    # tree, the runner's working dir is an overlay on it (no copy); otherwise ignored.
+    code_sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
 
     @field_validator("accelerators", mode="wrap")
     @classmethod

@@ -18,7 +18,7 @@ from typing import Any
 import docker
 import docker.errors
 import requests.exceptions
-from docker.types import DeviceRequest, Mount
+from docker.types import DeviceRequest, DriverConfig, Mount
 
 from tcl.shim.api import ExecutorKind, NetworkMode, Ports
 from tcl.shim.errors import ContainerError, ExecutorUnavailable, ImageError
@@ -43,6 +43,7 @@ RUNNER_PORT = 10999
 SSH_PORT = 10022
 RUNNER_STATE_DIR = "/var/lib/tcl-runner"
 CODE_CACHE_TARGET = "/var/cache/tcl-code"  # the host's code cache, shared by its runners
+RUNNER_WORKDIR = f"{RUNNER_STATE_DIR}/work"  # the runner's default working dir
 _ALIVE = {"created", "running", "restarting", "paused"}
 
 
@@ -122,11 +123,13 @@ class DockerExecutor:
             "mounts": [Mount(target=m.target, source=m.source, type="bind", read_only=m.read_only)
                        for m in spec.mounts],
         }
+        overlay: Mount | None = None
         if self._code_cache is not None:
             self._code_cache.mkdir(parents=True, exist_ok=True, mode=0o700)
             kwargs["mounts"].append(Mount(target=CODE_CACHE_TARGET, source=str(self._code_cache),
                                           type="bind"))
             env["TCL_RUNNER_CODE_CACHE"] = CODE_CACHE_TARGET
+            overlay = self._code_overlay(launch)
         if spec.shm_bytes:
             kwargs["shm_size"] = spec.shm_bytes
         if spec.cpus:
@@ -151,10 +154,43 @@ class DockerExecutor:
             kwargs["ports"] = {f"{RUNNER_PORT}/tcp": ("127.0.0.1", None),
                                f"{SSH_PORT}/tcp": ("127.0.0.1", None)}
         kwargs["environment"] = env
+        if overlay is not None:
+            try:
+                container = self._create_and_start(spec.image, {
+                    **kwargs, "mounts": [*kwargs["mounts"], overlay],
+                    "environment": {**env, "TCL_RUNNER_PREMOUNTED_CODE": spec.code_sha256}})
+            except ContainerError as e:  # no overlay mounts here: the runner copies the tree
+                log.warning("code overlay refused, copying instead: %s", e.detail)
+                container = self._create_and_start(spec.image, kwargs)
+        else:
+            container = self._create_and_start(spec.image, kwargs)
+        if launch.network is not NetworkMode.HOST:
+            ports = _published(container.attrs)
+        return Started(handle=Handle(container_id=container.id), ports=ports)
+
+    def _code_overlay(self, launch: Launch) -> Mount | None:
+        """An overlay of the cached tree (read-only lower) and a per-task upper dir, mounted by
+        dockerd as the runner's working dir: the job's writes never reach the cache."""
+        sha = launch.spec.code_sha256
+        if sha is None or self._code_cache is None:
+            return None
+        tree = self._code_cache.resolve() / "trees" / sha
+        task_dir = launch.task_dir.resolve()
+        upper, work = task_dir / "code-upper", task_dir / "code-work"
+        if not tree.is_dir() or any(c in str(p) for p in (tree, upper, work) for c in ",:"):
+            return None
+        upper.mkdir(exist_ok=True)
+        work.mkdir(exist_ok=True)
+        options = {"type": "overlay", "device": "overlay",
+                   "o": f"lowerdir={tree},upperdir={upper},workdir={work}"}
+        return Mount(target=RUNNER_WORKDIR, source=None, type="volume",
+                     driver_config=DriverConfig("local", options))
+
+    def _create_and_start(self, image: str, kwargs: dict[str, Any]) -> Any:
         try:
-            container = self._client.containers.create(spec.image, **kwargs)
+            container = self._client.containers.create(image, **kwargs)
         except docker.errors.ImageNotFound as e:
-            raise ImageError(f"image {spec.image}: {e.explanation or e}") from e
+            raise ImageError(f"image {image}: {e.explanation or e}") from e
         except docker.errors.APIError as e:
             raise ContainerError(f"cannot create the container: {e.explanation or e}") from e
         try:
@@ -163,9 +199,7 @@ class DockerExecutor:
         except docker.errors.APIError as e:
             self._remove_quietly(container.id)
             raise ContainerError(f"cannot start the container: {e.explanation or e}") from e
-        if launch.network is not NetworkMode.HOST:
-            ports = _published(container.attrs)
-        return Started(handle=Handle(container_id=container.id), ports=ports)
+        return container
 
     # -- observe ------------------------------------------------------------------------------
     async def observe(self, tasks: dict[str, Handle]) -> dict[str, Observed]:

@@ -2,8 +2,9 @@
 
 The first task's runner receives the tarball (PUT /api/code) and extracts it into the shim's
 ``code-cache``; the second task's runner installs the same code from there (POST
-/api/code/cached) without an upload. The first job overwrites a shipped file in place: the
-second job must still see the shipped content.
+/api/code/cached) without an upload; with docker, as the task names its code, that working dir
+is an overlay on the cached tree (no copy at all). The first job overwrites a shipped file in
+place: the second job must still see the shipped content, and the cache must not change.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import hashlib
 import io
 import tarfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -57,19 +59,28 @@ async def run_with_code(port: int, run_id: str, code: bytes, cached: bool) -> st
 
 @pytest.mark.parametrize("executor", ["process", "docker"])
 async def test_second_task_takes_the_tree_from_the_cache(
-    make_shim: ShimFactory, runner_image: str, executor: str
+    make_shim: ShimFactory, runner_image: str, docker_client: Any, executor: str
 ) -> None:
     env = NO_DOCKER if executor == "process" else {}
     shim = await make_shim("--executor", executor, env=env)
     code = tarball()
-    tree = Path(shim.state_dir) / "code-cache" / "trees" / hashlib.sha256(code).hexdigest()
+    sha = hashlib.sha256(code).hexdigest()
+    tree = Path(shim.state_dir) / "code-cache" / "trees" / sha
     async with shim.client() as c:
         for task_id, cached in (("one", False), ("two", True)):
-            await c.submit_task(TaskSpec(id=task_id, image=runner_image))
+            await c.submit_task(TaskSpec(id=task_id, image=runner_image, code_sha256=sha))
             info = await wait_status(c, task_id, TaskStatus.RUNNING)
             assert info.ports.runner
             stdout = await run_with_code(info.ports.runner, task_id, code, cached)
             assert "got=SHIPPED" in stdout  # the second job does not see the first one's write
             assert (tree / "lib/x.py").read_bytes() == b"SHIPPED"
+            if executor == "docker":
+                container = docker_client.containers.get(f"tcl-{shim.instance}-{task_id}")
+                work = [m for m in container.attrs["Mounts"]
+                        if m["Destination"] == "/var/lib/tcl-runner/work"]
+                assert bool(work) is cached  # an overlay once the host has the tree
+                upper = Path(shim.state_dir) / "tasks" / task_id / "code-upper"
+                if cached:  # the job's write went to the task's upper layer
+                    assert (upper / "lib/x.py").read_bytes() == b"CORRUPT"
             await c.terminate_task(task_id, timeout_s=10)
             await c.remove_task(task_id)

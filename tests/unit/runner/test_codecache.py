@@ -46,7 +46,6 @@ def test_add_then_materialise(tmp_path: Path) -> None:
     assert cache.tree(sha) is None
     tree = cache.add(sha, archive, 10**6)
     assert tree == tmp_path / "cache" / "trees" / sha and cache.tree(sha) == tree
-    assert not (tree / "pkg/main.py").stat().st_mode & 0o222  # cached files are read-only
     work = tmp_path / "work"
     assert cache.materialise(sha, work) == 6  # 2 dirs, 3 files, 1 link
     assert snapshot(work) == snapshot(tree)
@@ -192,4 +191,27 @@ async def test_runners_sharing_a_cache_skip_upload_and_extraction(tmp_path: Path
     assert e.value.status == 400
     for r, c in ((first, c1), (second, c2), (third, c3)):
         await c.aclose()
+        r.close()
+
+
+async def test_premounted_tree_is_not_copied_again(tmp_path: Path) -> None:
+    """The docker executor mounted an overlay of the tree as the working dir: no copy; a spec
+    with its own working_dir still gets one."""
+    from tcl.runner.api import CodeRef, JobSpec, RunnerState
+    from tcl.runner.service import Runner, RunnerConfig
+    from tests.unit.runner.conftest import sha, tarball
+
+    code = tarball({"main.py": b"print('hi')\n"})
+    (tmp_path / "c.tgz").write_bytes(code)
+    CodeCache(tmp_path / "cache").add(sha(code), tmp_path / "c.tgz", 10**6)
+    ref = CodeRef(sha256=sha(code), size=len(code))
+    for working_dir, copied in ((None, False), (str(tmp_path / "own"), True)):
+        state = tmp_path / f"state-{copied}"
+        (state / "work").mkdir(parents=True)
+        (state / "work" / "mounted.txt").write_text("the overlay")
+        r = Runner(RunnerConfig(state_dir=state, code_cache_dir=tmp_path / "cache",
+                                premounted_code=sha(code)))  # fmt: skip
+        r.submit(JobSpec(run_id="r", argv=["true"], code=ref, working_dir=working_dir))
+        assert await r.use_cached_code(sha(code)) is RunnerState.READY
+        assert (r.workdir / "main.py").exists() is copied
         r.close()
