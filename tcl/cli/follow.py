@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from tcl.cli._common import err
 from tcl.cli.render import print_event
 from tcl.control.follow import follow
 from tcl.control.service import Control
 from tcl.control.states import RunState
-from tcl.control.store import Run
+
+if TYPE_CHECKING:
+    from tcl.control.store import Run
 
 
 def exit_code_of(run: Run) -> int:

@@ -6,7 +6,7 @@ import asyncio
 import re
 import time
 from datetime import datetime
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -17,8 +17,10 @@ from tcl.control.errors import TclError
 from tcl.control.follow import pull
 from tcl.control.logcache import LogCache
 from tcl.control.service import Control
-from tcl.control.store import Run
 from tcl.runner.api import Event, EventKind
+
+if TYPE_CHECKING:
+    from tcl.control.store import Run
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.live import Live
@@ -14,7 +14,9 @@ from tcl.cli._common import err, out, print_json, with_control
 from tcl.cli.render import age, run_json
 from tcl.control.follow import refresh
 from tcl.control.service import Control
-from tcl.control.store import Run
+
+if TYPE_CHECKING:
+    from tcl.control.store import Run
 
 
 async def _runs(ctl: Control, all_runs: bool) -> list[Run]:

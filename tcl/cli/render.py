@@ -6,14 +6,16 @@ import os
 import sys
 import time
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
 from rich.status import Status
 
 from tcl.cli._common import err
-from tcl.control.store import Run
 from tcl.runner.api import Event, EventKind, LogStream
+
+if TYPE_CHECKING:
+    from tcl.control.store import Run
 
 
 def iso(ts: float) -> str:

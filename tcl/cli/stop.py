@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from tcl.cli._common import err, with_control
 from tcl.control.follow import stop
 from tcl.control.service import Control
-from tcl.control.store import Run
+
+if TYPE_CHECKING:
+    from tcl.control.store import Run
 
 
 def cmd_stop(

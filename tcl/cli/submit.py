@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -13,8 +13,10 @@ from tcl.cli._common import err, fail, globals_of, print_json
 from tcl.cli.render import RichObserver
 from tcl.control.errors import TclError
 from tcl.control.service import Control
-from tcl.control.store import Run
 from tcl.control.submit import Submission, SubmitResult, submit
+
+if TYPE_CHECKING:
+    from tcl.control.store import Run
 
 
 def _pairs(values: list[str]) -> dict[str, str]:

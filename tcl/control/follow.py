@@ -11,6 +11,7 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from tcl.control.agents import RunnerApi
 from tcl.control.backoff import backoff_s
@@ -18,9 +19,11 @@ from tcl.control.errors import AgentError, AgentUnreachableError, SshConnectErro
 from tcl.control.logcache import LogCache
 from tcl.control.service import Control
 from tcl.control.states import RunState
-from tcl.control.store import Attempt, Run
 from tcl.runner.api import Event, EventKind, RunnerState
 from tcl.shim.api import TerminationReason
+
+if TYPE_CHECKING:
+    from tcl.control.store import Attempt, Run
 
 RECONNECT_DEADLINE_S = 300.0
 _RETRYABLE = (AgentUnreachableError, SshConnectError)

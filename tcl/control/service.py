@@ -9,12 +9,11 @@ from typing import TYPE_CHECKING
 from tcl.control.backends.base import Backend
 from tcl.control.config import Config, LocalHost, SshHost
 from tcl.control.errors import AgentError, TclError
-from tcl.control.paths import db_url
-from tcl.control.store import Store
 from tcl.shim.api import HostInfo
 
 if TYPE_CHECKING:
     from tcl.control.ssh import SshPool
+    from tcl.control.store import Store
 
 PROBE_TIMEOUT_S = 30.0
 
@@ -34,9 +33,20 @@ class Control:
 
     def __init__(self, cfg: Config, store: Store | None = None) -> None:
         self.cfg = cfg
-        self.store = store if store is not None else Store(db_url())
+        self._store = store
         self._pool: SshPool | None = None
         self._backends: dict[str, Backend] = {}
+
+    @property
+    def store(self) -> Store:
+        """The state store, opened on first use (SQLAlchemy is imported only then, so a submit
+        can import it while its SSH connection opens)."""
+        if self._store is None:
+            from tcl.control.paths import db_url
+            from tcl.control.store import Store
+
+            self._store = Store(db_url())
+        return self._store
 
     @property
     def pool(self) -> SshPool:
@@ -97,4 +107,5 @@ class Control:
             await b.aclose()
         if self._pool is not None:
             await self._pool.close()
-        self.store.close()
+        if self._store is not None:
+            self._store.close()

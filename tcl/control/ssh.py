@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import posixpath
 import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -90,6 +91,49 @@ class RemoteResult:
     exit_code: int
     stdout: str
     stderr: str
+
+
+class RemoteProcess:
+    """A process started by :meth:`SshPool.start`: :meth:`finish` or :meth:`close` it, once."""
+
+    def __init__(
+        self, host: str, program: str, proc: asyncssh.SSHClientProcess[Any],
+        release: Callable[[], None],
+    ) -> None:  # fmt: skip
+        self._host = host
+        self._program = program
+        self._proc = proc
+        self._release: Callable[[], None] | None = release
+
+    async def finish(self, input: str, timeout_s: float = 120.0) -> RemoteResult:
+        """Write ``input``, close stdin, wait for the exit (its code is the caller's to judge)."""
+        try:
+            try:
+                self._proc.stdin.write(input)
+                self._proc.stdin.write_eof()
+            except (OSError, asyncssh.Error, BrokenPipeError):
+                pass  # it exited already; its exit status says why
+            try:
+                res = await self._proc.wait(check=False, timeout=timeout_s)
+            except asyncssh.TimeoutError:
+                self._proc.close()
+                raise SshCommandError(f"{self._host}: `{self._program}` timed out") from None
+            except (OSError, asyncssh.Error) as e:
+                raise translate(e, f"ssh {self._host}") from None
+        finally:
+            self._done()
+        code = res.exit_status if res.exit_status is not None else -1
+        return RemoteResult(code, str(res.stdout or ""), str(res.stderr or ""))
+
+    def close(self) -> None:
+        """Abandon it: stdin closes without input, the channel is closed."""
+        self._proc.close()
+        self._done()
+
+    def _done(self) -> None:
+        if self._release is not None:
+            self._release()
+            self._release = None
 
 
 def translate(e: BaseException, where: str) -> SshError:
@@ -213,6 +257,27 @@ class SshPool:
             )
         return RemoteResult(code, out, err)
 
+    async def start(self, target: SshTarget, argv: list[str]) -> RemoteProcess:
+        """Start ``argv`` on the host now; feed its input later (:meth:`RemoteProcess.finish`).
+
+        Starting a remote process costs a shell and an interpreter start-up on the host; a
+        caller that knows the command before it knows the input hides that behind other waits.
+        The process holds one of the host's ``max_sessions`` until it is finished or closed.
+        """
+        conn = await self.connection(target)
+        st = self._state(target)
+        assert st.sessions is not None
+        await st.sessions.acquire()
+        try:
+            proc = await conn.create_process(shlex.join(argv))
+        except (OSError, asyncssh.Error) as e:
+            st.sessions.release()
+            raise translate(e, f"ssh {target.name}") from None
+        except BaseException:  # cancelled: give the session back
+            st.sessions.release()
+            raise
+        return RemoteProcess(target.name, argv[0], proc, st.sessions.release)
+
     async def forward(
         self, target: SshTarget, remote_port: int, remote_host: str = "127.0.0.1"
     ) -> int:
@@ -253,6 +318,37 @@ class SshPool:
                 async with conn.start_sftp_client() as sftp:
                     await sftp.put(str(local), tmp, progress_handler=handler)
                     await sftp.posix_rename(tmp, remote)
+            except (OSError, asyncssh.Error) as e:
+                raise translate(e, f"ssh {target.name} upload") from None
+
+    async def ensure_file(
+        self,
+        target: SshTarget,
+        local: Path,
+        remote: str,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> bool:
+        """Upload ``local`` to ``remote`` unless it exists (one SFTP session, parent made as
+        needed, atomic like :meth:`put_file`); return whether it was uploaded."""
+        conn = await self.connection(target)
+        st = self._state(target)
+        assert st.sessions is not None
+        tmp = f"{remote}.part-{os.getpid()}"
+        handler = None
+        if progress is not None:
+
+            def handler(_src: bytes, _dst: bytes, done: int, total: int) -> None:
+                progress(done, total)
+
+        async with st.sessions:
+            try:
+                async with conn.start_sftp_client() as sftp:
+                    if await sftp.exists(remote):
+                        return False
+                    await sftp.makedirs(posixpath.dirname(remote), exist_ok=True)
+                    await sftp.put(str(local), tmp, progress_handler=handler)
+                    await sftp.posix_rename(tmp, remote)
+                    return True
             except (OSError, asyncssh.Error) as e:
                 raise translate(e, f"ssh {target.name} upload") from None
 

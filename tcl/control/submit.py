@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,15 +20,17 @@ from tcl.control.errors import AgentError, NoCapacityError, NoPlacementError, Tc
 from tcl.control.paths import cache_dir
 from tcl.control.service import Control
 from tcl.control.shipping import Snapshot, snapshot
-from tcl.control.solver import Request, solve
+from tcl.control.solver import Request, Solution, solve
 from tcl.control.sshconfig import public_key
 from tcl.control.states import RunState
-from tcl.control.store import new_run_id
 from tcl.runner.api import CodeRef, JobSpec
 from tcl.shim.api import ExecutorKind, TaskInfo, TaskSpec, TaskStatus, TerminationReason
 
 TASK_START_TIMEOUT_S = 600.0  # image pulls can be slow
 RUNNER_READY_TIMEOUT_S = 60.0
+# Polls are one small request over an open forward; a container starts in ~0.3-0.5 s, so a
+# coarse interval would add a large share of it to every submit.
+POLL_INTERVAL_S = 0.02
 
 
 class Observer(Protocol):
@@ -75,17 +78,35 @@ class SubmitResult:
 
 async def submit(ctl: Control, sub: Submission, obs: Observer | None = None) -> SubmitResult:
     obs = obs or _Silent()
-    obs.status("snapshotting code")
-    snap = await asyncio.to_thread(snapshot, sub.cwd, cache_dir(), ctl.cfg.shipping.max_bytes)
+    obs.status("snapshotting code, finding hosts")
+    req = Request(chip=sub.chip, chips=sub.chips, host=sub.host)
+    # The solver's probes open the SSH connections while the code is hashed and the store's
+    # module (SQLAlchemy) is imported: both would otherwise wait on each other's idle time.
+    solving = asyncio.create_task(solve(ctl.cfg, req, ctl.probe))
+    try:
+        snap, _ = await asyncio.gather(
+            asyncio.to_thread(snapshot, sub.cwd, cache_dir(), ctl.cfg.shipping.max_bytes),
+            asyncio.to_thread(importlib.import_module, "tcl.control.store"),
+        )
+    except BaseException:
+        await _cancel(solving)
+        raise
+    from tcl.control.store import new_run_id  # imported above, off the event loop
+
     run_id = new_run_id(sub.name)
     request = {
         "argv": sub.argv, "chip": sub.chip, "chips": sub.chips, "host": sub.host,
         "image": sub.image, "env": sub.env, "secret_names": sorted(sub.secrets),
     }  # fmt: skip
-    ctl.store.create_run(run_id, sub.name, request)
     try:
-        return await _place_and_start(ctl, sub, snap, run_id, obs)
+        ctl.store.create_run(run_id, sub.name, request)
+    except BaseException:
+        await _cancel(solving)
+        raise
+    try:
+        return await _place_and_start(ctl, sub, snap, run_id, req, solving, obs)
     except BaseException as e:
+        await _cancel(solving)
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
         state = RunState.TERMINATED if isinstance(e, KeyboardInterrupt | asyncio.CancelledError) \
             else RunState.FAILED  # fmt: skip
@@ -93,12 +114,22 @@ async def submit(ctl: Control, sub: Submission, obs: Observer | None = None) -> 
         raise
 
 
+async def _cancel(task: asyncio.Task[Solution]) -> None:
+    if task.done():
+        if not task.cancelled():
+            task.exception()  # retrieved: no "exception was never retrieved" warning
+        return
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await task
+
+
 async def _place_and_start(
-    ctl: Control, sub: Submission, snap: Snapshot, run_id: str, obs: Observer
-) -> SubmitResult:
+    ctl: Control, sub: Submission, snap: Snapshot, run_id: str, req: Request,
+    solving: asyncio.Task[Solution], obs: Observer,
+) -> SubmitResult:  # fmt: skip
     obs.status("finding hosts")
-    req = Request(chip=sub.chip, chips=sub.chips, host=sub.host)
-    sol = await solve(ctl.cfg, req, ctl.probe)
+    sol = await solving
     order = ctl.cfg.ordered_hosts()
     first = order.index(sol.candidates[0].host) if sol.candidates else len(order)
     skipped = [(h, why) for h, why in sol.skipped if order.index(h) < first]
@@ -114,6 +145,9 @@ async def _place_and_start(
         except NoCapacityError as e:
             skipped.append((cand.host, f"no capacity at launch: {e}"))
             continue
+        backend.prestage_code(
+            snap, obs.progress
+        )  # e.g. start the host's code hand-over during the start
         try:
             task = await _wait_task(backend, task, obs)
             if task.ports.runner is None:
@@ -149,6 +183,7 @@ async def _start_job(
     """Spec, code, run; return how many code bytes crossed the network."""
     runner = await backend.runner(runner_port, run_id)
     try:
+        obs.status("waiting for the runner")
         await _wait_runner(runner)
         spec_job = JobSpec(
             run_id=run_id, attempt=attempt, name=sub.name, argv=sub.argv,
@@ -159,6 +194,7 @@ async def _start_job(
         await runner.submit(spec_job)
         obs.status(f"shipping code ({snap.files} files)")
         sent = await backend.ship_code(snap, runner_port, runner, obs.progress)
+        obs.status("starting the job")
         await runner.run()
         return sent
     finally:
@@ -204,7 +240,7 @@ async def _wait_task(backend: Backend, task: TaskInfo, obs: Observer) -> TaskInf
             raise AgentError(f"task {task.id} did not start within {TASK_START_TIMEOUT_S:.0f} s")
         detail = f" {task.pull_progress:.0%}" if task.pull_progress is not None else ""
         obs.status(f"{backend.name}: {task.status.value}{detail}")
-        await asyncio.sleep(0.1)
+        await asyncio.sleep(POLL_INTERVAL_S)
         task = await shim.get_task(task.id)
 
 
@@ -217,4 +253,4 @@ async def _wait_runner(runner: RunnerApi) -> None:
         except AgentError:
             if time.monotonic() > deadline:
                 raise
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(POLL_INTERVAL_S)

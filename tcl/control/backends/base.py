@@ -50,6 +50,13 @@ class Backend(abc.ABC):
     ) -> int:
         """Get the tarball to the runner; return how many bytes crossed the network."""
 
+    def prestage_code(self, snap: Snapshot, progress: Progress | None = None) -> None:
+        """Start whatever :meth:`ship_code` can do before the runner exists (default: nothing).
+
+        Called once the task is accepted, while its container starts; must not block.
+        """
+        return None
+
     def ssh_endpoint(self, task_ssh_port: int) -> SshEndpoint | None:
         """Where ``tcl ssh`` connects for a task whose container sshd is on ``task_ssh_port``."""
         return None

@@ -4,9 +4,15 @@ Code goes to a content-addressed cache on the host (``<shim_dir>/code/<sha256>.t
 each runner then receives it from the host's loopback, so a re-submit of the same tree sends
 no code over the network. A runner whose host already has the tree extracted (the shim's
 ``code-cache``, see ``tcl.runner.codecache``) copies it from there: no upload, no extraction.
+The upload to the host's cache and the hand-over process start while the task's container
+starts (:meth:`SshBackend.prestage_code`); once the runner is up only its port is sent.
 """
 
 from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass
 
 from tcl.control.agents import RunnerApi, ShimApi
 from tcl.control.backends.base import Backend, Progress, SshEndpoint
@@ -14,15 +20,20 @@ from tcl.control.config import SshHost
 from tcl.control.errors import AgentError
 from tcl.control.httpagents import HttpRunner, HttpShim
 from tcl.control.shipping import Snapshot
-from tcl.control.ssh import SshPool, SshTarget
+from tcl.control.ssh import RemoteProcess, SshPool, SshTarget
 from tcl.shim.api import ExecutorKind
 
-# Runs on the host (stdin of `python3 -`): have the runner take the tree from the host's code
-# cache (no upload, no extraction); else stream the cached tarball into its PUT /code; exit 3
-# when the host has neither (one round trip when it has either).
+# Runs on the host (`python -c SCRIPT TARBALL SHA256`), the runner's port on stdin: have the
+# runner take the tree from the host's code cache (no upload, no extraction); else stream the
+# cached tarball into its PUT /code; exit 3 when the host has neither. The port arrives once the
+# runner is up, so the process starts (shell, interpreter, imports) while the container starts;
+# no port (stdin closed empty) means the submit gave up: exit 4.
 _HOST_PUT = r"""
 import json, os, sys, urllib.error, urllib.request
-path, port, sha = sys.argv[1], sys.argv[2], sys.argv[3]
+path, sha = sys.argv[1], sys.argv[2]
+port = sys.stdin.readline().strip()
+if not port.isdigit():
+    sys.exit(4)
 base = f"http://127.0.0.1:{port}/api/code"
 req = urllib.request.Request(f"{base}/cached", data=json.dumps({"sha256": sha}).encode(),
                              method="POST", headers={"Content-Type": "application/json"})
@@ -50,6 +61,22 @@ with open(path, "rb") as f:
 _DIR_AND_TOKEN = 'd="$1"; case "$d" in "~"*) d="$HOME${d#"~"}";; esac; echo "$d"; cat "$d/token"'
 
 
+@dataclass
+class _Staged:
+    """A code hand-over under way: the upload to the host's cache, the waiting process."""
+
+    upload: asyncio.Task[int]
+    handover: asyncio.Task[RemoteProcess]
+
+    async def aclose(self) -> None:
+        self.upload.cancel()
+        self.handover.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await self.upload
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            (await self.handover).close()
+
+
 class SshBackend(Backend):
     kind = "ssh"
 
@@ -63,6 +90,7 @@ class SshBackend(Backend):
         self._shim_port: int | None = None
         self._token: str | None = None
         self._shim_dir: str | None = None
+        self._staged: dict[str, _Staged] = {}  # by code sha256
 
     async def shim_dir(self) -> str:
         """The shim directory on the host, with ``~`` resolved."""
@@ -105,23 +133,58 @@ class SshBackend(Backend):
         port = await self.pool.forward(self.target, runner_port)
         return HttpRunner(f"http://127.0.0.1:{port}", name=f"runner {label}@{self.name}")
 
+    def _handover_argv(self, shim_dir: str, snap: Snapshot) -> list[str]:
+        remote = f"{shim_dir}/code/{snap.sha256}.tar.gz"
+        return [self._venv_python(shim_dir), "-c", _HOST_PUT, remote, snap.sha256]
+
+    def _venv_python(self, shim_dir: str) -> str:
+        """The shim venv's interpreter: the shim runs from it, so it exists, and unlike a
+        ``python3`` found on PATH it is never a version-manager wrapper (pyenv's costs a few
+        hundred ms per start)."""
+        venv = self.cfg.shim_venv
+        if venv is None:
+            return f"{shim_dir}/venv/bin/python"
+        return f"{venv}/bin/python" if venv.startswith("/") else self.cfg.python
+
+    def prestage_code(self, snap: Snapshot, progress: Progress | None = None) -> None:
+        """Get the tarball into the host's cache and start the hand-over process, now.
+
+        Both cost remote start-ups (a shell per channel, an interpreter: 0.2-1 s on a loaded
+        host or one with a heavy ``.bashrc``); started here they overlap the container's start
+        instead of following it. :meth:`ship_code` then only sends the runner's port.
+        """
+        if snap.sha256 not in self._staged:
+            self._staged[snap.sha256] = _Staged(
+                upload=asyncio.create_task(self._upload(snap, progress)),
+                handover=asyncio.create_task(self._start_handover(snap)),
+            )
+
+    async def _upload(self, snap: Snapshot, progress: Progress | None) -> int:
+        """Bytes sent to put the tarball in the host's cache (0 when it is there already)."""
+        remote = f"{await self.shim_dir()}/code/{snap.sha256}.tar.gz"
+        sent = await self.pool.ensure_file(self.target, snap.tarball, remote, progress)
+        if progress is not None and not sent:
+            progress(snap.size, snap.size)
+        return snap.size if sent else 0
+
+    async def _start_handover(self, snap: Snapshot) -> RemoteProcess:
+        return await self.pool.start(self.target, self._handover_argv(await self.shim_dir(), snap))
+
     async def ship_code(
         self, snap: Snapshot, runner_port: int, runner: RunnerApi, progress: Progress | None
     ) -> int:
-        d = await self.shim_dir()
-        remote = f"{d}/code/{snap.sha256}.tar.gz"
-        argv = [self.cfg.python, "-", remote, str(runner_port), snap.sha256]
-        put = await self.pool.run(self.target, argv, input=_HOST_PUT, check=False)
-        if put.exit_code == 0:
-            if progress is not None:
-                progress(snap.size, snap.size)
-            return 0
-        if put.exit_code != 3:
+        self.prestage_code(snap, progress)  # no-op when submit did it already
+        staged = self._staged.pop(snap.sha256)
+        try:
+            sent = await staged.upload
+            proc = await staged.handover
+        except BaseException:
+            await staged.aclose()
+            raise
+        put = await proc.finish(f"{runner_port}\n")
+        if put.exit_code != 0:
             raise AgentError(f"{self.name}: code hand-over failed: {put.stderr.strip()[-300:]}")
-        await self.pool.run(self.target, ["mkdir", "-p", f"{d}/code"])
-        await self.pool.put_file(self.target, snap.tarball, remote, progress)
-        await self.pool.run(self.target, argv, input=_HOST_PUT)
-        return snap.size
+        return sent
 
     def ssh_endpoint(self, task_ssh_port: int) -> SshEndpoint | None:
         t = self.target
@@ -130,13 +193,20 @@ class SshBackend(Backend):
             known_hosts=t.known_hosts, proxy_jump=t.proxy_jump, container_port=task_ssh_port,
         )  # fmt: skip
 
+    async def _drop_staged(self) -> None:
+        staged, self._staged = list(self._staged.values()), {}
+        for st in staged:
+            await st.aclose()
+
     async def reset(self) -> None:
+        await self._drop_staged()
         if self._shim is not None:
             await self._shim.aclose()
         self._shim, self._shim_port = None, None
         await self.pool.disconnect(self.target)
 
     async def aclose(self) -> None:
+        await self._drop_staged()
         if self._shim is not None:
             await self._shim.aclose()
             self._shim = None

@@ -110,3 +110,40 @@ async def test_reconnects_after_the_connection_is_cut(ssh_testbed: SshTestbed) -
         assert pool.connects == 2
     finally:
         await pool.close()
+
+
+async def test_started_process_waits_for_its_input_and_frees_its_session(
+    ssh_testbed: SshTestbed,
+) -> None:
+    pool = SshPool()
+    lo = _target(ssh_testbed, "lo", "127.0.0.1", port=2222, max_sessions=1)
+    try:
+        proc = await pool.start(lo, ["sh", "-c", 'read line; echo "got $line"; exit 5'])
+        await asyncio.sleep(0.3)  # started, blocked on stdin: the input arrives later
+        res = await proc.finish("late input\n")
+        assert (res.exit_code, res.stdout) == (5, "got late input\n")
+        # its session is back (max_sessions=1): this would hang otherwise
+        res = await asyncio.wait_for(pool.run(lo, ["echo", "next"]), 10)
+        assert res.stdout == "next\n"
+        abandoned = await pool.start(lo, ["sh", "-c", "read line; echo never"])
+        abandoned.close()
+        assert (await asyncio.wait_for(pool.run(lo, ["true"]), 10)).exit_code == 0
+    finally:
+        await pool.close()
+
+
+async def test_ensure_file_uploads_once(ssh_testbed: SshTestbed, tmp_path: Path) -> None:
+    pool = SshPool()
+    lo = _target(ssh_testbed, "lo", "127.0.0.1", port=2222)
+    local = tmp_path / "blob.bin"
+    local.write_bytes(os.urandom(70_000))
+    remote = f"{tmp_path}/remote/new-dir/blob.bin"  # the parent is made on the way
+    seen: list[tuple[int, int]] = []
+    try:
+        assert await pool.ensure_file(lo, local, remote, lambda d, t: seen.append((d, t)))
+        assert Path(remote).read_bytes() == local.read_bytes()  # sshd on this machine
+        assert seen and seen[-1] == (70_000, 70_000)
+        assert not await pool.ensure_file(lo, local, remote)  # there already: nothing sent
+        assert not list(Path(remote).parent.glob("*.part-*"))
+    finally:
+        await pool.close()
