@@ -1,0 +1,39 @@
+"""``HttpRunner.upload_code`` asks the runner for its host's cached tree before uploading.
+
+Real runners (``tcl.runner``) sharing one code cache, reached in-process through httpx's ASGI
+transport instead of a socket."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+
+from tcl.control.httpagents import HttpRunner
+from tcl.runner.api import CodeRef, JobSpec, RunnerState
+from tcl.runner.app import create_app
+from tcl.runner.client import RunnerClient
+from tcl.runner.service import Runner, RunnerConfig
+from tests.unit.runner.conftest import sha, tarball
+
+
+async def test_second_runner_gets_the_code_without_reading_the_tarball(tmp_path: Path) -> None:
+    code = tarball({"main.py": b"print(1)\n"})
+    archive = tmp_path / "code.tar.gz"
+    archive.write_bytes(code)
+    spec = JobSpec(run_id="r", argv=["true"], code=CodeRef(sha256=sha(code), size=len(code)))
+    runners = []
+    for name, path in (("one", archive), ("two", tmp_path / "gone.tar.gz")):
+        runner = Runner(RunnerConfig(state_dir=tmp_path / name, code_cache_dir=tmp_path / "cache"))
+        runners.append(runner)
+        agent = HttpRunner("http://runner", name=name)
+        agent._client = RunnerClient(  # the real client, over an in-process transport
+            "http://runner", transport=httpx.ASGITransport(app=create_app(runner)))
+        await agent.submit(spec)
+        # "two" is handed a path that does not exist: only the cache can satisfy it.
+        await agent.upload_code(path, sha(code))
+        assert runner.state is RunnerState.READY
+        assert (runner.workdir / "main.py").read_bytes() == b"print(1)\n"
+        await agent._client.aclose()
+    for runner in runners:
+        runner.close()
