@@ -38,8 +38,8 @@ tcl submit --name demo -- python sample_job.py
 echo
 # The main job: a tiny byte-level GPT trained with tcl.jobs (flax, optax, Orbax checkpoints),
 # through the launcher that resumes from the latest checkpoint after a preemption.
-echo "$ tcl submit --name tiny-gpt -- python -m tcl.jobs.launch gpt/train tiny_gpt.yaml out"
-tcl submit --name tiny-gpt -- python -m tcl.jobs.launch gpt/train tiny_gpt.yaml out
+echo "$ tcl submit --name tiny-gpt --job gpt/train --job-config tiny_gpt.yaml"
+tcl submit --name tiny-gpt --job gpt/train --job-config tiny_gpt.yaml
 echo
 echo "$ tcl ps -a"
 tcl ps -a

@@ -35,7 +35,8 @@ def _table(runs: list[Run]) -> Table:
         state = r.state.value + (f" ({r.exit_code})" if r.exit_code not in (None, 0) else "")
         t.add_row(
             r.id, r.name, state, r.host or "-", f"{chips} {chip}".strip() if chips else "-",
-            age(r.created_at), " ".join(r.request.get("argv", []))[:60],
+            age(r.created_at), (" ".join(r.request.get("argv", []))
+             or f"job {r.request.get('job') or ''}")[:60],
         )  # fmt: skip
     return t
 

@@ -14,6 +14,7 @@ from tcl.cli.render import RichObserver
 from tcl.control.errors import TclError
 from tcl.control.service import Control
 from tcl.control.submit import Submission, SubmitResult, submit
+from tcl.runner.api import JobRef
 
 if TYPE_CHECKING:
     from tcl.control.store import Run
@@ -36,6 +37,25 @@ def _secrets(names: list[str]) -> dict[str, str]:
             raise fail(f"--secret {name}: not set in this shell's environment")
         found[name] = os.environ[name]
     return found
+
+
+def _job_ref(key: str | None, config_path: str | None, command: list[str]) -> JobRef | None:
+    """``--job KEY [--job-config FILE]``: the config travels as data in the spec, and the
+    runner starts ``python -m tcl.jobs.launch`` with it (resuming from the run's checkpoints)."""
+    if key is None:
+        if config_path is not None:
+            raise fail("--job-config needs --job KEY")
+        return None
+    if command:
+        raise fail("--job runs the job's launcher: give either --job or a COMMAND, not both")
+    text = ""
+    if config_path is not None:
+        try:
+            with open(config_path, encoding="utf-8") as f:
+                text = f.read()
+        except OSError as e:
+            raise fail(f"--job-config {config_path}: {e.strerror or e}") from None
+    return JobRef(key=key, config_yaml=text)
 
 
 def result_json(r: SubmitResult) -> dict[str, object]:
@@ -63,7 +83,9 @@ def result_json(r: SubmitResult) -> dict[str, object]:
 
 def cmd_submit(
     ctx: typer.Context,
-    command: Annotated[list[str], typer.Argument(help="The command to run, after `--`.")],
+    command: Annotated[
+        list[str] | None, typer.Argument(help="The command to run, after `--`.")
+    ] = None,
     name: Annotated[str, typer.Option("--name", help="A name for the run.")] = "",
     chip: Annotated[str | None, typer.Option("--chip", help="Chip type, e.g. h100.")] = None,
     n: Annotated[int, typer.Option("-n", "--chips", min=0, help="How many chips.")] = 0,
@@ -77,14 +99,23 @@ def cmd_submit(
     follow: Annotated[bool, typer.Option("-f", "--follow", help="Follow logs (default).")] = False,
     detach: Annotated[bool, typer.Option("-d", "--detach", help="Return once started.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+    job: Annotated[
+        str | None,
+        typer.Option("--job", help="Run a registered tcl.jobs job (see `tcl jobs`), no COMMAND."),
+    ] = None,
+    job_config: Annotated[
+        str | None, typer.Option("--job-config", help="The job's config YAML (with --job).")
+    ] = None,
 ) -> None:
     """Run COMMAND on the best free host: tcl submit --chip h100 -n 2 -- python train.py"""
-    if not command:
+    command = command or []
+    job_ref = _job_ref(job, job_config, command)
+    if not command and job_ref is None:
         raise fail("nothing to run: tcl submit [OPTIONS] -- COMMAND [ARGS...]")
     chips = n if n or chip is None else 1
     sub = Submission(
         argv=command, name=name, chip=chip, chips=chips, host=host, image=image,
-        env=_pairs(env or []), secrets=_secrets(secret or []),
+        env=_pairs(env or []), secrets=_secrets(secret or []), job=job_ref,
     )  # fmt: skip
     g = globals_of(ctx)
     obs = RichObserver(enabled=not as_json)

@@ -23,7 +23,7 @@ from tcl.control.shipping import Snapshot, snapshot
 from tcl.control.solver import Request, Solution, solve
 from tcl.control.sshconfig import public_key
 from tcl.control.states import RunState
-from tcl.runner.api import CodeRef, JobSpec
+from tcl.runner.api import CodeRef, JobRef, JobSpec
 from tcl.shim.api import ExecutorKind, TaskInfo, TaskSpec, TaskStatus, TerminationReason
 
 TASK_START_TIMEOUT_S = 600.0  # image pulls can be slow
@@ -49,7 +49,7 @@ class _Silent:
 
 @dataclass(frozen=True)
 class Submission:
-    argv: list[str]
+    argv: list[str]  # empty for a ``tcl.jobs`` job: the runner runs its launcher
     name: str = ""
     chip: str | None = None
     chips: int = 0
@@ -59,6 +59,7 @@ class Submission:
     secrets: dict[str, str] = field(default_factory=dict, repr=False)  # values: never stored
     cwd: Path = field(default_factory=Path.cwd)
     max_duration_s: float | None = None
+    job: JobRef | None = None  # a registered tcl.jobs job (key + config), instead of argv
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,7 @@ async def submit(ctl: Control, sub: Submission, obs: Observer | None = None) -> 
     request = {
         "argv": sub.argv, "chip": sub.chip, "chips": sub.chips, "host": sub.host,
         "image": sub.image, "env": sub.env, "secret_names": sorted(sub.secrets),
+        "job": sub.job.key if sub.job else None,
     }  # fmt: skip
     try:
         ctl.store.create_run(run_id, sub.name, request)
@@ -189,7 +191,7 @@ async def _start_job(
             run_id=run_id, attempt=attempt, name=sub.name, argv=sub.argv,
             env={**_host_env(ctl, backend.name), **sub.env}, secrets=sub.secrets,
             code=CodeRef(sha256=snap.sha256, size=snap.size),
-            max_duration_s=sub.max_duration_s,
+            max_duration_s=sub.max_duration_s, job=sub.job,
         )  # fmt: skip
         await runner.submit(spec_job)
         obs.status(f"shipping code ({snap.files} files)")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -100,3 +101,37 @@ def test_ctrl_c_detaches_and_the_job_keeps_running(tmp_path: Path) -> None:
         assert row["state"] == "terminated"
     finally:
         stop_local_shim(tmp_path / "state" / "local-shim")
+
+
+def test_submit_a_tcl_jobs_job_by_key_on_the_local_default(tmp_path: Path) -> None:
+    """`tcl submit --job KEY --job-config FILE`: the config travels in the spec as data and the
+    runner starts the tcl.jobs launcher, which trains (real JAX on CPU) and checkpoints."""
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    repo = Path(__file__).resolve().parents[3]
+    config = (repo / "examples" / "tiny_gpt.yaml").read_text()
+    (work / "tiny.yaml").write_text(
+        config.replace("total_steps: 600", "total_steps: 30").replace(
+            "report_interval: 25", "report_interval: 10"
+        )
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("TCL_CONFIG", "TCL_DB_URL")}
+    env.update(HOME=str(home), TCL_STATE_DIR=str(home / "state"), NO_COLOR="1")
+
+    def tcl(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([TCL, *args], cwd=work, env=env, capture_output=True, text=True,
+                              timeout=300, check=False)  # fmt: skip
+
+    try:
+        res = tcl("submit", "--name", "gpt", "--job", "gpt/train", "--job-config", "tiny.yaml")
+        assert res.returncode == 0, res.stderr
+        steps = [ln for ln in (res.stdout + res.stderr).splitlines() if "train step" in ln]
+        assert [ln.split("train step ")[1].split()[0] for ln in steps] == ["10", "20", "30"]
+        ps = tcl("ps", "-a", "--json")
+        [run] = json.loads(ps.stdout)
+        assert run["job"] == "gpt/train" and run["argv"] == [] and run["state"] == "succeeded"
+        bad = tcl("submit", "--job", "gpt/train", "--", "python", "-c", "1")
+        assert bad.returncode != 0 and "not both" in bad.stderr
+    finally:
+        stop_local_shim(home / "state" / "local-shim")
