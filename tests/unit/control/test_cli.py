@@ -107,6 +107,7 @@ def test_ps_json_is_stable(home: Path) -> None:
         "exit_code",
         "message",
         "argv",
+        "job",
         "chip",
         "chips",
         "code_sha256",
@@ -114,6 +115,7 @@ def test_ps_json_is_stable(home: Path) -> None:
         "updated_at",
     }
     assert row["state"] == "succeeded" and row["argv"] == ["python", "t.py"]
+    assert row["job"] is None
     res = runner.invoke(app, ["ps", "-a"])
     assert "train-aaaaaa" in res.stdout and "succeeded" in res.stdout
 
