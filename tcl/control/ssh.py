@@ -303,23 +303,7 @@ class SshPool:
         progress: Callable[[int, int], None] | None = None,
     ) -> None:
         """Upload ``local`` to ``remote`` (atomically: a temporary name, then rename)."""
-        conn = await self.connection(target)
-        st = self._state(target)
-        assert st.sessions is not None
-        tmp = f"{remote}.part-{os.getpid()}"
-        handler = None
-        if progress is not None:
-
-            def handler(_src: bytes, _dst: bytes, done: int, total: int) -> None:
-                progress(done, total)
-
-        async with st.sessions:
-            try:
-                async with conn.start_sftp_client() as sftp:
-                    await sftp.put(str(local), tmp, progress_handler=handler)
-                    await sftp.posix_rename(tmp, remote)
-            except (OSError, asyncssh.Error) as e:
-                raise translate(e, f"ssh {target.name} upload") from None
+        await self._upload(target, local, remote, progress, only_if_missing=False)
 
     async def ensure_file(
         self,
@@ -330,6 +314,17 @@ class SshPool:
     ) -> bool:
         """Upload ``local`` to ``remote`` unless it exists (one SFTP session, parent made as
         needed, atomic like :meth:`put_file`); return whether it was uploaded."""
+        return await self._upload(target, local, remote, progress, only_if_missing=True)
+
+    async def _upload(
+        self,
+        target: SshTarget,
+        local: Path,
+        remote: str,
+        progress: Callable[[int, int], None] | None,
+        *,
+        only_if_missing: bool,
+    ) -> bool:
         conn = await self.connection(target)
         st = self._state(target)
         assert st.sessions is not None
@@ -343,9 +338,10 @@ class SshPool:
         async with st.sessions:
             try:
                 async with conn.start_sftp_client() as sftp:
-                    if await sftp.exists(remote):
-                        return False
-                    await sftp.makedirs(posixpath.dirname(remote), exist_ok=True)
+                    if only_if_missing:
+                        if await sftp.exists(remote):
+                            return False
+                        await sftp.makedirs(posixpath.dirname(remote), exist_ok=True)
                     await sftp.put(str(local), tmp, progress_handler=handler)
                     await sftp.posix_rename(tmp, remote)
                     return True
