@@ -18,6 +18,7 @@ import httpx
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from tcl.shim.api import TaskSpec, TaskStatus  # noqa: E402
 from tcl.shim.client import ShimClient  # noqa: E402
 from tcl.shim.errors import ShimUnavailable  # noqa: E402
 
@@ -94,6 +95,28 @@ async def wait_healthy(http: httpx.AsyncClient, url: str, timeout_s: float = 60)
         if time.perf_counter() > deadline:
             raise RuntimeError(f"{url} never answered")
         await asyncio.sleep(0.01)
+
+
+async def submit_until_healthy(
+    shim: ShimProcess, http: httpx.AsyncClient, spec: TaskSpec, terminate_timeout_s: float
+) -> float:
+    """Seconds from submitting ``spec`` until its runner answers its healthcheck; then the task
+    is terminated and removed (not timed)."""
+    async with shim.client() as c:
+        t0 = time.perf_counter()
+        await c.submit_task(spec)
+        while True:
+            info = await c.get_task(spec.id)
+            if info.status is TaskStatus.RUNNING and info.ports.runner:
+                break
+            if info.status is TaskStatus.TERMINATED:
+                raise RuntimeError(info.message)
+            await asyncio.sleep(0.01)
+        await wait_healthy(http, f"http://127.0.0.1:{info.ports.runner}/api/healthcheck")
+        elapsed = time.perf_counter() - t0
+        await c.terminate_task(spec.id, timeout_s=terminate_timeout_s)
+        await c.remove_task(spec.id)
+        return elapsed
 
 
 def report(name: str, shim_s: list[float], base_s: list[float], target: float) -> None:

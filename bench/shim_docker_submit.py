@@ -12,9 +12,16 @@ import sys
 import time
 
 import httpx
-from _shimlib import ShimProcess, free_port, report, runner_image, wait_healthy
+from _shimlib import (
+    ShimProcess,
+    free_port,
+    report,
+    runner_image,
+    submit_until_healthy,
+    wait_healthy,
+)
 
-from tcl.shim.api import TaskSpec, TaskStatus
+from tcl.shim.api import TaskSpec
 
 DOCKER = "/usr/bin/docker"
 
@@ -33,21 +40,8 @@ async def docker_run_once(http: httpx.AsyncClient, image: str, i: int) -> float:
 
 
 async def shim_once(shim: ShimProcess, http: httpx.AsyncClient, image: str, i: int) -> float:
-    async with shim.client() as c:
-        t0 = time.perf_counter()
-        await c.submit_task(TaskSpec(id=f"bench-{i}", image=image))
-        while True:
-            info = await c.get_task(f"bench-{i}")
-            if info.status is TaskStatus.RUNNING and info.ports.runner:
-                break
-            if info.status is TaskStatus.TERMINATED:
-                raise RuntimeError(info.message)
-            await asyncio.sleep(0.01)
-        await wait_healthy(http, f"http://127.0.0.1:{info.ports.runner}/api/healthcheck")
-        elapsed = time.perf_counter() - t0
-        await c.terminate_task(f"bench-{i}", timeout_s=1)
-        await c.remove_task(f"bench-{i}")
-        return elapsed
+    spec = TaskSpec(id=f"bench-{i}", image=image)
+    return await submit_until_healthy(shim, http, spec, terminate_timeout_s=1)
 
 
 async def main(rounds: int) -> None:

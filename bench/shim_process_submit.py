@@ -14,9 +14,9 @@ import time
 from pathlib import Path
 
 import httpx
-from _shimlib import ShimProcess, free_port, report, wait_healthy
+from _shimlib import ShimProcess, free_port, report, submit_until_healthy, wait_healthy
 
-from tcl.shim.api import TaskSpec, TaskStatus
+from tcl.shim.api import TaskSpec
 
 RUNNER = str(Path(sys.executable).with_name("tcl-runner"))
 
@@ -36,21 +36,7 @@ async def by_hand_once(http: httpx.AsyncClient) -> float:
 
 
 async def shim_once(shim: ShimProcess, http: httpx.AsyncClient, i: int) -> float:
-    async with shim.client() as c:
-        t0 = time.perf_counter()
-        await c.submit_task(TaskSpec(id=f"bench-{i}"))
-        while True:
-            info = await c.get_task(f"bench-{i}")
-            if info.status is TaskStatus.RUNNING and info.ports.runner:
-                break
-            if info.status is TaskStatus.TERMINATED:
-                raise RuntimeError(info.message)
-            await asyncio.sleep(0.01)
-        await wait_healthy(http, f"http://127.0.0.1:{info.ports.runner}/api/healthcheck")
-        elapsed = time.perf_counter() - t0
-        await c.terminate_task(f"bench-{i}", timeout_s=5)
-        await c.remove_task(f"bench-{i}")
-        return elapsed
+    return await submit_until_healthy(shim, http, TaskSpec(id=f"bench-{i}"), terminate_timeout_s=5)
 
 
 async def main(rounds: int) -> None:

@@ -4,8 +4,7 @@
 set -euo pipefail
 need=()
 have() { command -v "$1" >/dev/null 2>&1 || [ -x "$1" ]; }
-have dockerd || need+=(docker.io)
-have /usr/bin/docker || need+=(docker.io)
+{ have dockerd && have /usr/bin/docker; } || need+=(docker.io)   # Debian's client: BuildKit works
 have debootstrap || need+=(debootstrap)
 have /usr/sbin/sshd || need+=(openssh-server)
 have ssh || need+=(openssh-client)

@@ -4,13 +4,31 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from tcl.control.localshim import stop_local_shim
 
 TCL = str(Path(sys.executable).parent / "tcl")
+
+
+def _local_env(home: Path) -> dict[str, str]:
+    """No config, no team database: the local default, with state under ``home``."""
+    env = {k: v for k, v in os.environ.items() if k not in ("TCL_CONFIG", "TCL_DB_URL")}
+    env.update(HOME=str(home), TCL_STATE_DIR=str(home / "state"), NO_COLOR="1")
+    return env
+
+
+def _tcl(
+    env: dict[str, str], cwd: Path, *args: str, timeout_s: float = 120
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [TCL, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout_s,
+        check=False,
+    )  # fmt: skip
 
 
 def test_no_config_runs_on_local_default(tmp_path: Path) -> None:
@@ -19,63 +37,25 @@ def test_no_config_runs_on_local_default(tmp_path: Path) -> None:
     home.mkdir()
     work.mkdir()
     (work / "hello.py").write_text("print('hello', 6 * 7)\n")
-    env = {k: v for k, v in os.environ.items() if k not in ("TCL_CONFIG", "TCL_DB_URL")}
-    env.update(HOME=str(home), TCL_STATE_DIR=str(home / "state"), NO_COLOR="1")
+    env = _local_env(home)
     try:
-        res = subprocess.run(
-            [TCL, "submit", "--", "python", "-c", "print(1)"],
-            cwd=work,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
+        res = _tcl(env, work, "submit", "--", "python", "-c", "print(1)")
         assert res.returncode == 0, res.stderr
         assert res.stdout == "1\n"
         assert "started on local" in res.stderr and "tcl logs -f" in res.stderr
-        res = subprocess.run(
-            [TCL, "submit", "--", "python", "hello.py"],
-            cwd=work,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
+        res = _tcl(env, work, "submit", "--", "python", "hello.py")
         assert res.stdout == "hello 42\n", res.stderr
-        res = subprocess.run(
-            [TCL, "submit", "--", "python", "-c", "raise SystemExit(4)"],
-            cwd=work,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
+        res = _tcl(env, work, "submit", "--", "python", "-c", "raise SystemExit(4)")
         assert res.returncode == 4 and "failed (exit code 4)" in res.stderr
     finally:
         stop_local_shim(home / "state" / "local-shim")
 
 
 def test_ctrl_c_detaches_and_the_job_keeps_running(tmp_path: Path) -> None:
-    import json
-    import signal
-    import time
-
-    env = {k: v for k, v in os.environ.items() if k not in ("TCL_CONFIG", "TCL_DB_URL")}
-    env.update(HOME=str(tmp_path), TCL_STATE_DIR=str(tmp_path / "state"), NO_COLOR="1")
+    env = _local_env(tmp_path)
 
     def tcl(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [TCL, *args],
-            cwd=tmp_path,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
+        return _tcl(env, tmp_path, *args)
 
     try:
         job = "import time\nprint('tick', flush=True)\ntime.sleep(60)"
@@ -116,12 +96,10 @@ def test_submit_a_tcl_jobs_job_by_key_on_the_local_default(tmp_path: Path) -> No
             "report_interval: 25", "report_interval: 10"
         )
     )
-    env = {k: v for k, v in os.environ.items() if k not in ("TCL_CONFIG", "TCL_DB_URL")}
-    env.update(HOME=str(home), TCL_STATE_DIR=str(home / "state"), NO_COLOR="1")
+    env = _local_env(home)
 
     def tcl(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([TCL, *args], cwd=work, env=env, capture_output=True, text=True,
-                              timeout=300, check=False)  # fmt: skip
+        return _tcl(env, work, *args, timeout_s=300)
 
     try:
         res = tcl("submit", "--name", "gpt", "--job", "gpt/train", "--job-config", "tiny.yaml")
