@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import secrets
 import subprocess
 import sys
 import tempfile
@@ -15,12 +16,22 @@ from tcl.runner.api import JobSpec
 from tcl.runner.client import RunnerClient
 
 
+def write_token_file(folder: Path) -> tuple[str, Path]:
+    """A fresh bearer token in a 0600 file (what the shim hands each runner)."""
+    token = secrets.token_urlsafe(32)
+    path = folder / "runner-token"
+    path.write_text(token)
+    path.chmod(0o600)
+    return token, path
+
+
 @contextlib.asynccontextmanager
 async def local_runner() -> AsyncIterator[tuple[RunnerClient, subprocess.Popen[bytes], Path]]:
     """A ``tcl-runner serve`` child process on a free loopback port, and a client for it."""
     with tempfile.TemporaryDirectory(prefix="tcl-bench-runner-") as tmp:
         state = Path(tmp) / "state"
         port_file = Path(tmp) / "port"
+        token, token_file = write_token_file(Path(tmp))
         proc = subprocess.Popen(
             [
                 sys.executable,
@@ -33,13 +44,15 @@ async def local_runner() -> AsyncIterator[tuple[RunnerClient, subprocess.Popen[b
                 str(port_file),
                 "--state-dir",
                 str(state),
+                "--token-file",
+                str(token_file),
             ],
         )
         try:
             while not port_file.exists():
                 await asyncio.sleep(0.01)
             port = int(port_file.read_text())
-            async with RunnerClient(f"http://127.0.0.1:{port}", timeout_s=120) as client:
+            async with RunnerClient(f"http://127.0.0.1:{port}", token, timeout_s=120) as client:
                 await client.wait_healthy(timeout_s=30)
                 yield client, proc, state
         finally:

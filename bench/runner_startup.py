@@ -25,6 +25,8 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
+from _runner_util import write_token_file
+
 
 def python_pass(env: Mapping[str, str]) -> float:
     t0 = time.perf_counter()
@@ -46,8 +48,10 @@ def runner_start(exe: list[str], env: Mapping[str, str]) -> float:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     with tempfile.TemporaryDirectory(prefix="tcl-bench-start-") as tmp:
+        _, token_file = write_token_file(Path(tmp))
         t0 = time.perf_counter()
-        proc = subprocess.Popen([*exe, "serve", "--port", str(port), "--state-dir", tmp], env=env)
+        argv = [*exe, "serve", "--port", str(port), "--state-dir", tmp]
+        proc = subprocess.Popen([*argv, "--token-file", str(token_file)], env=env)
         try:
             while not healthy(port):
                 if proc.poll() is not None:

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import httpx
+from _runner_util import write_token_file
 from _shimlib import ShimProcess, free_port, report, submit_until_healthy, wait_healthy
 
 from tcl.shim.api import TaskSpec
@@ -24,10 +25,12 @@ RUNNER = str(Path(sys.executable).with_name("tcl-runner"))
 async def by_hand_once(http: httpx.AsyncClient) -> float:
     port = free_port()
     with tempfile.TemporaryDirectory(prefix="tcl-bench-runner-") as state:
+        _, token_file = write_token_file(Path(state))
         t0 = time.perf_counter()
         proc = subprocess.Popen([RUNNER, "serve", "--host", "127.0.0.1", "--port", str(port),
-                                 "--state-dir", state], stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL, start_new_session=True)
+                                 "--state-dir", state, "--token-file", str(token_file)],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                start_new_session=True)
         await wait_healthy(http, f"http://127.0.0.1:{port}/api/healthcheck")
         elapsed = time.perf_counter() - t0
         proc.terminate()

@@ -47,10 +47,16 @@ class PullResult:
 
 
 async def _runner(ctl: Control, att: Attempt) -> RunnerApi:
-    port = att.handle.get("runner_port")
-    if not isinstance(port, int):
-        raise TclError(f"run {att.run_id} has no runner (attempt {att.attempt})")
-    return await ctl.backend(att.host).runner(port, att.run_id)
+    """A client for the attempt's runner. Its port and bearer token come from the host's shim
+    (the token is never stored on this side); a task the shim no longer has is gone."""
+    task_id = att.handle.get("task_id")
+    if not isinstance(task_id, str):
+        raise TclError(f"run {att.run_id} has no task (attempt {att.attempt})")
+    backend = ctl.backend(att.host)
+    task = await (await backend.shim()).get_task(task_id)
+    if task.ports.runner is None or not task.runner_token:
+        raise AgentError(f"run {att.run_id}: task {task_id} has no runner now ({task.status})")
+    return await backend.runner(task.ports.runner, task.runner_token, att.run_id)
 
 
 async def pull(ctl: Control, run: Run, wait_s: float = 0.0) -> PullResult:

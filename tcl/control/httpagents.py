@@ -64,9 +64,9 @@ class HttpShim:
 class HttpRunner:
     """The runner's own typed client (``tcl.runner.client``) behind the ``RunnerApi`` seam."""
 
-    def __init__(self, base_url: str, name: str = "runner") -> None:
+    def __init__(self, base_url: str, token: str, name: str = "runner") -> None:
         self.name = name
-        self._client = RunnerClient(base_url)
+        self._client = RunnerClient(base_url, token)
 
     async def _call(self, coro: Awaitable[T]) -> T:
         try:

@@ -152,15 +152,16 @@ async def _place_and_start(
         )  # e.g. start the host's code hand-over during the start
         try:
             task = await _wait_task(backend, task, obs)
-            if task.ports.runner is None:
-                raise AgentError(f"task {task.id} reports no runner port")
+            if task.ports.runner is None or not task.runner_token:
+                raise AgentError(f"task {task.id} reports no runner port or token (upgrade the "
+                                 f"shim on {cand.host}: tcl host setup)")
             ctl.store.set_state(run_id, RunState.PROVISIONING)
             ctl.store.set_placement(run_id, cand.host, backend.kind, snap.sha256)
             handle = {"task_id": task.id, "runner_port": task.ports.runner,
                       "ssh_port": task.ports.ssh}  # fmt: skip
             att = ctl.store.add_attempt(run_id, cand.host, backend.kind, handle)
-            sent = await _start_job(ctl, backend, sub, snap, task.ports.runner, run_id,
-                                    att.attempt, obs)  # fmt: skip
+            sent = await _start_job(ctl, backend, sub, snap, task.ports.runner,
+                                    task.runner_token, run_id, att.attempt, obs)  # fmt: skip
         except NoCapacityError as e:
             skipped.append((cand.host, f"no capacity at launch: {e}"))
             continue
@@ -180,10 +181,10 @@ async def _place_and_start(
 
 async def _start_job(
     ctl: Control, backend: Backend, sub: Submission, snap: Snapshot, runner_port: int,
-    run_id: str, attempt: int, obs: Observer,
+    runner_token: str, run_id: str, attempt: int, obs: Observer,
 ) -> int:  # fmt: skip
     """Spec, code, run; return how many code bytes crossed the network."""
-    runner = await backend.runner(runner_port, run_id)
+    runner = await backend.runner(runner_port, runner_token, run_id)
     try:
         obs.status("waiting for the runner")
         await _wait_runner(runner)
@@ -195,7 +196,7 @@ async def _start_job(
         )  # fmt: skip
         await runner.submit(spec_job)
         obs.status(f"shipping code ({snap.files} files)")
-        sent = await backend.ship_code(snap, runner_port, runner, obs.progress)
+        sent = await backend.ship_code(snap, runner_port, runner_token, runner, obs.progress)
         obs.status("starting the job")
         await runner.run()
         return sent

@@ -1,5 +1,11 @@
 """The runner's HTTP + WebSocket API. Routes only translate; ``Runner`` does the work.
 
+Every route but ``/api/healthcheck`` needs the per-task bearer token (``BearerAuth``: checked
+before any body is read, on the WebSocket handshake too): on the process executor the runner
+listens on the host's loopback, which every local user can reach. Bodies other than the code
+upload must be JSON (415 otherwise), so a web page cannot post a "simple" cross-origin form or
+``text/plain`` request; no CORS headers are ever sent.
+
 Built on Starlette (what FastAPI is made of) rather than FastAPI itself: importing FastAPI
 doubled the runner's start-up time, which is part of every submit's latency. Bodies and
 queries are still validated by the pydantic models of ``api.py``, and ``ROUTES`` (one table:
@@ -13,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -224,6 +231,49 @@ ROUTES: tuple[ApiRoute, ...] = (
 # message each, as they happen; closed with 1000 once the job has ended and all were sent.
 
 
+OPEN_PATHS = frozenset({"/api/healthcheck"})
+RAW_BODY_PATHS = frozenset({"/api/code"})
+
+
+class BearerAuth:
+    """401 unless ``Authorization: Bearer <token>`` matches (constant time), before the route
+    or any body is touched; 415 for a body that is not JSON where JSON is expected."""
+
+    def __init__(self, app: ASGIApp, token: str) -> None:
+        self.app = app
+        self.token = token.encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket") or scope["path"] in OPEN_PATHS:
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope["headers"])
+        scheme, _, given = headers.get(b"authorization", b"").partition(b" ")
+        if scheme.lower() != b"bearer" or not secrets.compare_digest(given.strip(), self.token):
+            if scope["type"] == "websocket":
+                # Closing before accept: the server answers the handshake with 403.
+                await send({"type": "websocket.close", "code": 1008})
+                return
+            response = _error(401, "unauthorized", "missing or wrong bearer token")
+            response.headers["WWW-Authenticate"] = "Bearer"
+            await response(scope, receive, send)
+            return
+        if scope["type"] == "http" and _has_body(headers) and scope["path"] not in RAW_BODY_PATHS:
+            media = headers.get(b"content-type", b"").split(b";")[0].strip().lower()
+            if media != b"application/json":
+                response = _error(
+                    415, "unsupported_media_type", "the body must be application/json"
+                )
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def _has_body(headers: dict[bytes, bytes]) -> bool:
+    length = headers.get(b"content-length")
+    return b"transfer-encoding" in headers or (length is not None and length not in (b"", b"0"))
+
+
 class BodyLimit:
     """413 for a JSON body over the limit (the code upload has its own, larger limit)."""
 
@@ -261,7 +311,11 @@ def _endpoint(handler: Handler, runner: Runner | None) -> Callable[[Request], Aw
     return endpoint
 
 
-def create_app(runner: Runner | None) -> Starlette:
+def create_app(runner: Runner | None, token: str | None) -> Starlette:
+    """The runner's app; ``token`` is required to serve (None only for the OpenAPI spec)."""
+    if runner is not None and not token:
+        raise ValueError("a runner app needs a bearer token")
+
     async def runner_error(_: Request, exc: Exception) -> Response:
         assert isinstance(exc, errors.RunnerError)
         if isinstance(exc, errors.InvalidSpec):
@@ -289,6 +343,8 @@ def create_app(runner: Runner | None) -> Starlette:
         },
     )
     app.add_middleware(BodyLimit, max_bytes=MAX_JSON_BODY_BYTES)
+    if token:
+        app.add_middleware(BearerAuth, token=token)  # outermost: before the body limit
     app.state.runner = runner
     return app
 

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import stat
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -17,6 +19,7 @@ from tcl.atomic import write_atomic
 from tcl.runner.api import JobSpec, RunnerState
 from tcl.runner.errors import InvalidSpec, RunnerError
 from tcl.runner.service import Runner, RunnerConfig
+from tcl.tokenfile import entropy_bits
 
 STATUS_FILE = "status.json"
 STATUS_VERSION = 1
@@ -40,13 +43,40 @@ class StatusFile:
         write_atomic(self.path, json.dumps(body).encode() + b"\n", mode=0o644)
 
 
-def load_spec(path: Path) -> JobSpec:
+TOKEN_KEY = "runner_token"  # beside the JobSpec's keys in a batch spec file; never sent on
+
+
+@dataclass(frozen=True)
+class SpecFile:
+    spec: JobSpec
+    token: str | None  # the bearer token of ``--serve``
+
+
+def load_spec(path: Path) -> SpecFile:
+    """The JobSpec in ``path`` and, under ``runner_token``, the token ``--serve`` requires.
+
+    A file holding a token or secrets must be mode 0600 (the scheduler's spool is shared)."""
     try:
-        return JobSpec.model_validate_json(path.read_bytes())
-    except ValidationError as e:
-        first = e.errors()[0]
-        field = ".".join(str(p) for p in first["loc"])
-        raise InvalidSpec(field, f"{path}: {field}: {first['msg']}") from e
+        raw = json.loads(path.read_bytes())
+        if not isinstance(raw, dict):
+            raise InvalidSpec("spec", f"{path}: a JSON object is expected")
+        token = raw.pop(TOKEN_KEY, None)
+        if token is not None and (not isinstance(token, str) or entropy_bits(token) < 256):
+            raise InvalidSpec(TOKEN_KEY, f"{path}: {TOKEN_KEY} must be a random token string")
+        spec = JobSpec.model_validate(raw)
+    except ValueError as e:
+        if isinstance(e, ValidationError):
+            first = e.errors()[0]
+            field = ".".join(str(p) for p in first["loc"])
+            raise InvalidSpec(field, f"{path}: {field}: {first['msg']}") from e
+        raise InvalidSpec("spec", f"{path}: not JSON: {e}") from e
+    mode = stat.S_IMODE(path.stat().st_mode)
+    if (token is not None or spec.secrets) and mode & 0o077:
+        raise InvalidSpec(
+            TOKEN_KEY if token is not None else "secrets",
+            f"{path}: mode {mode:04o} lets other users read its token or secrets; chmod 600",
+        )
+    return SpecFile(spec, token)
 
 
 def run_batch(
@@ -57,7 +87,10 @@ def run_batch(
     linger_s: float = 0.0,
 ) -> int:
     """Run one job to the end; returns its exit code (1 when it never started)."""
-    spec = load_spec(spec_path)
+    loaded = load_spec(spec_path)
+    spec = loaded.spec
+    if serve is not None and loaded.token is None:
+        raise InvalidSpec(TOKEN_KEY, f"{spec_path}: --serve needs {TOKEN_KEY} in the spec file")
     runner = Runner(config)
     status = StatusFile(config.state_dir / STATUS_FILE, spec.run_id)
     runner.add_state_hook(status)
@@ -67,7 +100,8 @@ def run_batch(
             _drive(runner, spec, code_path)
             runner.wait()
         else:
-            asyncio.run(_drive_serving(runner, spec, code_path, serve, linger_s))
+            assert loaded.token is not None
+            asyncio.run(_drive_serving(runner, spec, code_path, serve, loaded.token, linger_s))
     finally:
         runner.close()
     code = runner.machine.exit_code
@@ -90,11 +124,16 @@ def _drive(runner: Runner, spec: JobSpec, code_path: Path | None) -> None:
 
 
 async def _drive_serving(
-    runner: Runner, spec: JobSpec, code_path: Path | None, serve: tuple[str, int], linger_s: float
+    runner: Runner,
+    spec: JobSpec,
+    code_path: Path | None,
+    serve: tuple[str, int],
+    token: str,
+    linger_s: float,
 ) -> None:
     from tcl.runner.server import Server
 
-    server = Server(runner, *serve)
+    server = Server(runner, *serve, token)
     task = asyncio.create_task(server.serve())
     try:
         await server.started()

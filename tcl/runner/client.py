@@ -57,13 +57,19 @@ class RunnerClient:
     def __init__(
         self,
         base_url: str,
+        token: str,
         *,
         transport: httpx.AsyncBaseTransport | None = None,
         timeout_s: float = 30.0,
     ) -> None:
         self.base_url = base_url.rstrip("/")
+        self._auth = {"Authorization": f"Bearer {token}"}
         self._http = httpx.AsyncClient(
-            base_url=self.base_url, transport=transport, timeout=timeout_s, trust_env=False
+            base_url=self.base_url,
+            transport=transport,
+            timeout=timeout_s,
+            trust_env=False,
+            headers=self._auth,
         )
 
     async def __aenter__(self) -> RunnerClient:
@@ -163,6 +169,7 @@ class RunnerClient:
                     max_size=WS_MAX_MESSAGE_BYTES,
                     open_timeout=10,
                     proxy=None,
+                    additional_headers=self._auth,
                 ) as ws:
                     async for message in ws:
                         event = Event.model_validate_json(message)

@@ -52,6 +52,16 @@ def _parser() -> argparse.ArgumentParser:
         )
 
     s = sub.add_parser("serve", help="serve the HTTP/WebSocket API and run one job")
+    s.add_argument(
+        "--token-file",
+        type=Path,
+        default=Path(os.environ["TCL_RUNNER_TOKEN_FILE"])
+        if os.environ.get("TCL_RUNNER_TOKEN_FILE")
+        else None,
+        help="file holding the bearer token every route but the healthcheck requires "
+        "(mode 0600; default: $TCL_RUNNER_TOKEN_FILE). Required: the runner listens where "
+        "other users of the host can reach it",
+    )
     s.add_argument("--host", default="127.0.0.1")
     s.add_argument(
         "--port", type=int, default=DEFAULT_PORT, help="0: any free port (see --port-file)"
@@ -106,10 +116,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(json.dumps(openapi(), indent=2))
         return
     from tcl.runner.errors import RunnerError
+    from tcl.tokenfile import TokenFileError
 
     try:
         sys.exit(_serve(args) if args.command == "serve" else _batch(args))
-    except (RunnerError, ValueError, OSError) as e:
+    except (RunnerError, TokenFileError, ValueError, OSError) as e:
         print(f"tcl-runner: {getattr(e, 'detail', e)}", file=sys.stderr)
         sys.exit(2)
 
@@ -118,11 +129,24 @@ def _serve(args: argparse.Namespace) -> int:
     from tcl.runner.server import serve
     from tcl.runner.service import Runner
 
+    token = _token(args.token_file)
     runner = Runner(_config(args))
     try:
-        return serve(runner, args.host, args.port, args.port_file, args.linger_s)
+        return serve(runner, args.host, args.port, token, args.port_file, args.linger_s)
     finally:
         runner.close()
+
+
+def _token(path: Path | None) -> str:
+    from tcl.tokenfile import read_token
+
+    if path is None:
+        raise ValueError(
+            "serve needs --token-file (or $TCL_RUNNER_TOKEN_FILE): a 0600 file "
+            "holding the bearer token"
+        )
+    # Not owner-checked: in a container the file is bind-mounted from the shim's user.
+    return read_token(path, "--token-file", check_owner=False)
 
 
 def _batch(args: argparse.Namespace) -> int:

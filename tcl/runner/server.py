@@ -31,7 +31,9 @@ def bind(host: str, port: int) -> socket.socket:
 class Server:
     """uvicorn around ``create_app(runner)``; ``serve`` returns when ``shutdown`` is called."""
 
-    def __init__(self, runner: Runner, host: str, port: int, port_file: Path | None = None) -> None:
+    def __init__(
+        self, runner: Runner, host: str, port: int, token: str, port_file: Path | None = None
+    ) -> None:
         import uvicorn
 
         from tcl.runner.app import create_app
@@ -40,7 +42,7 @@ class Server:
         self.port = int(self.sock.getsockname()[1])
         self.port_file = port_file
         config = uvicorn.Config(
-            create_app(runner),
+            create_app(runner, token),
             log_level="warning",
             lifespan="off",
             ws="websockets-sansio",
@@ -69,6 +71,7 @@ def serve(
     runner: Runner,
     host: str,
     port: int,
+    token: str,
     port_file: Path | None = None,
     linger_s: float | None = None,
 ) -> int:
@@ -78,7 +81,7 @@ def serve(
     import signal
     import threading
 
-    server = Server(runner, host, port, port_file)
+    server = Server(runner, host, port, token, port_file)
 
     def stop_then_shutdown() -> None:
         runner.stop(grace_s=5.0)

@@ -119,6 +119,9 @@ class TaskInfo(BaseModel):
     image: str = ""
     executor: ExecutorKind
     pull_progress: float | None = None  # 0..1 while pulling
+    # The bearer token of this task's runner (made by the shim, handed to the runner in a 0600
+    # file, never on a command line); only the shim's authenticated callers ever see it.
+    runner_token: str | None = Field(default=None, repr=False)
     created_at: float
     updated_at: float
 

@@ -18,6 +18,7 @@ from typing import Any
 
 import psutil
 
+from tcl.atomic import write_atomic
 from tcl.shim.allocator import Allocator
 from tcl.shim.api import (
     Accelerator,
@@ -43,6 +44,7 @@ from tcl.shim.executors.base import Executor, Launch
 from tcl.shim.inventory import Inventory
 from tcl.shim.network import choose_network, is_whole_host
 from tcl.shim.store import TaskRecord, TaskStore, new_record
+from tcl.tokenfile import new_token
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +127,8 @@ class TaskService:
                                       spec.accelerators == "all")
                 network = choose_network(spec.network, multinode=spec.multinode, whole_host=whole)
             record = await asyncio.to_thread(self.store.add, new_record(spec, {
-                "accelerators": indices, "network": network, "executor": kind}))
+                "accelerators": indices, "network": network, "executor": kind,
+                "runner_token": new_token()}))
         except BaseException:
             self.allocator.release(spec.id)
             raise
@@ -147,6 +150,9 @@ class TaskService:
             launch = Launch(spec=spec, accelerators=self._accelerators(rec.info.accelerators),
                             network=rec.info.network, task_dir=self.store.task_dir(task_id),
                             host_vendor=self.host_vendor)
+            assert rec.info.runner_token is not None
+            await asyncio.to_thread(write_atomic, launch.runner_token_file,
+                                    rec.info.runner_token.encode(), 0o600)
             last = [-1.0]
 
             def progress(fraction: float) -> None:  # called from the pull thread

@@ -41,12 +41,18 @@ class Backend(abc.ABC):
         """A client for the host's shim (connecting/starting as needed; cached)."""
 
     @abc.abstractmethod
-    async def runner(self, runner_port: int, label: str) -> RunnerApi:
-        """A fresh client for the runner on the host's ``runner_port`` (re-resolve after drops)."""
+    async def runner(self, runner_port: int, token: str, label: str) -> RunnerApi:
+        """A fresh client for the runner on the host's ``runner_port`` with its bearer ``token``
+        (re-resolve after drops)."""
 
     @abc.abstractmethod
     async def ship_code(
-        self, snap: Snapshot, runner_port: int, runner: RunnerApi, progress: Progress | None
+        self,
+        snap: Snapshot,
+        runner_port: int,
+        runner_token: str,
+        runner: RunnerApi,
+        progress: Progress | None,
     ) -> int:
         """Get the tarball to the runner; return how many bytes crossed the network."""
 

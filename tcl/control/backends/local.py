@@ -34,11 +34,16 @@ class LocalBackend(Backend):
             self._shim = HttpShim(f"http://127.0.0.1:{port}", token, name=f"shim {self.name}")
         return self._shim
 
-    async def runner(self, runner_port: int, label: str) -> RunnerApi:
-        return HttpRunner(f"http://127.0.0.1:{runner_port}", name=f"runner {label}")
+    async def runner(self, runner_port: int, token: str, label: str) -> RunnerApi:
+        return HttpRunner(f"http://127.0.0.1:{runner_port}", token, name=f"runner {label}")
 
     async def ship_code(
-        self, snap: Snapshot, runner_port: int, runner: RunnerApi, progress: Progress | None
+        self,
+        snap: Snapshot,
+        runner_port: int,
+        runner_token: str,
+        runner: RunnerApi,
+        progress: Progress | None,
     ) -> int:
         await runner.upload_code(snap.tarball, snap.sha256, progress)
         return 0  # loopback: nothing crossed the network

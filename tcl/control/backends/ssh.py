@@ -23,7 +23,8 @@ from tcl.control.shipping import Snapshot
 from tcl.control.ssh import RemoteProcess, SshPool, SshTarget
 from tcl.shim.api import ExecutorKind
 
-# Runs on the host (`python -c SCRIPT TARBALL SHA256`), the runner's port on stdin: have the
+# Runs on the host (`python -c SCRIPT TARBALL SHA256`), "PORT TOKEN" on stdin (the runner's
+# bearer token never reaches a command line): have the
 # runner take the tree from the host's code cache (no upload, no extraction); else stream the
 # cached tarball into its PUT /code; exit 3 when the host has neither. The port arrives once the
 # runner is up, so the process starts (shell, interpreter, imports) while the container starts;
@@ -31,12 +32,13 @@ from tcl.shim.api import ExecutorKind
 _HOST_PUT = r"""
 import json, os, sys, urllib.error, urllib.request
 path, sha = sys.argv[1], sys.argv[2]
-port = sys.stdin.readline().strip()
+port, _, token = sys.stdin.readline().strip().partition(" ")
 if not port.isdigit():
     sys.exit(4)
 base = f"http://127.0.0.1:{port}/api/code"
+auth = {"Authorization": f"Bearer {token}"}
 req = urllib.request.Request(f"{base}/cached", data=json.dumps({"sha256": sha}).encode(),
-                             method="POST", headers={"Content-Type": "application/json"})
+                             method="POST", headers={"Content-Type": "application/json", **auth})
 try:
     urllib.request.urlopen(req, timeout=600).read()
     sys.exit(0)
@@ -49,7 +51,7 @@ with open(path, "rb") as f:
     req = urllib.request.Request(
         base, data=f, method="PUT",
         headers={"X-Code-Sha256": sha, "Content-Length": str(os.fstat(f.fileno()).st_size),
-                 "Content-Type": "application/gzip"})
+                 "Content-Type": "application/gzip", **auth})
     try:
         urllib.request.urlopen(req, timeout=600).read()
     except urllib.error.HTTPError as e:
@@ -129,9 +131,9 @@ class SshBackend(Backend):
         self._shim_port = port
         return self._shim
 
-    async def runner(self, runner_port: int, label: str) -> RunnerApi:
+    async def runner(self, runner_port: int, token: str, label: str) -> RunnerApi:
         port = await self.pool.forward(self.target, runner_port)
-        return HttpRunner(f"http://127.0.0.1:{port}", name=f"runner {label}@{self.name}")
+        return HttpRunner(f"http://127.0.0.1:{port}", token, name=f"runner {label}@{self.name}")
 
     def _handover_argv(self, shim_dir: str, snap: Snapshot) -> list[str]:
         remote = f"{shim_dir}/code/{snap.sha256}.tar.gz"
@@ -171,7 +173,12 @@ class SshBackend(Backend):
         return await self.pool.start(self.target, self._handover_argv(await self.shim_dir(), snap))
 
     async def ship_code(
-        self, snap: Snapshot, runner_port: int, runner: RunnerApi, progress: Progress | None
+        self,
+        snap: Snapshot,
+        runner_port: int,
+        runner_token: str,
+        runner: RunnerApi,
+        progress: Progress | None,
     ) -> int:
         self.prestage_code(snap, progress)  # no-op when submit did it already
         staged = self._staged.pop(snap.sha256)
@@ -181,7 +188,7 @@ class SshBackend(Backend):
         except BaseException:
             await staged.aclose()
             raise
-        put = await proc.finish(f"{runner_port}\n")
+        put = await proc.finish(f"{runner_port} {runner_token}\n")
         if put.exit_code != 0:
             raise AgentError(f"{self.name}: code hand-over failed: {put.stderr.strip()[-300:]}")
         return sent

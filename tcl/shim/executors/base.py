@@ -22,6 +22,7 @@ from tcl.shim.api import Accelerator, ExecutorKind, NetworkMode, Ports, TaskSpec
 from tcl.shim.store import Handle
 
 ProgressFn = Callable[[float], None]
+RUNNER_TOKEN_FILE = "runner-token"
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,11 @@ class Launch:
     network: NetworkMode
     task_dir: Path
     host_vendor: str | None = None  # vendor of the host's accelerators (None: it has none)
+
+    @property
+    def runner_token_file(self) -> Path:
+        """The 0600 file holding the runner's bearer token (written by the service)."""
+        return self.task_dir / RUNNER_TOKEN_FILE
 
 
 def accelerator_env(launch: Launch, renumbered: bool = False) -> dict[str, str]:

@@ -44,6 +44,7 @@ SSH_PORT = 10022
 RUNNER_STATE_DIR = "/var/lib/tcl-runner"
 CODE_CACHE_TARGET = "/var/cache/tcl-code"  # the host's code cache, shared by its runners
 RUNNER_WORKDIR = f"{RUNNER_STATE_DIR}/work"  # the runner's default working dir
+RUNNER_TOKEN_TARGET = "/run/tcl-runner-token"  # the task's token file, bind-mounted read-only
 _ALIVE = {"created", "running", "restarting", "paused"}
 
 
@@ -113,7 +114,8 @@ class DockerExecutor:
     def _start(self, launch: Launch) -> Started:
         spec = launch.spec
         gpus = self.nvidia_runtime and launch.host_vendor == "nvidia"
-        env = {**spec.env, **accelerator_env(launch, renumbered=gpus), "TCL_TASK_ID": spec.id}
+        env = {**spec.env, **accelerator_env(launch, renumbered=gpus), "TCL_TASK_ID": spec.id,
+               "TCL_RUNNER_TOKEN_FILE": RUNNER_TOKEN_TARGET}
         if spec.ssh_keys:
             env["TCL_SSH_AUTHORIZED_KEYS"] = "\n".join(spec.ssh_keys)
         kwargs: dict[str, Any] = {
@@ -121,7 +123,9 @@ class DockerExecutor:
             "labels": {LABEL_TASK: spec.id, LABEL_INSTANCE: self._instance},
             "detach": True,
             "mounts": [Mount(target=m.target, source=m.source, type="bind", read_only=m.read_only)
-                       for m in spec.mounts],
+                       for m in spec.mounts] + [
+                Mount(target=RUNNER_TOKEN_TARGET, source=str(launch.runner_token_file.resolve()),
+                      type="bind", read_only=True)],
         }
         overlay: Mount | None = None
         if self._code_cache is not None:

@@ -65,7 +65,7 @@ class ProcessExecutor:
             sys.executable, "-I", "-S", WRAPPER, "--exit-file", str(exit_file),
             "--tcl-instance", self._instance, "--tcl-task", spec.id, "--",
             *self._runner_argv, "serve", "--host", "127.0.0.1", "--port", str(port),
-            "--state-dir", str(runner_dir),
+            "--state-dir", str(runner_dir), "--token-file", str(launch.runner_token_file),
         ]
         if self._code_cache is not None:
             self._code_cache.mkdir(parents=True, exist_ok=True, mode=0o700)

@@ -3,6 +3,8 @@ ports published on 127.0.0.1 ephemeral ports, an ssh key made with ssh-keygen fo
 
 from __future__ import annotations
 
+import os
+import secrets
 import subprocess
 import time
 import urllib.request
@@ -22,6 +24,7 @@ class RunnerContainer:
     ssh_port: int
     key: Path
     wrong_key: Path
+    token: str
 
     @property
     def url(self) -> str:
@@ -67,13 +70,23 @@ def runner_container(
     docker_client: Any, runner_image: str, tmp_path: Path
 ) -> Iterator[RunnerContainer]:
     key, wrong = keygen(tmp_path / "id_ok"), keygen(tmp_path / "id_wrong")
+    # The bearer token, handed over as the shim does: a 0600 file bind-mounted read-only.
+    token = secrets.token_urlsafe(32)
+    token_file = tmp_path / "runner-token"
+    fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(token)
     name = f"tcl-test-runner-{uuid.uuid4().hex[:10]}"
     container = docker_client.containers.run(
         runner_image,
         name=name,
         detach=True,
         labels={"tcl.test": "runner"},
-        environment={"TCL_SSH_AUTHORIZED_KEYS": (tmp_path / "id_ok.pub").read_text()},
+        environment={
+            "TCL_SSH_AUTHORIZED_KEYS": (tmp_path / "id_ok.pub").read_text(),
+            "TCL_RUNNER_TOKEN_FILE": "/run/tcl-runner-token",
+        },
+        volumes={str(token_file): {"bind": "/run/tcl-runner-token", "mode": "ro"}},
         ports={"10999/tcp": ("127.0.0.1", None), "10022/tcp": ("127.0.0.1", None)},
     )
     try:
@@ -85,6 +98,7 @@ def runner_container(
             int(ports["10022/tcp"][0]["HostPort"]),
             key,
             wrong,
+            token,
         )
         deadline = time.monotonic() + 30
         while True:

@@ -64,7 +64,7 @@ async def start_printer(client: RunnerClient) -> None:
 async def test_ten_thousand_lines_over_websocket_with_resume(
     runner_container: RunnerContainer,
 ) -> None:
-    async with RunnerClient(runner_container.url) as client:
+    async with RunnerClient(runner_container.url, runner_container.token) as client:
         await start_printer(client)
 
         async def follow_all() -> list[Event]:
@@ -93,7 +93,7 @@ async def test_ten_thousand_lines_over_websocket_with_resume(
 
 
 async def test_stop_a_job_that_ignores_sigterm(runner_container: RunnerContainer) -> None:
-    async with RunnerClient(runner_container.url) as client:
+    async with RunnerClient(runner_container.url, runner_container.token) as client:
         script = "trap '' TERM; echo ready; sleep 600"
         await client.submit(JobSpec(run_id="stubborn", argv=["sh", "-c", script]))
         await client.run()
@@ -116,7 +116,7 @@ async def test_stop_a_job_that_ignores_sigterm(runner_container: RunnerContainer
 async def test_ssh_lands_in_the_job_with_its_env_not_its_secrets(
     runner_container: RunnerContainer,
 ) -> None:
-    async with RunnerClient(runner_container.url) as client:
+    async with RunnerClient(runner_container.url, runner_container.token) as client:
         spec = JobSpec(
             run_id="sshable",
             argv=["sleep", "600"],

@@ -95,17 +95,23 @@ async def wait_status(client: ShimClient, task_id: str, *status: TaskStatus,
         await asyncio.sleep(0.05)
 
 
-async def start_job(runner_port: int, argv: list[str], run_id: str = "r1") -> None:
-    async with RunnerClient(f"http://127.0.0.1:{runner_port}") as runner:
+def runner_client(task: TaskInfo) -> RunnerClient:
+    """The task's runner, reached with the port and bearer token its shim reported."""
+    assert task.ports.runner is not None and task.runner_token is not None, task
+    return RunnerClient(f"http://127.0.0.1:{task.ports.runner}", task.runner_token)
+
+
+async def start_job(task: TaskInfo, argv: list[str], run_id: str = "r1") -> None:
+    async with runner_client(task) as runner:
         await runner.wait_healthy(timeout_s=60)
         await runner.submit(JobSpec(run_id=run_id, argv=argv))
         await runner.run()
 
 
-async def job_outcome(runner_port: int) -> tuple[RunnerState, str]:
+async def job_outcome(task: TaskInfo) -> tuple[RunnerState, str]:
     """Follow the job to its end; its final state and stdout."""
     out: list[Event] = []
-    async with RunnerClient(f"http://127.0.0.1:{runner_port}") as runner:
+    async with runner_client(task) as runner:
         async for event in runner.poll(0, wait_s=5):
             out.append(event)
         state = (await runner.healthcheck()).state

@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 
 from tcl.runner.api import CodeRef, JobSpec, RunnerState
-from tcl.runner.client import RunnerAPIError, RunnerClient
-from tcl.shim.api import TaskSpec, TaskStatus
+from tcl.runner.client import RunnerAPIError
+from tcl.shim.api import TaskInfo, TaskSpec, TaskStatus
 from tests.integration.shim.conftest import ShimFactory
-from tests.integration.shim.harness import job_outcome, wait_status
+from tests.integration.shim.harness import job_outcome, runner_client, wait_status
 
 NO_DOCKER = {"DOCKER_HOST": "unix:///nonexistent/docker.sock"}
 JOB = ["python3", "-c",
@@ -38,9 +38,9 @@ def tarball() -> bytes:
     return buf.getvalue()
 
 
-async def run_with_code(port: int, run_id: str, code: bytes, cached: bool) -> str:
+async def run_with_code(task: TaskInfo, run_id: str, code: bytes, cached: bool) -> str:
     sha = hashlib.sha256(code).hexdigest()
-    async with RunnerClient(f"http://127.0.0.1:{port}") as runner:
+    async with runner_client(task) as runner:
         await runner.wait_healthy(timeout_s=60)
         await runner.submit(JobSpec(run_id=run_id, argv=JOB,
                                     code=CodeRef(sha256=sha, size=len(code))))
@@ -52,7 +52,7 @@ async def run_with_code(port: int, run_id: str, code: bytes, cached: bool) -> st
             assert e.value.error == "code_not_cached"
             await runner.upload_code(code, sha)
         await runner.run()
-    state, stdout = await job_outcome(port)
+    state, stdout = await job_outcome(task)
     assert state is RunnerState.SUCCEEDED, stdout
     return stdout
 
@@ -71,7 +71,7 @@ async def test_second_task_takes_the_tree_from_the_cache(
             await c.submit_task(TaskSpec(id=task_id, image=runner_image, code_sha256=sha))
             info = await wait_status(c, task_id, TaskStatus.RUNNING)
             assert info.ports.runner
-            stdout = await run_with_code(info.ports.runner, task_id, code, cached)
+            stdout = await run_with_code(info, task_id, code, cached)
             assert "got=SHIPPED" in stdout  # the second job does not see the first one's write
             assert (tree / "lib/x.py").read_bytes() == b"SHIPPED"
             if executor == "docker":

@@ -65,8 +65,8 @@ async def test_submit_reach_runner_run_terminate_remove(
         assert host_config["ShmSize"] == 64 * 2**20
         assert not host_config.get("DeviceRequests")  # no NVIDIA runtime here
 
-        await start_job(info.ports.runner, PRINT_GPUS)
-        state, stdout = await job_outcome(info.ports.runner)
+        await start_job(info, PRINT_GPUS)
+        state, stdout = await job_outcome(info)
         assert state is RunnerState.SUCCEEDED and "gpus=0" in stdout
         assert ssh_banner(info.ports.ssh).startswith(b"SSH-2.0")
 
@@ -119,7 +119,7 @@ async def test_sigkill_shim_mid_task_then_restart(
         await c.submit_task(TaskSpec(id="k", image=runner_image, accelerators=1))
         before = await wait_status(c, "k", TaskStatus.RUNNING)
         assert before.ports.runner is not None
-        await start_job(before.ports.runner, ["python3", "-c",
+        await start_job(before, ["python3", "-c",
                                               "import time; time.sleep(3); print('finished')"])
     shim.kill()  # SIGKILL while the job runs
     shim2 = await make_shim("--fake-accelerators", "h100:2", state="shim", port=shim.port)
@@ -129,7 +129,7 @@ async def test_sigkill_shim_mid_task_then_restart(
         assert after.accelerators == before.accelerators and after.ports == before.ports
         with pytest.raises(NoCapacity):  # the adopted task still holds its GPU
             await c.submit_task(TaskSpec(id="k2", image=runner_image, accelerators=2))
-        state, stdout = await job_outcome(after.ports.runner or 0)
+        state, stdout = await job_outcome(after)
         assert state is RunnerState.SUCCEEDED and "finished" in stdout
         done = await c.terminate_task("k")
         assert done.termination_reason is TerminationReason.STOPPED_BY_USER
@@ -226,8 +226,8 @@ async def test_whole_host_task_uses_the_host_network(
         attrs = docker_client.containers.get(f"tcl-{shim.instance}-whole").attrs
         assert attrs["HostConfig"]["NetworkMode"] == "host"
         assert attrs["Args"][1:3] == ["--host", "127.0.0.1"]  # the runner binds loopback only
-        await start_job(info.ports.runner, PRINT_GPUS)
-        state, stdout = await job_outcome(info.ports.runner)
+        await start_job(info, PRINT_GPUS)
+        state, stdout = await job_outcome(info)
         assert state is RunnerState.SUCCEEDED and "gpus=0,1" in stdout
         assert ssh_banner(info.ports.ssh).startswith(b"SSH-2.0")
         # The container sshd shares the host's network: it must listen on loopback only.

@@ -41,8 +41,8 @@ async def test_process_executor_scenario(make_shim: ShimFactory) -> None:
         b = await wait_status(c, "b", TaskStatus.RUNNING)
         assert a.ports.runner and b.ports.runner and a.ports.runner != b.ports.runner
         assert a.ports.ssh is None
-        await start_job(a.ports.runner, PRINT_GPUS)
-        await start_job(b.ports.runner, PRINT_GPUS)
+        await start_job(a, PRINT_GPUS)
+        await start_job(b, PRINT_GPUS)
         with pytest.raises(TaskNotTerminated):
             await c.remove_task("a")
 
@@ -57,7 +57,7 @@ async def test_process_executor_scenario(make_shim: ShimFactory) -> None:
         with pytest.raises(NoCapacity):
             await c.submit_task(TaskSpec(id="c", accelerators=1))
         for info in (a, b):
-            state, stdout = await job_outcome(info.ports.runner or 0)
+            state, stdout = await job_outcome(info)
             assert state is RunnerState.SUCCEEDED
             assert f"gpus={info.accelerators[0]}" in stdout
         done = await c.terminate_task("a", timeout_s=10)

@@ -17,7 +17,7 @@ from tcl.control.shipping import Snapshot
 from tcl.control.states import RunState
 from tcl.control.store import Store
 from tcl.runner.api import Event, EventKind, EventsPage, JobSpec, LogStream, RunnerState
-from tcl.shim.api import ExecutorKind, TaskInfo, TaskSpec, TerminationReason
+from tcl.shim.api import ExecutorKind, Ports, TaskInfo, TaskSpec, TerminationReason
 
 N = 10
 
@@ -84,7 +84,11 @@ class FakeShim:
 
     async def create_task(self, spec: TaskSpec) -> TaskInfo: ...
 
-    async def get_task(self, task_id: str) -> TaskInfo: ...
+    async def get_task(self, task_id: str) -> TaskInfo:
+        # The runner's port and token come from the shim (control never stores the token).
+        return TaskInfo(id=task_id, name="", status="running", network="host",
+                        executor=ExecutorKind.PROCESS, ports=Ports(runner=1),
+                        runner_token="t" * 43, created_at=0, updated_at=0)  # fmt: skip
 
     async def aclose(self) -> None: ...
 
@@ -101,10 +105,11 @@ class FakeBackend(Backend):
     async def shim(self) -> Any:
         return self._shim
 
-    async def runner(self, runner_port: int, label: str) -> Any:
+    async def runner(self, runner_port: int, token: str, label: str) -> Any:
+        assert token, "control must reach a runner with its bearer token"
         return self._runner
 
-    async def ship_code(self, snap: Snapshot, runner_port: int, runner: Any,
+    async def ship_code(self, snap: Snapshot, runner_port: int, runner_token: str, runner: Any,
                         progress: Progress | None) -> int:  # fmt: skip
         return 0
 

@@ -14,7 +14,7 @@ from tcl.runner.api import CodeRef, JobSpec, RunnerState
 from tcl.runner.app import create_app
 from tcl.runner.client import RunnerClient
 from tcl.runner.service import Runner, RunnerConfig
-from tests.unit.runner.conftest import sha, tarball
+from tests.unit.runner.conftest import TOKEN, sha, tarball
 
 
 async def test_second_runner_gets_the_code_without_reading_the_tarball(tmp_path: Path) -> None:
@@ -26,9 +26,9 @@ async def test_second_runner_gets_the_code_without_reading_the_tarball(tmp_path:
     for name, path in (("one", archive), ("two", tmp_path / "gone.tar.gz")):
         runner = Runner(RunnerConfig(state_dir=tmp_path / name, code_cache_dir=tmp_path / "cache"))
         runners.append(runner)
-        agent = HttpRunner("http://runner", name=name)
+        agent = HttpRunner("http://runner", TOKEN, name=name)
         agent._client = RunnerClient(  # the real client, over an in-process transport
-            "http://runner", transport=httpx.ASGITransport(app=create_app(runner)))
+            "http://runner", TOKEN, transport=httpx.ASGITransport(app=create_app(runner, TOKEN)))
         await agent.submit(spec)
         # "two" is handed a path that does not exist: only the cache can satisfy it.
         await agent.upload_code(path, sha(code))

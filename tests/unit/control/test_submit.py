@@ -51,6 +51,7 @@ class Shim:
         self.created.append(spec)
         return TaskInfo(id=spec.id, name=spec.name, status=TaskStatus.RUNNING,
                         accelerators=[0, 1], network="host", ports=Ports(runner=4242),
+                        runner_token="t" * 43,
                         executor=ExecutorKind.PROCESS, created_at=0, updated_at=0)  # fmt: skip
 
     async def get_task(self, task_id: str) -> TaskInfo: ...

@@ -18,6 +18,8 @@ from tcl.runner.client import RunnerClient
 from tcl.runner.service import Runner, RunnerConfig
 
 PY = sys.executable
+# The bearer token of the in-process runner apps (any 256-bit token will do).
+TOKEN = "t" * 43
 
 
 def tarball(files: dict[str, bytes]) -> bytes:
@@ -51,6 +53,6 @@ def runner(tmp_path: Path) -> Iterator[Runner]:
 
 @pytest.fixture
 async def client(runner: Runner) -> AsyncIterator[RunnerClient]:
-    transport = httpx.ASGITransport(app=create_app(runner))
-    async with RunnerClient("http://runner", transport=transport) as c:
+    transport = httpx.ASGITransport(app=create_app(runner, TOKEN))
+    async with RunnerClient("http://runner", TOKEN, transport=transport) as c:
         yield c

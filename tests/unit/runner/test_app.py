@@ -234,7 +234,7 @@ async def test_client_translates_connection_errors() -> None:
     def refuse(request: httpx.Request) -> httpx.Response:
         raise httpx.ConnectError("refused", request=request)
 
-    async with RunnerClient("http://nowhere", transport=httpx.MockTransport(refuse)) as c:
+    async with RunnerClient("http://nowhere", "t", transport=httpx.MockTransport(refuse)) as c:
         with pytest.raises(RunnerUnavailable):
             await c.healthcheck()
         with pytest.raises(RunnerUnavailable):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -11,14 +12,28 @@ from pathlib import Path
 from tcl.runner.api import CodeRef, JobSpec
 from tcl.runner.events import EventLog
 
-from .conftest import PY, sha, tarball
+from .conftest import PY, TOKEN, sha, tarball
 
 RUNNER = [sys.executable, "-m", "tcl.runner.main"]
 
 
-def write_spec(tmp_path: Path, spec: JobSpec) -> Path:
+def write_spec(tmp_path: Path, spec: JobSpec, token: str | None = None) -> Path:
+    """The spec file as a scheduler's job script would leave it: 0600, token beside the spec."""
     path = tmp_path / "spec.json"
-    path.write_text(spec.model_dump_json())
+    body = spec.model_dump(mode="json")
+    if token is not None:
+        body["runner_token"] = token
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(body, f)
+    return path
+
+
+def write_token(tmp_path: Path) -> Path:
+    path = tmp_path / "token"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(TOKEN)
     return path
 
 
@@ -151,7 +166,7 @@ async def test_batch_serve_offers_live_logs(tmp_path: Path) -> None:
         *RUNNER,
         "batch",
         "--spec",
-        str(write_spec(tmp_path, spec)),
+        str(write_spec(tmp_path, spec, TOKEN)),
         "--state-dir",
         str(tmp_path / "state"),
         "--serve",
@@ -160,7 +175,7 @@ async def test_batch_serve_offers_live_logs(tmp_path: Path) -> None:
         "2",
     )
     try:
-        async with RunnerClient(f"http://127.0.0.1:{port}") as client:
+        async with RunnerClient(f"http://127.0.0.1:{port}", TOKEN) as client:
             await client.wait_healthy(timeout_s=20)
             events = [e async for e in client.follow(0)]
         out = "".join(e.data or "" for e in events if e.stream == "stdout")
@@ -183,6 +198,8 @@ async def _serve(tmp_path: Path, *extra: str) -> tuple[asyncio.subprocess.Proces
         str(port_file),
         "--state-dir",
         str(tmp_path / "state"),
+        "--token-file",
+        str(write_token(tmp_path)),
         *extra,
     )
     for _ in range(400):
@@ -197,7 +214,7 @@ async def test_serve_linger_exits_with_the_jobs_exit_code(tmp_path: Path) -> Non
 
     proc, url = await _serve(tmp_path, "--linger-s", "0.5")
     try:
-        async with RunnerClient(url) as client:
+        async with RunnerClient(url, TOKEN) as client:
             await client.wait_healthy()
             await client.submit(JobSpec(run_id="l", argv=[PY, "-c", "raise SystemExit(3)"]))
             await client.run()
@@ -215,7 +232,7 @@ async def test_sigterm_stops_the_job_then_the_server(tmp_path: Path) -> None:
 
     proc, url = await _serve(tmp_path)
     try:
-        async with RunnerClient(url) as client:
+        async with RunnerClient(url, TOKEN) as client:
             await client.wait_healthy()
             await client.submit(JobSpec(run_id="t", argv=["sleep", "600"]))
             await client.run()

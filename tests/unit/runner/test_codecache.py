@@ -156,7 +156,7 @@ async def test_runners_sharing_a_cache_skip_upload_and_extraction(tmp_path: Path
     from tcl.runner.app import create_app
     from tcl.runner.client import RunnerAPIError, RunnerClient
     from tcl.runner.service import Runner, RunnerConfig
-    from tests.unit.runner.conftest import sha, tarball
+    from tests.unit.runner.conftest import TOKEN, sha, tarball
 
     code = tarball({"main.py": b"print('hi')\n", "lib/util.py": b"X = 1\n"})
     spec = JobSpec(run_id="r", argv=["true"], code=CodeRef(sha256=sha(code), size=len(code)))
@@ -164,7 +164,9 @@ async def test_runners_sharing_a_cache_skip_upload_and_extraction(tmp_path: Path
 
     async def runner_client(name: str, cache: Path | None) -> tuple[Runner, RunnerClient]:
         r = Runner(RunnerConfig(state_dir=tmp_path / name, code_cache_dir=cache))
-        c = RunnerClient("http://runner", transport=httpx.ASGITransport(app=create_app(r)))
+        c = RunnerClient(
+            "http://runner", TOKEN, transport=httpx.ASGITransport(app=create_app(r, TOKEN))
+        )
         await c.submit(spec)
         return r, c
 

@@ -12,7 +12,9 @@ from tcl.runner.api import JobSpec, RunnerState
 from tcl.runner.app import create_app
 from tcl.runner.service import Runner
 
-from .conftest import PY
+from .conftest import PY, TOKEN
+
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 with warnings.catch_warnings():
     # Starlette wants `httpx2` for its TestClient; httpx is what this project has.
@@ -25,7 +27,7 @@ def test_logs_resume_from_any_seq_and_close_normally_at_the_end(runner: Runner) 
     runner.run()
     assert runner.wait(30)
     last = runner.log.last_seq
-    with TestClient(create_app(runner)) as http:
+    with TestClient(create_app(runner, TOKEN), headers=AUTH) as http:
         for after in (0, 1, last // 2, last - 1, last):
             seqs = []
             with http.websocket_connect(f"/api/logs?after={after}") as ws:
@@ -39,7 +41,7 @@ def test_logs_resume_from_any_seq_and_close_normally_at_the_end(runner: Runner) 
 
 
 def test_logs_refuse_a_bad_cursor(runner: Runner) -> None:
-    with TestClient(create_app(runner)) as http:
+    with TestClient(create_app(runner, TOKEN), headers=AUTH) as http:
         with (
             pytest.raises(WebSocketDisconnect) as closed,
             http.websocket_connect("/api/logs?after=-5") as ws,
@@ -51,7 +53,10 @@ def test_logs_refuse_a_bad_cursor(runner: Runner) -> None:
 def test_messages_from_the_client_do_not_end_the_stream(runner: Runner) -> None:
     runner.submit(JobSpec(run_id="r", argv=[PY, "-c", "import time; time.sleep(0.5); print('x')"]))
     runner.run()
-    with TestClient(create_app(runner)) as http, http.websocket_connect("/api/logs") as ws:
+    with (
+        TestClient(create_app(runner, TOKEN), headers=AUTH) as http,
+        http.websocket_connect("/api/logs") as ws,
+    ):
         first = json.loads(ws.receive_text())
         ws.send_text("hello?")
         rest = []
