@@ -34,6 +34,10 @@ class ShimApi(Protocol):
         message: str = "",
     ) -> TaskInfo: ...
 
+    async def remove_task(self, task_id: str) -> None:
+        """Remove a terminated task: its runner, container and files on the host."""
+        ...
+
     async def aclose(self) -> None: ...
 
 

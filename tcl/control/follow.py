@@ -95,13 +95,16 @@ _REASON = {
 
 
 async def _release(ctl: Control, att: Attempt, state: RunState) -> None:
-    """Free the task's accelerators once its events are all kept locally."""
+    """Once every event is kept locally: end the task (the shim has usually freed its
+    accelerators already, when the job ended) and remove its lingering runner and files."""
     if att.handle.get("released"):
         return
     try:
         shim = await ctl.backend(att.host).shim()
         reason = _REASON.get(state, TerminationReason.DONE)
-        await shim.terminate_task(str(att.handle["task_id"]), reason, f"run {state.value}")
+        task_id = str(att.handle["task_id"])
+        await shim.terminate_task(task_id, reason, f"run {state.value}")
+        await shim.remove_task(task_id)
     except TclError:
         return  # the host is gone or the task already is: nothing to free
     ctl.store.update_attempt(att.run_id, att.attempt, handle={**att.handle, "released": True})

@@ -57,6 +57,9 @@ class HttpShim:
     ) -> TaskInfo:
         return await self._call(self._client.terminate_task(task_id, reason, message))
 
+    async def remove_task(self, task_id: str) -> None:
+        await self._call(self._client.remove_task(task_id))
+
     async def aclose(self) -> None:
         await self._client.aclose()
 

@@ -122,10 +122,13 @@ class EventsPage(BaseModel):
 
 
 class HealthInfo(BaseModel):
+    """Open to anyone (no token): the shim's probe learns here that a job has ended."""
+
     service: Literal["tcl-runner"] = "tcl-runner"
     version: str
     api_version: int = API_VERSION
     state: RunnerState
+    exit_code: int | None = None
 
 
 class StateInfo(BaseModel):

@@ -56,7 +56,10 @@ class Executor:
         secrets: Sequence[str],
         on_exit: ExitCallback,
         max_duration_s: float | None = None,
+        *,
+        end_orphans: bool = False,
     ) -> None:
+        self._end_orphans = end_orphans
         self._log = log
         self._argv = list(argv)
         self._cwd = cwd
@@ -218,6 +221,11 @@ class Executor:
             timer.cancel()
         # Leftovers of a finished job (daemons it started) do not outlive it.
         self._signal(signal.SIGKILL)
+        if self._end_orphans:
+            from tcl.runner.reaper import end_orphans
+
+            if ended := end_orphans():
+                self.say(f"ended {ended} process(es) the job left running")
         for pipe in (self._proc.stdout, self._proc.stderr):
             if pipe is not None:
                 with contextlib.suppress(OSError):

@@ -93,6 +93,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _config(args: argparse.Namespace) -> RunnerConfig:
+    from tcl.runner.reaper import become_subreaper
     from tcl.runner.service import RunnerConfig
 
     extra = {"max_code_bytes": args.max_code_bytes} if args.max_code_bytes else {}
@@ -102,6 +103,7 @@ def _config(args: argparse.Namespace) -> RunnerConfig:
         ssh_env_file=args.ssh_env_file,
         code_cache_dir=cache,
         premounted_code=args.premounted_code,
+        end_orphans=become_subreaper(),
         **extra,
     )
 

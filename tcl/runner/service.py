@@ -51,6 +51,9 @@ class RunnerConfig:
     # The sha256 of the tree the executor already mounted (an overlay) as the default working
     # dir: installing that code is then a no-op.
     premounted_code: str | None = None
+    # End every descendant the job leaves behind (tcl.runner.reaper). Only for a runner that is
+    # a process of its own (serve, batch), never one embedded in another program.
+    end_orphans: bool = False
 
 
 class Runner:
@@ -85,7 +88,7 @@ class Runner:
             self.log.finish()
 
     def health(self) -> HealthInfo:
-        return HealthInfo(version=__version__, state=self.state)
+        return HealthInfo(version=__version__, state=self.state, exit_code=self.machine.exit_code)
 
     @property
     def workdir(self) -> Path:
@@ -244,6 +247,7 @@ class Runner:
                 list(spec.secrets.values()),
                 self._on_exit,
                 spec.max_duration_s,
+                end_orphans=self.config.end_orphans,
             )
             self.executor = executor
             try:

@@ -45,16 +45,26 @@ def run(
     pull_stall_timeout_s: Annotated[float, typer.Option(
         envvar="TCL_SHIM_PULL_STALL_TIMEOUT_S", min=1,
         help="Abort an image pull that makes no progress for this long.")] = 60.0,
+    finished_retention_s: Annotated[float, typer.Option(
+        envvar="TCL_SHIM_FINISHED_RETENTION_S", min=0,
+        help="Keep a finished task's runner (serving its logs), container and files this long, "
+             "unless its logs are fetched first; then remove them.")] = 600.0,
+    runner_silence_limit_s: Annotated[float, typer.Option(
+        envvar="TCL_SHIM_RUNNER_SILENCE_LIMIT_S", min=1,
+        help="End a running task whose runner has not answered the shim's probe this long "
+             "(frozen or wedged), freeing its accelerators.")] = 30.0,
     log_level: Annotated[str, typer.Option(envvar="TCL_SHIM_LOG_LEVEL",
                                            help="debug, info, warning or error.")] = "info",
 ) -> None:
     """Run the shim."""
     logging.basicConfig(level=log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per runner probe otherwise
     settings = ShimSettings(
         state_dir=state_dir, token_file=token_file, host=host, port=port, executor=executor,
         fake_accelerators=fake_accelerators, runner_bin=runner_bin,
         reconcile_interval_s=reconcile_interval_s, pull_stall_timeout_s=pull_stall_timeout_s,
+        finished_retention_s=finished_retention_s, runner_silence_limit_s=runner_silence_limit_s,
     )
     try:
         serve(settings, log_level=log_level.lower())

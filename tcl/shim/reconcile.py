@@ -5,7 +5,11 @@ their accelerators and ports) and then every ``interval_s``:
 - an active task whose workload is alive is (re)marked ``running`` with its ports;
 - an active task whose workload exited ends ``done`` (exit 0) or ``failed``;
 - an active task whose workload vanished ends ``vanished`` (e.g. removed while the shim was down);
-- a terminated task whose workload is still alive has it stopped;
+- a running task whose runner says the job ended ends ``done``/``failed`` at once, its
+  accelerators freed and the job's leftovers ended; the runner lingers to serve the logs;
+- a running task whose runner stopped answering for ``silence_limit_s`` is terminated;
+- a terminated task whose workload is still alive has it stopped (unless its runner lingers);
+- a task terminated longer than ``retention_s`` ago is removed: workload, task dir and record;
 - workloads carrying this shim's marks but no known task are removed (orphans);
 - task dirs without a usable task.json are removed (stray dirs, at start).
 """
@@ -21,10 +25,11 @@ import time
 from pathlib import Path
 
 from tcl.atomic import write_atomic
-from tcl.shim.api import ExecutorKind, TaskStatus, TerminationReason
+from tcl.shim.api import ExecutorKind, TaskStatus, TerminateRequest, TerminationReason
 from tcl.shim.errors import ShimError
 from tcl.shim.executors.base import Liveness, Observed
 from tcl.shim.inventory import BUSY_OUTSIDE_MIB, outside_usage_mib
+from tcl.shim.probe import JobState, ProbeResult, RunnerProbe
 from tcl.shim.service import TaskService
 from tcl.shim.store import Handle, TaskRecord
 
@@ -37,10 +42,20 @@ TERMINATED_CHECK_EVERY = 10
 OUTSIDE_USAGE_EVERY_S = 10.0
 
 
+_JOB_REASON = {
+    "succeeded": TerminationReason.DONE,
+    "failed": TerminationReason.FAILED,
+    "terminated": TerminationReason.STOPPED_BY_USER,
+}
+
+
 class Reconciler:
-    def __init__(self, service: TaskService, interval_s: float) -> None:
+    def __init__(self, service: TaskService, interval_s: float, retention_s: float = 600.0,
+                 silence_limit_s: float = 30.0) -> None:
         self.service = service
         self.interval_s = interval_s
+        self.retention_s = retention_s
+        self.probe = RunnerProbe(silence_limit_s)
         self._loop_task: asyncio.Task[None] | None = None
         self._usage_checked_at = 0.0
         self._passes = 0
@@ -66,6 +81,7 @@ class Reconciler:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._loop_task
             self._loop_task = None
+        await self.probe.aclose()
 
     async def _loop(self) -> None:
         while True:
@@ -118,12 +134,63 @@ class Reconciler:
                 log.warning("cannot clean up %s orphans: %s", kind, e.detail)
         for kind in {r.info.executor for r in records} - set(svc.executors):
             self._executor_gone(kind, records)
+        await self.check_jobs()
+        if check_terminated:
+            await self.remove_expired()
+
+    async def check_jobs(self) -> None:
+        """Free the accelerators of tasks whose job ended; end tasks whose runner went silent."""
+        svc = self.service
+        running = [r for r in svc.store.records()
+                   if r.info.status is TaskStatus.RUNNING and r.info.ports.runner is not None
+                   and not svc.is_busy(r.info.id)]
+        found = await self.probe.check((r.info.id, r.info.ports.runner or 0) for r in running)
+        for rec in running:
+            result = found[rec.info.id]
+            if svc.is_busy(rec.info.id):
+                continue
+            if result.job is JobState.ENDED:
+                await self._job_ended(rec, result)
+            elif result.job is JobState.SILENT:
+                log.warning("task %s: the runner has not answered for %.0f s: ending the task",
+                            rec.info.id, result.silent_s)
+                await svc.terminate(rec.info.id, TerminateRequest(
+                    reason=TerminationReason.FAILED, timeout_s=LEFTOVER_STOP_TIMEOUT_S,
+                    message=f"the runner stopped answering for {result.silent_s:.0f} s"))
+
+    async def _job_ended(self, rec: TaskRecord, result: ProbeResult) -> None:
+        svc, task_id = self.service, rec.info.id
+        try:
+            ended = await svc.executors[rec.info.executor].end_job_leftovers(task_id, rec.handle)
+        except ShimError as e:
+            log.warning("task %s: cannot end what the job left running: %s", task_id, e.detail)
+            ended = 0
+        reason = _JOB_REASON.get(result.runner_state, TerminationReason.FAILED)
+        code = "" if result.exit_code is None else f" (exit code {result.exit_code})"
+        extra = f"; ended {ended} process(es) it left running" if ended else ""
+        svc.finish(task_id, reason, f"the job {result.runner_state}{code}{extra}",
+                   result.exit_code, job_ended=True)
+        log.info("task %s: job %s, accelerators freed", task_id, result.runner_state)
+
+    async def remove_expired(self) -> None:
+        """Remove tasks terminated longer than the retention: runner, container, dir, record."""
+        svc, now = self.service, time.time()
+        for rec in svc.store.records():
+            ended = rec.finished_at
+            if (rec.info.status is not TaskStatus.TERMINATED or ended is None
+                    or now - ended < self.retention_s or svc.is_busy(rec.info.id)):
+                continue
+            log.info("task %s: retention over, removing it", rec.info.id)
+            try:
+                await svc.remove(rec.info.id)
+            except ShimError as e:
+                log.warning("cannot remove task %s: %s", rec.info.id, e.detail)
 
     async def _settle(self, rec: TaskRecord, obs: Observed, after_restart: bool) -> None:
         svc, info = self.service, rec.info
         task_id = info.id
         if info.status is TaskStatus.TERMINATED:
-            if obs.liveness is Liveness.ALIVE:
+            if obs.liveness is Liveness.ALIVE and not rec.job_ended:
                 log.info("task %s is terminated but its workload runs: stopping it", task_id)
                 await svc.executors[info.executor].stop(task_id, obs.handle or rec.handle,
                                                         LEFTOVER_STOP_TIMEOUT_S)

@@ -42,6 +42,8 @@ class ShimSettings:
     runner_bin: str | None = None
     reconcile_interval_s: float = 1.0
     pull_stall_timeout_s: float = 60.0
+    finished_retention_s: float = 600.0
+    runner_silence_limit_s: float = 30.0
 
 
 class SettingsError(Exception):
@@ -110,7 +112,9 @@ def build(settings: ShimSettings) -> tuple[TaskService, Reconciler]:
         ExecutorKind.DOCKER if ExecutorKind.DOCKER in executors else ExecutorKind.PROCESS)
     service = TaskService(store=store, inventory=inventory, executors=executors,
                           default_executor=default)
-    return service, Reconciler(service, settings.reconcile_interval_s)
+    return service, Reconciler(service, settings.reconcile_interval_s,
+                               retention_s=settings.finished_retention_s,
+                               silence_limit_s=settings.runner_silence_limit_s)
 
 
 def make_app(settings: ShimSettings) -> FastAPI:

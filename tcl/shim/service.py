@@ -182,10 +182,12 @@ class TaskService:
         return await asyncio.to_thread(functools.partial(self.store.update, task_id, **changes))
 
     def finish(self, task_id: str, reason: TerminationReason, message: str = "",
-               exit_code: int | None = None) -> TaskInfo:
-        """The one way a task ends: record the outcome (first reason wins), free its chips."""
+               exit_code: int | None = None, job_ended: bool | None = None) -> TaskInfo:
+        """The one way a task ends: record the outcome (first reason wins), free its chips.
+
+        ``job_ended``: the job ended on its own and the runner lingers to serve its logs."""
         rec = self.store.update(task_id, status=TaskStatus.TERMINATED, reason=reason,
-                                message=message, exit_code=exit_code)
+                                message=message, exit_code=exit_code, job_ended=job_ended)
         self.allocator.release(task_id)
         return rec.info
 

@@ -43,6 +43,10 @@ class TaskRecord(BaseModel):
     spec: TaskSpec
     info: TaskInfo
     handle: Handle = Field(default_factory=Handle)
+    finished_at: float | None = None  # when it became terminated (retention counts from here)
+    # The job ended on its own and its runner lingers to serve the logs: its workload may stay
+    # alive after termination (until the retention or a removal) without being stopped.
+    job_ended: bool = False
 
 
 class TaskStore:
@@ -90,6 +94,7 @@ class TaskStore:
         status: TaskStatus | None = None,
         reason: TerminationReason | None = None,
         handle: Handle | None = None,
+        job_ended: bool | None = None,
         **info_changes: Any,
     ) -> TaskRecord:
         """Move a task (guarded by the transition table) and/or record facts about it."""
@@ -99,6 +104,9 @@ class TaskStore:
                 raise NotFound(f"no task {task_id!r}")
             info = rec.info
             changes: dict[str, Any] = dict(info_changes)
+            record_changes: dict[str, Any] = {"handle": handle or rec.handle}
+            if job_ended is not None:
+                record_changes["job_ended"] = job_ended
             if status is not None:
                 if not can_transition(info.status, status):
                     raise IllegalTransition(f"task {task_id!r}: {info.status} -> {status} refused")
@@ -112,6 +120,7 @@ class TaskStore:
                             changes["exit_code"] = info_changes["exit_code"]
                     else:
                         changes["termination_reason"] = reason or TerminationReason.DONE
+                        record_changes["finished_at"] = time.time()
             elif info.status is TaskStatus.TERMINATED:
                 # Facts arriving after termination must not rewrite the outcome.
                 for key in ("termination_reason", "message"):
@@ -119,7 +128,7 @@ class TaskStore:
             changes["updated_at"] = time.time()
             new_info = info.model_copy(update=changes)
             TaskInfo.model_validate(new_info.model_dump())  # refuse ill-typed changes early
-            new = rec.model_copy(update={"info": new_info, "handle": handle or rec.handle})
+            new = rec.model_copy(update={"info": new_info, **record_changes})
             self._persist(new)
             self._records[task_id] = new
             return new.model_copy(deep=True)

@@ -8,6 +8,10 @@ Contract (every method may be called again after a shim restart, with the persis
 - ``stop`` is safe to call more than once and on a workload that already exited.
 - ``remove`` deletes what ``start`` created; safe when nothing exists.
 - ``orphans`` lists workloads carrying this shim's marks whose task id is not in ``known``.
+- ``end_job_leftovers`` is called once the job has ended while its runner still serves the logs:
+  it ends whatever the job left running (daemons), sparing the runner; returns how many.
+- ``stop``, ``remove`` and an ``observe`` that finds the runner gone end every process of the
+  task, the job's own session and daemons included, before they return.
 """
 
 from __future__ import annotations
@@ -93,3 +97,5 @@ class Executor(Protocol):
     async def orphans(self, known: Iterable[str]) -> list[str]: ...
 
     async def remove_orphan(self, name: str) -> None: ...
+
+    async def end_job_leftovers(self, task_id: str, handle: Handle) -> int: ...

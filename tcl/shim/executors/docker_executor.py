@@ -279,6 +279,11 @@ class DockerExecutor:
         found = await asyncio.to_thread(self._list_mine)
         return [c["Id"] for c in found if c["Labels"].get(LABEL_TASK) not in known_ids]
 
+    async def end_job_leftovers(self, task_id: str, handle: Handle) -> int:
+        """Nothing to do here: the runner is the container's PID 1, so whatever the job left
+        running is reparented to it, and it ends those itself when the job exits."""
+        return 0
+
     async def remove_orphan(self, name: str) -> None:
         log.info("removing orphan container %s", name[:12])
         await asyncio.to_thread(self._remove_quietly, name)

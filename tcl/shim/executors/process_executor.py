@@ -24,6 +24,7 @@ import psutil
 from tcl.shim.api import ExecutorKind, Ports
 from tcl.shim.errors import BadRequest, ContainerError
 from tcl.shim.executors.base import Launch, Liveness, Observed, ProgressFn, Started, accelerator_env
+from tcl.shim.executors.cgroup import MARK_ENV, TaskProcesses
 from tcl.shim.executors.ports import free_port
 from tcl.shim.store import Handle
 
@@ -39,8 +40,11 @@ class ProcessExecutor:
     kind = ExecutorKind.PROCESS
 
     def __init__(self, runner_argv: list[str], instance_id: str, tasks_dir: Path,
-                 code_cache: Path | None = None) -> None:
+                 code_cache: Path | None = None, processes: TaskProcesses | None = None) -> None:
         self._runner_argv = runner_argv
+        # Every process of a task (cgroup or marker): ended when the task ends, daemons too.
+        self.processes = processes or TaskProcesses.discover(instance_id)
+        self._released: set[str] = set()
         self._code_cache = code_cache
         self._instance = instance_id
         self._tasks_dir = tasks_dir
@@ -61,8 +65,12 @@ class ProcessExecutor:
         env.update(spec.env)
         env.update(accelerator_env(launch))
         env["TCL_TASK_ID"] = spec.id
+        env[MARK_ENV] = self.processes.mark(spec.id)
+        self._released.discard(spec.id)
+        cgroup = await asyncio.to_thread(self.processes.prepare, spec.id)
         argv = [
             sys.executable, "-I", "-S", WRAPPER, "--exit-file", str(exit_file),
+            *(["--cgroup", str(cgroup)] if cgroup is not None else []),
             "--tcl-instance", self._instance, "--tcl-task", spec.id, "--",
             *self._runner_argv, "serve", "--host", "127.0.0.1", "--port", str(port),
             "--state-dir", str(runner_dir), "--token-file", str(launch.runner_token_file),
@@ -101,7 +109,27 @@ class ProcessExecutor:
                 out[task_id] = obs
             else:
                 out[task_id] = self._observe_one(task_id, handle)
+            if out[task_id].liveness is not Liveness.ALIVE:
+                # The runner is gone (killed, crashed): what it started must not outlive it.
+                await self._release(task_id)
         return out
+
+    async def _release(self, task_id: str) -> None:
+        if task_id not in self._released:
+            killed = await asyncio.to_thread(self.processes.kill, task_id)
+            if killed:
+                log.info("task %s: ended %d process(es) its runner left behind", task_id, killed)
+            self._released.add(task_id)
+
+    async def end_job_leftovers(self, task_id: str, handle: Handle) -> int:
+        """The job ended but the runner serves its logs on: end everything else of the task
+        (daemons the job started), sparing the wrapper and the runner."""
+        spare: set[int] = set()
+        if handle.pid is not None:
+            spare.add(handle.pid)
+            with contextlib.suppress(psutil.Error):
+                spare.update(c.pid for c in psutil.Process(handle.pid).children())
+        return await asyncio.to_thread(self.processes.kill, task_id, spare)
 
     def _observe_one(self, task_id: str, handle: Handle) -> Observed:
         if handle.pid is None:
@@ -158,6 +186,7 @@ class ProcessExecutor:
         if handle.pid is None:
             handle = self._scan().get(task_id, handle)
         if handle.pid is None or not self._alive_or_child(handle):
+            await self._release(task_id)
             return self._reap(task_id, handle)
         self._signal_group(handle.pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout_s
@@ -167,6 +196,8 @@ class ProcessExecutor:
             self._signal_group(handle.pid, signal.SIGKILL)
             while self._alive_or_child(handle):
                 await asyncio.sleep(_STOP_POLL_S)
+        # The job has its own session and may have started daemons: end them all.
+        await self._release(task_id)
         return self._reap(task_id, handle)
 
     def _alive_or_child(self, handle: Handle) -> bool:
@@ -189,12 +220,15 @@ class ProcessExecutor:
 
     async def remove(self, task_id: str, handle: Handle) -> None:
         await self.stop(task_id, handle, 0)
+        await asyncio.to_thread(self.processes.release, task_id)
+        self._released.discard(task_id)
 
     async def orphans(self, known: Iterable[str]) -> list[str]:
         known_ids = set(known)
         return [f"{t}:{h.pid}" for t, h in self._scan().items() if t not in known_ids]
 
     async def remove_orphan(self, name: str) -> None:
-        pid = int(name.rsplit(":", 1)[1])
-        log.info("killing orphan runner process group %d", pid)
-        self._signal_group(pid, signal.SIGKILL)
+        task_id, _, pid = name.rpartition(":")
+        log.info("killing orphan runner process group %s", pid)
+        self._signal_group(int(pid), signal.SIGKILL)
+        await asyncio.to_thread(self.processes.release, task_id)

@@ -1,6 +1,8 @@
 """Process-executor wrapper: runs the runner, records its exit code, survives shim restarts.
 
-Run as ``python -I -S procwrap.py --exit-file F --tcl-instance I --tcl-task T -- ARGV...``. It
+Run as ``python -I -S procwrap.py --exit-file F [--cgroup DIR] --tcl-instance I --tcl-task T --
+ARGV...``. With ``--cgroup`` it first moves itself into that cgroup, so the runner, the job and
+whatever they start (daemons included) are all in it and the shim can end them together. It
 imports only ``os``, ``signal`` and ``sys`` (no site, no subprocess) so it adds milliseconds to
 the runner's start. It leads its own session (the shim starts it with ``start_new_session``), so
 a SIGTERM to the group reaches the runner too; the wrapper itself ignores it and waits, then
@@ -22,6 +24,12 @@ def main(argv: list[str]) -> int:
     split = argv.index("--")
     opts, cmd = argv[:split], argv[split + 1 :]
     exit_file = opts[opts.index("--exit-file") + 1]
+    if "--cgroup" in opts:
+        fd = os.open(os.path.join(opts[opts.index("--cgroup") + 1], "cgroup.procs"), os.O_WRONLY)
+        try:
+            os.write(fd, f"{os.getpid()}\n".encode())
+        finally:
+            os.close(fd)
     for sig in _SIGNALS:
         signal.signal(sig, signal.SIG_IGN)
     pid = os.fork()

@@ -71,6 +71,7 @@ class FakeRunner:
 class FakeShim:
     def __init__(self) -> None:
         self.terminated: list[tuple[str, TerminationReason]] = []
+        self.removed: list[str] = []
 
     async def terminate_task(
         self, task_id: str, reason: TerminationReason = TerminationReason.STOPPED_BY_USER,
@@ -79,6 +80,9 @@ class FakeShim:
         self.terminated.append((task_id, reason))
         return TaskInfo(id=task_id, name="", status="terminated", network="host",
                         executor=ExecutorKind.PROCESS, created_at=0, updated_at=0)  # fmt: skip
+
+    async def remove_task(self, task_id: str) -> None:
+        self.removed.append(task_id)
 
     async def host(self) -> Any: ...
 
@@ -143,6 +147,7 @@ async def test_follow_survives_a_drop_without_loss_or_repeat(ctl: Control) -> No
     assert runner.calls[:3] == [0, 3, 3]  # the retry resumes from the kept cursor
     assert final.state is RunState.SUCCEEDED and final.exit_code == 0
     assert shim.terminated == [("r-1-0", TerminationReason.DONE)]  # accelerators freed
+    assert shim.removed == ["r-1-0"]  # every event is kept here: the runner can go
     att = ctl.store.latest_attempt("r-1")
     assert att is not None and att.log_cursor == N + 1
     # a second follow replays the kept copy and never contacts the host again

@@ -60,6 +60,8 @@ class Shim:
                              message: str = "") -> Any:  # fmt: skip
         self.terminated.append((task_id, reason))
 
+    async def remove_task(self, task_id: str) -> None: ...
+
     async def aclose(self) -> None: ...
 
 

@@ -78,7 +78,9 @@ async def test_the_token_is_checked_before_the_body_is_read(runner: Runner) -> N
             yield b"x" * (1 << 20)
 
     async with http(runner) as c:
-        r = await c.post("/api/submit", content=body(), headers={"Content-Type": "application/json"})
+        r = await c.post(
+            "/api/submit", content=body(), headers={"Content-Type": "application/json"}
+        )
     assert r.status_code == 401
     assert read <= 1  # the app never pulled the 50 MB body
 

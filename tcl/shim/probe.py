@@ -1,0 +1,75 @@
+"""Asking each running task's runner where its job stands, with no client connected.
+
+The shim must free a task's accelerators as soon as its job ends, not when the workstation next
+looks (a detached run kept 8 GPUs "busy" for everyone until its owner ran ``tcl ps``). The
+runner's open ``GET /api/healthcheck`` (no token: it says nothing but the state) tells it. The
+runner itself stays up to serve the logs until they are fetched or the retention runs out.
+
+A runner that stops answering (frozen with SIGSTOP, wedged) is reported once it has been silent
+for ``silence_limit_s`` across probes, so the shim can end the task and free its accelerators.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import httpx
+
+PROBE_TIMEOUT_S = 2.0
+FINAL_STATES = {"succeeded", "failed", "terminated"}
+
+
+class JobState(enum.Enum):
+    RUNNING = "running"  # not ended (or not started yet)
+    ENDED = "ended"
+    SILENT = "silent"  # no answer for longer than the limit
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    job: JobState
+    runner_state: str = ""
+    exit_code: int | None = None
+    silent_s: float = 0.0
+
+
+class RunnerProbe:
+    def __init__(self, silence_limit_s: float, timeout_s: float = PROBE_TIMEOUT_S) -> None:
+        self.silence_limit_s = silence_limit_s
+        self._http = httpx.AsyncClient(timeout=timeout_s, trust_env=False)
+        self._silent_since: dict[str, float] = {}
+
+    async def check(self, runners: Iterable[tuple[str, int]]) -> dict[str, ProbeResult]:
+        """Probe ``(task id, runner port)`` pairs concurrently."""
+        pairs = list(runners)
+        results = await asyncio.gather(*(self._one(t, p) for t, p in pairs))
+        live = {t for t, _ in pairs}
+        for gone in set(self._silent_since) - live:
+            del self._silent_since[gone]
+        return dict(zip((t for t, _ in pairs), results, strict=True))
+
+    async def _one(self, task_id: str, port: int) -> ProbeResult:
+        try:
+            r = await self._http.get(f"http://127.0.0.1:{port}/api/healthcheck")
+            body = r.json() if r.status_code == 200 else None
+        except (httpx.HTTPError, ValueError):
+            body = None
+        now = time.monotonic()
+        if not isinstance(body, dict) or body.get("service") != "tcl-runner":
+            since = self._silent_since.setdefault(task_id, now)
+            silent = now - since
+            job = JobState.SILENT if silent >= self.silence_limit_s else JobState.RUNNING
+            return ProbeResult(job, silent_s=silent)
+        self._silent_since.pop(task_id, None)
+        state = str(body.get("state", ""))
+        code = body.get("exit_code")
+        exit_code = code if isinstance(code, int) and not isinstance(code, bool) else None
+        job = JobState.ENDED if state in FINAL_STATES else JobState.RUNNING
+        return ProbeResult(job, runner_state=state, exit_code=exit_code)
+
+    async def aclose(self) -> None:
+        await self._http.aclose()

@@ -1,0 +1,186 @@
+"""A task's accelerators and processes end with its job, with no client connected.
+
+Real shim, real runner (process executor), real processes. Each test is an attack that worked on
+an earlier main: a detached job kept its GPUs until its owner looked; a killed or frozen runner
+left its job (own session) on a GPU the shim handed to the next task; daemons started by the job
+survived its exit and its stop; finished runners piled up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tcl.runner.api import RunnerState
+from tcl.runner.client import RunnerAPIError, RunnerClient
+from tcl.shim.api import TaskInfo, TaskSpec, TaskStatus, TerminationReason
+from tcl.shim.errors import NotFound
+from tests.integration.shim.conftest import ShimFactory
+from tests.integration.shim.harness import runner_client, start_job, wait_status
+
+NO_DOCKER = {"DOCKER_HOST": "unix:///nonexistent/docker.sock"}
+RETENTION_S = 4
+SILENCE_S = 3
+SHIM_ARGS = (
+    "--fake-accelerators",
+    "h100:8",
+    "--finished-retention-s",
+    str(RETENTION_S),
+    "--runner-silence-limit-s",
+    str(SILENCE_S),
+)
+
+# Starts a daemon in a session of its own (what a careless job or a job's library does), writes
+# its pid where the test can read it, then either exits or keeps running.
+DAEMON = """
+import subprocess, sys, time
+d = subprocess.Popen(["sleep", "600"], start_new_session=True)
+open(sys.argv[1], "w").write(str(d.pid))
+print("daemon", d.pid, flush=True)
+if sys.argv[2] == "stay":
+    time.sleep(600)
+"""
+
+
+def _wait_pid(path: Path, timeout_s: float = 30) -> int:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if path.exists() and path.read_text().strip():
+            return int(path.read_text())
+        time.sleep(0.05)
+    raise AssertionError(f"no pid in {path}")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+async def _gone(pid: int, timeout_s: float = 15) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not _alive(pid):
+            return True
+        await asyncio.sleep(0.05)
+    return False
+
+
+def _runner_pid(task_id: str) -> int:
+    for p in psutil.process_iter(["pid", "cmdline"]):
+        cmd = p.info.get("cmdline") or []
+        wrapper = any(a.endswith("procwrap.py") for a in cmd)
+        if (
+            not wrapper
+            and "serve" in cmd
+            and any(a.endswith(f"/tasks/{task_id}/runner") for a in cmd)
+        ):
+            return int(p.info["pid"])
+    raise AssertionError(f"no runner process for task {task_id}")
+
+
+async def _held(c: object, task_id: str) -> list[int]:
+    host = await c.host()  # type: ignore[attr-defined]
+    return [a.index for a in host.accelerators if a.task_id == task_id]
+
+
+async def test_a_finished_job_frees_its_accelerators_and_daemons_with_no_client(
+    make_shim: ShimFactory, tmp_path: Path
+) -> None:
+    shim = await make_shim(*SHIM_ARGS, env=NO_DOCKER)
+    pid_file = tmp_path / "daemon.pid"
+    async with shim.client() as c:
+        task = await c.submit_task(TaskSpec(id="detached", accelerators=8))
+        task = await wait_status(c, "detached", TaskStatus.RUNNING)
+        await start_job(task, ["python3", "-c", DAEMON, str(pid_file), "exit"])
+        daemon = _wait_pid(pid_file)
+        # Nobody follows the run: the shim alone sees the job end and frees the 8 GPUs.
+        done = await wait_status(c, "detached", TaskStatus.TERMINATED, timeout_s=30)
+        assert done.termination_reason is TerminationReason.DONE and done.exit_code == 0
+        assert await _held(c, "detached") == []
+        assert await _gone(daemon), "the job's setsid daemon outlived it"
+        # The next task gets every GPU at once.
+        nxt = await c.submit_task(TaskSpec(id="next", accelerators=8))
+        assert nxt.accelerators == list(range(8))
+        # The finished run's logs are still served (the runner lingers for the retention).
+        async with runner_client(task) as runner:
+            lines = [e.data async for e in runner.poll(0, wait_s=1) if e.stream == "stdout"]
+        assert lines == [f"daemon {daemon}\n"]
+        runner_pid = _runner_pid("detached")
+        # After the retention the runner, its files and the record are gone: nothing piles up.
+        await asyncio.sleep(RETENTION_S)
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                await c.get_task("detached")
+            except NotFound:
+                break
+            assert time.monotonic() < deadline, "the finished task was never removed"
+            await asyncio.sleep(0.2)
+        assert await _gone(runner_pid)
+        assert not (shim.state_dir / "tasks" / "detached").exists()
+
+
+async def test_the_runner_refuses_callers_without_the_tasks_token(
+    make_shim: ShimFactory,
+) -> None:
+    shim = await make_shim(*SHIM_ARGS, env=NO_DOCKER)
+    async with shim.client() as c:
+        task = await wait_status(c, (await c.submit_task(TaskSpec(id="t"))).id, TaskStatus.RUNNING)
+        assert task.runner_token and task.ports.runner
+        url = f"http://127.0.0.1:{task.ports.runner}"
+        for token in ("nope", "another-users-guess-0123456789abcdef0123456789"):
+            async with RunnerClient(url, token) as intruder:
+                assert (await intruder.wait_healthy()).state is RunnerState.WAITING_SPEC
+                with pytest.raises(RunnerAPIError) as e:
+                    await intruder.events(0)
+                assert e.value.status == 401
+        # Handed over in a 0600 file, never on a command line.
+        runner = psutil.Process(_runner_pid("t"))
+        assert not any(task.runner_token in a for a in runner.cmdline())
+        token_file = shim.state_dir / "tasks" / "t" / "runner-token"
+        assert token_file.stat().st_mode & 0o077 == 0
+        await c.terminate_task("t")
+
+
+@pytest.mark.parametrize("how", ["sigkill", "sigstop-then-terminate", "sigstop-silent"])
+async def test_a_killed_or_frozen_runner_takes_its_job_and_daemons_with_it(
+    make_shim: ShimFactory, tmp_path: Path, how: str
+) -> None:
+    shim = await make_shim(*SHIM_ARGS, env=NO_DOCKER)
+    pid_file = tmp_path / "daemon.pid"
+    async with shim.client() as c:
+        task = await c.submit_task(TaskSpec(id="victim", accelerators=1))
+        task = await wait_status(c, "victim", TaskStatus.RUNNING)
+        await start_job(task, ["python3", "-c", DAEMON, str(pid_file), "stay"])
+        daemon = _wait_pid(pid_file)
+        job = psutil.Process(daemon).ppid()  # the job: sleeping, in a session of its own
+        assert os.getsid(job) == job != os.getsid(_runner_pid("victim"))
+        runner_pid = _runner_pid("victim")
+        if how == "sigkill":
+            os.kill(runner_pid, signal.SIGKILL)
+        else:
+            os.kill(runner_pid, signal.SIGSTOP)
+        try:
+            if how == "sigstop-then-terminate":
+                await c.terminate_task("victim", timeout_s=1)
+            ended = await wait_status(c, "victim", TaskStatus.TERMINATED, timeout_s=SILENCE_S + 30)
+        finally:
+            if _alive(runner_pid):
+                os.kill(runner_pid, signal.SIGCONT)
+        if how == "sigstop-silent":
+            assert "stopped answering" in ended.message
+        assert await _gone(job), "the job outlived its runner"
+        assert await _gone(daemon), "the job's daemon outlived its runner"
+        assert await _gone(runner_pid)
+        assert await _held(c, "victim") == []
+        # The same GPU goes to the next task only now that nothing of the last one runs.
+        nxt: TaskInfo = await c.submit_task(TaskSpec(id="next", accelerators=1))
+        assert nxt.accelerators == task.accelerators
