@@ -1,7 +1,9 @@
 """Batch mode: the same runner driven from files instead of HTTP (SLURM, Volcano).
 
 ``status.json`` in the state dir always holds the latest state (versioned JSON, written
-atomically); the event log sits next to it exactly as in serve mode.
+atomically); the event log sits next to it exactly as in serve mode. Stop signals (``scancel``,
+preemption) are handled as in serve mode (``signals.py``): forwarded to the job, which gets the
+grace period, and ``status.json`` ends ``terminated``.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import asyncio
 import json
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
@@ -17,6 +20,9 @@ from tcl.atomic import write_atomic
 from tcl.runner.api import JobSpec, RunnerState
 from tcl.runner.errors import InvalidSpec, RunnerError
 from tcl.runner.service import Runner, RunnerConfig
+
+if TYPE_CHECKING:
+    from tcl.runner.signals import StopOnSignals
 
 STATUS_FILE = "status.json"
 STATUS_VERSION = 1
@@ -56,22 +62,47 @@ def run_batch(
     serve: tuple[str, int] | None = None,
     linger_s: float = 0.0,
 ) -> int:
-    """Run one job to the end; returns its exit code (1 when it never started)."""
+    """Run one job to the end; returns its exit code (1 when it never started, 143 when a
+    signal ended the run)."""
     spec = load_spec(spec_path)
     runner = Runner(config)
     status = StatusFile(config.state_dir / STATUS_FILE, spec.run_id)
     runner.add_state_hook(status)
     status(runner.state, None)
     try:
-        if serve is None:
-            _drive(runner, spec, code_path)
-            runner.wait()
-        else:
-            asyncio.run(_drive_serving(runner, spec, code_path, serve, linger_s))
+        return asyncio.run(_main(runner, spec, code_path, serve, linger_s))
     finally:
         runner.close()
-    code = runner.machine.exit_code
-    return code if code is not None else 1
+
+
+async def _main(
+    runner: Runner,
+    spec: JobSpec,
+    code_path: Path | None,
+    serve: tuple[str, int] | None,
+    linger_s: float,
+) -> int:
+    from tcl.runner.signals import StopOnSignals
+
+    async with StopOnSignals(runner, runner.config.stop_grace_s) as stopper:
+        if serve is None:
+            await _drive_until_final(runner, spec, code_path, stopper)
+        else:
+            await _drive_serving(runner, spec, code_path, serve, linger_s, stopper)
+    return stopper.exit_status(default=1)
+
+
+async def _drive_until_final(
+    runner: Runner, spec: JobSpec, code_path: Path | None, stopper: StopOnSignals
+) -> None:
+    try:
+        await asyncio.to_thread(_drive, runner, spec, code_path)
+    except RunnerError:
+        # A signal that came while the job was being set up terminated the run, so the next
+        # step was refused: that is the run's outcome, not a bad input.
+        if stopper.received is None:
+            raise
+    await runner.finished()
 
 
 def _drive(runner: Runner, spec: JobSpec, code_path: Path | None) -> None:
@@ -90,7 +121,12 @@ def _drive(runner: Runner, spec: JobSpec, code_path: Path | None) -> None:
 
 
 async def _drive_serving(
-    runner: Runner, spec: JobSpec, code_path: Path | None, serve: tuple[str, int], linger_s: float
+    runner: Runner,
+    spec: JobSpec,
+    code_path: Path | None,
+    serve: tuple[str, int],
+    linger_s: float,
+    stopper: StopOnSignals,
 ) -> None:
     from tcl.runner.server import Server
 
@@ -98,9 +134,9 @@ async def _drive_serving(
     task = asyncio.create_task(server.serve())
     try:
         await server.started()
-        await asyncio.to_thread(_drive, runner, spec, code_path)
-        await asyncio.to_thread(runner.wait)
-        await asyncio.sleep(linger_s)  # let followers read the last events
+        await _drive_until_final(runner, spec, code_path, stopper)
+        if stopper.received is None:
+            await asyncio.sleep(linger_s)  # let followers read the last events
     finally:
         server.shutdown()
         await task
