@@ -189,7 +189,7 @@ async def _start_job(
         obs.status("waiting for the runner")
         await _wait_runner(runner)
         spec_job = JobSpec(
-            run_id=run_id, attempt=attempt, name=sub.name, argv=sub.argv,
+            run_id=run_id, attempt=attempt, name=sub.name, argv=sub.argv or None,
             env={**_host_env(ctl, backend.name), **sub.env}, secrets=sub.secrets,
             code=CodeRef(sha256=snap.sha256, size=snap.size),
             max_duration_s=sub.max_duration_s, job=sub.job,

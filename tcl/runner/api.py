@@ -7,11 +7,19 @@ The OpenAPI spec is generated from these models and the route table in ``app.py`
 from __future__ import annotations
 
 import enum
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+from tcl.runner.limits import DEFAULT_GRACE_S, MAX_DURATION_S, MAX_GRACE_S
 
 API_VERSION = 1
+
+# Strings that become argv, environment or paths of the job: a NUL cannot pass exec(2), and an
+# environment name cannot hold "=" (or be empty), so such specs are refused at submit (422)
+# instead of failing when the job starts.
+ExecStr = Annotated[str, StringConstraints(pattern=r"^[^\x00]*$")]
+EnvName = Annotated[str, StringConstraints(pattern=r"^[^=\x00]+$")]
 
 
 class RunnerState(enum.StrEnum):
@@ -34,9 +42,13 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+# Numbers are ``strict``: JSON ``true`` is not 1 (pydantic's lax mode would take it). Integers
+# still fill float fields.
+
+
 class CodeRef(_Strict):
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
-    size: int = Field(ge=0)
+    size: int = Field(ge=0, strict=True)
 
 
 class CachedCodeRequest(_Strict):
@@ -48,32 +60,35 @@ class CachedCodeRequest(_Strict):
 class ClusterInfo(_Strict):
     """Where this process sits in a multi-node job (for ``jax.distributed.initialize``)."""
 
-    node_rank: int = Field(default=0, ge=0)
-    nodes: int = Field(default=1, ge=1)
-    coordinator: str | None = None  # "host:port" of rank 0
+    node_rank: int = Field(default=0, ge=0, strict=True)
+    nodes: int = Field(default=1, ge=1, strict=True)
+    coordinator: ExecStr | None = None  # "host:port" of rank 0
 
 
 class JobRef(_Strict):
     """A ``tcl.jobs`` job, run as ``python -m tcl.jobs.launch``."""
 
-    key: str
+    key: ExecStr
     config_yaml: str = ""
-    restore: str | None = None
+    restore: ExecStr | None = None
 
 
 class JobSpec(_Strict):
-    run_id: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.-]+$")
-    attempt: int = Field(default=0, ge=0)
-    name: str = ""
-    project: str = ""
-    group: str = ""
-    argv: list[str] = Field(default_factory=list)  # no shell unless the user asked for one
-    working_dir: str | None = None  # default: <state-dir>/work
-    env: dict[str, str] = Field(default_factory=dict)
+    """One job. It needs ``argv`` or ``job`` (checked at submit); ``argv`` wins if both."""
+
+    run_id: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+    attempt: int = Field(default=0, ge=0, strict=True)
+    name: ExecStr = ""
+    project: ExecStr = ""
+    group: ExecStr = ""
+    # No shell unless the user asked for one; None (not []) when a ``job`` is run instead.
+    argv: list[ExecStr] | None = Field(default=None, min_length=1)
+    working_dir: ExecStr | None = None  # default: <state-dir>/work
+    env: dict[EnvName, ExecStr] = Field(default_factory=dict)
     # Injected into the job's environment only: never a file, argv or log line (masked as ***).
-    secrets: dict[str, str] = Field(default_factory=dict, repr=False)
+    secrets: dict[EnvName, ExecStr] = Field(default_factory=dict, repr=False)
     code: CodeRef | None = None  # None: the job needs no code upload
-    max_duration_s: float | None = Field(default=None, gt=0)
+    max_duration_s: float | None = Field(default=None, gt=0, le=MAX_DURATION_S, strict=True)
     cluster: ClusterInfo = Field(default_factory=ClusterInfo)
     job: JobRef | None = None
 
@@ -100,17 +115,20 @@ class Event(BaseModel):
 
 
 class EventsQuery(_Strict):
-    """Query of ``GET /api/events``: events with ``seq > after``; ``wait`` long-polls."""
+    """Query of ``GET /api/events``: events with ``seq > after``; ``wait`` long-polls.
 
-    after: int = Field(default=0, ge=0)
-    wait: float = Field(default=0.0, ge=0, le=60)
-    limit: int = Field(default=1000, ge=1, le=10_000)
+    Queries are parsed from their strings (``model_validate_strings``), so strict fields still
+    take ``?after=3`` but not ``true``."""
+
+    after: int = Field(default=0, ge=0, strict=True)
+    wait: float = Field(default=0.0, ge=0, le=60, strict=True)
+    limit: int = Field(default=1000, ge=1, le=10_000, strict=True)
 
 
 class LogsQuery(_Strict):
     """Query of ``WS /api/logs``."""
 
-    after: int = Field(default=0, ge=0)
+    after: int = Field(default=0, ge=0, strict=True)
 
 
 class EventsPage(BaseModel):
@@ -139,7 +157,10 @@ class StateInfo(BaseModel):
 
 
 class StopRequest(_Strict):
-    grace_s: float = Field(default=10.0, ge=0)
+    """Signal the job's group, SIGKILL it ``grace_s`` later; a repeated stop can only bring
+    that moment closer."""
+
+    grace_s: float = Field(default=DEFAULT_GRACE_S, ge=0, le=MAX_GRACE_S, strict=True)
 
 
 class Metrics(BaseModel):

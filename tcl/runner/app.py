@@ -12,7 +12,8 @@ queries are still validated by the pydantic models of ``api.py``, and ``ROUTES``
 method, path, models) drives both the app and the generated OpenAPI spec (``openapi.py``).
 
 Errors: every ``RunnerError`` becomes ``{error, detail}`` with the status from ``ERROR_STATUS``
-(looked up along the exception's MRO); schema errors become 422 naming each field.
+(looked up along the exception's MRO); schema errors become 422 naming each field; Starlette's
+own (404 unknown route, 405 wrong method) get the same shape.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import TypeVar
 
 from pydantic import BaseModel, ValidationError
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route, WebSocketRoute
@@ -58,6 +60,8 @@ ERROR_STATUS: dict[type[errors.RunnerError], int] = {
     errors.ExecutorError: 500,
     errors.RunnerError: 500,
 }
+# Starlette's own errors: status -> wire ``error``.
+HTTP_ERROR_CODES = {404: "not_found", 405: "method_not_allowed"}
 MAX_JSON_BODY_BYTES = 1024 * 1024  # every body but the code upload
 WS_IDLE_WAIT_S = 30.0
 
@@ -104,7 +108,8 @@ def _parse(model: type[M], raw: bytes | dict[str, str], where: str) -> M:
     try:
         if isinstance(raw, bytes):
             return model.model_validate_json(raw or b"{}")
-        return model.model_validate(raw)
+        # From strings, as JSON would be: strict numbers take "3" but not "true".
+        return model.model_validate_strings(raw)
     except ValidationError as e:
         code = "invalid_spec" if model is JobSpec else "invalid_request"
         raise RequestInvalid(code, _fields(e, "" if where == "body" else f"{where}.")) from e
@@ -175,10 +180,13 @@ class ApiRoute:
     query: type[BaseModel] | None = None
     errors: tuple[int, ...] = ()
     raw_body: str | None = None  # media type of a non-JSON body
+    public: bool = False  # reachable without the bearer token (else 401 is documented)
 
 
 ROUTES: tuple[ApiRoute, ...] = (
-    ApiRoute("GET", "/api/healthcheck", healthcheck, "Service, version, state", HealthInfo),
+    ApiRoute(
+        "GET", "/api/healthcheck", healthcheck, "Service, version, state", HealthInfo, public=True
+    ),
     ApiRoute(
         "POST",
         "/api/submit",
@@ -211,7 +219,7 @@ ROUTES: tuple[ApiRoute, ...] = (
         "POST",
         "/api/stop",
         stop,
-        "SIGTERM the job's group, SIGKILL after grace_s",
+        "SIGTERM the job's group, SIGKILL after grace_s (a repeat only brings that closer)",
         StateInfo,
         body=StopRequest,
         errors=(422,),
@@ -231,7 +239,7 @@ ROUTES: tuple[ApiRoute, ...] = (
 # message each, as they happen; closed with 1000 once the job has ended and all were sent.
 
 
-OPEN_PATHS = frozenset({"/api/healthcheck"})
+OPEN_PATHS = frozenset(r.path for r in ROUTES if r.public)  # the token is needed elsewhere
 RAW_BODY_PATHS = frozenset({"/api/code"})
 
 
@@ -326,6 +334,13 @@ def create_app(runner: Runner | None, token: str | None) -> Starlette:
         assert isinstance(exc, RequestInvalid)
         return _error(422, exc.code, exc.detail)
 
+    async def http_error(_: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        code = HTTP_ERROR_CODES.get(exc.status_code, "http_error")
+        response = _error(exc.status_code, code, exc.detail)
+        response.headers.update(exc.headers or {})  # 405 keeps its Allow header
+        return response
+
     async def internal(_: Request, exc: Exception) -> Response:
         # A bug, not bad input: still JSON, without internals beyond the exception's type.
         return _error(500, "internal_error", type(exc).__name__)
@@ -339,6 +354,7 @@ def create_app(runner: Runner | None, token: str | None) -> Starlette:
         exception_handlers={
             errors.RunnerError: runner_error,
             RequestInvalid: request_invalid,
+            HTTPException: http_error,
             Exception: internal,
         },
     )

@@ -1,7 +1,9 @@
 """Batch mode: the same runner driven from files instead of HTTP (SLURM, Volcano).
 
 ``status.json`` in the state dir always holds the latest state (versioned JSON, written
-atomically); the event log sits next to it exactly as in serve mode.
+atomically); the event log sits next to it exactly as in serve mode. Stop signals (``scancel``,
+preemption) are handled as in serve mode (``signals.py``): forwarded to the job, which gets the
+grace period, and ``status.json`` ends ``terminated``.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
@@ -20,6 +23,9 @@ from tcl.runner.api import JobSpec, RunnerState
 from tcl.runner.errors import InvalidSpec, RunnerError
 from tcl.runner.service import Runner, RunnerConfig
 from tcl.tokenfile import entropy_bits
+
+if TYPE_CHECKING:
+    from tcl.runner.signals import StopOnSignals
 
 STATUS_FILE = "status.json"
 STATUS_VERSION = 1
@@ -86,7 +92,8 @@ def run_batch(
     serve: tuple[str, int] | None = None,
     linger_s: float = 0.0,
 ) -> int:
-    """Run one job to the end; returns its exit code (1 when it never started)."""
+    """Run one job to the end; returns its exit code (1 when it never started, 143 when a
+    signal ended the run)."""
     loaded = load_spec(spec_path)
     spec = loaded.spec
     if serve is not None and loaded.token is None:
@@ -96,16 +103,42 @@ def run_batch(
     runner.add_state_hook(status)
     status(runner.state, None)
     try:
-        if serve is None:
-            _drive(runner, spec, code_path)
-            runner.wait()
-        else:
-            assert loaded.token is not None
-            asyncio.run(_drive_serving(runner, spec, code_path, serve, loaded.token, linger_s))
+        token = loaded.token if serve is not None else None
+        return asyncio.run(_main(runner, spec, code_path, serve, token, linger_s))
     finally:
         runner.close()
-    code = runner.machine.exit_code
-    return code if code is not None else 1
+
+
+async def _main(
+    runner: Runner,
+    spec: JobSpec,
+    code_path: Path | None,
+    serve: tuple[str, int] | None,
+    token: str | None,
+    linger_s: float,
+) -> int:
+    from tcl.runner.signals import StopOnSignals
+
+    async with StopOnSignals(runner, runner.config.stop_grace_s) as stopper:
+        if serve is None:
+            await _drive_until_final(runner, spec, code_path, stopper)
+        else:
+            assert token is not None
+            await _drive_serving(runner, spec, code_path, serve, token, linger_s, stopper)
+    return stopper.exit_status(default=1)
+
+
+async def _drive_until_final(
+    runner: Runner, spec: JobSpec, code_path: Path | None, stopper: StopOnSignals
+) -> None:
+    try:
+        await asyncio.to_thread(_drive, runner, spec, code_path)
+    except RunnerError:
+        # A signal that came while the job was being set up terminated the run, so the next
+        # step was refused: that is the run's outcome, not a bad input.
+        if stopper.received is None:
+            raise
+    await runner.finished()
 
 
 def _drive(runner: Runner, spec: JobSpec, code_path: Path | None) -> None:
@@ -130,6 +163,7 @@ async def _drive_serving(
     serve: tuple[str, int],
     token: str,
     linger_s: float,
+    stopper: StopOnSignals,
 ) -> None:
     from tcl.runner.server import Server
 
@@ -137,9 +171,9 @@ async def _drive_serving(
     task = asyncio.create_task(server.serve())
     try:
         await server.started()
-        await asyncio.to_thread(_drive, runner, spec, code_path)
-        await asyncio.to_thread(runner.wait)
-        await asyncio.sleep(linger_s)  # let followers read the last events
+        await _drive_until_final(runner, spec, code_path, stopper)
+        if stopper.received is None:
+            await asyncio.sleep(linger_s)  # let followers read the last events
     finally:
         server.shutdown()
         await task

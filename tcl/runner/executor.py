@@ -3,7 +3,9 @@
 Threads, not the event loop, move the bytes: one pump per stream reads the pipe, decodes UTF-8,
 masks secrets and appends events, so a busy job never stalls the HTTP server. A waiter thread
 reaps the process, waits until both pumps have drained their pipes and only then reports the
-exit, so the last log events always come before the terminal state.
+exit, so the last log events always come before the terminal state. One watchdog thread keeps
+the two deadlines (the kill after a stop's grace, the spec's time limit): stops, however many,
+only move a deadline, so they cost no thread.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from pathlib import Path
 from tcl.runner.api import LogStream
 from tcl.runner.errors import ExecutorError
 from tcl.runner.events import EventLog
+from tcl.runner.limits import DEFAULT_GRACE_S
 from tcl.runner.masking import Masker
 
 READ_BYTES = 256 * 1024
@@ -34,7 +37,6 @@ MAX_PENDING_CHARS = 256 * 1024
 COALESCE_S = 0.002
 # After the main process exits: how long its leftovers may keep the pipes open.
 DRAIN_S = 1.0
-DEFAULT_GRACE_S = 10.0
 
 ExitCallback = Callable[[int, bool], None]  # (exit_code, stopped)
 
@@ -56,6 +58,7 @@ class Executor:
         secrets: Sequence[str],
         on_exit: ExitCallback,
         max_duration_s: float | None = None,
+        limit_grace_s: float = DEFAULT_GRACE_S,
         *,
         end_orphans: bool = False,
     ) -> None:
@@ -67,10 +70,16 @@ class Executor:
         self._secrets = list(secrets)
         self._on_exit = on_exit
         self._max_duration_s = max_duration_s
+        self._limit_grace_s = limit_grace_s
         self._proc: subprocess.Popen[bytes] | None = None
         self._lock = threading.Lock()
+        self._deadlines = threading.Condition(self._lock)  # the watchdog sleeps on this
         self._stopping = False
-        self._timers: list[threading.Timer] = []
+        self._sent: set[signal.Signals] = set()
+        # time.monotonic() deadlines kept by the watchdog; None: not set (or already acted on).
+        self._kill_at: float | None = None
+        self._limit_at: float | None = None
+        self._reaped = False
         self._done = threading.Event()
 
     @property
@@ -84,6 +93,7 @@ class Executor:
             self._log.append_log(LogStream.RUNNER, masker.feed(message + "\n") + masker.flush())
 
     def start(self) -> None:
+        """Start the job; any failure to do so is an ``ExecutorError`` and leaves no process."""
         try:
             self._proc = subprocess.Popen(
                 self._argv,
@@ -97,10 +107,29 @@ class Executor:
             )
         except OSError as e:
             raise ExecutorError(f"cannot start {self._argv[0]!r}: {e.strerror or e}") from e
+        except Exception as e:  # ValueError (a NUL), TypeError, ...: still the job's failure
+            raise ExecutorError(f"cannot start {self._argv[0]!r}: {type(e).__name__}: {e}") from e
         assert self._proc.stdout is not None and self._proc.stderr is not None
         for pipe in (self._proc.stdout, self._proc.stderr):
             with contextlib.suppress(OSError, AttributeError):  # Linux only; a hint
                 fcntl.fcntl(pipe.fileno(), fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+        if self._max_duration_s is not None:
+            self._limit_at = time.monotonic() + self._max_duration_s
+        try:
+            self._start_threads()
+        except Exception as e:  # no thread to read or reap it: the process must not stay
+            self._signal(signal.SIGKILL)
+            self._proc.wait()
+            with self._lock:
+                self._reaped = True
+                self._deadlines.notify_all()
+            self._close_pipes()
+            self._done.set()
+            raise ExecutorError(f"cannot watch the job: {type(e).__name__}: {e}") from e
+
+    def _start_threads(self) -> None:
+        assert self._proc is not None
+        assert self._proc.stdout is not None and self._proc.stderr is not None
         pumps = [
             threading.Thread(
                 target=self._pump,
@@ -117,49 +146,84 @@ class Executor:
         ]
         for t in pumps:
             t.start()
+        threading.Thread(target=self._watch, name="tcl-watchdog", daemon=True).start()
         threading.Thread(target=self._reap, args=(pumps,), name="tcl-reaper", daemon=True).start()
-        if self._max_duration_s is not None:
-            self._after(self._max_duration_s, self._time_limit)
 
-    def stop(self, grace_s: float) -> None:
-        """SIGTERM to the whole group, SIGKILL after ``grace_s``; repeatable."""
+    def stop(self, grace_s: float, sig: signal.Signals = signal.SIGTERM) -> None:
+        """``sig`` to the whole group, SIGKILL after ``grace_s``; repeatable.
+
+        A repeated stop sends its signal only if that signal was not sent yet (a second
+        ``/api/stop`` must not re-run the job's SIGTERM handler), and moves the kill earlier
+        if its grace ends sooner, never later."""
         with self._lock:
-            if self._done.is_set() or self._proc is None:
+            if self._reaped or self._proc is None:
                 return
             first = not self._stopping
             self._stopping = True
+            send = sig not in self._sent
+            self._sent.add(sig)
+            kill_at = time.monotonic() + grace_s
+            if self._kill_at is None or kill_at < self._kill_at:
+                self._kill_at = kill_at
+                self._deadlines.notify_all()
         if first:
-            self.say(f"stopping: SIGTERM to the process group, SIGKILL after {grace_s:g} s")
-        self._signal(signal.SIGTERM)
-        self._after(grace_s, self._kill)
+            self.say(f"stopping: {sig.name} to the process group, SIGKILL after {grace_s:g} s")
+        elif send:
+            self.say(f"{sig.name} to the process group")
+        if send:
+            self._signal(sig)
 
     def wait(self, timeout_s: float | None = None) -> bool:
         return self._done.wait(timeout_s)
 
     # -- internals -----------------------------------------------------------------------
 
-    def _after(self, delay_s: float, fn: Callable[[], None]) -> None:
-        timer = threading.Timer(delay_s, fn)
-        timer.daemon = True
-        with self._lock:
-            self._timers.append(timer)
-        timer.start()
+    def _watch(self) -> None:
+        """The watchdog: sleeps until the earliest deadline, acts on it, until the reap."""
+        while True:
+            with self._deadlines:
+                action = self._next_due()
+                while action is None:
+                    if self._reaped:
+                        return
+                    pending = [d for d in (self._kill_at, self._limit_at) if d is not None]
+                    self._deadlines.wait(min(pending) - time.monotonic() if pending else None)
+                    action = self._next_due()
+            action()
+
+    def _next_due(self) -> Callable[[], None] | None:
+        """The action whose deadline has passed (cleared so it runs once); lock held."""
+        if self._reaped:
+            return None
+        now = time.monotonic()
+        if self._kill_at is not None and now >= self._kill_at:
+            self._kill_at = None
+            return self._kill
+        if self._limit_at is not None and now >= self._limit_at:
+            self._limit_at = None
+            return self._time_limit
+        return None
 
     def _time_limit(self) -> None:
-        if not self._done.is_set():
-            self.say(f"max_duration_s={self._max_duration_s:g} reached")
-            self.stop(DEFAULT_GRACE_S)
+        self.say(f"max_duration_s={self._max_duration_s:g} reached")
+        self.stop(self._limit_grace_s)
 
     def _kill(self) -> None:
-        if not self._done.is_set():
-            self.say("grace period over: SIGKILL to the process group")
-            self._signal(signal.SIGKILL)
+        self.say("grace period over: SIGKILL to the process group")
+        self._signal(signal.SIGKILL)
 
     def _signal(self, sig: signal.Signals) -> None:
         if self._proc is None:
             return
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self._proc.pid, sig)
+
+    def _close_pipes(self) -> None:
+        assert self._proc is not None
+        for pipe in (self._proc.stdout, self._proc.stderr):
+            if pipe is not None:
+                with contextlib.suppress(OSError):
+                    pipe.close()
 
     def _pump(self, fd: int, stream: LogStream) -> None:
         decoder = codecs.getincrementaldecoder("utf-8")("replace")
@@ -216,9 +280,8 @@ class Executor:
                 t.join(DRAIN_S)
         with self._lock:
             stopped = self._stopping
-            timers, self._timers = self._timers, []
-        for timer in timers:
-            timer.cancel()
+            self._reaped = True  # stop() is a no-op from here on; the watchdog ends
+            self._deadlines.notify_all()
         # Leftovers of a finished job (daemons it started) do not outlive it.
         self._signal(signal.SIGKILL)
         if self._end_orphans:
@@ -226,10 +289,7 @@ class Executor:
 
             if ended := end_orphans():
                 self.say(f"ended {ended} process(es) the job left running")
-        for pipe in (self._proc.stdout, self._proc.stderr):
-            if pipe is not None:
-                with contextlib.suppress(OSError):
-                    pipe.close()
+        self._close_pipes()
         try:
             self._on_exit(exit_code_of(returncode), stopped)
         finally:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from tcl.atomic import write_atomic
 from tcl.runner.api import JobSpec
+from tcl.runner.errors import InvalidSpec
 
 # Variables of the runner itself that the job must not inherit.
 _RUNNER_ONLY = (
@@ -55,9 +56,11 @@ def job_out_dir(spec: JobSpec, workdir: Path) -> Path:
 def job_argv(spec: JobSpec, workdir: Path, config_file: Path) -> list[str]:
     """``argv`` as given, or ``python -m tcl.jobs.launch KEY CONFIG OUT_DIR --run-id ...`` for a
     ``tcl.jobs`` job; its config travels as a file (data), never pasted into a command."""
-    if spec.argv or spec.job is None:
+    if spec.argv is not None:
         return list(spec.argv)
     job = spec.job
+    if job is None:  # ``Runner.submit`` refuses such a spec first
+        raise InvalidSpec("argv", "neither argv nor job is given: nothing to run")
     argv = [
         sys.executable,
         "-m",

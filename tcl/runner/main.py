@@ -10,10 +10,22 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tcl.runner.limits import DEFAULT_GRACE_S, MAX_GRACE_S
+
 if TYPE_CHECKING:
     from tcl.runner.service import RunnerConfig
 
 DEFAULT_PORT = 10999
+
+
+def _grace(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0 <= value <= MAX_GRACE_S:
+        raise argparse.ArgumentTypeError(f"must be between 0 and {MAX_GRACE_S:g} s")
+    return value
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -49,6 +61,15 @@ def _parser() -> argparse.ArgumentParser:
             default=os.environ.get("TCL_RUNNER_PREMOUNTED_CODE") or None,
             help="the default working dir already holds this cached tree (an overlay mounted by "
             "the executor; default: $TCL_RUNNER_PREMOUNTED_CODE)",
+        )
+        sp.add_argument(
+            "--stop-grace-s",
+            type=_grace,
+            # A string default goes through ``type`` too: a bad variable is a usage error.
+            default=os.environ.get("TCL_RUNNER_STOP_GRACE_S") or str(DEFAULT_GRACE_S),
+            help="on SIGTERM/SIGINT/SIGUSR1/SIGUSR2 (forwarded to the job) and at the job's "
+            "max_duration_s: how long the job may take to exit before SIGKILL "
+            f"(default: $TCL_RUNNER_STOP_GRACE_S or {DEFAULT_GRACE_S:g})",
         )
 
     s = sub.add_parser("serve", help="serve the HTTP/WebSocket API and run one job")
@@ -104,6 +125,7 @@ def _config(args: argparse.Namespace) -> RunnerConfig:
         code_cache_dir=cache,
         premounted_code=args.premounted_code,
         end_orphans=become_subreaper(),
+        stop_grace_s=args.stop_grace_s,
         **extra,
     )
 

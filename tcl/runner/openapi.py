@@ -1,5 +1,9 @@
 """The OpenAPI 3.1 document of the runner API, generated from ``app.ROUTES`` and the pydantic
-models of ``api.py`` (never written by hand)."""
+models of ``api.py`` (never written by hand).
+
+Every route but the public ones (``ApiRoute.public``: the healthcheck) needs the bearer token
+and answers 401 without it; a JSON body is required exactly when ``{}`` would not validate
+(an empty body is read as ``{}``)."""
 
 from __future__ import annotations
 
@@ -13,10 +17,19 @@ from tcl.runner.api import ErrorBody, Event, LogsQuery
 from tcl.runner.app import ROUTES
 
 REF = "#/components/schemas/{model}"
+SECURITY_SCHEME = "bearerAuth"
 
 
 def _ref(model: type[BaseModel]) -> dict[str, str]:
     return {"$ref": REF.format(model=model.__name__)}
+
+
+def _error_response() -> dict[str, Any]:
+    return {"description": "Error", "content": {"application/json": {"schema": _ref(ErrorBody)}}}
+
+
+def _body_required(model: type[BaseModel]) -> bool:
+    return any(field.is_required() for field in model.model_fields.values())
 
 
 def openapi() -> dict[str, Any]:
@@ -38,13 +51,14 @@ def openapi() -> dict[str, Any]:
             },
         }
         for status in r.errors:
-            op["responses"][str(status)] = {
-                "description": "Error",
-                "content": {"application/json": {"schema": _ref(ErrorBody)}},
-            }
+            op["responses"][str(status)] = _error_response()
+        if r.public:
+            op["security"] = []
+        else:
+            op["responses"]["401"] = _error_response()
         if r.body is not None:
             op["requestBody"] = {
-                "required": False,
+                "required": _body_required(r.body),
                 "content": {"application/json": {"schema": _ref(r.body)}},
             }
         if r.raw_body is not None:
@@ -69,14 +83,21 @@ def openapi() -> dict[str, Any]:
             "happens; closed with 1000 once the job has ended and all were sent",
             "operationId": "logs",
             "parameters": _query_params(LogsQuery),
-            "responses": {"101": {"description": "Switching to the WebSocket protocol"}},
+            "responses": {
+                "101": {"description": "Switching to the WebSocket protocol"},
+                "401": _error_response(),
+            },
         }
     }
     return {
         "openapi": "3.1.0",
         "info": {"title": "tcl-runner", "version": __version__},
         "paths": paths,
-        "components": {"schemas": defs.get("$defs", {})},
+        "security": [{SECURITY_SCHEME: []}],
+        "components": {
+            "schemas": defs.get("$defs", {}),
+            "securitySchemes": {SECURITY_SCHEME: {"type": "http", "scheme": "bearer"}},
+        },
     }
 
 

@@ -4,11 +4,17 @@ port can be reported before the first request)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tcl.atomic import write_atomic
 from tcl.runner.service import Runner
+
+if TYPE_CHECKING:
+    import uvicorn
 
 
 def parse_addr(addr: str) -> tuple[str, int]:
@@ -52,7 +58,7 @@ class Server:
             ws_per_message_deflate=False,
             timeout_graceful_shutdown=2,
         )
-        self._server = uvicorn.Server(config)
+        self._server = _server_without_signal_handlers(config)
 
     async def serve(self) -> None:
         if self.port_file is not None:
@@ -67,6 +73,21 @@ class Server:
             await asyncio.sleep(0.01)
 
 
+def _server_without_signal_handlers(config: uvicorn.Config) -> uvicorn.Server:
+    """A uvicorn server that leaves signals alone. uvicorn's own handlers (``capture_signals``)
+    would replace the runner's and exit at once, cutting short a job that is checkpointing
+    and orphaning one that ignores SIGTERM; ``StopOnSignals`` shuts the server down instead,
+    once the job is final."""
+    import uvicorn
+
+    class QuietServer(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            yield
+
+    return QuietServer(config)
+
+
 def serve(
     runner: Runner,
     host: str,
@@ -75,38 +96,28 @@ def serve(
     port_file: Path | None = None,
     linger_s: float | None = None,
 ) -> int:
-    """``tcl-runner serve``: serve until SIGTERM/SIGINT (which stop the job first, 5 s grace),
-    or, with ``linger_s``, until that long after the job has ended. Returns the exit status:
-    the job's exit code when it ended, else 0."""
-    import signal
-    import threading
+    """``tcl-runner serve``: serve until a stop signal has ended the job (``signals.py``) or,
+    with ``linger_s``, until that long after the job has ended. Returns the exit status: 143
+    when a signal terminated the run, else the job's exit code when it ended, else 0."""
+    from tcl.runner.signals import StopOnSignals
 
     server = Server(runner, host, port, token, port_file)
-
-    def stop_then_shutdown() -> None:
-        runner.stop(grace_s=5.0)
-        runner.wait(10.0)
-        server.shutdown()
+    stopper = StopOnSignals(runner, runner.config.stop_grace_s, on_final=server.shutdown)
 
     async def linger() -> None:
         assert linger_s is not None
-        await asyncio.to_thread(runner.wait)
+        await runner.finished()
         await asyncio.sleep(linger_s)  # followers and pollers read the last events
         server.shutdown()
 
     async def go() -> None:
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(
-                sig, lambda: threading.Thread(target=stop_then_shutdown, daemon=True).start()
-            )
-        lingering = asyncio.create_task(linger()) if linger_s is not None else None
-        try:
-            await server.serve()
-        finally:
-            if lingering is not None:
-                lingering.cancel()
+        async with stopper:
+            lingering = asyncio.create_task(linger()) if linger_s is not None else None
+            try:
+                await server.serve()
+            finally:
+                if lingering is not None:
+                    lingering.cancel()
 
     asyncio.run(go())
-    code = runner.machine.exit_code
-    return code if code is not None and runner.state.is_final else 0
+    return stopper.exit_status(default=0)

@@ -7,6 +7,8 @@ state of its own. Calls are safe from any thread and from the event loop.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import signal
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
@@ -32,6 +34,7 @@ from tcl.runner.errors import (
 )
 from tcl.runner.events import EventLog
 from tcl.runner.executor import Executor
+from tcl.runner.limits import DEFAULT_GRACE_S
 from tcl.runner.masking import Masker
 from tcl.runner.states import StateMachine
 
@@ -54,6 +57,9 @@ class RunnerConfig:
     # End every descendant the job leaves behind (tcl.runner.reaper). Only for a runner that is
     # a process of its own (serve, batch), never one embedded in another program.
     end_orphans: bool = False
+    # How long a job may take to exit after the runner forwards it a stop signal, and after
+    # its max_duration_s, before SIGKILL (``--stop-grace-s``).
+    stop_grace_s: float = DEFAULT_GRACE_S
 
 
 class Runner:
@@ -107,8 +113,8 @@ class Runner:
                 raise SpecConflict(f"a different spec (run_id {self.spec.run_id}) was submitted")
             if spec.working_dir is not None and not Path(spec.working_dir).is_absolute():
                 raise InvalidSpec("working_dir", "working_dir must be an absolute path")
-            if not spec.argv and spec.job is None:
-                raise InvalidSpec("argv", "argv is empty and no job is given: nothing to run")
+            if spec.argv is None and spec.job is None:
+                raise InvalidSpec("argv", "neither argv nor job is given: nothing to run")
             self.machine.move(
                 S.WAITING_CODE if spec.code else S.READY, expect=frozenset({S.WAITING_SPEC})
             )
@@ -231,14 +237,8 @@ class Runner:
                 workdir.mkdir(parents=True, exist_ok=True)
                 if spec.job is not None and spec.job.config_yaml:
                     write_atomic(config_file, spec.job.config_yaml.encode())
-            except OSError as e:
+            except (OSError, ValueError) as e:  # ValueError: a path the OS cannot take
                 raise StorageError(f"cannot prepare the working dir {workdir}: {e}") from e
-            self.machine.move(S.RUNNING)
-            if self.config.ssh_env_file is not None:
-                try:
-                    jobenv.write_ssh_snippet(self.config.ssh_env_file, spec, workdir)
-                except OSError as e:  # ssh sessions are a convenience: the job runs anyway
-                    self.say(f"ssh sessions will not get the job's env: {e}")
             executor = Executor(
                 self.log,
                 jobenv.job_argv(spec, workdir, config_file),
@@ -248,14 +248,20 @@ class Runner:
                 self._on_exit,
                 spec.max_duration_s,
                 end_orphans=self.config.end_orphans,
+                limit_grace_s=self.config.stop_grace_s,
             )
+            self.machine.move(S.RUNNING)
+            if self.config.ssh_env_file is not None:
+                try:
+                    jobenv.write_ssh_snippet(self.config.ssh_env_file, spec, workdir)
+                except OSError as e:  # ssh sessions are a convenience: the job runs anyway
+                    self.say(f"ssh sessions will not get the job's env: {e}")
             self.executor = executor
             try:
                 executor.start()
-            except ExecutorError as e:
+            except ExecutorError as e:  # every failure to start: never running without a job
                 executor.say(e.detail)
                 self.machine.move(S.FAILED, exit_code=127)
-                return self.state
             return self.state
 
     def _on_exit(self, exit_code: int, stopped: bool) -> None:
@@ -263,8 +269,9 @@ class Runner:
             final = S.TERMINATED if stopped else S.SUCCEEDED if exit_code == 0 else S.FAILED
             self.machine.move(final, exit_code=exit_code)
 
-    def stop(self, grace_s: float) -> RunnerState:
-        """Stop the job (or abandon a job not started yet); repeatable."""
+    def stop(self, grace_s: float, sig: signal.Signals = signal.SIGTERM) -> RunnerState:
+        """Send ``sig`` to the job's group, SIGKILL after ``grace_s`` (or abandon a job not
+        started yet: terminated at once); repeatable."""
         with self._lock:
             if self.state.is_final:
                 return self.state
@@ -274,7 +281,7 @@ class Runner:
             else:
                 self.machine.move(S.TERMINATED)
                 return self.state
-        executor.stop(grace_s)
+        executor.stop(grace_s, sig)
         return self.state
 
     def wait(self, timeout_s: float | None = None) -> bool:
@@ -287,10 +294,15 @@ class Runner:
             self.log.wait_sync(self.log.last_seq, remaining)
         return True
 
+    async def finished(self) -> None:
+        """Return once the state is final and recorded (``wait`` for the event loop)."""
+        while not self.log.finished:
+            await self.log.wait(self.log.last_seq, None)
+
     def say(self, message: str) -> None:
         """A line on the ``runner`` stream of the job's log, secrets masked."""
         masker = Masker(self.spec.secrets.values() if self.spec else ())
-        if not self.log.finished:
+        with contextlib.suppress(RuntimeError):  # the log finished meanwhile: nobody reads on
             self.log.append_log(LogStream.RUNNER, masker.feed(message + "\n") + masker.flush())
 
     # -- reading -------------------------------------------------------------------------

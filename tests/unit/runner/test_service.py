@@ -62,3 +62,43 @@ def test_a_tcl_jobs_job_gets_an_argv_the_launcher_accepts(tmp_path: Path) -> Non
     )
     bare = job_argv(JobSpec(run_id="r", job=JobRef(key="k")), tmp_path / "w", tmp_path / "c.yaml")
     assert parse(bare[3:]).config_path is None and bare[5] == str(tmp_path / "w" / "out")
+
+
+def _failed_to_start(runner: Runner) -> str:
+    """Assert the run ended ``failed`` (127) without a job; return the runner's log lines."""
+    assert runner.state is RunnerState.FAILED and runner.machine.exit_code == 127
+    assert runner.wait(30)
+    events, _ = runner.log.read(0)
+    assert [e.state for e in events if e.state][-2:] == [RunnerState.RUNNING, RunnerState.FAILED]
+    return "".join(e.data or "" for e in events if e.stream is LogStream.RUNNER)
+
+
+@pytest.mark.parametrize("kind", ["directory", "not executable"])
+def test_an_argv0_that_cannot_be_executed_fails_the_run(tmp_path: Path, kind: str) -> None:
+    prog = tmp_path / "prog"
+    if kind == "directory":
+        prog.mkdir()
+    else:
+        prog.write_text("#!/bin/sh\n")
+    runner = Runner(RunnerConfig(tmp_path / "s"))
+    runner.submit(JobSpec(run_id="r", argv=[str(prog)]))
+    assert runner.run() is RunnerState.FAILED
+    assert f"cannot start {str(prog)!r}: Permission denied" in _failed_to_start(runner)
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        # Past the schema (model_construct skips validation): what Popen itself refuses.
+        JobSpec.model_construct(run_id="r", argv=["ec\0ho"]),
+        JobSpec.model_construct(run_id="r", argv=["true"], env={"A": "x\0"}),
+        JobSpec.model_construct(run_id="r", argv=["true"], env={"A=B": "x"}),
+    ],
+)
+def test_any_failure_to_start_fails_the_run_never_stays_running(
+    tmp_path: Path, spec: JobSpec
+) -> None:
+    runner = Runner(RunnerConfig(tmp_path / "s"))
+    runner.submit(spec)
+    assert runner.run() is RunnerState.FAILED
+    assert "cannot start" in _failed_to_start(runner)

@@ -1,0 +1,71 @@
+"""Stopping costs no threads however often it is asked for, and time limits are enforced."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from pathlib import Path
+
+from tcl.runner.api import JobSpec, LogStream, RunnerState
+from tcl.runner.service import Runner, RunnerConfig
+
+from .conftest import PY
+
+S = RunnerState
+IGNORES_SIGTERM = (
+    "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN);"
+    "print('ready', flush=True); time.sleep(600)"
+)
+
+
+def wait_printed(runner: Runner, text: str) -> None:
+    after = 0
+    while True:
+        events, _ = runner.log.read(after)
+        if any(e.data == text for e in events):
+            return
+        after = events[-1].seq if events else after
+        assert not runner.log.finished, "the job ended first"
+        runner.log.wait_sync(after, 30)
+
+
+def runner_log(runner: Runner) -> str:
+    events, _ = runner.log.read(0)
+    return "".join(e.data or "" for e in events if e.stream is LogStream.RUNNER)
+
+
+def test_2000_stops_start_no_threads_and_the_earliest_kill_wins(tmp_path: Path) -> None:
+    runner = Runner(RunnerConfig(tmp_path / "s"))
+    try:
+        runner.submit(JobSpec(run_id="r", argv=[PY, "-c", IGNORES_SIGTERM]))
+        runner.run()
+        wait_printed(runner, "ready\n")
+        before = set(threading.enumerate())
+        for _ in range(2000):
+            assert runner.stop(3600) is S.RUNNING
+        assert set(threading.enumerate()) - before == set()  # threads may end, none may start
+        # A later stop with a shorter grace brings the SIGKILL forward: 0 s means now.
+        runner.stop(0)
+        assert runner.wait(30)
+        assert (runner.state, runner.machine.exit_code) == (S.TERMINATED, 128 + signal.SIGKILL)
+        assert "grace period over: SIGKILL" in runner_log(runner)
+    finally:
+        runner.stop(0)
+        runner.wait(30)
+        runner.close()
+
+
+def test_max_duration_stops_the_job_with_the_configured_grace(tmp_path: Path) -> None:
+    runner = Runner(RunnerConfig(tmp_path / "s", stop_grace_s=0.2))
+    try:
+        spec = JobSpec(run_id="r", argv=[PY, "-c", IGNORES_SIGTERM], max_duration_s=0.3)
+        runner.submit(spec)
+        runner.run()
+        assert runner.wait(30)
+        assert (runner.state, runner.machine.exit_code) == (S.TERMINATED, 128 + signal.SIGKILL)
+        log = runner_log(runner)
+        assert "max_duration_s=0.3 reached" in log and "SIGKILL after 0.2 s" in log
+    finally:
+        runner.stop(0)
+        runner.wait(30)
+        runner.close()
