@@ -20,6 +20,8 @@ from dataclasses import dataclass
 import httpx
 
 PROBE_TIMEOUT_S = 2.0
+STOP_MARGIN_S = 5.0  # after the grace: the runner's SIGKILL, its last events, its answer
+MAX_GRACE_S = 3600.0  # the runner's bound on /api/stop's grace_s
 FINAL_STATES = {"succeeded", "failed", "terminated"}
 
 
@@ -73,3 +75,25 @@ class RunnerProbe:
 
     async def aclose(self) -> None:
         await self._http.aclose()
+
+
+async def stop_job(port: int, token: str, grace_s: float) -> bool:
+    """Have the runner stop its job (SIGTERM, SIGKILL after ``grace_s``: the runner's own,
+    graceful path that records the final state) and wait for it to end. False when the runner
+    does not answer or the job is still running after the grace and a margin."""
+    auth = {"Authorization": f"Bearer {token}"}
+    base = f"http://127.0.0.1:{port}/api"
+    deadline = time.monotonic() + grace_s + STOP_MARGIN_S
+    async with httpx.AsyncClient(timeout=PROBE_TIMEOUT_S, trust_env=False, headers=auth) as http:
+        try:
+            r = await http.post(f"{base}/stop", json={"grace_s": min(grace_s, MAX_GRACE_S)})
+            if r.status_code != 200:
+                return False
+            while time.monotonic() < deadline:
+                state = (await http.get(f"{base}/healthcheck")).json().get("state")
+                if state in FINAL_STATES:
+                    return True
+                await asyncio.sleep(0.05)
+        except (httpx.HTTPError, ValueError, AttributeError):
+            return False
+    return False

@@ -43,6 +43,7 @@ from tcl.shim.errors import (
 from tcl.shim.executors.base import Executor, Launch
 from tcl.shim.inventory import Inventory
 from tcl.shim.network import choose_network, is_whole_host
+from tcl.shim.probe import stop_job
 from tcl.shim.store import TaskRecord, TaskStore, new_record
 from tcl.tokenfile import new_token
 
@@ -212,6 +213,11 @@ class TaskService:
             executor = self.executors[rec.info.executor]
             exit_code = None
             message = req.message
+            info = rec.info
+            if info.status is TaskStatus.RUNNING and info.ports.runner and info.runner_token:
+                # The runner stops the job itself first (its signal, its grace, its final
+                # events); the workload is stopped after that, or regardless if it won't answer.
+                await stop_job(info.ports.runner, info.runner_token, req.timeout_s)
             try:
                 exit_code = await executor.stop(task_id, rec.handle, req.timeout_s)
             except ShimError as e:

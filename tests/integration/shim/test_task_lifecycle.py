@@ -19,6 +19,7 @@ import pytest
 
 from tcl.runner.api import RunnerState
 from tcl.runner.client import RunnerAPIError, RunnerClient
+from tcl.runner.events import EventLog
 from tcl.shim.api import TaskInfo, TaskSpec, TaskStatus, TerminationReason
 from tcl.shim.errors import NotFound
 from tests.integration.shim.conftest import ShimFactory
@@ -184,3 +185,18 @@ async def test_a_killed_or_frozen_runner_takes_its_job_and_daemons_with_it(
         # The same GPU goes to the next task only now that nothing of the last one runs.
         nxt: TaskInfo = await c.submit_task(TaskSpec(id="next", accelerators=1))
         assert nxt.accelerators == task.accelerators
+
+
+async def test_terminate_lets_the_runner_record_the_jobs_end(make_shim: ShimFactory) -> None:
+    """A terminate shorter than the runner's own grace: the shim has the runner stop the job
+    with the terminate's grace, so the final state is written before anything is killed."""
+    shim = await make_shim(*SHIM_ARGS, env=NO_DOCKER)
+    stubborn = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"
+    async with shim.client() as c:
+        task = await wait_status(c, (await c.submit_task(TaskSpec(id="s"))).id, TaskStatus.RUNNING)
+        await start_job(task, ["python3", "-c", stubborn])
+        await asyncio.sleep(0.5)
+        done = await c.terminate_task("s", timeout_s=1)
+    assert done.termination_reason is TerminationReason.STOPPED_BY_USER
+    events, _ = EventLog(shim.state_dir / "tasks" / "s" / "runner" / "events").read(0)
+    assert events[-1].state is RunnerState.TERMINATED, events[-3:]
