@@ -66,7 +66,13 @@ class CodeCache:
             finally:
                 fcntl.flock(f.fileno(), fcntl.LOCK_UN)
 
-    def add(self, sha256: str, archive: Path, max_unpacked_bytes: int) -> Path:
+    def add(
+        self,
+        sha256: str,
+        archive: Path,
+        max_unpacked_bytes: int,
+        max_members: int = codemod.DEFAULT_MAX_MEMBERS,
+    ) -> Path:
         """Extract a verified tarball (its sha256 is ``sha256``) into the cache, once."""
         if not _valid_sha(sha256):
             raise ValueError(f"not a sha256: {sha256!r}")
@@ -78,7 +84,7 @@ class CodeCache:
                 self.trees.mkdir(parents=True, exist_ok=True)
                 tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=self.trees))
                 try:
-                    codemod.extract(archive, tmp, max_unpacked_bytes)
+                    codemod.extract(archive, tmp, max_unpacked_bytes, max_members)
                     _seal(tmp)
                     final = self.trees / sha256
                     os.rename(tmp, final)
