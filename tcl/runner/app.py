@@ -87,6 +87,11 @@ def _json(model: BaseModel, status: int = 200) -> Response:
 
 
 def _error(status: int, code: str, detail: str | list[dict[str, object]]) -> JSONResponse:
+    # A detail can quote untrusted input (an archive's member names); a backstop so that no
+    # error body is ever large, whatever the code that raised forgot to shorten.
+    max_detail_chars = 1000
+    if isinstance(detail, str) and len(detail) > max_detail_chars:
+        detail = detail[:max_detail_chars] + "…"
     return JSONResponse({"error": code, "detail": detail}, status_code=status)
 
 

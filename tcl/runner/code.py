@@ -1,23 +1,34 @@
 """Receiving the code tarball: size-limited, sha256-verified, extracted with path checks.
 
-The whole archive is checked before anything is written: a member whose path is absolute or
-has a ``..`` part, a link whose target leaves the working dir, a member below a link, or a
-device/FIFO makes the upload fail with ``UnsafeArchive`` and the working dir untouched.
+The archive is streamed (``tarread``) into a fresh temp dir inside the working dir, written
+there through directory fds that never follow a link (``untar``), its links checked, and only
+then moved into place. A member whose path is absolute or has a ``..`` part, a link that
+leaves the tree, a member below a link, a device/FIFO or a bomb (oversized headers, too many
+members, too many bytes) makes the upload fail with ``UnsafeArchive`` and leaves nothing.
+
+Imports the standard library only: the integration tests run ``extract`` with the runner
+image's bare interpreter.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
-import posixpath
+import os
+import secrets
+import shutil
 import tarfile
 import zlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+from tcl.runner import dirfd, tarread, untar
 from tcl.runner.errors import CodeHashMismatch, PayloadTooLarge, StorageError, UnsafeArchive
+from tcl.runner.tarread import shown
 
 DEFAULT_MAX_CODE_BYTES = 2 * 1024**3  # compressed upload
 DEFAULT_MAX_UNPACKED_BYTES = 8 * 1024**3
+DEFAULT_MAX_MEMBERS = 200_000  # a big monorepo checkout is ~100k files
 
 
 async def receive(
@@ -59,68 +70,88 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _clean(name: str) -> str:
-    """The member's path relative to the working dir, or raise if it would leave it."""
-    if name.startswith("/") or (len(name) > 1 and name[1] == ":"):
-        raise UnsafeArchive(f"absolute path in archive: {name!r}")
-    parts = [p for p in name.split("/") if p not in ("", ".")]
-    if ".." in parts:
-        raise UnsafeArchive(f"'..' in archive path: {name!r}")
-    return "/".join(parts)
-
-
-def check_members(members: list[tarfile.TarInfo], max_unpacked_bytes: int) -> None:
-    """Raise ``UnsafeArchive`` unless every member stays inside the working dir."""
-    links: set[str] = set()
-    total = 0
-    for m in members:
-        path = _clean(m.name)
-        if not (m.isfile() or m.isdir() or m.issym() or m.islnk()):
-            raise UnsafeArchive(f"device, FIFO or unknown member type in archive: {m.name!r}")
-        # A member below an earlier link could be written through it to anywhere.
-        prefix = path
-        while "/" in prefix:
-            prefix = prefix.rsplit("/", 1)[0]
-            if prefix in links:
-                raise UnsafeArchive(f"archive path goes through a link: {m.name!r}")
-        if m.issym():
-            target = m.linkname
-            if target.startswith("/"):
-                raise UnsafeArchive(f"link to an absolute path: {m.name!r} -> {target!r}")
-            resolved = posixpath.normpath(posixpath.join(posixpath.dirname(path), target))
-            if resolved == ".." or resolved.startswith("../"):
-                raise UnsafeArchive(
-                    f"link points outside the working dir: {m.name!r} -> {target!r}"
-                )
-            links.add(path)
-        elif m.islnk():
-            target = _clean(m.linkname)
-            if target in links:
-                raise UnsafeArchive(f"hard link to a link: {m.name!r} -> {m.linkname!r}")
-            links.add(path)
-        total += max(m.size, 0)
-        if total > max_unpacked_bytes:
-            raise UnsafeArchive(f"archive unpacks to more than {max_unpacked_bytes} bytes")
-
-
 def extract(
-    archive: Path, workdir: Path, max_unpacked_bytes: int = DEFAULT_MAX_UNPACKED_BYTES
+    archive: Path,
+    workdir: Path,
+    max_unpacked_bytes: int = DEFAULT_MAX_UNPACKED_BYTES,
+    max_members: int = DEFAULT_MAX_MEMBERS,
 ) -> int:
-    """Check then extract a tar.gz into ``workdir``; returns the number of members."""
+    """Extract a tarball into ``workdir`` (made if missing); returns the number of members.
+
+    Entries already in ``workdir`` are replaced by the archive's (a link among them is
+    replaced, never followed); a directory merges into a directory."""
+    limits = tarread.Limits(max_members=max_members, max_unpacked_bytes=max_unpacked_bytes)
     try:
-        with tarfile.open(archive, "r:*") as tar:
-            members = tar.getmembers()
-            check_members(members, max_unpacked_bytes)
-            workdir.mkdir(parents=True, exist_ok=True)
-            for m in members:
-                m.mode = (m.mode | 0o600) & 0o755 if m.isfile() else m.mode & 0o755  # no setuid
-            if hasattr(tarfile, "data_filter"):
-                # Second line of defence where the interpreter has it (3.11.4+).
-                tar.extractall(workdir, members=members, filter="data")
-            else:  # pragma: no cover - older 3.11 patch releases (Debian's 3.11.2)
-                tar.extractall(workdir, members=members)
-    except (tarfile.TarError, EOFError, zlib.error) as e:  # a truncated or corrupt gzip
-        raise UnsafeArchive(f"not a readable tar archive: {e}") from e
+        made = _makedirs(workdir)
+        try:
+            return _unpack_then_move(archive, workdir, limits)
+        except BaseException:
+            for path in reversed(made):  # a refused archive leaves no trace, not even dirs
+                with contextlib.suppress(OSError):
+                    path.rmdir()
+            raise
+    except (tarfile.TarError, EOFError, zlib.error) as e:  # a truncated or corrupt archive
+        raise UnsafeArchive(f"not a readable tar archive: {_short(str(e))}") from e
     except OSError as e:
-        raise StorageError(f"cannot extract the code into {workdir}: {e}") from e
-    return len(members)
+        raise StorageError(f"cannot extract the code into {workdir}: {_describe(e)}") from e
+
+
+def _unpack_then_move(archive: Path, workdir: Path, limits: tarread.Limits) -> int:
+    # The temp dir is inside the working dir, so the final moves are renames on one file
+    # system even when the working dir is a mount point.
+    tmp = _fresh_dir(workdir)
+    try:
+        with open(archive, "rb") as f, tarread.open_stream(f) as tar:
+            root_fd = os.open(tmp, dirfd.DIR_FLAGS)
+            try:
+                count = untar.unpack(tar, root_fd, limits)
+            finally:
+                os.close(root_fd)
+        _move_into(tmp, workdir)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # what is left: merged dirs, or a refused tree
+    return count
+
+
+def _makedirs(path: Path) -> list[Path]:
+    """``mkdir -p path``; returns the directories made, outermost first."""
+    missing: list[Path] = []
+    while not path.is_dir():
+        missing.append(path)
+        path = path.parent
+    for p in reversed(missing):
+        p.mkdir()
+    return missing[::-1]
+
+
+def _fresh_dir(parent: Path) -> Path:
+    while True:
+        path = parent / f".tcl-unpack-{secrets.token_hex(8)}"
+        try:
+            path.mkdir(mode=0o700)
+            return path
+        except FileExistsError:
+            continue
+
+
+def _move_into(tmp: Path, workdir: Path) -> None:
+    src = os.open(tmp, dirfd.DIR_FLAGS)
+    try:
+        # The working dir itself may be a link (a spec's working_dir): that one is followed.
+        dst = os.open(workdir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            dirfd.move_into(src, dst)
+        finally:
+            os.close(dst)
+    finally:
+        os.close(src)
+
+
+def _describe(e: OSError) -> str:
+    if e.filename is None:
+        return _short(str(e))
+    return f"{e.strerror}: {shown(str(e.filename))}"
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= 500 else text[:500] + "…"

@@ -34,6 +34,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from tcl.runner import code as codemod
+from tcl.runner import dirfd
 from tcl.runner.errors import StorageError
 
 _NO_FAST_COPY = frozenset({errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP})
@@ -66,7 +67,13 @@ class CodeCache:
             finally:
                 fcntl.flock(f.fileno(), fcntl.LOCK_UN)
 
-    def add(self, sha256: str, archive: Path, max_unpacked_bytes: int) -> Path:
+    def add(
+        self,
+        sha256: str,
+        archive: Path,
+        max_unpacked_bytes: int,
+        max_members: int = codemod.DEFAULT_MAX_MEMBERS,
+    ) -> Path:
         """Extract a verified tarball (its sha256 is ``sha256``) into the cache, once."""
         if not _valid_sha(sha256):
             raise ValueError(f"not a sha256: {sha256!r}")
@@ -78,7 +85,7 @@ class CodeCache:
                 self.trees.mkdir(parents=True, exist_ok=True)
                 tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=self.trees))
                 try:
-                    codemod.extract(archive, tmp, max_unpacked_bytes)
+                    codemod.extract(archive, tmp, max_unpacked_bytes, max_members)
                     _seal(tmp)
                     final = self.trees / sha256
                     os.rename(tmp, final)
@@ -91,7 +98,8 @@ class CodeCache:
             raise StorageError(f"cannot add the code to the cache {self.root}: {e}") from e
 
     def materialise(self, sha256: str, workdir: Path) -> int:
-        """Copy the tree into ``workdir`` (created; existing files are replaced).
+        """Copy the tree into ``workdir`` (created; existing files and links are replaced,
+        a link is never followed: a retried install may find what a job left there).
 
         Returns the number of entries copied; StorageError if the tree is missing."""
         tree = self.tree(sha256)
@@ -132,36 +140,60 @@ def _remove_tree(path: Path) -> None:
 
 
 def _copy_tree(src: Path, dst: Path) -> int:
-    count = 0
+    """Copy ``src`` into ``dst`` through directory fds; returns the entries copied.
+
+    ``dst`` itself may be a link (a spec's working dir); nothing below it is followed: a
+    link where a directory or a file goes is replaced by it."""
     dst.mkdir(parents=True, exist_ok=True)
-    for dirpath, dirs, files in os.walk(src):
-        rel = os.path.relpath(dirpath, src)
-        out = dst if rel == "." else dst / rel
-        for name in dirs:
-            s = os.path.join(dirpath, name)
-            if os.path.islink(s):  # os.walk lists a link to a dir among the dirs
-                files.append(name)
-                continue
-            (out / name).mkdir(mode=stat.S_IMODE(os.lstat(s).st_mode) | 0o700, exist_ok=True)
-            count += 1
-        dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(dirpath, d))]
-        for name in files:
-            s, d = os.path.join(dirpath, name), out / name
-            st = os.lstat(s)
-            if d.is_symlink() or d.exists():
-                d.unlink()
-            if stat.S_ISLNK(st.st_mode):
-                os.symlink(os.readlink(s), d)
-            else:
-                _copy_file(s, d, stat.S_IMODE(st.st_mode) | 0o200, st.st_size)
-            count += 1
+    src_root = os.open(src, dirfd.DIR_FLAGS)
+    try:
+        dst_root = os.open(dst, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            return _copy_dirs(src_root, dst_root)
+        finally:
+            os.close(dst_root)
+    finally:
+        os.close(src_root)
+
+
+def _copy_dirs(src_root: int, dst_root: int) -> int:
+    count = 0
+    # Paths of directories still to copy, not open fds: a deep tree would run out of fds.
+    pending: list[tuple[str, ...]] = [()]
+    while pending:
+        parts = pending.pop()
+        src = dirfd.open_path(src_root, parts)
+        try:
+            dst = dirfd.open_path(dst_root, parts)
+            try:
+                for name in os.listdir(src):
+                    if _copy_entry(src, dst, name):
+                        pending.append((*parts, name))
+                    count += 1
+            finally:
+                os.close(dst)
+        finally:
+            os.close(src)
     return count
 
 
-def _copy_file(src: str, dst: Path, mode: int, size: int) -> None:
-    fd_in = os.open(src, os.O_RDONLY)
+def _copy_entry(src: int, dst: int, name: str) -> bool:
+    """Copy one entry; True when it is a directory whose contents are still to copy."""
+    st = os.stat(name, dir_fd=src, follow_symlinks=False)
+    if stat.S_ISDIR(st.st_mode):
+        os.close(dirfd.make_dir(dst, name, stat.S_IMODE(st.st_mode) | 0o700))
+        return True
+    if stat.S_ISLNK(st.st_mode):
+        dirfd.make_symlink(dst, name, os.readlink(name, dir_fd=src))
+    else:
+        _copy_file(src, dst, name, stat.S_IMODE(st.st_mode) | 0o200, st.st_size)
+    return False
+
+
+def _copy_file(src_dir: int, dst_dir: int, name: str, mode: int, size: int) -> None:
+    fd_in = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=src_dir)
     try:
-        fd_out = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+        fd_out = dirfd.create_file(dst_dir, name, mode)
         try:
             left = size
             try:

@@ -47,6 +47,7 @@ class RunnerConfig:
     state_dir: Path
     max_code_bytes: int = codemod.DEFAULT_MAX_CODE_BYTES
     max_unpacked_bytes: int = codemod.DEFAULT_MAX_UNPACKED_BYTES
+    max_members: int = codemod.DEFAULT_MAX_MEMBERS  # in the code tarball
     # Where ssh sessions find the job's working dir and env (None: not written).
     ssh_env_file: Path | None = None
     # A content-addressed cache of extracted trees shared by the host's runners (None: none).
@@ -210,10 +211,12 @@ class Runner:
 
     def _extract(self, archive: Path, sha256: str) -> None:
         if self.cache is not None:
-            self.cache.add(sha256, archive, self.config.max_unpacked_bytes)
+            self.cache.add(sha256, archive, self.config.max_unpacked_bytes, self.config.max_members)
             self.cache.materialise(sha256, self.workdir)
         else:
-            codemod.extract(archive, self.workdir, self.config.max_unpacked_bytes)
+            codemod.extract(
+                archive, self.workdir, self.config.max_unpacked_bytes, self.config.max_members
+            )
         self._code_ready(sha256)
 
     def _code_ready(self, sha256: str) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import stat
 import tarfile
 import threading
@@ -77,6 +78,32 @@ def test_job_writes_do_not_reach_the_cache_or_the_next_job(tmp_path: Path) -> No
     # Materialising over a dirty dir (a retried install) restores the shipped files.
     cache.materialise(sha, first)
     assert (first / "pkg/main.py").read_bytes() == b"print(1)\n"
+
+
+def test_copy_never_writes_through_links_in_the_working_dir(tmp_path: Path) -> None:
+    """A retried install finds what a job left: links where the tree has a directory, a file
+    or a nested directory are replaced by the tree's entries, and nothing lands outside."""
+    archive, sha = good_tar(tmp_path / "c.tgz")
+    cache = CodeCache(tmp_path / "cache")
+    tree = cache.add(sha, archive, 10**6)
+    outside = tmp_path / "outside"
+    (outside / "data").mkdir(parents=True)
+    (outside / "run.sh").write_bytes(b"outside file")
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "pkg").symlink_to(outside)  # where the tree has the directory pkg/
+    (work / "run.sh").symlink_to(outside / "run.sh")  # where the tree has a file
+    cache.materialise(sha, work)
+    assert sorted(p.name for p in outside.rglob("*")) == ["data", "run.sh"]
+    assert (outside / "run.sh").read_bytes() == b"outside file"
+    assert not (work / "pkg").is_symlink() and not (work / "run.sh").is_symlink()
+    assert snapshot(work) == snapshot(tree)
+    # One level down: the job made pkg/data a link; a second copy replaces it too.
+    shutil.rmtree(work / "pkg" / "data")
+    (work / "pkg" / "data").symlink_to(outside / "data")
+    cache.materialise(sha, work)
+    assert list((outside / "data").iterdir()) == []
+    assert snapshot(work) == snapshot(tree)
 
 
 def test_concurrent_first_extraction_extracts_once(
