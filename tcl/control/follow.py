@@ -20,7 +20,7 @@ from tcl.control.logcache import LogCache
 from tcl.control.service import Control
 from tcl.control.states import RunState
 from tcl.runner.api import Event, EventKind, RunnerState
-from tcl.shim.api import TerminationReason
+from tcl.shim.api import TaskInfo, TaskStatus, TerminationReason
 
 if TYPE_CHECKING:
     from tcl.control.store import Attempt, Run
@@ -46,17 +46,46 @@ class PullResult:
     more: bool
 
 
+class RunnerGone(AgentError):
+    """The task ended and the host removed its runner (its retention ran out): ``task`` holds
+    the outcome the shim kept."""
+
+    def __init__(self, message: str, task: TaskInfo) -> None:
+        super().__init__(message)
+        self.task = task
+
+
 async def _runner(ctl: Control, att: Attempt) -> RunnerApi:
     """A client for the attempt's runner. Its port and bearer token come from the host's shim
-    (the token is never stored on this side); a task the shim no longer has is gone."""
+    (the token is never stored on this side)."""
     task_id = att.handle.get("task_id")
     if not isinstance(task_id, str):
         raise TclError(f"run {att.run_id} has no task (attempt {att.attempt})")
     backend = ctl.backend(att.host)
     task = await (await backend.shim()).get_task(task_id)
     if task.ports.runner is None or not task.runner_token:
+        if task.status is TaskStatus.TERMINATED:
+            raise RunnerGone(f"run {att.run_id}: the host removed its runner", task)
         raise AgentError(f"run {att.run_id}: task {task_id} has no runner now ({task.status})")
     return await backend.runner(task.ports.runner, task.runner_token, att.run_id)
+
+
+_OUTCOME = {
+    TerminationReason.DONE: RunState.SUCCEEDED,
+    TerminationReason.STOPPED_BY_USER: RunState.TERMINATED,
+}
+
+
+def _record_outcome(ctl: Control, run: Run, att: Attempt, task: TaskInfo) -> RunState:
+    """The run's end as the shim kept it, for a runner (and the logs it had) already gone."""
+    state = _OUTCOME.get(task.termination_reason or TerminationReason.FAILED, RunState.FAILED)
+    if state != run.state:
+        ctl.store.set_state(
+            run.id, state, exit_code=task.exit_code,
+            message=f"{task.message}; logs not fetched before the host's retention are gone",
+        )  # fmt: skip
+    ctl.store.update_attempt(run.id, att.attempt, handle={**att.handle, "released": True})
+    return state
 
 
 async def pull(ctl: Control, run: Run, wait_s: float = 0.0) -> PullResult:
@@ -65,7 +94,10 @@ async def pull(ctl: Control, run: Run, wait_s: float = 0.0) -> PullResult:
     if att is None or (att.handle.get("released") and run.state.is_final):
         return PullResult([], run.state, False)  # every event is kept locally already
     cache = LogCache(run.id)
-    runner = await _runner(ctl, att)
+    try:
+        runner = await _runner(ctl, att)
+    except RunnerGone as gone:
+        return PullResult([], _record_outcome(ctl, run, att, gone.task), False)
     try:
         page = await runner.events(after=cache.last_seq(), wait_s=wait_s)
     finally:

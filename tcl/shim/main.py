@@ -49,6 +49,9 @@ def run(
         envvar="TCL_SHIM_FINISHED_RETENTION_S", min=0,
         help="Keep a finished task's runner (serving its logs), container and files this long, "
              "unless its logs are fetched first; then remove them.")] = 600.0,
+    record_retention_s: Annotated[float, typer.Option(
+        envvar="TCL_SHIM_RECORD_RETENTION_S", min=0,
+        help="Keep a finished task's record (its outcome, no logs) this long.")] = 7 * 24 * 3600.0,
     runner_silence_limit_s: Annotated[float, typer.Option(
         envvar="TCL_SHIM_RUNNER_SILENCE_LIMIT_S", min=1,
         help="End a running task whose runner has not answered the shim's probe this long "
@@ -65,6 +68,7 @@ def run(
         fake_accelerators=fake_accelerators, runner_bin=runner_bin,
         reconcile_interval_s=reconcile_interval_s, pull_stall_timeout_s=pull_stall_timeout_s,
         finished_retention_s=finished_retention_s, runner_silence_limit_s=runner_silence_limit_s,
+        record_retention_s=record_retention_s,
     )
     try:
         serve(settings, log_level=log_level.lower())

@@ -9,7 +9,8 @@ their accelerators and ports) and then every ``interval_s``:
   accelerators freed and the job's leftovers ended; the runner lingers to serve the logs;
 - a running task whose runner stopped answering for ``silence_limit_s`` is terminated;
 - a terminated task whose workload is still alive has it stopped (unless its runner lingers);
-- a task terminated longer than ``retention_s`` ago is removed: workload, task dir and record;
+- a task terminated longer than ``retention_s`` ago expires: its runner or container and its
+  files are removed, its record (the outcome) is kept for ``record_retention_s``, then deleted;
 - workloads carrying this shim's marks but no known task are removed (orphans);
 - task dirs without a usable task.json are removed (stray dirs, at start).
 """
@@ -51,10 +52,12 @@ _JOB_REASON = {
 
 class Reconciler:
     def __init__(self, service: TaskService, interval_s: float, retention_s: float = 600.0,
-                 silence_limit_s: float = 30.0) -> None:
+                 silence_limit_s: float = 30.0,
+                 record_retention_s: float = 7 * 24 * 3600.0) -> None:
         self.service = service
         self.interval_s = interval_s
         self.retention_s = retention_s
+        self.record_retention_s = record_retention_s
         self.probe = RunnerProbe(silence_limit_s)
         self._loop_task: asyncio.Task[None] | None = None
         self._usage_checked_at = 0.0
@@ -173,16 +176,21 @@ class Reconciler:
         log.info("task %s: job %s, accelerators freed", task_id, result.runner_state)
 
     async def remove_expired(self) -> None:
-        """Remove tasks terminated longer than the retention: runner, container, dir, record."""
+        """Expire tasks terminated longer than the retention (runner, container and files go,
+        the record stays); delete records older than the record retention."""
         svc, now = self.service, time.time()
         for rec in svc.store.records():
             ended = rec.finished_at
             if (rec.info.status is not TaskStatus.TERMINATED or ended is None
                     or now - ended < self.retention_s or svc.is_busy(rec.info.id)):
                 continue
-            log.info("task %s: retention over, removing it", rec.info.id)
+            old_record = now - ended >= self.record_retention_s
+            if rec.workload_removed and not old_record:
+                continue
+            log.info("task %s: retention over, %s", rec.info.id,
+                     "deleting its record" if old_record else "removing its runner and files")
             try:
-                await svc.remove(rec.info.id)
+                await (svc.remove if old_record else svc.expire)(rec.info.id)
             except ShimError as e:
                 log.warning("cannot remove task %s: %s", rec.info.id, e.detail)
 

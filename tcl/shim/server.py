@@ -44,6 +44,7 @@ class ShimSettings:
     pull_stall_timeout_s: float = 60.0
     finished_retention_s: float = 600.0
     runner_silence_limit_s: float = 30.0
+    record_retention_s: float = 7 * 24 * 3600.0
 
 
 class SettingsError(Exception):
@@ -114,7 +115,8 @@ def build(settings: ShimSettings) -> tuple[TaskService, Reconciler]:
                           default_executor=default)
     return service, Reconciler(service, settings.reconcile_interval_s,
                                retention_s=settings.finished_retention_s,
-                               silence_limit_s=settings.runner_silence_limit_s)
+                               silence_limit_s=settings.runner_silence_limit_s,
+                               record_retention_s=settings.record_retention_s)
 
 
 def make_app(settings: ShimSettings) -> FastAPI:

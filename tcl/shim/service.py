@@ -25,6 +25,7 @@ from tcl.shim.api import (
     ExecutorKind,
     HostInfo,
     NetworkMode,
+    Ports,
     TaskInfo,
     TaskSpec,
     TaskStatus,
@@ -240,6 +241,16 @@ class TaskService:
         await self.executors[rec.info.executor].remove(task_id, rec.handle)
         self.store.remove(task_id)
         self._lifecycles.pop(task_id, None)
+
+    async def expire(self, task_id: str) -> None:
+        """Remove a terminated task's workload and files but keep its record (the outcome a
+        workstation that never fetched the logs still asks for); ``remove`` deletes it later."""
+        rec = self.store.get(task_id)
+        if rec.info.status is not TaskStatus.TERMINATED or task_id in self._terminating:
+            raise TaskNotTerminated(f"task {task_id!r} is {rec.info.status}: not expired")
+        await self.executors[rec.info.executor].remove(task_id, rec.handle)
+        await asyncio.to_thread(self.store.prune, task_id)
+        await self._update(task_id, ports=Ports(), runner_token=None, workload_removed=True)
 
     async def close(self) -> None:
         """Stop the shim's own coroutines; the tasks' containers and processes keep running."""

@@ -47,6 +47,7 @@ class TaskRecord(BaseModel):
     # The job ended on its own and its runner lingers to serve the logs: its workload may stay
     # alive after termination (until the retention or a removal) without being stopped.
     job_ended: bool = False
+    workload_removed: bool = False  # expired: runner, container and files gone, record kept
 
 
 class TaskStore:
@@ -95,6 +96,7 @@ class TaskStore:
         reason: TerminationReason | None = None,
         handle: Handle | None = None,
         job_ended: bool | None = None,
+        workload_removed: bool | None = None,
         **info_changes: Any,
     ) -> TaskRecord:
         """Move a task (guarded by the transition table) and/or record facts about it."""
@@ -107,6 +109,8 @@ class TaskStore:
             record_changes: dict[str, Any] = {"handle": handle or rec.handle}
             if job_ended is not None:
                 record_changes["job_ended"] = job_ended
+            if workload_removed is not None:
+                record_changes["workload_removed"] = workload_removed
             if status is not None:
                 if not can_transition(info.status, status):
                     raise IllegalTransition(f"task {task_id!r}: {info.status} -> {status} refused")
@@ -132,6 +136,16 @@ class TaskStore:
             self._persist(new)
             self._records[task_id] = new
             return new.model_copy(deep=True)
+
+    def prune(self, task_id: str) -> None:
+        """Delete everything in the task's dir but its task.json (blocking: call in a thread)."""
+        for entry in list(self.task_dir(task_id).iterdir()):
+            if entry.name == TASK_FILE:
+                continue
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                entry.unlink(missing_ok=True)
 
     def remove(self, task_id: str) -> None:
         with self._lock:

@@ -21,7 +21,6 @@ from tcl.runner.api import RunnerState
 from tcl.runner.client import RunnerAPIError, RunnerClient
 from tcl.runner.events import EventLog
 from tcl.shim.api import TaskInfo, TaskSpec, TaskStatus, TerminationReason
-from tcl.shim.errors import NotFound
 from tests.integration.shim.conftest import ShimFactory
 from tests.integration.shim.harness import runner_client, start_job, wait_status
 
@@ -115,18 +114,18 @@ async def test_a_finished_job_frees_its_accelerators_and_daemons_with_no_client(
             lines = [e.data async for e in runner.poll(0, wait_s=1) if e.stream == "stdout"]
         assert lines == [f"daemon {daemon}\n"]
         runner_pid = _runner_pid("detached")
-        # After the retention the runner, its files and the record are gone: nothing piles up.
+        # After the retention the runner and its files are gone (nothing piles up); the record
+        # stays, so a workstation that never fetched the logs still learns the outcome.
         await asyncio.sleep(RETENTION_S)
         deadline = time.monotonic() + 30
-        while True:
-            try:
-                await c.get_task("detached")
-            except NotFound:
-                break
-            assert time.monotonic() < deadline, "the finished task was never removed"
+        while (expired := await c.get_task("detached")).runner_token is not None:
+            assert time.monotonic() < deadline, "the finished task never expired"
             await asyncio.sleep(0.2)
+        assert expired.ports.runner is None
+        assert (expired.termination_reason, expired.exit_code) == (TerminationReason.DONE, 0)
         assert await _gone(runner_pid)
-        assert not (shim.state_dir / "tasks" / "detached").exists()
+        task_dir = shim.state_dir / "tasks" / "detached"
+        assert [p.name for p in task_dir.iterdir()] == ["task.json"]
 
 
 async def test_the_runner_refuses_callers_without_the_tasks_token(

@@ -10,7 +10,7 @@ import pytest
 from tcl.control.backends.base import Backend, Progress
 from tcl.control.config import default_config
 from tcl.control.errors import AgentUnreachableError
-from tcl.control.follow import follow, stop
+from tcl.control.follow import follow, refresh, stop
 from tcl.control.logcache import LogCache
 from tcl.control.service import Control
 from tcl.control.shipping import Snapshot
@@ -167,6 +167,25 @@ async def test_stop_keeps_the_first_outcome_and_frees_the_task(ctl: Control) -> 
     assert shim.terminated[0] == ("r-1-0", TerminationReason.STOPPED_BY_USER)
     # a late stop of a finished run changes nothing
     assert (await stop(ctl, ctl.store.get_run("r-1"))).state is RunState.TERMINATED
+
+
+class ExpiredShim(FakeShim):
+    """The task ended while nobody followed, and the retention removed its runner."""
+
+    async def get_task(self, task_id: str) -> TaskInfo:
+        return TaskInfo(id=task_id, name="", status="terminated", network="host",
+                        termination_reason=TerminationReason.FAILED, exit_code=3,
+                        message="the job failed", executor=ExecutorKind.PROCESS,
+                        created_at=0, updated_at=0)  # fmt: skip
+
+
+async def test_a_run_whose_runner_the_host_removed_gets_its_outcome(ctl: Control) -> None:
+    runner = FakeRunner(drop_at_call=None)
+    ctl._backends["local"] = FakeBackend(runner, ExpiredShim())
+    final = await follow(ctl, ctl.store.get_run("r-1"), lambda e: None)
+    assert (final.state, final.exit_code) == (RunState.FAILED, 3)
+    assert "retention" in (final.message or "") and runner.calls == []
+    assert (await refresh(ctl, final)).state is RunState.FAILED  # `tcl ps`: settled
 
 
 def test_log_cache_appends_only_newer_events(tmp_path: Path) -> None:
