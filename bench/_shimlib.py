@@ -22,7 +22,7 @@ from tcl.shim.api import TaskSpec, TaskStatus  # noqa: E402
 from tcl.shim.client import ShimClient  # noqa: E402
 from tcl.shim.errors import ShimUnavailable  # noqa: E402
 
-TOKEN = "bench-token-0123456789abcdef"
+TOKEN = "bench-token-0123456789abcdef0123456789abcdef"  # >= 256 bits (tcl-shim checks)
 
 
 def free_port() -> int:

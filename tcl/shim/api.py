@@ -3,18 +3,51 @@
 from __future__ import annotations
 
 import enum
+import re
 from typing import Annotated, Literal
 
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    StringConstraints,
     ValidationError,
     ValidatorFunctionWrapHandler,
     field_validator,
 )
 
 API_VERSION = 1
+
+# Task ids name a folder (tasks/<id>) and a container: no leading dot (so never "." or ".."),
+# no leading dash (never an option), no separators. Checked in TaskSpec, in every {task_id}
+# path parameter, and again by TaskStore.task_dir before a path is built.
+TASK_ID_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$"
+TASK_ID_MAX_LEN = 128
+_TASK_ID_RE = re.compile(TASK_ID_PATTERN)
+
+# Size bounds on what a client may ask the shim to keep (in memory, in task.json, in the
+# container's environment). The whole request body is capped separately (tcl.shim.app).
+MAX_ENV_VARS = 256
+MAX_ENV_KEY_LEN = 256
+MAX_ENV_VALUE_LEN = 32 * 1024
+MAX_SSH_KEYS = 32
+MAX_SSH_KEY_LEN = 16 * 1024
+MAX_MOUNTS = 64
+MAX_PATH_LEN = 4096
+MAX_NAME_LEN = 512  # name, image, registry username
+MAX_SECRET_LEN = 16 * 1024  # registry password or token
+MAX_MESSAGE_LEN = 4096
+MAX_ACCELERATORS = 4096  # a count, an index, or the length of a list of indices
+MAX_CPUS = 65536.0
+MAX_STOP_TIMEOUT_S = 3600.0
+
+
+def valid_task_id(task_id: str) -> bool:
+    return len(task_id) <= TASK_ID_MAX_LEN and _TASK_ID_RE.fullmatch(task_id) is not None
 
 
 class TaskStatus(enum.StrEnum):
@@ -50,7 +83,32 @@ class ExecutorKind(enum.StrEnum):
     PROCESS = "process"
 
 
-NonNegInt = Annotated[int, Field(ge=0)]
+# Numbers are strict: JSON true/false are not numbers (lax pydantic reads true as 1), nor is
+# "1"; a StrictFloat still takes a JSON integer. Each is bounded, and floats refuse Infinity
+# and NaN (Python's json module reads both): docker takes int64, asyncio takes finite timeouts.
+def _whole_number(value: object) -> object:
+    # JSON Schema's "integer" includes 2.0; strict int alone would refuse it.
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+# The bounds come before the validator: after it, pydantic writes them into the JSON schema as
+# "gt"/"le" instead of "exclusiveMinimum"/"maximum".
+_whole = BeforeValidator(_whole_number)
+NonNegInt = Annotated[StrictInt, Field(ge=0, le=MAX_ACCELERATORS), _whole]
+AcceleratorIndices = Annotated[list[NonNegInt], Field(max_length=MAX_ACCELERATORS)]
+ByteCount = Annotated[StrictInt, Field(gt=0, le=2**53), _whole]  # 8 PiB; exact as a double
+TaskId = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=TASK_ID_MAX_LEN, pattern=TASK_ID_PATTERN),
+]
+Name = Annotated[str, StringConstraints(max_length=MAX_NAME_LEN)]
+AbsPath = Annotated[str, StringConstraints(max_length=MAX_PATH_LEN, pattern=r"^/")]
+# No "=" in a key and no NUL anywhere: neither can be put in a process environment.
+EnvKey = Annotated[
+    str, StringConstraints(min_length=1, max_length=MAX_ENV_KEY_LEN, pattern=r"^[^=\x00]+$")
+]
+EnvValue = Annotated[str, StringConstraints(max_length=MAX_ENV_VALUE_LEN, pattern=r"^[^\x00]*$")]
+SshKey = Annotated[str, StringConstraints(max_length=MAX_SSH_KEY_LEN)]
 
 
 class _Strict(BaseModel):
@@ -58,32 +116,33 @@ class _Strict(BaseModel):
 
 
 class RegistryAuth(_Strict):
-    username: str
-    password: str = Field(repr=False)
+    username: Name
+    password: str = Field(repr=False, max_length=MAX_SECRET_LEN)
 
 
 class Mount(_Strict):
-    source: str
-    target: str
-    read_only: bool = False
+    source: AbsPath
+    target: AbsPath
+    read_only: StrictBool = False
 
 
 class TaskSpec(_Strict):
-    id: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.-]+$")
-    name: str = ""
-    image: str = ""  # docker executor only
+    id: TaskId
+    name: Name = ""
+    image: Name = ""  # docker executor only
     registry_auth: RegistryAuth | None = None
     executor: ExecutorKind | None = None  # None: the shim's default
     # A count, "all", or explicit indices.
-    accelerators: NonNegInt | Literal["all"] | list[NonNegInt] = 0
-    cpus: float | None = Field(default=None, gt=0)
-    memory_bytes: int | None = Field(default=None, gt=0)
-    shm_bytes: int | None = Field(default=None, gt=0)
+    accelerators: NonNegInt | Literal["all"] | AcceleratorIndices = 0
+    cpus: StrictFloat | None = Field(default=None, gt=0, le=MAX_CPUS, allow_inf_nan=False)
+    memory_bytes: ByteCount | None = None
+    shm_bytes: ByteCount | None = None
     network: NetworkMode = NetworkMode.AUTO
-    multinode: bool = False
-    mounts: list[Mount] = Field(default_factory=list)
-    env: dict[str, str] = Field(default_factory=dict)
-    ssh_keys: list[str] = Field(default_factory=list)  # public keys for the container sshd
+    multinode: StrictBool = False
+    mounts: list[Mount] = Field(default_factory=list, max_length=MAX_MOUNTS)
+    env: dict[EnvKey, EnvValue] = Field(default_factory=dict, max_length=MAX_ENV_VARS)
+    # Public keys for the container sshd.
+    ssh_keys: list[SshKey] = Field(default_factory=list, max_length=MAX_SSH_KEYS)
     # The code the runner will be given. Docker executor: when the host's code cache holds that
     # tree, the runner's working dir is an overlay on it (no copy); otherwise ignored.
     code_sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
@@ -98,7 +157,9 @@ class TaskSpec(_Strict):
             return handler(value)
         except ValidationError:
             raise ValueError(
-                'a count >= 0, "all", or a list of accelerator indices >= 0') from None
+                f'a count >= 0, "all", or a list of accelerator indices >= 0 (integers up to '
+                f"{MAX_ACCELERATORS})"
+            ) from None
 
 
 class Ports(BaseModel):
@@ -128,8 +189,8 @@ class TaskInfo(BaseModel):
 
 class TerminateRequest(_Strict):
     reason: TerminationReason = TerminationReason.STOPPED_BY_USER
-    message: str = ""
-    timeout_s: float = Field(default=10.0, ge=0)
+    message: str = Field(default="", max_length=MAX_MESSAGE_LEN)
+    timeout_s: StrictFloat = Field(default=10.0, ge=0, le=MAX_STOP_TIMEOUT_S, allow_inf_nan=False)
 
 
 class Accelerator(BaseModel):

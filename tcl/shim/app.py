@@ -1,45 +1,89 @@
-"""The shim's HTTP API (FastAPI): bearer-token auth, one router, one error table.
+"""The shim's HTTP API (FastAPI): bearer-token auth, a body limit, one router, one error table.
+
+Every request passes, outermost first: ``ServerTiming`` → ``BearerAuth`` → ``BodyLimit`` →
+FastAPI. Auth comes before anything reads the body: FastAPI reads and parses a body before any
+dependency runs, so a token check in a dependency would let anyone make the shim buffer a body
+of any size. ``BearerAuth`` covers every path (``/openapi.json`` and ``/docs`` included).
 
 Errors are ``{error, detail}`` JSON (``tcl.shim.api.ErrorBody``); ``ERROR_STATUS`` maps the
-exception tree to HTTP codes once, walking each exception's MRO.
+exception tree to HTTP codes once, walking each exception's MRO. Starlette's own HTTP errors
+(unknown route, wrong method, body too large) are translated into that tree first.
 """
 
 from __future__ import annotations
 
-import secrets
+import hmac
+import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi import APIRouter, FastAPI, HTTPException, Path, Request, Security
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi.security import HTTPBearer
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 import tcl
-from tcl.shim.api import ErrorBody, HealthInfo, HostInfo, TaskInfo, TaskSpec, TerminateRequest
+from tcl.shim.api import (
+    TASK_ID_MAX_LEN,
+    TASK_ID_PATTERN,
+    ErrorBody,
+    HealthInfo,
+    HostInfo,
+    TaskInfo,
+    TaskSpec,
+    TerminateRequest,
+)
 from tcl.shim.errors import (
     BadRequest,
     Conflict,
     ExecutorError,
+    MethodNotAllowed,
     NoCapacity,
     NotFound,
+    PayloadTooLarge,
     ShimError,
     Unauthorized,
 )
 from tcl.shim.service import TaskService
 
+log = logging.getLogger(__name__)
+
+# The largest TaskSpec a client sends is a few KiB (an ssh key, a short env); 1 MiB leaves
+# room for big env values while bounding what an authenticated client can make the shim hold.
+MAX_BODY_BYTES = 1024 * 1024
+
 ERROR_STATUS: dict[type[ShimError], int] = {
     BadRequest: 422,
     Unauthorized: 401,
     NotFound: 404,
+    MethodNotAllowed: 405,
+    PayloadTooLarge: 413,
     Conflict: 409,
     ExecutorError: 502,
     ShimError: 500,
 }
-_bearer = HTTPBearer(auto_error=False)
+# Starlette's HTTP errors, translated into the shim's tree (other codes keep their status).
+# 400 is FastAPI's "error parsing the body" (e.g. not UTF-8): as bad as invalid JSON, so 422.
+_HTTP_ERRORS: dict[int, type[ShimError]] = {
+    400: BadRequest,
+    401: Unauthorized,
+    404: NotFound,
+    405: MethodNotAllowed,
+    413: PayloadTooLarge,
+}
+_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+# Documents the scheme in OpenAPI. The check itself is BearerAuth, which runs before any body
+# is read; by the time this dependency runs the token has been verified.
+_bearer = HTTPBearer(auto_error=False, description="The token in the shim's --token-file.")
+
+TaskIdParam = Annotated[
+    str, Path(min_length=1, max_length=TASK_ID_MAX_LEN, pattern=TASK_ID_PATTERN)
+]
 
 
 def status_for(exc: ShimError) -> int:
@@ -49,27 +93,67 @@ def status_for(exc: ShimError) -> int:
     return 500
 
 
-def _error(status: int, body: ErrorBody, headers: dict[str, str] | None = None) -> JSONResponse:
-    return JSONResponse(body.model_dump(exclude_none=True), status_code=status, headers=headers)
+def _render(status: int, body: ErrorBody, headers: Mapping[str, str] | None) -> JSONResponse:
+    return JSONResponse(body.model_dump(exclude_none=True), status, dict(headers or {}) or None)
+
+
+def error_response(exc: ShimError, headers: Mapping[str, str] | None = None) -> JSONResponse:
+    """A ShimError as an HTTP response: its status from the table, ``{error, detail}``."""
+    free = exc.free if isinstance(exc, NoCapacity) else None
+    all_headers = dict(headers or {})
+    if isinstance(exc, Unauthorized):
+        all_headers["WWW-Authenticate"] = "Bearer"
+    body = ErrorBody(error=exc.code, detail=exc.detail, free=free)
+    return _render(status_for(exc), body, all_headers)
 
 
 async def _shim_error(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, ShimError)
-    body = ErrorBody(error=exc.code, detail=exc.detail,
-                     free=exc.free if isinstance(exc, NoCapacity) else None)
-    headers = {"WWW-Authenticate": "Bearer"} if isinstance(exc, Unauthorized) else None
-    return _error(status_for(exc), body, headers)
+    return error_response(exc)
+
+
+async def _http_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    headers = dict(exc.headers or {})
+    if exc.status_code == 405:
+        headers["Allow"] = ", ".join(_allowed_methods(request))
+    cls = _HTTP_ERRORS.get(exc.status_code)
+    if cls is None:
+        body = ErrorBody(error=f"http_{exc.status_code}", detail=str(exc.detail))
+        return _render(exc.status_code, body, headers)
+    return error_response(cls(str(exc.detail)), headers)
+
+
+def _allowed_methods(request: Request) -> list[str]:
+    # Starlette's 405 names the methods of the first route on the path only (POST /api/tasks
+    # answered "Allow: POST" although GET is served too): ask every route about every method.
+    routes = request.app.router.routes
+    return [
+        method
+        for method in _METHODS
+        if any(r.matches({**request.scope, "method": method})[0] is Match.FULL for r in routes)
+    ]
 
 
 async def _validation_error(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
     # Never echo the offending input back: it may hold registry credentials.
     detail: list[dict[str, object]] = [
-        {"loc": list(e.get("loc", ())), "field": ".".join(str(p) for p in e.get("loc", ())[1:]),
-         "msg": e.get("msg", ""), "type": e.get("type", "")}
+        {
+            "loc": list(e.get("loc", ())),
+            "field": ".".join(str(p) for p in e.get("loc", ())[1:]),
+            "msg": e.get("msg", ""),
+            "type": e.get("type", ""),
+        }
         for e in exc.errors()
     ]
-    return _error(422, ErrorBody(error="invalid_request", detail=detail))
+    return _render(422, ErrorBody(error="invalid_request", detail=detail), None)
+
+
+async def _internal_error(_: Request, exc: Exception) -> JSONResponse:
+    # Starlette logs the exception and its traceback after this answer; the client gets no
+    # internals.
+    return error_response(ShimError("internal error (see the shim's log)"))
 
 
 class ServerTiming:
@@ -97,16 +181,106 @@ class ServerTiming:
         await self.app(scope, receive, timed_send)
 
 
-def create_app(service: TaskService, token: str,
-               on_startup: Callable[[], Awaitable[None]] | None = None,
-               on_shutdown: Callable[[], Awaitable[None]] | None = None) -> FastAPI:
-    async def require_token(
-        creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
-    ) -> None:
-        given = creds.credentials if creds is not None else ""
-        if not given or not secrets.compare_digest(given.encode(), token.encode()):
-            raise Unauthorized("missing or wrong bearer token")
+class BearerAuth:
+    """ASGI middleware: refuse any request without ``Authorization: Bearer <token>``, before
+    anything reads its body. Lifespan events pass."""
 
+    def __init__(self, app: ASGIApp, token: str) -> None:
+        if not token:
+            raise ValueError("the shim needs a non-empty bearer token")
+        self.app = app
+        self._token = token.encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket") or self._authorized(scope):
+            await self.app(scope, receive, send)
+        elif scope["type"] == "websocket":
+            await send({"type": "websocket.close", "code": 1008})  # policy violation
+        else:
+            response = error_response(Unauthorized("missing or wrong bearer token"))
+            await response(scope, receive, send)
+
+    def _authorized(self, scope: Scope) -> bool:
+        values = [v for k, v in scope.get("headers", []) if k == b"authorization"]
+        if len(values) != 1:  # none, or ambiguous
+            return False
+        scheme, _, given = values[0].partition(b" ")
+        # compare_digest: the time taken does not depend on how much of the token matched.
+        return scheme.lower() == b"bearer" and hmac.compare_digest(given.strip(), self._token)
+
+
+class _BodyTooLarge(HTTPException):
+    # An HTTPException, because FastAPI passes those through when raised while it reads the
+    # body (anything else becomes a 400 "error parsing the body").
+    def __init__(self, max_bytes: int) -> None:
+        super().__init__(413, f"the request body is over the shim's limit of {max_bytes} bytes")
+
+
+class BodyLimit:
+    """ASGI middleware: refuse a request body over ``max_bytes``. A Content-Length over it is
+    refused at once (nothing read); a body without one (chunked) is counted as it streams in,
+    and reading stops at the first chunk past the limit."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = _content_length(scope)
+        if declared is not None and declared > self.max_bytes:
+            await self._refuse(scope, receive, send)
+            return
+        received = 0
+        started = False
+
+        async def counted_receive() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_bytes:
+                    raise _BodyTooLarge(self.max_bytes)
+            return message
+
+        async def tracked_send(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, counted_receive, tracked_send)
+        except _BodyTooLarge:
+            # FastAPI answers this itself through the error table; this is for any other
+            # reader of the body that lets it escape.
+            if started:
+                raise
+            await self._refuse(scope, receive, send)
+
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
+        exc = _BodyTooLarge(self.max_bytes)
+        await error_response(PayloadTooLarge(exc.detail))(scope, receive, send)
+
+
+def _content_length(scope: Scope) -> int | None:
+    for key, value in scope.get("headers", []):
+        if key == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return None  # the server refuses these; otherwise the streaming count applies
+    return None
+
+
+def create_app(
+    service: TaskService,
+    token: str,
+    on_startup: Callable[[], Awaitable[None]] | None = None,
+    on_shutdown: Callable[[], Awaitable[None]] | None = None,
+    max_body_bytes: int = MAX_BODY_BYTES,
+) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         if on_startup is not None:
@@ -120,11 +294,17 @@ def create_app(service: TaskService, token: str,
     app = FastAPI(title="tcl-shim", version=tcl.__version__, lifespan=lifespan)
     app.add_exception_handler(ShimError, _shim_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
-    router = APIRouter(prefix="/api", dependencies=[Depends(require_token)])
-    errors: dict[int | str, dict[str, Any]] = {
-        401: {"model": ErrorBody}, 404: {"model": ErrorBody}, 409: {"model": ErrorBody},
-        422: {"model": ErrorBody},
-    }
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(Exception, _internal_error)
+
+    def documented(*codes: int) -> dict[int | str, dict[str, Any]]:
+        return {code: {"model": ErrorBody} for code in codes}
+
+    router = APIRouter(
+        prefix="/api",
+        dependencies=[Security(_bearer)],
+        responses={401: {"model": ErrorBody, "description": "Missing or wrong bearer token"}},
+    )
 
     @router.get("/healthcheck")
     async def healthcheck() -> HealthInfo:
@@ -134,7 +314,7 @@ def create_app(service: TaskService, token: str,
     async def host() -> HostInfo:
         return service.host_info()
 
-    @router.post("/tasks", status_code=201, responses=errors)
+    @router.post("/tasks", status_code=201, responses=documented(409, 413, 422, 502))
     async def submit(spec: TaskSpec) -> TaskInfo:
         return await service.submit(spec)
 
@@ -142,18 +322,21 @@ def create_app(service: TaskService, token: str,
     async def list_tasks() -> list[TaskInfo]:
         return service.list_tasks()
 
-    @router.get("/tasks/{task_id}", responses=errors)
-    async def get_task(task_id: str) -> TaskInfo:
+    @router.get("/tasks/{task_id}", responses=documented(404, 422))
+    async def get_task(task_id: TaskIdParam) -> TaskInfo:
         return service.get(task_id)
 
-    @router.post("/tasks/{task_id}/terminate", responses=errors)
-    async def terminate(task_id: str, req: TerminateRequest | None = None) -> TaskInfo:
+    @router.post("/tasks/{task_id}/terminate", responses=documented(404, 413, 422, 502))
+    async def terminate(task_id: TaskIdParam, req: TerminateRequest | None = None) -> TaskInfo:
         return await service.terminate(task_id, req or TerminateRequest())
 
-    @router.delete("/tasks/{task_id}", status_code=204, responses=errors)
-    async def remove(task_id: str) -> None:
+    @router.delete("/tasks/{task_id}", status_code=204, responses=documented(404, 409, 422, 502))
+    async def remove(task_id: TaskIdParam) -> None:
         await service.remove(task_id)
 
     app.include_router(router)
+    # add_middleware puts each one outside the ones before it: auth must wrap the body limit.
+    app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
+    app.add_middleware(BearerAuth, token=token)
     app.add_middleware(ServerTiming)
     return app

@@ -6,7 +6,9 @@
     ├── BadRequest                 the request is well-formed JSON but cannot be served (422)
     │   └── ExecutorUnavailable    the asked-for executor does not exist on this host
     ├── Unauthorized               missing or wrong bearer token (401)
-    ├── NotFound                   no task with that id (404)
+    ├── NotFound                   no task with that id, or no such route (404)
+    ├── MethodNotAllowed           the route exists but not with that method (405)
+    ├── PayloadTooLarge            the request body is over the shim's limit (413)
     ├── Conflict                   the request clashes with the current state (409)
     │   ├── TaskExists             a task with that id is already known
     │   ├── NoCapacity             the accelerators asked for are not free (carries what is free)
@@ -46,6 +48,14 @@ class Unauthorized(ShimError):
 
 class NotFound(ShimError):
     code = "not_found"
+
+
+class MethodNotAllowed(ShimError):
+    code = "method_not_allowed"
+
+
+class PayloadTooLarge(ShimError):
+    code = "payload_too_large"
 
 
 class Conflict(ShimError):
@@ -95,8 +105,22 @@ class ProtocolError(ShimError):
 
 
 ALL_ERRORS: tuple[type[ShimError], ...] = (
-    ShimError, BadRequest, ExecutorUnavailable, Unauthorized, NotFound, Conflict, TaskExists,
-    NoCapacity, TaskNotTerminated, IllegalTransition, ExecutorError, ImageError, ContainerError,
-    ShimUnavailable, ProtocolError,
+    ShimError,
+    BadRequest,
+    ExecutorUnavailable,
+    Unauthorized,
+    NotFound,
+    MethodNotAllowed,
+    PayloadTooLarge,
+    Conflict,
+    TaskExists,
+    NoCapacity,
+    TaskNotTerminated,
+    IllegalTransition,
+    ExecutorError,
+    ImageError,
+    ContainerError,
+    ShimUnavailable,
+    ProtocolError,
 )
 BY_CODE: dict[str, type[ShimError]] = {cls.code: cls for cls in ALL_ERRORS}

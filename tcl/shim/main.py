@@ -11,64 +11,121 @@ import typer
 from tcl.shim.api import ExecutorKind
 from tcl.shim.server import SettingsError, ShimSettings, serve
 
-app = typer.Typer(add_completion=False, help="tcl host agent: allocates accelerators and runs "
-                  "runner containers/processes. Listens on loopback; requires a bearer token.")
+app = typer.Typer(
+    add_completion=False,
+    help="tcl host agent: allocates accelerators and runs "
+    "runner containers/processes. Listens on loopback; requires a bearer token.",
+)
 
 
 @app.command()
 def run(
-    host: Annotated[str, typer.Option(envvar="TCL_SHIM_HOST",
-                                      help="Loopback address to listen on.")] = "127.0.0.1",
+    host: Annotated[
+        str, typer.Option(envvar="TCL_SHIM_HOST", help="Loopback address to listen on.")
+    ] = "127.0.0.1",
     port: Annotated[int, typer.Option(envvar="TCL_SHIM_PORT", help="Port to listen on.")] = 10998,
-    state_dir: Annotated[Path, typer.Option(
-        envvar="TCL_SHIM_STATE_DIR", help="Where task.json files and runner state live.")] = Path(
-        "/var/lib/tcl-shim"),
-    token_file: Annotated[Path, typer.Option(
-        envvar="TCL_SHIM_TOKEN_FILE",
-        help="Bearer token file (mode 0600; created with a random token if missing).")] = Path(
-        "/var/lib/tcl-shim/token"),
-    executor: Annotated[ExecutorKind | None, typer.Option(
-        envvar="TCL_SHIM_EXECUTOR",
-        help="Default executor for tasks that name none (default: docker if reachable, "
-             "else process).")] = None,
-    fake_accelerators: Annotated[str | None, typer.Option(
-        envvar="TCL_SHIM_FAKE_ACCELERATORS",
-        help="Pretend the host has these accelerators, e.g. h100:8 (tests; shown as fake).",
-    )] = None,
-    runner_bin: Annotated[str | None, typer.Option(
-        envvar="TCL_SHIM_RUNNER_BIN",
-        help="tcl-runner executable for the process executor (default: beside this Python, "
-             "else on PATH).")] = None,
-    reconcile_interval_s: Annotated[float, typer.Option(
-        envvar="TCL_SHIM_RECONCILE_INTERVAL_S", min=0.05,
-        help="Seconds between reconcile passes (exit detection, adoption, cleanup).")] = 1.0,
-    pull_stall_timeout_s: Annotated[float, typer.Option(
-        envvar="TCL_SHIM_PULL_STALL_TIMEOUT_S", min=1,
-        help="Abort an image pull that makes no progress for this long.")] = 60.0,
-    finished_retention_s: Annotated[float, typer.Option(
-        envvar="TCL_SHIM_FINISHED_RETENTION_S", min=0,
-        help="Keep a finished task's runner (serving its logs), container and files this long, "
-             "unless its logs are fetched first; then remove them.")] = 600.0,
-    record_retention_s: Annotated[float, typer.Option(
-        envvar="TCL_SHIM_RECORD_RETENTION_S", min=0,
-        help="Keep a finished task's record (its outcome, no logs) this long.")] = 7 * 24 * 3600.0,
-    runner_silence_limit_s: Annotated[float, typer.Option(
-        envvar="TCL_SHIM_RUNNER_SILENCE_LIMIT_S", min=1,
-        help="End a running task whose runner has not answered the shim's probe this long "
-             "(frozen or wedged), freeing its accelerators.")] = 30.0,
-    log_level: Annotated[str, typer.Option(envvar="TCL_SHIM_LOG_LEVEL",
-                                           help="debug, info, warning or error.")] = "info",
+    state_dir: Annotated[
+        Path,
+        typer.Option(
+            envvar="TCL_SHIM_STATE_DIR", help="Where task.json files and runner state live."
+        ),
+    ] = Path("/var/lib/tcl-shim"),
+    token_file: Annotated[
+        Path,
+        typer.Option(
+            envvar="TCL_SHIM_TOKEN_FILE",
+            help="Bearer token file: owned by the shim's user, mode 0600, not in a "
+            "world-writable directory, at least 256 bits (e.g. 43 base64url characters); "
+            "created with a random token if missing.",
+        ),
+    ] = Path("/var/lib/tcl-shim/token"),
+    executor: Annotated[
+        ExecutorKind | None,
+        typer.Option(
+            envvar="TCL_SHIM_EXECUTOR",
+            help="Default executor for tasks that name none (default: docker if reachable, "
+            "else process).",
+        ),
+    ] = None,
+    fake_accelerators: Annotated[
+        str | None,
+        typer.Option(
+            envvar="TCL_SHIM_FAKE_ACCELERATORS",
+            help="Pretend the host has these accelerators, e.g. h100:8 (tests; shown as fake).",
+        ),
+    ] = None,
+    runner_bin: Annotated[
+        str | None,
+        typer.Option(
+            envvar="TCL_SHIM_RUNNER_BIN",
+            help="tcl-runner executable for the process executor (default: beside this Python, "
+            "else on PATH).",
+        ),
+    ] = None,
+    reconcile_interval_s: Annotated[
+        float,
+        typer.Option(
+            envvar="TCL_SHIM_RECONCILE_INTERVAL_S",
+            min=0.05,
+            help="Seconds between reconcile passes (exit detection, adoption, cleanup).",
+        ),
+    ] = 1.0,
+    pull_stall_timeout_s: Annotated[
+        float,
+        typer.Option(
+            envvar="TCL_SHIM_PULL_STALL_TIMEOUT_S",
+            min=1,
+            help="Abort an image pull that makes no progress for this long.",
+        ),
+    ] = 60.0,
+    finished_retention_s: Annotated[
+        float,
+        typer.Option(
+            envvar="TCL_SHIM_FINISHED_RETENTION_S",
+            min=0,
+            help="Keep a finished task's runner (serving its logs), container and files this "
+            "long, unless its logs are fetched first; then remove them (the record stays).",
+        ),
+    ] = 600.0,
+    record_retention_s: Annotated[
+        float,
+        typer.Option(
+            envvar="TCL_SHIM_RECORD_RETENTION_S",
+            min=0,
+            help="Keep a finished task's record (its outcome, no logs) this long.",
+        ),
+    ] = 7 * 24 * 3600.0,
+    runner_silence_limit_s: Annotated[
+        float,
+        typer.Option(
+            envvar="TCL_SHIM_RUNNER_SILENCE_LIMIT_S",
+            min=1,
+            help="End a running task whose runner has not answered the shim's probe this long "
+            "(frozen or wedged), freeing its accelerators.",
+        ),
+    ] = 30.0,
+    log_level: Annotated[
+        str, typer.Option(envvar="TCL_SHIM_LOG_LEVEL", help="debug, info, warning or error.")
+    ] = "info",
 ) -> None:
     """Run the shim."""
-    logging.basicConfig(level=log_level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per runner probe otherwise
     settings = ShimSettings(
-        state_dir=state_dir, token_file=token_file, host=host, port=port, executor=executor,
-        fake_accelerators=fake_accelerators, runner_bin=runner_bin,
-        reconcile_interval_s=reconcile_interval_s, pull_stall_timeout_s=pull_stall_timeout_s,
-        finished_retention_s=finished_retention_s, runner_silence_limit_s=runner_silence_limit_s,
+        state_dir=state_dir,
+        token_file=token_file,
+        host=host,
+        port=port,
+        executor=executor,
+        fake_accelerators=fake_accelerators,
+        runner_bin=runner_bin,
+        reconcile_interval_s=reconcile_interval_s,
+        pull_stall_timeout_s=pull_stall_timeout_s,
+        finished_retention_s=finished_retention_s,
         record_retention_s=record_retention_s,
+        runner_silence_limit_s=runner_silence_limit_s,
     )
     try:
         serve(settings, log_level=log_level.lower())

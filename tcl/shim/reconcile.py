@@ -136,7 +136,7 @@ class Reconciler:
             except ShimError as e:
                 log.warning("cannot clean up %s orphans: %s", kind, e.detail)
         for kind in {r.info.executor for r in records} - set(svc.executors):
-            self._executor_gone(kind, records)
+            await self._executor_gone(kind, records)
         await self.check_jobs()
         if check_terminated:
             await self.remove_expired()
@@ -171,7 +171,7 @@ class Reconciler:
         reason = _JOB_REASON.get(result.runner_state, TerminationReason.FAILED)
         code = "" if result.exit_code is None else f" (exit code {result.exit_code})"
         extra = f"; ended {ended} process(es) it left running" if ended else ""
-        svc.finish(task_id, reason, f"the job {result.runner_state}{code}{extra}",
+        await svc.finish(task_id, reason, f"the job {result.runner_state}{code}{extra}",
                    result.exit_code, job_ended=True)
         log.info("task %s: job %s, accelerators freed", task_id, result.runner_state)
 
@@ -216,26 +216,26 @@ class Reconciler:
             # Alive, but the shim died before it recorded the start: not a state we can resume.
             await svc.executors[info.executor].stop(task_id, obs.handle or rec.handle,
                                                     LEFTOVER_STOP_TIMEOUT_S)
-            svc.finish(task_id, TerminationReason.VANISHED,
-                       f"the shim restarted while the task was {info.status}")
+            await svc.finish(task_id, TerminationReason.VANISHED,
+                             f"the shim restarted while the task was {info.status}")
             return
         if obs.liveness is Liveness.EXITED:
             code = obs.exit_code
             reason = TerminationReason.DONE if code == 0 else TerminationReason.FAILED
             message = obs.message or f"the runner exited with code {code}"
-            svc.finish(task_id, reason, message, code)
+            await svc.finish(task_id, reason, message, code)
             return
         # Missing: before the workload existed (shim restart mid-start), or removed behind our back.
         if info.status in (TaskStatus.RUNNING, TaskStatus.CREATING) or after_restart:
             what = "while the shim was down" if after_restart else "behind the shim's back"
-            svc.finish(task_id, TerminationReason.VANISHED,
-                       f"{obs.message or 'the workload is gone'} ({what}; was {info.status})")
+            await svc.finish(task_id, TerminationReason.VANISHED,
+                             f"{obs.message or 'the workload is gone'} ({what}; was {info.status})")
 
-    def _executor_gone(self, kind: ExecutorKind, records: list[TaskRecord]) -> None:
+    async def _executor_gone(self, kind: ExecutorKind, records: list[TaskRecord]) -> None:
         for rec in records:
             if rec.info.executor is kind and rec.info.status is not TaskStatus.TERMINATED:
-                self.service.finish(rec.info.id, TerminationReason.VANISHED,
-                                    f"the {kind} executor is not available after a restart")
+                await self.service.finish(rec.info.id, TerminationReason.VANISHED,
+                                          f"the {kind} executor is not available after a restart")
 
 
 def ensure_instance_id(state_dir: Path) -> str:

@@ -172,36 +172,42 @@ class TaskService:
         except IllegalTransition:
             log.info("task %s was terminated while starting", task_id)
         except ImageError as e:
-            self.finish(task_id, TerminationReason.IMAGE_ERROR, e.detail)
+            await self.finish(task_id, TerminationReason.IMAGE_ERROR, e.detail)
         except ShimError as e:
-            self.finish(task_id, TerminationReason.CONTAINER_ERROR, e.detail)
+            await self.finish(task_id, TerminationReason.CONTAINER_ERROR, e.detail)
         except Exception as e:
             log.exception("task %s failed to start", task_id)
-            self.finish(task_id, TerminationReason.CONTAINER_ERROR, f"{type(e).__name__}: {e}")
+            await self.finish(task_id, TerminationReason.CONTAINER_ERROR,
+                              f"{type(e).__name__}: {e}")
 
     async def _update(self, task_id: str, **changes: Any) -> TaskRecord:
         """The store's guarded writer, run in a thread (it fsyncs) so the loop stays free."""
         return await asyncio.to_thread(functools.partial(self.store.update, task_id, **changes))
 
-    def finish(self, task_id: str, reason: TerminationReason, message: str = "",
-               exit_code: int | None = None, job_ended: bool | None = None) -> TaskInfo:
+    async def finish(self, task_id: str, reason: TerminationReason, message: str = "",
+                     exit_code: int | None = None, job_ended: bool | None = None) -> TaskInfo:
         """The one way a task ends: record the outcome (first reason wins), free its chips.
 
-        ``job_ended``: the job ended on its own and the runner lingers to serve its logs."""
-        rec = self.store.update(task_id, status=TaskStatus.TERMINATED, reason=reason,
-                                message=message, exit_code=exit_code, job_ended=job_ended)
-        self.allocator.release(task_id)
+        ``job_ended``: the job ended on its own and the runner lingers to serve its logs.
+        The durable write runs in a thread (it fsyncs), off the loop. The chips are released
+        in that thread right after the write commits, under the store's lock: never while the
+        task still looks alive on disk, and never after a reader could see it terminated (a
+        client that sees "terminated" and submits again must get the chips; the allocator has
+        its own lock)."""
+        rec = await self._update(task_id, status=TaskStatus.TERMINATED, reason=reason,
+                                 message=message, exit_code=exit_code, job_ended=job_ended,
+                                 on_commit=functools.partial(self.allocator.release, task_id))
         return rec.info
 
     # -- terminate / remove -------------------------------------------------------------------
     async def terminate(self, task_id: str, req: TerminateRequest) -> TaskInfo:
         rec = self.store.get(task_id)
         if rec.info.status is TaskStatus.TERMINATED:
-            return self.finish(task_id, req.reason, req.message)  # repeat: first reason kept
+            return await self.finish(task_id, req.reason, req.message)  # first reason kept
         pending = self._terminating.get(task_id)
         if pending is not None:  # a terminate is under way: its reason is the first one
             await asyncio.shield(pending)
-            return self.finish(task_id, req.reason, req.message)
+            return await self.finish(task_id, req.reason, req.message)
         fut: asyncio.Future[TaskInfo] = asyncio.get_running_loop().create_future()
         self._terminating[task_id] = fut
         try:
@@ -223,7 +229,7 @@ class TaskService:
                 exit_code = await executor.stop(task_id, rec.handle, req.timeout_s)
             except ShimError as e:
                 message = f"{message} (stop failed: {e.detail})".strip()
-            info = self.finish(task_id, req.reason, message, exit_code)
+            info = await self.finish(task_id, req.reason, message, exit_code)
             fut.set_result(info)
             return info
         except BaseException as e:
@@ -239,8 +245,12 @@ class TaskService:
             raise TaskNotTerminated(
                 f"task {task_id!r} is {rec.info.status}: terminate it before removing it")
         await self.executors[rec.info.executor].remove(task_id, rec.handle)
-        self.store.remove(task_id)
+        trash = await asyncio.to_thread(self.store.remove, task_id)
         self._lifecycles.pop(task_id, None)
+        if trash is not None:
+            # A big task dir takes seconds to delete: never on the loop. The task is already
+            # gone from the store, so its id may be reused meanwhile.
+            await asyncio.to_thread(self.store.discard, trash)
 
     async def expire(self, task_id: str) -> None:
         """Remove a terminated task's workload and files but keep its record (the outcome a

@@ -3,29 +3,39 @@
 ``update`` is the only writer of a task's status. It consults the transition table, keeps the
 first termination reason (terminate is repeatable), persists atomically before returning and
 hands out copies, so no caller can change a record behind the store's back.
+
+Every method may block on the disk (fsync, rename): the service calls them in a thread. Removal
+is split so that the slow part can be: ``remove`` renames the task dir to a trash name (one
+rename, fast) and ``discard`` deletes that tree (seconds for a big one).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import secrets
 import shutil
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
 from tcl.atomic import write_atomic
-from tcl.shim.api import Ports, TaskInfo, TaskSpec, TaskStatus, TerminationReason
-from tcl.shim.errors import IllegalTransition, NotFound, TaskExists
+from tcl.shim.api import Ports, TaskInfo, TaskSpec, TaskStatus, TerminationReason, valid_task_id
+from tcl.shim.errors import BadRequest, IllegalTransition, NotFound, ShimError, TaskExists
 from tcl.shim.states import can_transition
 
 log = logging.getLogger(__name__)
 
 RECORD_VERSION = 1
 TASK_FILE = "task.json"
+# Removed task dirs wait under this prefix for deletion. A leading dot is never a valid task
+# id, so a trash dir cannot collide with a task and, if a crash leaves one, load() reports it
+# as stray and the reconcile loop deletes it at start.
+TRASH_PREFIX = ".trash-"
 
 
 class Handle(BaseModel):
@@ -58,6 +68,10 @@ class TaskStore:
         self._lock = threading.Lock()
 
     def task_dir(self, task_id: str) -> Path:
+        # Ids are validated at the API; this is the last line before a path is built from one
+        # ("..", "a/b" or "" would point outside the task's own folder).
+        if not valid_task_id(task_id):
+            raise BadRequest(f"invalid task id {task_id[:64]!r}")
         return self.tasks_dir / task_id
 
     # -- reads: copies only -------------------------------------------------------------------
@@ -97,9 +111,13 @@ class TaskStore:
         handle: Handle | None = None,
         job_ended: bool | None = None,
         workload_removed: bool | None = None,
+        on_commit: Callable[[], object] | None = None,
         **info_changes: Any,
     ) -> TaskRecord:
-        """Move a task (guarded by the transition table) and/or record facts about it."""
+        """Move a task (guarded by the transition table) and/or record facts about it.
+
+        ``on_commit`` runs under the store's lock once the change is durable and in place, so
+        no reader sees the change before its consequence (a terminated task's chips freed)."""
         with self._lock:
             rec = self._records.get(task_id)
             if rec is None:
@@ -135,6 +153,8 @@ class TaskStore:
             new = rec.model_copy(update={"info": new_info, **record_changes})
             self._persist(new)
             self._records[task_id] = new
+            if on_commit is not None:
+                on_commit()
             return new.model_copy(deep=True)
 
     def prune(self, task_id: str) -> None:
@@ -147,11 +167,30 @@ class TaskStore:
             else:
                 entry.unlink(missing_ok=True)
 
-    def remove(self, task_id: str) -> None:
+    def remove(self, task_id: str) -> Path | None:
+        """Forget the task and move its dir aside; return that trash dir for ``discard``.
+
+        The record goes only once its dir is out of the way, so a new task with the same id
+        starts in an empty dir."""
         with self._lock:
-            if self._records.pop(task_id, None) is None:
+            if task_id not in self._records:
                 raise NotFound(f"no task {task_id!r}")
-            shutil.rmtree(self.task_dir(task_id), ignore_errors=True)
+            src = self.task_dir(task_id)
+            trash = self.tasks_dir / f"{TRASH_PREFIX}{task_id}.{secrets.token_hex(4)}"
+            try:
+                src.rename(trash)
+            except FileNotFoundError:
+                del self._records[task_id]
+                return None  # nothing on disk to delete
+            except OSError as e:  # the task stays: nothing has changed
+                raise ShimError(f"task {task_id!r}: cannot move its dir aside: {e}") from e
+            del self._records[task_id]
+            return trash
+
+    @staticmethod
+    def discard(trash: Path) -> None:
+        """Delete a dir that ``remove`` moved aside. Slow for a big tree: call it in a thread."""
+        shutil.rmtree(trash, ignore_errors=True)
 
     # -- disk ---------------------------------------------------------------------------------
     def _persist(self, record: TaskRecord) -> None:
@@ -164,6 +203,9 @@ class TaskStore:
         with self._lock:
             for d in sorted(self.tasks_dir.iterdir()):
                 if not d.is_dir():
+                    continue
+                if d.name.startswith(TRASH_PREFIX):  # a removal cut short by a crash
+                    stray.append(d)
                     continue
                 path = d / TASK_FILE
                 try:
@@ -184,7 +226,13 @@ class TaskStore:
 def new_record(spec: TaskSpec, info_fields: dict[str, Any]) -> TaskRecord:
     now = time.time()
     info = TaskInfo(
-        id=spec.id, name=spec.name, status=TaskStatus.PENDING, image=spec.image,
-        created_at=now, updated_at=now, ports=Ports(), **info_fields,
+        id=spec.id,
+        name=spec.name,
+        status=TaskStatus.PENDING,
+        image=spec.image,
+        created_at=now,
+        updated_at=now,
+        ports=Ports(),
+        **info_fields,
     )
     return TaskRecord(spec=spec, info=info)

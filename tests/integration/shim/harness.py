@@ -21,7 +21,7 @@ from tcl.shim.api import TaskInfo, TaskStatus
 from tcl.shim.client import ShimClient
 from tcl.shim.errors import ShimUnavailable
 
-TOKEN = "integration-token-0123456789"
+TOKEN = "integration-token-0123456789abcdef0123456789abcdef"  # >= 256 bits
 PUBKEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFakeKeyForTestsOnlyFakeKeyForTestsOnly00 test"
 
 

@@ -106,9 +106,14 @@ def test_persisted_atomically_without_credentials(tmp_path: Path) -> None:
     assert again.get("t1").info.status is S.PREPARING
 
 
-def test_remove_deletes_the_dir(tmp_path: Path) -> None:
+def test_remove_moves_the_dir_aside_then_discard_deletes_it(tmp_path: Path) -> None:
     store = _store(tmp_path)
-    store.remove("t1")
+    trash = store.remove("t1")
     assert not (tmp_path / "tasks" / "t1").exists()
+    assert trash is not None and trash.parent == tmp_path / "tasks"
+    assert (trash / "task.json").exists()  # only renamed so far: the slow part is discard
     with pytest.raises(NotFound):
         store.get("t1")
+    assert [p.name for p in TaskStore(tmp_path).load()] == [trash.name]  # a crash leaves stray
+    store.discard(trash)
+    assert list((tmp_path / "tasks").iterdir()) == []
