@@ -100,27 +100,17 @@ def test_fuzz_shim(shim: Shim, tmp_path: Path) -> None:
 
 
 # -- the runner ---------------------------------------------------------------------------------
-def runner_takes_a_token() -> bool:
-    """The runner is gaining ``--token-file``; fuzz it with a token only where it has one."""
-    out = subprocess.run(
-        [str(BIN / "tcl-runner"), "serve", "--help"], capture_output=True, text=True, check=True
-    ).stdout
-    return "--token-file" in out
-
-
 @pytest.fixture
-def runner(tmp_path: Path) -> Iterator[tuple[str, str | None]]:
-    """A ``tcl-runner serve`` on a free port: (base url, token or None)."""
+def runner(tmp_path: Path) -> Iterator[tuple[str, str]]:
+    """A ``tcl-runner serve`` on a free port: (base url, its bearer token)."""
     port_file, state = tmp_path / "runner.port", tmp_path / "runner-state"
     argv = [str(BIN / "tcl-runner"), "serve", "--host", "127.0.0.1", "--port", "0",
             "--port-file", str(port_file), "--state-dir", str(state)]  # fmt: skip
-    token = None
-    if runner_takes_a_token():
-        token = secrets.token_urlsafe(32)
-        token_file = tmp_path / "runner.token"
-        token_file.write_text(token + "\n")
-        token_file.chmod(0o600)
-        argv += ["--token-file", str(token_file)]
+    token = secrets.token_urlsafe(32)
+    token_file = tmp_path / "runner.token"
+    token_file.write_text(token + "\n")
+    token_file.chmod(0o600)
+    argv += ["--token-file", str(token_file)]
     log = tmp_path / "runner.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
@@ -148,7 +138,7 @@ def wait_runner(proc: subprocess.Popen[bytes], port_file: Path, log: Path) -> st
     raise RuntimeError(f"tcl-runner did not answer: {log.read_text()[-3000:]}")
 
 
-def test_fuzz_runner(runner: tuple[str, str | None], tmp_path: Path) -> None:
+def test_fuzz_runner(runner: tuple[str, str], tmp_path: Path) -> None:
     url, token = runner
     out = subprocess.run(
         [str(BIN / "tcl-runner"), "openapi"], capture_output=True, text=True, check=True
@@ -156,3 +146,6 @@ def test_fuzz_runner(runner: tuple[str, str | None], tmp_path: Path) -> None:
     # POST /api/run is left out: it would execute the fuzzed spec's argv on this machine.
     schemathesis(json.loads(out), url, tmp_path / "fuzz", token, "--exclude-path", "/api/run")
     assert httpx.get(f"{url}/api/healthcheck", timeout=10).status_code == 200
+    # The fuzzer had the token: it reached the routes behind it, not only 401s.
+    events = httpx.get(f"{url}/api/events", headers={"Authorization": f"Bearer {token}"})
+    assert events.status_code == 200

@@ -60,16 +60,16 @@ async def test_process_executor_scenario(make_shim: ShimFactory) -> None:
             state, stdout = await job_outcome(info)
             assert state is RunnerState.SUCCEEDED
             assert f"gpus={info.accelerators[0]}" in stdout
-        done = await c.terminate_task("a", timeout_s=10)
-        assert done.termination_reason is TerminationReason.STOPPED_BY_USER
-        assert done.exit_code == 0  # read from the wrapper's exit file: not the new shim's child
-        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-        # b's runner is killed behind the shim's back: reported, not lost.
-        os.killpg(_runner_pid(shim.state_dir / "tasks" / "b" / "task.json"), signal.SIGKILL)
-        gone = await wait_status(c, "b", TaskStatus.TERMINATED, timeout_s=20)
-        assert gone.termination_reason in (TerminationReason.VANISHED, TerminationReason.FAILED)
+        # Each job's end alone frees its task (the adopted one too); the runners linger for
+        # the logs until the tasks are removed. (A runner killed behind the shim's back:
+        # test_task_lifecycle.py.)
+        for task_id in ("a", "b"):
+            done = await wait_status(c, task_id, TaskStatus.TERMINATED, timeout_s=20)
+            assert (done.termination_reason, done.exit_code) == (TerminationReason.DONE, 0)
+        assert psutil.pid_exists(pid)
         await c.remove_task("a")
         await c.remove_task("b")
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
         assert (await c.list_tasks()) == []
 
 

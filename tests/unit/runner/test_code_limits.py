@@ -154,17 +154,23 @@ async def test_error_bodies_stay_short(tmp_path: Path) -> None:
     from tcl.runner.api import CodeRef, JobSpec
     from tcl.runner.app import _error, create_app
     from tcl.runner.service import Runner, RunnerConfig
-    from tests.unit.runner.conftest import sha
+    from tests.unit.runner.conftest import TOKEN, sha
 
     name = "n" * 60_000
     long_name = header("././@LongLink", tarfile.GNUTYPE_LONGNAME, len(name))
     code = long_name + name.encode().ljust(padded(len(name)), b"\0") + header("x", b"0")
     code += b"\0" * 1024
     runner = Runner(RunnerConfig(state_dir=tmp_path / "state"))
-    app = create_app(runner)
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://r") as c:
+    app = create_app(runner, TOKEN)
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://r", headers=auth) as c:
         spec = JobSpec(run_id="r", argv=["true"], code=CodeRef(sha256=sha(code), size=len(code)))
-        assert (await c.post("/api/submit", content=spec.model_dump_json())).status_code == 200
+        body = spec.model_dump_json()
+        submitted = await c.post(
+            "/api/submit", content=body, headers={"Content-Type": "application/json"}
+        )
+        assert submitted.status_code == 200
         r = await c.put("/api/code", content=code, headers={"X-Code-Sha256": sha(code)})
     runner.close()
     assert r.status_code == 422 and r.json()["error"] == "unsafe_archive"
