@@ -1,29 +1,37 @@
 """Bearer-token files of the agents (stdlib only: both agents read one at start-up).
 
 A token file guards an agent that every user of a shared host can reach on loopback, so it is
-refused, with one line saying why and how to fix it, when another user could read or replace
-it, or when the token is too short to resist guessing:
+refused, with one line naming the flag and the fix, when another user could read or replace it,
+or when the token is too short to resist guessing:
 
-- not a regular file (a directory, a device);
+- not a regular file (a directory, a FIFO planted at the path: opened non-blocking);
 - owned by another user (``check_owner``: off where the file is handed in from outside, e.g.
   bind-mounted into a container whose root is not the file's owner);
 - readable or writable by the group or others (anything but ``chmod 600``);
-- in a world-writable directory (another user could swap it, sticky bit or not);
-- under 256 bits of entropy, estimated from the token's alphabet.
+- in a world-writable directory, sticky or not (whoever can write there can swap the file
+  between our checks and our read, or before the next restart);
+- under 256 bits of entropy, estimated from the token's alphabet, or holding characters an
+  HTTP header cannot carry.
+
+Owner and mode are checked on the opened file, not the path, so nothing can be swapped between
+the check and the read.
 """
 
 from __future__ import annotations
 
-import math
 import os
 import secrets
 import stat
 import string
 from pathlib import Path
 
-MIN_ENTROPY_BITS = 256.0
+from tcl.atomic import write_atomic
+
+TOKEN_MIN_BITS = 256
+TOKEN_MAX_BYTES = 4096
 _HEX = frozenset(string.hexdigits)
-_B64URL = frozenset(string.ascii_letters + string.digits + "-_=")
+_BASE64URL = frozenset(string.ascii_letters + string.digits + "-_")
+_NEW_TOKEN = "python3 -c 'import secrets; print(secrets.token_urlsafe(32))'"
 
 
 class TokenFileError(Exception):
@@ -35,56 +43,91 @@ def new_token() -> str:
     return secrets.token_urlsafe(32)
 
 
-def entropy_bits(token: str) -> float:
-    """A generous estimate of a random token's entropy from the alphabet it is written in."""
+def token_bits(token: str) -> float:
+    """A rough upper bound on a token's entropy, from its alphabet and length."""
     chars = set(token)
-    if chars <= _HEX:
-        per_char = 4.0
-    elif chars <= _B64URL:
-        per_char = 6.0
-    else:
-        per_char = math.log2(94)  # printable ASCII
-    return len(token) * per_char
+    per_char = 4.0 if chars <= _HEX else 6.0 if chars <= _BASE64URL else 6.5
+    return per_char * len(token)
 
 
-def read_token(path: Path, what: str, *, check_owner: bool = True) -> str:
-    """The token in ``path``, or ``TokenFileError`` naming ``what`` (e.g. ``--token-file``)."""
-    where = f"{what} {path}"
+def read_token(path: Path, flag: str, *, check_owner: bool = True, create: bool = False) -> str:
+    """The token in ``path``, or ``TokenFileError`` naming ``flag`` (e.g. ``--token-file``).
+
+    ``create``: a missing file is made (a new random token, mode 0600, in a directory made 0700
+    if it does not exist)."""
+    where = f"{flag} {path}"
+    for parent in dict.fromkeys([path.parent, path.resolve().parent]):
+        try:
+            mode = os.stat(parent).st_mode
+        except FileNotFoundError:
+            continue
+        if mode & stat.S_IWOTH:
+            raise TokenFileError(
+                f"{where}: its directory {parent} is world-writable (mode "
+                f"{stat.S_IMODE(mode):04o}), so another user could replace the token; keep it in "
+                f"a directory only this user can write (mkdir -m 700 DIR)"
+            )
     try:
-        st = os.stat(path)
+        # O_NONBLOCK: a FIFO planted at the path must not hang the agent (it is refused below).
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
-        raise TokenFileError(f"{where}: no such file") from None
+        if not create:
+            raise TokenFileError(f"{where}: no such file") from None
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        write_atomic(path, (new_token() + "\n").encode(), mode=0o600)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as e:
-        raise TokenFileError(f"{where}: cannot read it: {e.strerror or e}") from None
+        raise TokenFileError(f"{where}: cannot open it: {e.strerror}") from None
+    try:
+        _check_file(where, path, os.fstat(fd), check_owner)
+        raw = os.read(fd, TOKEN_MAX_BYTES + 1)
+    except OSError as e:
+        raise TokenFileError(f"{where}: cannot read it: {e.strerror}") from None
+    finally:
+        os.close(fd)
+    return _check_token(where, path, raw)
+
+
+def _check_file(where: str, path: Path, st: os.stat_result, check_owner: bool) -> None:
+    if stat.S_ISDIR(st.st_mode):
+        raise TokenFileError(f"{where}: is a directory; give the path of a token file inside it")
     if not stat.S_ISREG(st.st_mode):
-        kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
-        raise TokenFileError(f"{where}: is {kind}; give the path of a file holding the token")
-    if check_owner and st.st_uid != os.geteuid():
+        raise TokenFileError(f"{where}: not a regular file; give the path of a token file")
+    uid = os.geteuid()
+    if check_owner and st.st_uid != uid:
         raise TokenFileError(
-            f"{where}: owned by uid {st.st_uid}, not by this user (uid {os.geteuid()}); "
-            "use a token file of your own"
+            f"{where}: owned by uid {st.st_uid}, who could change it, not by this user "
+            f"(uid {uid}); run chown {uid} {path} (and chmod 600 {path})"
         )
     mode = stat.S_IMODE(st.st_mode)
     if mode & 0o077:
         raise TokenFileError(
             f"{where}: mode {mode:04o} lets other users at it; run chmod 600 {path}"
         )
-    parent = path.resolve().parent
-    if stat.S_IMODE(os.stat(parent).st_mode) & 0o002:
-        raise TokenFileError(
-            f"{where}: its directory {parent} is world-writable (another user could replace "
-            "the file); keep it in a directory only you can write"
-        )
+
+
+def _fix(path: Path) -> str:
+    return f"write a new one, (umask 077; {_NEW_TOKEN} > {path}), or delete it for the shim to make"
+
+
+def _check_token(where: str, path: Path, raw: bytes) -> str:
+    if len(raw) > TOKEN_MAX_BYTES:
+        raise TokenFileError(f"{where}: over {TOKEN_MAX_BYTES} bytes: not a token file")
     try:
-        token = path.read_text().strip()
-    except (OSError, UnicodeDecodeError) as e:
-        raise TokenFileError(f"{where}: cannot read it: {e}") from None
+        token = raw.decode("ascii").strip()
+    except UnicodeDecodeError:
+        token = "\x00"  # refused just below, with the same hint
     if not token:
-        raise TokenFileError(f"{where}: the file is empty")
-    if entropy_bits(token) < MIN_ENTROPY_BITS:
+        raise TokenFileError(f"{where}: the file is empty; {_fix(path)}")
+    if not all("!" <= c <= "~" for c in token):
         raise TokenFileError(
-            f"{where}: the token is too short to be safe (under {MIN_ENTROPY_BITS:.0f} bits); "
-            "use 32 random bytes, e.g. python3 -c 'import secrets; "
-            "print(secrets.token_urlsafe(32))'"
+            f"{where}: the token has characters an HTTP header cannot carry (spaces, control or "
+            f"non-ASCII); {_fix(path)}"
+        )
+    bits = token_bits(token)
+    if bits < TOKEN_MIN_BITS:
+        raise TokenFileError(
+            f"{where}: the token is too short ({len(token)} characters, about {bits:.0f} bits; "
+            f"{TOKEN_MIN_BITS} needed); {_fix(path)}"
         )
     return token

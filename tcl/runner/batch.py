@@ -22,7 +22,7 @@ from tcl.atomic import write_atomic
 from tcl.runner.api import JobSpec, RunnerState
 from tcl.runner.errors import InvalidSpec, RunnerError
 from tcl.runner.service import Runner, RunnerConfig
-from tcl.tokenfile import entropy_bits
+from tcl.tokenfile import TOKEN_MIN_BITS, token_bits
 
 if TYPE_CHECKING:
     from tcl.runner.signals import StopOnSignals
@@ -67,7 +67,7 @@ def load_spec(path: Path) -> SpecFile:
         if not isinstance(raw, dict):
             raise InvalidSpec("spec", f"{path}: a JSON object is expected")
         token = raw.pop(TOKEN_KEY, None)
-        if token is not None and (not isinstance(token, str) or entropy_bits(token) < 256):
+        if token is not None and (not isinstance(token, str) or token_bits(token) < TOKEN_MIN_BITS):
             raise InvalidSpec(TOKEN_KEY, f"{path}: {TOKEN_KEY} must be a random token string")
         spec = JobSpec.model_validate(raw)
     except ValueError as e:

@@ -11,7 +11,8 @@ import pytest
 from typer.testing import CliRunner
 
 from tcl.shim.main import app
-from tcl.shim.server import SettingsError, check_loopback, load_token, token_bits
+from tcl.shim.server import SettingsError, check_loopback, load_token
+from tcl.tokenfile import token_bits
 
 FLAGS = [
     "--host",
