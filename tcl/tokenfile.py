@@ -19,10 +19,12 @@ the check and the read.
 
 from __future__ import annotations
 
+import hmac
 import os
 import secrets
 import stat
 import string
+from collections.abc import Iterable
 from pathlib import Path
 
 from tcl.atomic import write_atomic
@@ -41,6 +43,16 @@ class TokenFileError(Exception):
 def new_token() -> str:
     """A fresh token: 32 random bytes, URL-safe base64 (43 characters, 258 bits)."""
     return secrets.token_urlsafe(32)
+
+
+def bearer_matches(headers: Iterable[tuple[bytes, bytes]], token: bytes) -> bool:
+    """Whether raw ASGI ``headers`` carry exactly one ``Authorization: Bearer <token>``."""
+    values = [v for k, v in headers if k == b"authorization"]
+    if len(values) != 1:  # none, or ambiguous
+        return False
+    scheme, _, given = values[0].partition(b" ")
+    # compare_digest: the time taken does not depend on how much of the token matched.
+    return scheme.lower() == b"bearer" and hmac.compare_digest(given.strip(), token)
 
 
 def token_bits(token: str) -> float:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -48,6 +47,7 @@ from tcl.runner.api import (
     StopRequest,
 )
 from tcl.runner.service import Runner
+from tcl.tokenfile import bearer_matches
 
 ERROR_STATUS: dict[type[errors.RunnerError], int] = {
     errors.InvalidRequest: 400,
@@ -261,8 +261,7 @@ class BearerAuth:
             await self.app(scope, receive, send)
             return
         headers = dict(scope["headers"])
-        scheme, _, given = headers.get(b"authorization", b"").partition(b" ")
-        if scheme.lower() != b"bearer" or not secrets.compare_digest(given.strip(), self.token):
+        if not bearer_matches(scope["headers"], self.token):
             if scope["type"] == "websocket":
                 # Closing before accept: the server answers the handshake with 403.
                 await send({"type": "websocket.close", "code": 1008})

@@ -12,7 +12,6 @@ exception tree to HTTP codes once, walking each exception's MRO. Starlette's own
 
 from __future__ import annotations
 
-import hmac
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -50,6 +49,7 @@ from tcl.shim.errors import (
     Unauthorized,
 )
 from tcl.shim.service import TaskService
+from tcl.tokenfile import bearer_matches
 
 log = logging.getLogger(__name__)
 
@@ -201,12 +201,7 @@ class BearerAuth:
             await response(scope, receive, send)
 
     def _authorized(self, scope: Scope) -> bool:
-        values = [v for k, v in scope.get("headers", []) if k == b"authorization"]
-        if len(values) != 1:  # none, or ambiguous
-            return False
-        scheme, _, given = values[0].partition(b" ")
-        # compare_digest: the time taken does not depend on how much of the token matched.
-        return scheme.lower() == b"bearer" and hmac.compare_digest(given.strip(), self._token)
+        return bearer_matches(scope.get("headers", []), self._token)
 
 
 class _BodyTooLarge(HTTPException):
