@@ -28,6 +28,12 @@ def _grace(text: str) -> float:
     return value
 
 
+def _env_path(name: str) -> Path | None:
+    """A path flag's default: the variable ``name`` when set and not empty."""
+    value = os.environ.get(name)
+    return Path(value) if value else None
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="tcl-runner", description="The tcl in-container agent.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -40,18 +46,14 @@ def _parser() -> argparse.ArgumentParser:
         sp.add_argument(
             "--ssh-env-file",
             type=Path,
-            default=Path(os.environ["TCL_RUNNER_SSH_ENV_FILE"])
-            if os.environ.get("TCL_RUNNER_SSH_ENV_FILE")
-            else None,
+            default=_env_path("TCL_RUNNER_SSH_ENV_FILE"),
             help="write the job's working dir and env (no secrets) here for ssh sessions "
             "(default: $TCL_RUNNER_SSH_ENV_FILE)",
         )
         sp.add_argument(
             "--code-cache",
             type=Path,
-            default=Path(os.environ["TCL_RUNNER_CODE_CACHE"])
-            if os.environ.get("TCL_RUNNER_CODE_CACHE")
-            else None,
+            default=_env_path("TCL_RUNNER_CODE_CACHE"),
             help="extracted code trees shared by this host's runners "
             "(default: $TCL_RUNNER_CODE_CACHE; none: extract each upload)",
         )
@@ -76,9 +78,7 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--token-file",
         type=Path,
-        default=Path(os.environ["TCL_RUNNER_TOKEN_FILE"])
-        if os.environ.get("TCL_RUNNER_TOKEN_FILE")
-        else None,
+        default=_env_path("TCL_RUNNER_TOKEN_FILE"),
         help="file holding the bearer token every route but the healthcheck requires "
         "(mode 0600; default: $TCL_RUNNER_TOKEN_FILE). Required: the runner listens where "
         "other users of the host can reach it",

@@ -21,6 +21,7 @@ from tcl.runner.api import RunnerState
 from tcl.runner.client import RunnerAPIError, RunnerClient
 from tcl.runner.events import EventLog
 from tcl.shim.api import TaskInfo, TaskSpec, TaskStatus, TerminationReason
+from tcl.shim.client import ShimClient
 from tests.integration.shim.conftest import ShimFactory
 from tests.integration.shim.harness import runner_client, start_job, wait_status
 
@@ -86,9 +87,19 @@ def _runner_pid(task_id: str) -> int:
     raise AssertionError(f"no runner process for task {task_id}")
 
 
-async def _held(c: object, task_id: str) -> list[int]:
-    host = await c.host()  # type: ignore[attr-defined]
+async def _held(c: ShimClient, task_id: str) -> list[int]:
+    host = await c.host()
     return [a.index for a in host.accelerators if a.task_id == task_id]
+
+
+async def _daemon_job(
+    c: ShimClient, task_id: str, accelerators: int, pid_file: Path, then: str
+) -> tuple[TaskInfo, int]:
+    """A running task whose job started a setsid daemon, then exits or stays; (task, daemon)."""
+    await c.submit_task(TaskSpec(id=task_id, accelerators=accelerators))
+    task = await wait_status(c, task_id, TaskStatus.RUNNING)
+    await start_job(task, ["python3", "-c", DAEMON, str(pid_file), then])
+    return task, _wait_pid(pid_file)
 
 
 async def test_a_finished_job_frees_its_accelerators_and_daemons_with_no_client(
@@ -97,10 +108,7 @@ async def test_a_finished_job_frees_its_accelerators_and_daemons_with_no_client(
     shim = await make_shim(*SHIM_ARGS, env=NO_DOCKER)
     pid_file = tmp_path / "daemon.pid"
     async with shim.client() as c:
-        task = await c.submit_task(TaskSpec(id="detached", accelerators=8))
-        task = await wait_status(c, "detached", TaskStatus.RUNNING)
-        await start_job(task, ["python3", "-c", DAEMON, str(pid_file), "exit"])
-        daemon = _wait_pid(pid_file)
+        task, daemon = await _daemon_job(c, "detached", 8, pid_file, "exit")
         # Nobody follows the run: the shim alone sees the job end and frees the 8 GPUs.
         done = await wait_status(c, "detached", TaskStatus.TERMINATED, timeout_s=30)
         assert done.termination_reason is TerminationReason.DONE and done.exit_code == 0
@@ -157,10 +165,7 @@ async def test_a_killed_or_frozen_runner_takes_its_job_and_daemons_with_it(
     shim = await make_shim(*SHIM_ARGS, env=NO_DOCKER)
     pid_file = tmp_path / "daemon.pid"
     async with shim.client() as c:
-        task = await c.submit_task(TaskSpec(id="victim", accelerators=1))
-        task = await wait_status(c, "victim", TaskStatus.RUNNING)
-        await start_job(task, ["python3", "-c", DAEMON, str(pid_file), "stay"])
-        daemon = _wait_pid(pid_file)
+        task, daemon = await _daemon_job(c, "victim", 1, pid_file, "stay")
         job = psutil.Process(daemon).ppid()  # the job: sleeping, in a session of its own
         assert os.getsid(job) == job != os.getsid(_runner_pid("victim"))
         runner_pid = _runner_pid("victim")
