@@ -38,12 +38,30 @@ def runner_image() -> str:
     tag = runner_image_tag()
     probe = subprocess.run([DOCKER_CLI, "image", "inspect", tag], capture_output=True, check=False)
     if probe.returncode != 0:
-        subprocess.run(["bash", str(REPO / "scripts/testbed/base-image.sh")], check=True,
-                       env={**os.environ, "IMAGE": BASE_IMAGE}, capture_output=True)
-        subprocess.run([DOCKER_CLI, "build", "-q", "--force-rm", "--build-arg",
-                        f"BASE_IMAGE={BASE_IMAGE}", "-f", str(REPO / "Dockerfile.runner"),
-                        "-t", tag, str(REPO)], check=True, capture_output=True,
-                       env={**os.environ, "DOCKER_BUILDKIT": "1"})
+        subprocess.run(
+            ["bash", str(REPO / "scripts/testbed/base-image.sh")],
+            check=True,
+            env={**os.environ, "IMAGE": BASE_IMAGE},
+            capture_output=True,
+        )
+        subprocess.run(
+            [
+                DOCKER_CLI,
+                "build",
+                "-q",
+                "--force-rm",
+                "--build-arg",
+                f"BASE_IMAGE={BASE_IMAGE}",
+                "-f",
+                str(REPO / "Dockerfile.runner"),
+                "-t",
+                tag,
+                str(REPO),
+            ],
+            check=True,
+            capture_output=True,
+            env={**os.environ, "DOCKER_BUILDKIT": "1"},
+        )
     return tag
 
 
@@ -55,10 +73,23 @@ class ShimProcess:
         token_file.write_text(TOKEN)
         token_file.chmod(0o600)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tcl.shim.main", "--port", str(self.port), "--state-dir",
-             str(self.dir / "state"), "--token-file", str(token_file), "--log-level", "warning",
-             *args],
-            env={**os.environ, **(env or {})}, cwd=REPO)
+            [
+                sys.executable,
+                "-m",
+                "tcl.shim.main",
+                "--port",
+                str(self.port),
+                "--state-dir",
+                str(self.dir / "state"),
+                "--token-file",
+                str(token_file),
+                "--log-level",
+                "warning",
+                *args,
+            ],
+            env={**os.environ, **(env or {})},
+            cwd=REPO,
+        )
 
     @property
     def url(self) -> str:
@@ -121,6 +152,8 @@ async def submit_until_healthy(
 
 def report(name: str, shim_s: list[float], base_s: list[float], target: float) -> None:
     ms, mb = statistics.median(shim_s), statistics.median(base_s)
-    print(f"{name}: shim median {ms * 1000:.0f} ms (runs {[round(x * 1000) for x in shim_s]}), "
-          f"baseline median {mb * 1000:.0f} ms (runs {[round(x * 1000) for x in base_s]})")
+    print(
+        f"{name}: shim median {ms * 1000:.0f} ms (runs {[round(x * 1000) for x in shim_s]}), "
+        f"baseline median {mb * 1000:.0f} ms (runs {[round(x * 1000) for x in base_s]})"
+    )
     print(f"ratio shim/baseline = {ms / mb:.2f} (target <= {target})")

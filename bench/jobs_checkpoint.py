@@ -30,8 +30,10 @@ def make_tree(total_mb: int) -> dict[str, jax.Array]:
     n_leaves = 16
     per_leaf = total_mb * 2**20 // 4 // n_leaves
     key = jax.random.key(0)
-    return {f"layer_{i:02d}": jax.random.normal(jax.random.fold_in(key, i), (per_leaf,),
-                                                jnp.float32) for i in range(n_leaves)}
+    return {
+        f"layer_{i:02d}": jax.random.normal(jax.random.fold_in(key, i), (per_leaf,), jnp.float32)
+        for i in range(n_leaves)
+    }
 
 
 def numpy_save(directory: Path, tree: dict[str, jax.Array]) -> None:
@@ -68,18 +70,25 @@ def main() -> None:
         for r in range(a.repeats):
             npd, ckd = Path(root) / f"np{r}", Path(root) / f"ck{r}"
             rows["np_save"].append(timed(numpy_save, npd, tree))
-            rows["ck_save"].append(timed(ckpt.save, ckd, tree, {"steps": r}, {"name": "b"},
-                                         "x: 1\n", jax.random.key(r)))
+            rows["ck_save"].append(
+                timed(
+                    ckpt.save, ckd, tree, {"steps": r}, {"name": "b"}, "x: 1\n", jax.random.key(r)
+                )
+            )
             rows["np_load"].append(timed(numpy_load, npd, tree))
             rows["ck_load"].append(timed(lambda d: ckpt.load(d, tree)[0], ckd))
             shutil.rmtree(npd)
             shutil.rmtree(ckd)
     rate = {k: gb / statistics.median(v) for k, v in rows.items()}
     print(f"payload {gb:.3f} GB, dir {a.dir}, median of {a.repeats}")
-    print(f"save:    numpy {rate['np_save']:.2f} GB/s  checkpoint {rate['ck_save']:.2f} GB/s  "
-          f"ratio {rate['ck_save'] / rate['np_save']:.2f}  (target >= 0.5)")
-    print(f"restore: numpy {rate['np_load']:.2f} GB/s  checkpoint {rate['ck_load']:.2f} GB/s  "
-          f"ratio {rate['ck_load'] / rate['np_load']:.2f}  (target >= 0.5)")
+    print(
+        f"save:    numpy {rate['np_save']:.2f} GB/s  checkpoint {rate['ck_save']:.2f} GB/s  "
+        f"ratio {rate['ck_save'] / rate['np_save']:.2f}  (target >= 0.5)"
+    )
+    print(
+        f"restore: numpy {rate['np_load']:.2f} GB/s  checkpoint {rate['ck_load']:.2f} GB/s  "
+        f"ratio {rate['ck_load'] / rate['np_load']:.2f}  (target >= 0.5)"
+    )
 
 
 if __name__ == "__main__":

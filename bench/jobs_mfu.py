@@ -33,11 +33,13 @@ class RandomTokens:
     def __init__(self, seed: int) -> None:
         self.seed = seed
 
-    def batch(self, step: int, batch_size: int, seq_len: int, split: str = "train",
-              shard: int = 0) -> np.ndarray:
+    def batch(
+        self, step: int, batch_size: int, seq_len: int, split: str = "train", shard: int = 0
+    ) -> np.ndarray:
         rng = np.random.default_rng([self.seed, step, shard])
-        out: np.ndarray = rng.integers(0, self.vocab_size, (batch_size, seq_len + 1),
-                                       dtype=np.int32)
+        out: np.ndarray = rng.integers(
+            0, self.vocab_size, (batch_size, seq_len + 1), dtype=np.int32
+        )
         return out
 
 
@@ -58,30 +60,52 @@ def main() -> int:
     if backend == "cpu" and not a.smoke:
         print("jobs_mfu: no GPU/TPU here (backend cpu); run it on an H100/H200, or --smoke")
         return 0
-    arch = (["architecture/block_size=64", "architecture/n_layers=2", "architecture/d_model=64",
-             "architecture/n_heads=4", "architecture/vocab_size=50304",
-             "architecture/attention_impl=null", "logging/peak_flops_per_device=1e11"]
-            if a.smoke else
-            ["architecture/block_size=1024", "architecture/n_layers=12",
-             "architecture/d_model=768", "architecture/n_heads=12",
-             "architecture/vocab_size=50304", "architecture/dtype=bfloat16",
-             f"architecture/attention_impl={'null' if a.attention == 'xla' else a.attention}",
-             f"architecture/remat={str(a.remat).lower()}"])
-    overrides = [*arch, "data/dataset=random_tokens", f"training/per_device_batch_size={a.batch}",
-                 f"training/total_steps={a.steps}", "logging/report_interval=10",
-                 "logging/validation_interval=0", "logging/checkpoint_interval=0",
-                 "logging/checkpoint_at_end=false"]
+    arch = (
+        [
+            "architecture/block_size=64",
+            "architecture/n_layers=2",
+            "architecture/d_model=64",
+            "architecture/n_heads=4",
+            "architecture/vocab_size=50304",
+            "architecture/attention_impl=null",
+            "logging/peak_flops_per_device=1e11",
+        ]
+        if a.smoke
+        else [
+            "architecture/block_size=1024",
+            "architecture/n_layers=12",
+            "architecture/d_model=768",
+            "architecture/n_heads=12",
+            "architecture/vocab_size=50304",
+            "architecture/dtype=bfloat16",
+            f"architecture/attention_impl={'null' if a.attention == 'xla' else a.attention}",
+            f"architecture/remat={str(a.remat).lower()}",
+        ]
+    )
+    overrides = [
+        *arch,
+        "data/dataset=random_tokens",
+        f"training/per_device_batch_size={a.batch}",
+        f"training/total_steps={a.steps}",
+        "logging/report_interval=10",
+        "logging/validation_interval=0",
+        "logging/checkpoint_interval=0",
+        "logging/checkpoint_at_end=false",
+    ]
     full, _ = load_config("gpt/train", None, overrides)
     with tempfile.TemporaryDirectory() as root, configuration(full):
         trainer = GPTTrainer(ExecutionSpec.local(root, "mfu"))
         trainer.run()
-        rows = [r for r in read_metrics(trainer.spec.logs_dir / "metrics.jsonl")
-                if r["kind"] == "train"][1:]
+        rows = [
+            r for r in read_metrics(trainer.spec.logs_dir / "metrics.jsonl") if r["kind"] == "train"
+        ][1:]
     n = trainer.n_params
     mfu = statistics.median(r["mfu"] for r in rows) if rows and rows[0]["mfu"] else None
     tps = statistics.median(r["tokens_per_s"] for r in rows)
-    print(f"device {jax.devices()[0].device_kind} x{jax.device_count()}, params {n / 1e6:.1f}M, "
-          f"seq {trainer.block_size}, batch/device {a.batch}, {tps:,.0f} tokens/s")
+    print(
+        f"device {jax.devices()[0].device_kind} x{jax.device_count()}, params {n / 1e6:.1f}M, "
+        f"seq {trainer.block_size}, batch/device {a.batch}, {tps:,.0f} tokens/s"
+    )
     if mfu is None:
         print("MFU: unknown peak for this chip")
         return 1

@@ -17,8 +17,9 @@ import tempfile
 import time
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
-os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false "
-                      "intra_op_parallelism_threads=1")
+os.environ.setdefault(
+    "XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+)
 
 import jax
 import jax.numpy as jnp
@@ -30,10 +31,16 @@ from tcl.jobs.run import load_config
 from tcl.jobs.spec import ExecutionSpec
 
 OVERRIDES = [
-    "architecture/block_size=64", "architecture/n_layers=2", "architecture/d_model=64",
-    "architecture/n_heads=4", "training/per_device_batch_size=16", "data/max_bytes=500000",
-    "logging/report_interval=50", "logging/validation_interval=0",
-    "logging/checkpoint_interval=0", "logging/checkpoint_at_end=false",
+    "architecture/block_size=64",
+    "architecture/n_layers=2",
+    "architecture/d_model=64",
+    "architecture/n_heads=4",
+    "training/per_device_batch_size=16",
+    "data/max_bytes=500000",
+    "logging/report_interval=50",
+    "logging/validation_interval=0",
+    "logging/checkpoint_interval=0",
+    "logging/checkpoint_at_end=false",
 ]
 
 
@@ -51,8 +58,11 @@ class HandLoop:
 
     def __init__(self, trainer: GPTTrainer) -> None:
         model, tx = trainer.model, trainer.tx
-        self.data, self.batch, self.block = trainer.dataset, trainer.global_batch, \
-            trainer.block_size
+        self.data, self.batch, self.block = (
+            trainer.dataset,
+            trainer.global_batch,
+            trainer.block_size,
+        )
         self.params = jax.tree.map(jnp.copy, trainer.state.params)
         self.opt_state = tx.init(self.params)
         self.i = 0
@@ -61,8 +71,7 @@ class HandLoop:
         def step(params, opt_state, tokens):  # type: ignore[no-untyped-def]
             def loss_fn(p):  # type: ignore[no-untyped-def]
                 logits = model.apply({"params": p}, tokens[:, :-1])
-                return optax.softmax_cross_entropy_with_integer_labels(
-                    logits, tokens[:, 1:]).mean()
+                return optax.softmax_cross_entropy_with_integer_labels(logits, tokens[:, 1:]).mean()
 
             loss, grads = jax.value_and_grad(loss_fn)(params)
             updates, opt_state = tx.update(grads, opt_state, params)

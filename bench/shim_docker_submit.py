@@ -30,9 +30,24 @@ async def docker_run_once(http: httpx.AsyncClient, image: str, i: int) -> float:
     port = free_port()
     name = f"tcl-bench-baseline-{port}-{i}"
     t0 = time.perf_counter()
-    await asyncio.to_thread(subprocess.run, [
-        DOCKER, "run", "-d", "--rm", "--name", name, "--label", "tcl-bench=1",
-        "-p", f"127.0.0.1:{port}:10999", image], check=True, capture_output=True)
+    await asyncio.to_thread(
+        subprocess.run,
+        [
+            DOCKER,
+            "run",
+            "-d",
+            "--rm",
+            "--name",
+            name,
+            "--label",
+            "tcl-bench=1",
+            "-p",
+            f"127.0.0.1:{port}:10999",
+            image,
+        ],
+        check=True,
+        capture_output=True,
+    )
     await wait_healthy(http, f"http://127.0.0.1:{port}/api/healthcheck")
     elapsed = time.perf_counter() - t0
     await asyncio.to_thread(subprocess.run, [DOCKER, "rm", "-f", name], capture_output=True)

@@ -27,10 +27,23 @@ async def by_hand_once(http: httpx.AsyncClient) -> float:
     with tempfile.TemporaryDirectory(prefix="tcl-bench-runner-") as state:
         _, token_file = write_token_file(Path(state))
         t0 = time.perf_counter()
-        proc = subprocess.Popen([RUNNER, "serve", "--host", "127.0.0.1", "--port", str(port),
-                                 "--state-dir", state, "--token-file", str(token_file)],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            [
+                RUNNER,
+                "serve",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--state-dir",
+                state,
+                "--token-file",
+                str(token_file),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         await wait_healthy(http, f"http://127.0.0.1:{port}/api/healthcheck")
         elapsed = time.perf_counter() - t0
         proc.terminate()
@@ -43,8 +56,9 @@ async def shim_once(shim: ShimProcess, http: httpx.AsyncClient, i: int) -> float
 
 
 async def main(rounds: int) -> None:
-    shim = ShimProcess("--executor", "process", "--runner-bin", RUNNER,
-                       "--reconcile-interval-s", "1")
+    shim = ShimProcess(
+        "--executor", "process", "--runner-bin", RUNNER, "--reconcile-interval-s", "1"
+    )
     await shim.wait()
     shim_s: list[float] = []
     base_s: list[float] = []

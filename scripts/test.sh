@@ -7,6 +7,7 @@ bash scripts/setup.sh
 bash scripts/testbed/dockerd-up.sh
 bash scripts/testbed/base-image.sh
 uv run --locked ruff check .
+uv run --locked ruff format --check .
 uv run --locked mypy
 set +e
 uv run --locked pytest "$@"

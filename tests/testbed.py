@@ -76,9 +76,17 @@ def runner_image(docker_client: Any, base_image: str) -> str:
     if probe.returncode != 0:
         proc = subprocess.run(
             [
-                DOCKER_CLI, "build", "-q", "--force-rm",
-                "--build-arg", f"BASE_IMAGE={base_image}",
-                "-f", str(REPO / "Dockerfile.runner"), "-t", tag, str(REPO),
+                DOCKER_CLI,
+                "build",
+                "-q",
+                "--force-rm",
+                "--build-arg",
+                f"BASE_IMAGE={base_image}",
+                "-f",
+                str(REPO / "Dockerfile.runner"),
+                "-t",
+                tag,
+                str(REPO),
             ],
             capture_output=True,
             text=True,

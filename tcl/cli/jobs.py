@@ -39,9 +39,8 @@ def cmd_run(
         list[str] | None, typer.Argument(help="key=value overrides (a/b=1).")
     ] = None,
     restore: Annotated[
-        str | None, typer.Option(
-            "--restore", help="Checkpoint path relative to OUT_DIR/checkpoints."
-        )
+        str | None,
+        typer.Option("--restore", help="Checkpoint path relative to OUT_DIR/checkpoints."),
     ] = None,
     name: Annotated[str | None, typer.Option("--name", help="Run name.")] = None,
     project: Annotated[str, typer.Option("--project")] = "default",

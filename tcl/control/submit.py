@@ -153,8 +153,10 @@ async def _place_and_start(
         try:
             task = await _wait_task(backend, task, obs)
             if task.ports.runner is None or not task.runner_token:
-                raise AgentError(f"task {task.id} reports no runner port or token (upgrade the "
-                                 f"shim on {cand.host}: tcl host setup)")
+                raise AgentError(
+                    f"task {task.id} reports no runner port or token (upgrade the "
+                    f"shim on {cand.host}: tcl host setup)"
+                )
             ctl.store.set_state(run_id, RunState.PROVISIONING)
             ctl.store.set_placement(run_id, cand.host, backend.kind, snap.sha256)
             handle = {"task_id": task.id, "runner_port": task.ports.runner,

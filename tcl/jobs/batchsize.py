@@ -62,27 +62,40 @@ def classify(returncode: int, output: str) -> ProbeOutcome:
     if returncode == 0:
         return ProbeOutcome.FITS
     tail = "\n".join(output.strip().splitlines()[-15:])
-    raise BatchSizeError(f"probe failed (exit {returncode}) without running out of memory:\n"
-                         f"{tail}")
+    raise BatchSizeError(f"probe failed (exit {returncode}) without running out of memory:\n{tail}")
 
 
-def subprocess_probe(key: str, config_path: Path | None, overrides: Sequence[str],
-                     timeout_s: float = 900.0) -> Probe:
+def subprocess_probe(
+    key: str, config_path: Path | None, overrides: Sequence[str], timeout_s: float = 900.0
+) -> Probe:
     """A probe that runs the job for a few steps in a child process with its own temp root."""
 
     def probe(batch_size: int) -> ProbeOutcome:
         with tempfile.TemporaryDirectory(prefix="tcl-bs-probe-") as root:
-            argv = [sys.executable, "-m", "tcl.jobs.launch", key,
-                    str(config_path) if config_path else "-", root, "--probe", "--fresh",
-                    *overrides]
-            env = {**os.environ, BATCH_SIZE_ENV: str(batch_size),
-                   "TCL_DISPATCH_ROOT_OVERRIDE": root}
+            argv = [
+                sys.executable,
+                "-m",
+                "tcl.jobs.launch",
+                key,
+                str(config_path) if config_path else "-",
+                root,
+                "--probe",
+                "--fresh",
+                *overrides,
+            ]
+            env = {
+                **os.environ,
+                BATCH_SIZE_ENV: str(batch_size),
+                "TCL_DISPATCH_ROOT_OVERRIDE": root,
+            }
             try:
-                done = subprocess.run(argv, env=env, capture_output=True, text=True,
-                                      timeout=timeout_s, check=False)
+                done = subprocess.run(
+                    argv, env=env, capture_output=True, text=True, timeout=timeout_s, check=False
+                )
             except subprocess.TimeoutExpired as e:
-                raise BatchSizeError(f"probe at batch size {batch_size} timed out after "
-                                     f"{timeout_s:.0f} s") from e
+                raise BatchSizeError(
+                    f"probe at batch size {batch_size} timed out after {timeout_s:.0f} s"
+                ) from e
             return classify(done.returncode, done.stdout + done.stderr)
 
     return probe
@@ -100,8 +113,9 @@ def cache_path() -> Path:
 
 
 def cache_key(model: str, chip: str, devices: int, extra: dict[str, Any] | None = None) -> str:
-    blob = json.dumps({"model": model, "chip": chip, "devices": devices, **(extra or {})},
-                      sort_keys=True)
+    blob = json.dumps(
+        {"model": model, "chip": chip, "devices": devices, **(extra or {})}, sort_keys=True
+    )
     return hashlib.sha256(blob.encode()).hexdigest()[:32]
 
 
@@ -128,8 +142,13 @@ def store(key: str, batch_size: int, chip: str, path: Path | None = None) -> Non
     write_json_atomic(p, {"version": CACHE_VERSION, "entries": entries})
 
 
-def resolve(key: str, probe: Probe, chip: str,
-            candidates: Sequence[int] = CANDIDATES, path: Path | None = None) -> tuple[int, bool]:
+def resolve(
+    key: str,
+    probe: Probe,
+    chip: str,
+    candidates: Sequence[int] = CANDIDATES,
+    path: Path | None = None,
+) -> tuple[int, bool]:
     """(batch size, from_cache): the cached size for `key`, or a fresh search that is stored."""
     hit = cached(key, path)
     if hit is not None:

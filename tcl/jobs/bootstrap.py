@@ -92,12 +92,15 @@ class _Stopper:
 
 
 def _probe_overrides(steps: int) -> list[str]:
-    return [f"training/total_steps={steps}", "logging/checkpoint_at_end=false",
-            "logging/checkpoint_interval=0", "logging/validation_interval=0"]
+    return [
+        f"training/total_steps={steps}",
+        "logging/checkpoint_at_end=false",
+        "logging/checkpoint_interval=0",
+        "logging/validation_interval=0",
+    ]
 
 
-def _resolve_batch_size(opts: LaunchOptions, full: DictConfig,
-                        overrides: list[str]) -> list[str]:
+def _resolve_batch_size(opts: LaunchOptions, full: DictConfig, overrides: list[str]) -> list[str]:
     training = full.get("training")
     if training is None or training.get("per_device_batch_size") != -1:
         return overrides
@@ -108,13 +111,17 @@ def _resolve_batch_size(opts: LaunchOptions, full: DictConfig,
 
     with configuration(full):
         model = configure(ModelConfig).cache_key()
-    extra = {"grad_accum_steps": training.get("grad_accum_steps", 1),
-             "model_parallel": full.get("mesh", {}).get("model_parallel", 1)}
+    extra = {
+        "grad_accum_steps": training.get("grad_accum_steps", 1),
+        "model_parallel": full.get("mesh", {}).get("model_parallel", 1),
+    }
     key = batchsize.cache_key(model, chip_name(), jax.device_count(), extra)
     probe = batchsize.subprocess_probe(opts.key, opts.config_path, list(opts.overrides))
     size, from_cache = batchsize.resolve(key, probe, chip_name())
-    print(f"tcl.jobs: per_device_batch_size = {size} ({'cached' if from_cache else 'searched'})",
-          flush=True)
+    print(
+        f"tcl.jobs: per_device_batch_size = {size} ({'cached' if from_cache else 'searched'})",
+        flush=True,
+    )
     return [*overrides, f"training/per_device_batch_size={size}"]
 
 
@@ -124,8 +131,10 @@ def launch(opts: LaunchOptions) -> int:
     env_bs = os.environ.get(batchsize.BATCH_SIZE_ENV)
     if env_bs:
         if not env_bs.strip().isdigit():
-            raise ConfigError(f"${batchsize.BATCH_SIZE_ENV}={env_bs!r} is not a positive integer",
-                              key="training/per_device_batch_size")
+            raise ConfigError(
+                f"${batchsize.BATCH_SIZE_ENV}={env_bs!r} is not a positive integer",
+                key="training/per_device_batch_size",
+            )
         overrides.append(f"training/per_device_batch_size={int(env_bs)}")
     if opts.probe:
         overrides += _probe_overrides(batchsize.PROBE_STEPS)
@@ -134,8 +143,13 @@ def launch(opts: LaunchOptions) -> int:
     full, explicit = load_config(opts.key, opts.config_path, overrides)
 
     run_id = opts.run_id or os.environ.get(RUN_ID_ENV) or default_run_id()
-    spec = ExecutionSpec.local(opts.out_dir, opts.name or opts.key.replace("/", "-"),
-                               opts.project, opts.group, run_id=run_id)
+    spec = ExecutionSpec.local(
+        opts.out_dir,
+        opts.name or opts.key.replace("/", "-"),
+        opts.project,
+        opts.group,
+        run_id=run_id,
+    )
     status = StatusFile(spec.status_dir / "metadata.json")
     status.set(RunStatus.RUNNING, run_id=run_id, key=opts.key, attempt_started_at=time.time())
     heartbeat = Heartbeat(status)
@@ -179,4 +193,3 @@ def _pick_restore(opts: LaunchOptions, spec: ExecutionSpec) -> str | None:
     if latest is not None:
         return str(Path(spec.scope) / latest)
     return opts.restore
-

@@ -61,8 +61,9 @@ def load_rng(path: Path) -> jax.Array | None:
         gauss = float(z["python_gauss"][0]) if has_gauss else None
         random.setstate((version, tuple(int(v) for v in z["python_state"]), gauss))
         pos, np_has_gauss = (int(v) for v in z["numpy_meta"])
-        np.random.set_state(("MT19937", z["numpy_keys"], pos, np_has_gauss,
-                             float(z["numpy_gauss"][0])))
+        np.random.set_state(
+            ("MT19937", z["numpy_keys"], pos, np_has_gauss, float(z["numpy_gauss"][0]))
+        )
         if "jax_key_data" not in z:
             return None
         key: jax.Array = jax.random.wrap_key_data(z["jax_key_data"], impl=str(z["jax_key_impl"]))
@@ -135,8 +136,9 @@ logging.getLogger("absl").addFilter(_NoOcdbtMergeNotice())
 def _checkpointer() -> ocp.Checkpointer:
     """Synchronous PyTree checkpointer: no compression, no OCDBT, up to 4 GB in flight on
     restore (about 1.6x faster restores than the default here; bench/jobs_checkpoint.py)."""
-    handler = ocp.PyTreeCheckpointHandler(use_ocdbt=False, use_compression=False,
-                                          restore_concurrent_gb=RESTORE_CONCURRENT_GB)
+    handler = ocp.PyTreeCheckpointHandler(
+        use_ocdbt=False, use_compression=False, restore_concurrent_gb=RESTORE_CONCURRENT_GB
+    )
     return ocp.Checkpointer(handler)
 
 
@@ -158,8 +160,9 @@ def load_metadata(directory: Path) -> dict[str, Any]:
     return data
 
 
-def load(directory: Path, template: Any,
-         partial: bool = False) -> tuple[Any, dict[str, Any], jax.Array | None]:
+def load(
+    directory: Path, template: Any, partial: bool = False
+) -> tuple[Any, dict[str, Any], jax.Array | None]:
     """(tree, metadata, jax key): the tree takes the template's shapes, dtypes and shardings.
 
     `partial`: the template may name a subset of the saved tree (e.g. {"params": ...} of a
@@ -169,8 +172,10 @@ def load(directory: Path, template: Any,
     target = jax.tree.map(ocp.utils.to_shape_dtype_struct, template)
     checkpointer = _checkpointer()
     args = ocp.args.PyTreeRestore(
-        item=target, restore_args=ocp.checkpoint_utils.construct_restore_args(target),
-        partial_restore=partial)
+        item=target,
+        restore_args=ocp.checkpoint_utils.construct_restore_args(target),
+        partial_restore=partial,
+    )
     try:
         tree = checkpointer.restore(directory / TREE_DIR, args=args)
     finally:

@@ -64,8 +64,9 @@ class FieldInfo:
 
 def _check_path(path: str) -> None:
     if not all(_SEGMENT.match(s) for s in path.split("/")):
-        raise ConfigError("a config path is segments of [A-Za-z_][A-Za-z0-9_]* joined by '/'",
-                          key=path)
+        raise ConfigError(
+            "a config path is segments of [A-Za-z_][A-Za-z0-9_]* joined by '/'", key=path
+        )
 
 
 def _join(prefix: str, path: str) -> str:
@@ -118,8 +119,9 @@ def _merge_schemas(schemas: Iterable[Mapping[str, FieldInfo]]) -> dict[str, Fiel
         parts = path.split("/")
         for i in range(1, len(parts)):
             if "/".join(parts[:i]) in leaves:
-                raise ConfigError(f"is both a value and a section ({'/'.join(parts[:i])})",
-                                  key=path)
+                raise ConfigError(
+                    f"is both a value and a section ({'/'.join(parts[:i])})", key=path
+                )
     return merged
 
 
@@ -226,8 +228,11 @@ def check_keys(
                 continue
             line = (lines or {}).get(path)
             why = "is a section, not a value" if path in sections else "is not declared"
-            raise ConfigError(why + " by any config class of this job" + _nearest(path, schema),
-                              key=path, line=line)
+            raise ConfigError(
+                why + " by any config class of this job" + _nearest(path, schema),
+                key=path,
+                line=line,
+            )
 
     walk(tree, "")
 
@@ -340,7 +345,8 @@ def to_yaml(cfg: DictConfig) -> str:
 
 
 def merge(*trees: DictConfig | Mapping[str, Any]) -> DictConfig:
-    out = OmegaConf.merge(*[OmegaConf.create(dict(t)) if isinstance(t, Mapping) else t
-                            for t in trees])
+    out = OmegaConf.merge(
+        *[OmegaConf.create(dict(t)) if isinstance(t, Mapping) else t for t in trees]
+    )
     assert isinstance(out, DictConfig)
     return out

@@ -30,8 +30,9 @@ class DataConfig:
 class TokenDataset(Protocol):
     vocab_size: int
 
-    def batch(self, step: int, batch_size: int, seq_len: int, split: str = "train",
-              shard: int = 0) -> np.ndarray:
+    def batch(
+        self, step: int, batch_size: int, seq_len: int, split: str = "train", shard: int = 0
+    ) -> np.ndarray:
         """int32 tokens [batch_size, seq_len + 1] (inputs are [:, :-1], targets [:, 1:])."""
         ...
 
@@ -52,8 +53,9 @@ def make_dataset(cfg: DataConfig) -> TokenDataset:
     try:
         factory = DATASETS[cfg.dataset]
     except KeyError:
-        raise ConfigError(f"unknown dataset {cfg.dataset!r} (known: {sorted(DATASETS)})",
-                          key="data/dataset") from None
+        raise ConfigError(
+            f"unknown dataset {cfg.dataset!r} (known: {sorted(DATASETS)})", key="data/dataset"
+        ) from None
     return factory(cfg)
 
 
@@ -68,12 +70,16 @@ class ByteCorpus:
         self.splits = {"train": arr[:-n_val], "val": arr[-n_val:]}
         self.seed = seed
 
-    def batch(self, step: int, batch_size: int, seq_len: int, split: str = "train",
-              shard: int = 0) -> np.ndarray:
+    def batch(
+        self, step: int, batch_size: int, seq_len: int, split: str = "train", shard: int = 0
+    ) -> np.ndarray:
         data = self.splits[split]
         if len(data) <= seq_len + 1:
-            raise ConfigError(f"the {split} split has {len(data)} tokens, fewer than "
-                              f"block_size + 1 = {seq_len + 1}", key="data/max_bytes")
+            raise ConfigError(
+                f"the {split} split has {len(data)} tokens, fewer than "
+                f"block_size + 1 = {seq_len + 1}",
+                key="data/max_bytes",
+            )
         rng = np.random.default_rng([self.seed, 0 if split == "train" else 1, step, shard])
         starts = rng.integers(0, len(data) - seq_len - 1, size=batch_size)
         idx = starts[:, None] + np.arange(seq_len + 1)[None, :]

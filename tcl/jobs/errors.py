@@ -1,11 +1,11 @@
 """The tcl.jobs exception tree.
 
-    JobsError
-    ├── ConfigError          a config key, value or class declaration is wrong
-    ├── RegistryError        a job key is unknown or registered twice
-    ├── CheckpointError      a checkpoint is missing, incomplete or would be clobbered
-    ├── BatchSizeError       the auto batch-size search could not finish
-    └── JobPreempted         the job stopped on SIGTERM/SIGINT (after checkpointing, if it can)
+JobsError
+├── ConfigError          a config key, value or class declaration is wrong
+├── RegistryError        a job key is unknown or registered twice
+├── CheckpointError      a checkpoint is missing, incomplete or would be clobbered
+├── BatchSizeError       the auto batch-size search could not finish
+└── JobPreempted         the job stopped on SIGTERM/SIGINT (after checkpointing, if it can)
 """
 
 from __future__ import annotations

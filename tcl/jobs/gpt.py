@@ -41,11 +41,13 @@ class GPTSample(InferenceJob[SampleConfig, Transformer]):
         import jax
 
         a = self.args
-        samples = self.rollout(a.prompts, a.max_new_tokens, a.temperature,
-                               jax.random.key(a.seed))
+        samples = self.rollout(a.prompts, a.max_new_tokens, a.temperature, jax.random.key(a.seed))
         if self.main_process():
             for prompt, text in zip(a.prompts, samples, strict=True):
                 print(json.dumps({"prompt": prompt, "sample": text}), flush=True)
             with self.spec.result("samples.json") as f:
-                json.dump([{"prompt": p, "sample": s} for p, s in
-                           zip(a.prompts, samples, strict=True)], f, indent=2)
+                json.dump(
+                    [{"prompt": p, "sample": s} for p, s in zip(a.prompts, samples, strict=True)],
+                    f,
+                    indent=2,
+                )

@@ -53,15 +53,19 @@ class InferenceJob(RestoreableJob[C], Generic[C, M]):
         self.model = self.MODEL(self.model_cfg, compute_dtype(self.model_cfg.dtype))
         self.block_size = self.model_cfg.block_size
         dummy = jnp.zeros((1, self.block_size), jnp.int32)
-        abstract = jax.eval_shape(lambda k: self.model.init(k, dummy)["params"],
-                                  jax.random.key(0))
+        abstract = jax.eval_shape(lambda k: self.model.init(k, dummy)["params"], jax.random.key(0))
         self.state_sharding = logical_shardings(abstract, self.mesh)
-        template = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
-                                nn.meta.unbox(abstract), self.state_sharding)
-        tree, metadata = self.get_tree_and_metadata_from_path(rel_path, {"params": template},
-                                                              partial=True)
-        self.state = train_state.TrainState.create(apply_fn=self.model.apply,
-                                                   params=tree["params"], tx=optax.identity())
+        template = jax.tree.map(
+            lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
+            nn.meta.unbox(abstract),
+            self.state_sharding,
+        )
+        tree, metadata = self.get_tree_and_metadata_from_path(
+            rel_path, {"params": template}, partial=True
+        )
+        self.state = train_state.TrainState.create(
+            apply_fn=self.model.apply, params=tree["params"], tx=optax.identity()
+        )
         self.replicas = self.mesh.shape["data"]
         self.local_replicas = self.replicas // jax.process_count()
         cfg = current_config()
@@ -89,29 +93,39 @@ class InferenceJob(RestoreableJob[C], Generic[C, M]):
         return job
 
     @staticmethod
-    def forward(state: train_state.TrainState, params: Any, batch: tuple[Any, ...],
-                mutable: bool | list[str] = False,
-                extra_variables: dict[str, Any] | None = None) -> Any:
+    def forward(
+        state: train_state.TrainState,
+        params: Any,
+        batch: tuple[Any, ...],
+        mutable: bool | list[str] = False,
+        extra_variables: dict[str, Any] | None = None,
+    ) -> Any:
         """Logits for `batch` = (x, y, padding_mask); with `mutable`, also the new variables."""
         x, _y, mask = batch
         variables = {"params": params, **(extra_variables or {})}
         return state.apply_fn(variables, x, valid_BT=mask, mutable=mutable)
 
     @staticmethod
-    def pad(seqs: Sequence[Sequence[int]], pad_token: int = 0,
-            pad_to: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def pad(
+        seqs: Sequence[Sequence[int]], pad_token: int = 0, pad_to: int | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Left-pad to one length: (tokens [B, L] int32, mask [B, L] bool, True = real)."""
         length = max([len(s) for s in seqs] + [pad_to or 0])
         tokens = np.full((len(seqs), length), pad_token, np.int32)
         mask = np.zeros((len(seqs), length), bool)
         for i, s in enumerate(seqs):
             if s:
-                tokens[i, length - len(s):] = s
-                mask[i, length - len(s):] = True
+                tokens[i, length - len(s) :] = s
+                mask[i, length - len(s) :] = True
         return tokens, mask
 
-    def rollout(self, inputs: Sequence[str] | Sequence[Sequence[int]], max_new_tokens: int,
-                temperature: float = 0.0, key: jax.Array | None = None) -> list[Any]:
+    def rollout(
+        self,
+        inputs: Sequence[str] | Sequence[Sequence[int]],
+        max_new_tokens: int,
+        temperature: float = 0.0,
+        key: jax.Array | None = None,
+    ) -> list[Any]:
         """Generate `max_new_tokens` after each input (greedy when temperature is 0).
 
         Strings in → strings out (byte encoding); token lists in → token lists out.
@@ -122,20 +136,36 @@ class InferenceJob(RestoreableJob[C], Generic[C, M]):
             raise ConfigError("every rollout input needs at least one token")
         tokens, mask = self.pad(seqs)
         if tokens.shape[1] + max_new_tokens > self.block_size:
-            raise ConfigError(f"prompt ({tokens.shape[1]}) + max_new_tokens ({max_new_tokens}) "
-                              f"exceeds block_size {self.block_size}",
-                              key="architecture/block_size")
+            raise ConfigError(
+                f"prompt ({tokens.shape[1]}) + max_new_tokens ({max_new_tokens}) "
+                f"exceeds block_size {self.block_size}",
+                key="architecture/block_size",
+            )
         key = key if key is not None else jax.random.key(0)
         with jax.set_mesh(self.mesh), nn.logical_axis_rules(RULES):
-            out = _generate(self.model, self.state.params, jnp.asarray(tokens),
-                            jnp.asarray(mask), key, max_new_tokens, float(temperature))
+            out = _generate(
+                self.model,
+                self.state.params,
+                jnp.asarray(tokens),
+                jnp.asarray(mask),
+                key,
+                max_new_tokens,
+                float(temperature),
+            )
         new = np.asarray(jax.device_get(out))
         return [decode(row) if as_text else row.tolist() for row in new]
 
 
 @functools.partial(jax.jit, static_argnums=(0, 5, 6))
-def _generate(model: nn.Module, params: Any, tokens_BP: jax.Array, valid_BP: jax.Array,
-              key: jax.Array, n_new: int, temperature: float) -> jax.Array:
+def _generate(
+    model: nn.Module,
+    params: Any,
+    tokens_BP: jax.Array,
+    valid_BP: jax.Array,
+    key: jax.Array,
+    n_new: int,
+    temperature: float,
+) -> jax.Array:
     """Prefill the cache with the prompt, then decode `n_new` tokens one at a time."""
     pos_BP = jnp.maximum(jnp.cumsum(valid_BP, axis=1) - 1, 0).astype(jnp.int32)
 
@@ -145,19 +175,26 @@ def _generate(model: nn.Module, params: Any, tokens_BP: jax.Array, valid_BP: jax
         return jax.random.categorical(k, logits_BV / temperature).astype(jnp.int32)
 
     # No "cache" collection yet: the first decode call creates it (empty) and fills the prompt.
-    logits, upd = model.apply({"params": params}, tokens_BP, pos_BP, valid_BP, decode=True,
-                              mutable=["cache"])
+    logits, upd = model.apply(
+        {"params": params}, tokens_BP, pos_BP, valid_BP, decode=True, mutable=["cache"]
+    )
     first = pick(logits[:, -1], jax.random.fold_in(key, 0))
 
     def body(carry: Any, i: jax.Array) -> Any:
         cache, tok_B, pos_B = carry
-        logits, upd = model.apply({"params": params, "cache": cache}, tok_B[:, None],
-                                  pos_B[:, None], jnp.ones_like(tok_B[:, None], bool),
-                                  decode=True, mutable=["cache"])
+        logits, upd = model.apply(
+            {"params": params, "cache": cache},
+            tok_B[:, None],
+            pos_B[:, None],
+            jnp.ones_like(tok_B[:, None], bool),
+            decode=True,
+            mutable=["cache"],
+        )
         nxt = pick(logits[:, -1], jax.random.fold_in(key, i))
         return (upd["cache"], nxt, pos_B + 1), tok_B
 
-    _, toks_NB = jax.lax.scan(body, (upd["cache"], first, pos_BP[:, -1] + 1),
-                              jnp.arange(1, n_new + 1))
+    _, toks_NB = jax.lax.scan(
+        body, (upd["cache"], first, pos_BP[:, -1] + 1), jnp.arange(1, n_new + 1)
+    )
     out_BN: jax.Array = toks_NB.T
     return out_BN

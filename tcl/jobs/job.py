@@ -83,8 +83,9 @@ class BasicJob(abc.ABC, Generic[C]):
         return self.stop_event.is_set()
 
     @classmethod
-    def local(cls, root_dir: str | Path, name: str, project: str = "default",
-              group: str = "default") -> Self:
+    def local(
+        cls, root_dir: str | Path, name: str, project: str = "default", group: str = "default"
+    ) -> Self:
         """A job for this machine; uses the active configuration, or the defaults if none."""
         spec = ExecutionSpec.local(root_dir, name, project, group)
         try:
@@ -124,17 +125,20 @@ class CheckpointedJob(BasicJob[C]):
             raise CheckpointError(f"{rel_path} is not below {self.spec.checkpoints_dir}")
         return path
 
-    def get_tree_and_metadata_from_path(self, rel_path: str | Path, template_tree: Any,
-                                        partial: bool = False) -> tuple[Any, dict[str, Any]]:
+    def get_tree_and_metadata_from_path(
+        self, rel_path: str | Path, template_tree: Any, partial: bool = False
+    ) -> tuple[Any, dict[str, Any]]:
         tree, metadata, key = ckpt.load(self._abs(rel_path), template_tree, partial)
         if key is not None:
             self.key = key
         return tree, metadata
 
-    def get_tree_and_metadata(self, suffix: str | Path,
-                              template_tree: Any) -> tuple[Any, dict[str, Any]]:
+    def get_tree_and_metadata(
+        self, suffix: str | Path, template_tree: Any
+    ) -> tuple[Any, dict[str, Any]]:
         return self.get_tree_and_metadata_from_path(
-            self._get_checkpoint_rel_path(self.spec, suffix), template_tree)
+            self._get_checkpoint_rel_path(self.spec, suffix), template_tree
+        )
 
     def _guard_latest(self, target: Path) -> None:
         root = self.spec.checkpoints_dir.resolve()
@@ -145,23 +149,34 @@ class CheckpointedJob(BasicJob[C]):
             if current is not None and (parent / current).resolve() == target:
                 raise CheckpointError(
                     f"refusing to overwrite {target}: it is the `latest` checkpoint; save to a "
-                    "new suffix, then register it")
+                    "new suffix, then register it"
+                )
 
-    def save_tree_and_metadata_from_path(self, rel_path: str | Path, tree: Any,
-                                         metadata: dict[str, Any]) -> None:
+    def save_tree_and_metadata_from_path(
+        self, rel_path: str | Path, tree: Any, metadata: dict[str, Any]
+    ) -> None:
         target = self._abs(rel_path)
         self._guard_latest(target)
         if self.main_process():
             ckpt.clear_partial(target)
         _sync("tcl.jobs.save.start")
-        ckpt.save(target, tree, metadata, {**self.spec.to_json(), "job": self.KEY},
-                  OmegaConf.to_yaml(current_config()), self.key, self.main_process())
+        ckpt.save(
+            target,
+            tree,
+            metadata,
+            {**self.spec.to_json(), "job": self.KEY},
+            OmegaConf.to_yaml(current_config()),
+            self.key,
+            self.main_process(),
+        )
         _sync("tcl.jobs.save.end")
 
-    def save_tree_and_metadata(self, suffix: str | Path, tree: Any,
-                               metadata: dict[str, Any]) -> None:
+    def save_tree_and_metadata(
+        self, suffix: str | Path, tree: Any, metadata: dict[str, Any]
+    ) -> None:
         self.save_tree_and_metadata_from_path(
-            self._get_checkpoint_rel_path(self.spec, suffix), tree, metadata)
+            self._get_checkpoint_rel_path(self.spec, suffix), tree, metadata
+        )
 
     def get_metadata_from_path(self, rel_path: str | Path) -> dict[str, Any]:
         return ckpt.load_metadata(self._abs(rel_path))
@@ -196,8 +211,9 @@ class RestoreableJob(CheckpointedJob[C]):
         return ckpt.list_checkpoints(spec.checkpoints_dir / spec.scope)
 
     @classmethod
-    def from_checkpoint_path(cls, rel_path: str | Path, spec: ExecutionSpec,
-                             runtime_cfg: DictConfig | None = None) -> tuple[Self, DictConfig]:
+    def from_checkpoint_path(
+        cls, rel_path: str | Path, spec: ExecutionSpec, runtime_cfg: DictConfig | None = None
+    ) -> tuple[Self, DictConfig]:
         """Restore: saved config.yaml ⊕ runtime_cfg (only what the user set), then
         `job_cls(spec).restore_from_path(rel_path)` inside that configuration.
 
@@ -225,7 +241,9 @@ class RestoreableJob(CheckpointedJob[C]):
         return job, cfg  # type: ignore[return-value]
 
     @classmethod
-    def from_checkpoint(cls, suffix: str | Path, spec: ExecutionSpec,
-                        runtime_cfg: DictConfig | None = None) -> tuple[Self, DictConfig]:
-        return cls.from_checkpoint_path(cls._get_checkpoint_rel_path(spec, suffix), spec,
-                                        runtime_cfg)
+    def from_checkpoint(
+        cls, suffix: str | Path, spec: ExecutionSpec, runtime_cfg: DictConfig | None = None
+    ) -> tuple[Self, DictConfig]:
+        return cls.from_checkpoint_path(
+            cls._get_checkpoint_rel_path(spec, suffix), spec, runtime_cfg
+        )

@@ -29,16 +29,26 @@ def parse(argv: list[str]) -> LaunchOptions:
     p.add_argument("--probe", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_intermixed_args(argv)
     return LaunchOptions(
-        key=a.key, config_path=None if a.config == "-" else Path(a.config), out_dir=a.out_dir,
-        overrides=tuple(a.overrides), run_id=a.run_id, name=a.name, project=a.project,
-        group=a.group, restore=a.restore, fresh=a.fresh, probe=a.probe)
+        key=a.key,
+        config_path=None if a.config == "-" else Path(a.config),
+        out_dir=a.out_dir,
+        overrides=tuple(a.overrides),
+        run_id=a.run_id,
+        name=a.name,
+        project=a.project,
+        group=a.group,
+        restore=a.restore,
+        fresh=a.fresh,
+        probe=a.probe,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     # force: importing jax/absl has already configured the root logger. Our own loggers
     # (progress, metrics) at INFO; libraries (Orbax narrates every save) at WARNING.
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s",
-                        force=True)
+    logging.basicConfig(
+        level=logging.WARNING, format="%(asctime)s %(name)s %(message)s", force=True
+    )
     logging.getLogger("tcl").setLevel(logging.INFO)
     try:
         opts = parse(sys.argv[1:] if argv is None else argv)

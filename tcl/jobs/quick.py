@@ -1,9 +1,9 @@
 """quick(): run a job from a notebook.
 
-    with quick("gpt/train", "my-run", out_path="./out") as j:
-        j.config.training.lr = 1e-3
-        j.restore("default/default/old-run/step_00000200")   # optional
-        j()
+with quick("gpt/train", "my-run", out_path="./out") as j:
+    j.config.training.lr = 1e-3
+    j.restore("default/default/old-run/step_00000200")   # optional
+    j()
 """
 
 from __future__ import annotations
@@ -34,8 +34,7 @@ def _flat(tree: Any, prefix: str = "") -> dict[str, Any]:
 class QuickJob:
     """A configurable, restorable handle on one job (see `quick`)."""
 
-    def __init__(self, key: str, name: str, out_path: str | Path, project: str,
-                 group: str) -> None:
+    def __init__(self, key: str, name: str, out_path: str | Path, project: str, group: str) -> None:
         self.key = key
         self.job_cls = get_job(key)
         self.spec = ExecutionSpec.local(out_path, name, project, group)
@@ -76,6 +75,11 @@ class QuickJob:
 
 
 @contextlib.contextmanager
-def quick(key: str, name: str, out_path: str | Path = ".", project: str = "default",
-          group: str = "default") -> Iterator[QuickJob]:
+def quick(
+    key: str,
+    name: str,
+    out_path: str | Path = ".",
+    project: str = "default",
+    group: str = "default",
+) -> Iterator[QuickJob]:
     yield QuickJob(key, name, out_path, project, group)

@@ -69,6 +69,12 @@ def list_jobs() -> list[JobListing]:
     for key, cls in sorted(JOBS.items()):
         kinds = [b.__name__ for b in cls.__mro__ if b.__module__.startswith("tcl.jobs.")]
         doc = (cls.__doc__ or "").strip().splitlines()
-        out.append(JobListing(key, f"{cls.__module__}.{cls.__qualname__}",
-                              kinds[0] if kinds else "BasicJob", doc[0] if doc else ""))
+        out.append(
+            JobListing(
+                key,
+                f"{cls.__module__}.{cls.__qualname__}",
+                kinds[0] if kinds else "BasicJob",
+                doc[0] if doc else "",
+            )
+        )
     return out

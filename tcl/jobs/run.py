@@ -13,20 +13,27 @@ from tcl.jobs.registry import get_job
 from tcl.jobs.spec import ExecutionSpec
 
 
-def load_config(key: str, config_path: str | Path | None,
-                overrides: Sequence[str] = ()) -> tuple[DictConfig, DictConfig]:
+def load_config(
+    key: str, config_path: str | Path | None, overrides: Sequence[str] = ()
+) -> tuple[DictConfig, DictConfig]:
     """(full, explicit) config of job `key` from a YAML file and KEY=VALUE overrides."""
     job_cls = get_job(key)
     text = Path(config_path).read_text() if config_path else None
-    full, explicit = build_config(job_cls.config_classes(), text, overrides,
-                                  source=str(config_path or "<defaults>"))
+    full, explicit = build_config(
+        job_cls.config_classes(), text, overrides, source=str(config_path or "<defaults>")
+    )
     full.job = key
     explicit.job = key
     return full, explicit
 
 
-def make_job(key: str, spec: ExecutionSpec, full: DictConfig, explicit: DictConfig,
-             restore: str | None = None) -> tuple[BasicJob[object], DictConfig]:
+def make_job(
+    key: str,
+    spec: ExecutionSpec,
+    full: DictConfig,
+    explicit: DictConfig,
+    restore: str | None = None,
+) -> tuple[BasicJob[object], DictConfig]:
     """The job instance and the config it must run under (restored when `restore` is set)."""
     job_cls = get_job(key)
     if restore is not None:
@@ -39,10 +46,16 @@ def make_job(key: str, spec: ExecutionSpec, full: DictConfig, explicit: DictConf
         return job_cls(spec), full
 
 
-def run_job(key: str, config_path: str | Path | None, out_dir: str | Path,
-            restore: str | None = None, overrides: Sequence[str] = (),
-            name: str | None = None, project: str = "default",
-            group: str = "default") -> BasicJob[object]:
+def run_job(
+    key: str,
+    config_path: str | Path | None,
+    out_dir: str | Path,
+    restore: str | None = None,
+    overrides: Sequence[str] = (),
+    name: str | None = None,
+    project: str = "default",
+    group: str = "default",
+) -> BasicJob[object]:
     """Run job `key` in this process with outputs under `out_dir`; returns the finished job.
 
     `restore` is a checkpoint path relative to `out_dir/checkpoints` (e.g.

@@ -34,8 +34,10 @@ class MeshConfig:
 def make_mesh(model_parallel: int = 1, devices: list[Any] | None = None) -> Mesh:
     devs = devices if devices is not None else jax.devices()
     if model_parallel < 1 or len(devs) % model_parallel:
-        raise ConfigError(f"{len(devs)} devices cannot be split into a model axis of "
-                          f"{model_parallel}", key="mesh/model_parallel")
+        raise ConfigError(
+            f"{len(devs)} devices cannot be split into a model axis of {model_parallel}",
+            key="mesh/model_parallel",
+        )
     grid = np.array(devs).reshape(len(devs) // model_parallel, model_parallel)
     return Mesh(grid, ("data", "model"))
 

@@ -35,14 +35,26 @@ class ExecutionSpec:
     run_id: str | None = None
 
     @classmethod
-    def local(cls, root_dir: str | Path, name: str, project: str = "default",
-              group: str = "default", run_id: str | None = None) -> ExecutionSpec:
+    def local(
+        cls,
+        root_dir: str | Path,
+        name: str,
+        project: str = "default",
+        group: str = "default",
+        run_id: str | None = None,
+    ) -> ExecutionSpec:
         root = Path(os.environ.get(ROOT_ENV) or root_dir).resolve()
         work = os.environ.get(WORK_ENV)
         log = os.environ.get(LOG_ENV)
-        return cls(name=name, project=project, group=group, root_dir=root,
-                   work_dir=Path(work).resolve() if work else None,
-                   log_dir=Path(log).resolve() if log else None, run_id=run_id)
+        return cls(
+            name=name,
+            project=project,
+            group=group,
+            root_dir=root,
+            work_dir=Path(work).resolve() if work else None,
+            log_dir=Path(log).resolve() if log else None,
+            run_id=run_id,
+        )
 
     @property
     def checkpoints_dir(self) -> Path:
@@ -63,12 +75,22 @@ class ExecutionSpec:
 
     @property
     def status_dir(self) -> Path:
-        return self.root_dir / "status" / self.project / self.group / self.name / (
-            self.run_id or "local")
+        return (
+            self.root_dir
+            / "status"
+            / self.project
+            / self.group
+            / self.name
+            / (self.run_id or "local")
+        )
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "project": self.project, "group": self.group,
-                "run_id": self.run_id}
+        return {
+            "name": self.name,
+            "project": self.project,
+            "group": self.group,
+            "run_id": self.run_id,
+        }
 
     def patched(self, saved: dict[str, Any]) -> ExecutionSpec:
         """This spec with the identity fields of a saved `job.json` (dirs stay ours)."""

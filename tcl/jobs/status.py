@@ -57,12 +57,17 @@ class StatusFile:
                 raise JobsError(f"status {self.status} → {status} is not allowed")
             now = time.time()
             if status is RunStatus.RUNNING and self.status is not RunStatus.RUNNING:
-                self.data.update(started_at=now, ended_at=None, exit_code=None, error=None,
-                                 pid=os.getpid(), host=socket.gethostname())
+                self.data.update(
+                    started_at=now,
+                    ended_at=None,
+                    exit_code=None,
+                    error=None,
+                    pid=os.getpid(),
+                    host=socket.gethostname(),
+                )
             if status is not RunStatus.RUNNING:
                 self.data["ended_at"] = now
-            self.data.update(fields, version=SCHEMA_VERSION, status=str(status),
-                             heartbeat_at=now)
+            self.data.update(fields, version=SCHEMA_VERSION, status=str(status), heartbeat_at=now)
             self.status = status
             write_json_atomic(self.path, self.data)
 

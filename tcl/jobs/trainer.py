@@ -73,12 +73,16 @@ def compute_dtype(name: str) -> Any:
 
 def check_model_parallel(cfg: ModelConfig, model_axis: int) -> None:
     """Every dimension the `model` axis splits must divide by its size."""
-    dims = {"architecture/n_heads": cfg.n_heads, "architecture/vocab_size": cfg.vocab_size,
-            "architecture/mlp_ratio": cfg.d_model * cfg.mlp_ratio}
+    dims = {
+        "architecture/n_heads": cfg.n_heads,
+        "architecture/vocab_size": cfg.vocab_size,
+        "architecture/mlp_ratio": cfg.d_model * cfg.mlp_ratio,
+    }
     for key, dim in dims.items():
         if dim % model_axis:
-            raise ConfigError(f"{dim} is not divisible by mesh/model_parallel {model_axis}",
-                              key=key)
+            raise ConfigError(
+                f"{dim} is not divisible by mesh/model_parallel {model_axis}", key=key
+            )
 
 
 def step_suffix(step: int) -> str:
@@ -106,8 +110,10 @@ class BaseTrainer(RestoreableJob[C], Generic[C, M]):
         self.mesh = make_mesh(configure(MeshConfig).model_parallel)
         check_model_parallel(self.model_cfg, self.mesh.shape["model"])
         if a.per_device_batch_size < 1:
-            raise ConfigError("must be ≥ 1 here (-1 is resolved by the launcher)",
-                              key="training/per_device_batch_size")
+            raise ConfigError(
+                "must be ≥ 1 here (-1 is resolved by the launcher)",
+                key="training/per_device_batch_size",
+            )
         self.replicas = self.mesh.shape["data"]
         self.per_device_batch_size = a.per_device_batch_size
         self.global_batch = a.per_device_batch_size * self.replicas
@@ -115,9 +121,10 @@ class BaseTrainer(RestoreableJob[C], Generic[C, M]):
         self.dataset: TokenDataset = self.make_dataset()
         self.model = self.MODEL(self.model_cfg, compute_dtype(self.model_cfg.dtype))
         self.key = jax.random.key(a.seed)
-        self.tx = optax.chain(optax.clip_by_global_norm(a.grad_clip),
-                              optax.adamw(self.schedule(), b1=0.9, b2=0.95,
-                                          weight_decay=a.weight_decay))
+        self.tx = optax.chain(
+            optax.clip_by_global_norm(a.grad_clip),
+            optax.adamw(self.schedule(), b1=0.9, b2=0.95, weight_decay=a.weight_decay),
+        )
         self.state, self.state_sharding = self._init_state()
         self.global_step_counter_ = 0
         self.best_val_score_ = float("-inf")
@@ -136,15 +143,19 @@ class BaseTrainer(RestoreableJob[C], Generic[C, M]):
         a = self.args
         warmup = min(a.warmup_steps, max(a.total_steps - 1, 0))
         return optax.warmup_cosine_decay_schedule(
-            0.0, a.lr, warmup, max(a.total_steps, warmup + 1), a.lr * a.min_lr_ratio)
+            0.0, a.lr, warmup, max(a.total_steps, warmup + 1), a.lr * a.min_lr_ratio
+        )
 
     def make_dataset(self) -> TokenDataset:
         return make_dataset(self.data_cfg)
 
     def loss(self, params: Any, tokens_BT1: jax.Array, key: jax.Array) -> jax.Array:
-        logits = self.model.apply({"params": params}, tokens_BT1[:, :-1],
-                                  deterministic=self.model_cfg.dropout == 0.0,
-                                  rngs={"dropout": key})
+        logits = self.model.apply(
+            {"params": params},
+            tokens_BT1[:, :-1],
+            deterministic=self.model_cfg.dropout == 0.0,
+            rngs={"dropout": key},
+        )
         losses = optax.softmax_cross_entropy_with_integer_labels(logits, tokens_BT1[:, 1:])
         loss: jax.Array = losses.mean()
         return loss
@@ -156,8 +167,9 @@ class BaseTrainer(RestoreableJob[C], Generic[C, M]):
 
         def init_boxed(key: jax.Array) -> TrainState:
             params = self.model.init(key, dummy)["params"]
-            state: TrainState = TrainState.create(apply_fn=self.model.apply, params=params,
-                                                  tx=self.tx)
+            state: TrainState = TrainState.create(
+                apply_fn=self.model.apply, params=params, tx=self.tx
+            )
             return state
 
         init_key = jax.random.fold_in(self.rng_key, 0x1217)
@@ -173,18 +185,22 @@ class BaseTrainer(RestoreableJob[C], Generic[C, M]):
     def _compile_train_step(self) -> Any:
         accum = self.args.grad_accum_steps
         if self.per_device_batch_size % accum:
-            raise ConfigError(f"per_device_batch_size {self.per_device_batch_size} is not "
-                              f"divisible by grad_accum_steps {accum}",
-                              key="training/grad_accum_steps")
+            raise ConfigError(
+                f"per_device_batch_size {self.per_device_batch_size} is not "
+                f"divisible by grad_accum_steps {accum}",
+                key="training/grad_accum_steps",
+            )
         grad_fn = jax.value_and_grad(self.loss)
 
-        def train_step(state: TrainState, tokens_ABT1: jax.Array,
-                       base_key: jax.Array) -> tuple[TrainState, dict[str, jax.Array]]:
+        def train_step(
+            state: TrainState, tokens_ABT1: jax.Array, base_key: jax.Array
+        ) -> tuple[TrainState, dict[str, jax.Array]]:
             # The step's key is derived on device: no extra host dispatch per step.
             key = jax.random.fold_in(base_key, state.step)
             if accum == 1:
                 loss, grads = grad_fn(state.params, tokens_ABT1[0], key)
             else:
+
                 def micro(carry: Any, xs: Any) -> Any:
                     tokens, i = xs
                     loss_i, grads_i = grad_fn(state.params, tokens, jax.random.fold_in(key, i))
@@ -197,9 +213,12 @@ class BaseTrainer(RestoreableJob[C], Generic[C, M]):
             return new_state, {"loss": loss, "grad_norm": optax.tree.norm(grads)}
 
         self.batch_sharding = batch_sharding(self.mesh, 3, batch_axis=1)
-        return jax.jit(train_step, in_shardings=(self.state_sharding, self.batch_sharding, None),
-                       out_shardings=(self.state_sharding, replicated(self.mesh)),
-                       donate_argnums=0)
+        return jax.jit(
+            train_step,
+            in_shardings=(self.state_sharding, self.batch_sharding, None),
+            out_shardings=(self.state_sharding, replicated(self.mesh)),
+            donate_argnums=0,
+        )
 
     # -- data -----------------------------------------------------------------------------
 
@@ -218,8 +237,9 @@ class BaseTrainer(RestoreableJob[C], Generic[C, M]):
     # -- checkpoints ----------------------------------------------------------------------
 
     def save(self, suffix: str, register: bool = True) -> None:
-        self.save_tree_and_metadata(suffix, self.state, {
-            "steps": self.global_step_counter_, "score": self.best_val_score_})
+        self.save_tree_and_metadata(
+            suffix, self.state, {"steps": self.global_step_counter_, "score": self.best_val_score_}
+        )
         if register:
             self.register(suffix)
             self._prune()
@@ -247,8 +267,10 @@ class BaseTrainer(RestoreableJob[C], Generic[C, M]):
     # -- the loop -------------------------------------------------------------------------
 
     def evaluate(self) -> float:
-        losses = [self._eval_step(self.state.params, self.batch(i, "val")[0])
-                  for i in range(self.args.validation_batches)]
+        losses = [
+            self._eval_step(self.state.params, self.batch(i, "val")[0])
+            for i in range(self.args.validation_batches)
+        ]
         return float(np.mean(jax.device_get(losses)))
 
     def run(self) -> None:
@@ -269,8 +291,9 @@ class BaseTrainer(RestoreableJob[C], Generic[C, M]):
                             self.save(suffix)
                         raise JobPreempted(suffix)
                     step = self.global_step_counter_
-                    self.state, metrics = self._train_step(self.state, self.batch(step),
-                                                           self.rng_key)
+                    self.state, metrics = self._train_step(
+                        self.state, self.batch(step), self.rng_key
+                    )
                     pending.append(metrics)
                     self.global_step_counter_ = step = step + 1
                     if step % a.report_interval == 0 or step == a.total_steps:
@@ -279,19 +302,26 @@ class BaseTrainer(RestoreableJob[C], Generic[C, M]):
                         now = time.perf_counter()
                         tps = tokens_per_step * (step - step_last) / max(now - t_last, 1e-9)
                         t_last, step_last = now, step
-                        writer.write({
-                            "kind": "train", "step": step,
-                            "loss": float(np.mean([m["loss"] for m in fetched])),
-                            "grad_norm": float(fetched[-1]["grad_norm"]),
-                            "lr": float(schedule(step - 1)), "tokens_per_s": round(tps, 1),
-                            "mfu": (flops_tok * tps / (peak * jax.device_count())
-                                    if peak else None)})
+                        writer.write(
+                            {
+                                "kind": "train",
+                                "step": step,
+                                "loss": float(np.mean([m["loss"] for m in fetched])),
+                                "grad_norm": float(fetched[-1]["grad_norm"]),
+                                "lr": float(schedule(step - 1)),
+                                "tokens_per_s": round(tps, 1),
+                                "mfu": (
+                                    flops_tok * tps / (peak * jax.device_count()) if peak else None
+                                ),
+                            }
+                        )
                     if a.validation_interval and step % a.validation_interval == 0:
                         self._validate(writer, step)
                     if a.checkpoint_interval and step % a.checkpoint_interval == 0:
                         self.save(step_suffix(step))
                 if a.checkpoint_at_end and self.latest(self.spec) != step_suffix(
-                        self.global_step_counter_):
+                    self.global_step_counter_
+                ):
                     self.save(step_suffix(self.global_step_counter_))
         finally:
             writer.close()
@@ -303,4 +333,3 @@ class BaseTrainer(RestoreableJob[C], Generic[C, M]):
             self.best_val_score_ = -val_loss
             if self.args.save_best:
                 self.save("best", register=False)
-

@@ -60,13 +60,17 @@ class Allocator:
             if len(free) != len(self._indices):
                 raise NoCapacity(
                     f"accelerators: all {len(self._indices)} asked for, {len(free)} free "
-                    f"(free: {free})", free)
+                    f"(free: {free})",
+                    free,
+                )
             return list(free)
         if isinstance(request, list):
             unknown = sorted(set(request) - set(self._indices))
             if unknown:
-                raise BadRequest(f"accelerators: no accelerator with index {unknown} on this "
-                                 f"host (indices: {self._indices})")
+                raise BadRequest(
+                    f"accelerators: no accelerator with index {unknown} on this "
+                    f"host (indices: {self._indices})"
+                )
             if len(set(request)) != len(request):
                 raise BadRequest(f"accelerators: index listed twice in {request}")
             taken = sorted(set(request) - set(free))
@@ -74,8 +78,9 @@ class Allocator:
                 raise NoCapacity(f"accelerators: {taken} not free (free: {free})", free)
             return sorted(request)
         if request > len(free):
-            raise NoCapacity(f"accelerators: {request} asked for, {len(free)} free "
-                             f"(free: {free})", free)
+            raise NoCapacity(
+                f"accelerators: {request} asked for, {len(free)} free (free: {free})", free
+            )
         if request == 0:
             return []
         free_set = set(free)

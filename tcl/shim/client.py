@@ -37,23 +37,37 @@ from tcl.shim.errors import (
 M = TypeVar("M", bound=BaseModel)
 _TASKS = TypeAdapter(list[TaskInfo])
 _BY_STATUS: dict[int, type[ShimError]] = {
-    401: Unauthorized, 404: NotFound, 409: Conflict, 422: BadRequest,
+    401: Unauthorized,
+    404: NotFound,
+    409: Conflict,
+    422: BadRequest,
 }
 
 
 class ShimClient:
-    def __init__(self, base_url: str, token: str, transport: httpx.AsyncBaseTransport | None = None,
-                 timeout_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        token: str,
+        transport: httpx.AsyncBaseTransport | None = None,
+        timeout_s: float = 30.0,
+    ) -> None:
         self._http = httpx.AsyncClient(
-            base_url=base_url.rstrip("/"), transport=transport, timeout=timeout_s,
+            base_url=base_url.rstrip("/"),
+            transport=transport,
+            timeout=timeout_s,
             headers={"Authorization": f"Bearer {token}"},
         )
 
     async def __aenter__(self) -> ShimClient:
         return self
 
-    async def __aexit__(self, exc_type: type[BaseException] | None,
-                        exc: BaseException | None, tb: TracebackType | None) -> None:
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         await self.aclose()
 
     async def aclose(self) -> None:
@@ -81,13 +95,19 @@ class ShimClient:
         return _parse(TaskInfo, await self._call("GET", f"/api/tasks/{task_id}"))
 
     async def terminate_task(
-        self, task_id: str, reason: TerminationReason = TerminationReason.STOPPED_BY_USER,
-        message: str = "", timeout_s: float = 10.0,
+        self,
+        task_id: str,
+        reason: TerminationReason = TerminationReason.STOPPED_BY_USER,
+        message: str = "",
+        timeout_s: float = 10.0,
     ) -> TaskInfo:
         req = TerminateRequest(reason=reason, message=message, timeout_s=timeout_s)
-        resp = await self._call("POST", f"/api/tasks/{task_id}/terminate",
-                                json=req.model_dump(mode="json"),
-                                timeout=timeout_s + (self._http.timeout.read or 30.0))
+        resp = await self._call(
+            "POST",
+            f"/api/tasks/{task_id}/terminate",
+            json=req.model_dump(mode="json"),
+            timeout=timeout_s + (self._http.timeout.read or 30.0),
+        )
         return _parse(TaskInfo, resp)
 
     async def remove_task(self, task_id: str) -> None:
@@ -98,8 +118,9 @@ class ShimClient:
         try:
             resp = await self._http.request(method, path, **kwargs)
         except httpx.TransportError as e:
-            raise ShimUnavailable(f"cannot reach the shim at {self._http.base_url}: "
-                                  f"{type(e).__name__}: {e}") from e
+            raise ShimUnavailable(
+                f"cannot reach the shim at {self._http.base_url}: {type(e).__name__}: {e}"
+            ) from e
         if resp.is_success:
             return resp
         raise _error_from(resp)
@@ -111,8 +132,15 @@ def _error_from(resp: httpx.Response) -> ShimError:
         code, detail = str(body["error"]), body["detail"]
     except (ValueError, KeyError, TypeError):
         return ProtocolError(f"shim answered HTTP {resp.status_code}: {resp.text[:200]}")
-    text = detail if isinstance(detail, str) else "; ".join(
-        f"{d.get('field') or d.get('loc')}: {d.get('msg')}" for d in detail if isinstance(d, dict))
+    text = (
+        detail
+        if isinstance(detail, str)
+        else "; ".join(
+            f"{d.get('field') or d.get('loc')}: {d.get('msg')}"
+            for d in detail
+            if isinstance(d, dict)
+        )
+    )
     if code == NoCapacity.code:
         return NoCapacity(text, free=list(body.get("free") or []))
     cls = BY_CODE.get(code) or _BY_STATUS.get(resp.status_code, ShimError)

@@ -80,8 +80,12 @@ def parse_gpu_query(text: str) -> list[Accelerator]:
         index, uuid, name, mem = cells
         gpus.append(
             Accelerator(
-                index=int(index), chip=chip_from_name(name), vendor="nvidia", name=name,
-                uuid=uuid, memory_bytes=(_mib(mem) or 0) * 2**20,
+                index=int(index),
+                chip=chip_from_name(name),
+                vendor="nvidia",
+                name=name,
+                uuid=uuid,
+                memory_bytes=(_mib(mem) or 0) * 2**20,
             )
         )
     return sorted(gpus, key=lambda a: a.index)
@@ -163,8 +167,11 @@ def parse_fake(spec: str) -> list[Accelerator]:
         if not chip or not sep or not count.isdigit() or int(count) < 1:
             raise BadRequest(f"--fake-accelerators: {part!r} is not CHIP:COUNT (e.g. h100:8)")
         for _ in range(int(count)):
-            out.append(Accelerator(index=len(out), chip=chip.lower(), vendor="fake",
-                                   name=f"fake {chip}", fake=True))
+            out.append(
+                Accelerator(
+                    index=len(out), chip=chip.lower(), vendor="fake", name=f"fake {chip}", fake=True
+                )
+            )
     return out
 
 
@@ -177,14 +184,17 @@ def discover_tpus(dev_dir: Path, accelerator_type: str | None) -> list[Accelerat
             found.append(int(p.name[5:]))
     if not found and (dev_dir / "vfio").is_dir():
         found = [int(p.name) for p in (dev_dir / "vfio").iterdir() if p.name.isdigit()]
-    return [Accelerator(index=i, chip=chip, vendor="tpu", name=f"TPU {chip} chip {i}")
-            for i in range(len(found))]
+    return [
+        Accelerator(index=i, chip=chip, vendor="tpu", name=f"TPU {chip} chip {i}")
+        for i in range(len(found))
+    ]
 
 
 def tpu_device_paths(dev_dir: Path) -> list[str]:
     """The device nodes a container needs for TPU chips, in chip-index order."""
-    accel = sorted((p for p in dev_dir.glob("accel*") if p.name[5:].isdigit()),
-                   key=lambda p: int(p.name[5:]))
+    accel = sorted(
+        (p for p in dev_dir.glob("accel*") if p.name[5:].isdigit()), key=lambda p: int(p.name[5:])
+    )
     if accel:
         return [str(p) for p in accel]
     vfio = dev_dir / "vfio"
@@ -199,14 +209,19 @@ def _nvidia_smi(args: list[str]) -> str | None:
     if exe is None:
         return None
     try:
-        proc = subprocess.run([exe, *args], capture_output=True, text=True, check=False,
-                              timeout=NVIDIA_SMI_TIMEOUT_S)
+        proc = subprocess.run(
+            [exe, *args], capture_output=True, text=True, check=False, timeout=NVIDIA_SMI_TIMEOUT_S
+        )
     except (OSError, subprocess.TimeoutExpired) as e:
         log.warning("nvidia-smi %s failed: %s", " ".join(args), e)
         return None
     if proc.returncode != 0:
-        log.warning("nvidia-smi %s exited %d: %s", " ".join(args), proc.returncode,
-                    proc.stderr.strip()[:200])
+        log.warning(
+            "nvidia-smi %s exited %d: %s",
+            " ".join(args),
+            proc.returncode,
+            proc.stderr.strip()[:200],
+        )
         return None
     return proc.stdout
 

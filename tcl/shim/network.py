@@ -5,9 +5,7 @@ from __future__ import annotations
 from tcl.shim.api import NetworkMode
 
 
-def choose_network(
-    requested: NetworkMode, *, multinode: bool, whole_host: bool
-) -> NetworkMode:
+def choose_network(requested: NetworkMode, *, multinode: bool, whole_host: bool) -> NetworkMode:
     """``auto``: a task taking the whole host or part of a multi-node job gets the host network
     (no NAT, any port for collectives); a task sharing the host gets a bridge, so tasks never
     clash on ports. An explicit ``host``/``bridge`` is honoured as given."""

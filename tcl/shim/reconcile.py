@@ -51,9 +51,14 @@ _JOB_REASON = {
 
 
 class Reconciler:
-    def __init__(self, service: TaskService, interval_s: float, retention_s: float = 600.0,
-                 silence_limit_s: float = 30.0,
-                 record_retention_s: float = 7 * 24 * 3600.0) -> None:
+    def __init__(
+        self,
+        service: TaskService,
+        interval_s: float,
+        retention_s: float = 600.0,
+        silence_limit_s: float = 30.0,
+        record_retention_s: float = 7 * 24 * 3600.0,
+    ) -> None:
         self.service = service
         self.interval_s = interval_s
         self.retention_s = retention_s
@@ -105,7 +110,8 @@ class Reconciler:
         used = await asyncio.to_thread(outside_usage_mib)
         held = self.service.allocator.held()
         self.service.busy_outside = {
-            a.index for a in inventory.accelerators
+            a.index
+            for a in inventory.accelerators
             if a.index not in held and used.get(a.uuid, 0) >= BUSY_OUTSIDE_MIB
         }
 
@@ -113,8 +119,11 @@ class Reconciler:
         svc = self.service
         check_terminated = after_restart or self._passes % TERMINATED_CHECK_EVERY == 0
         self._passes += 1
-        records = [r for r in svc.store.records()
-                   if check_terminated or r.info.status is not TaskStatus.TERMINATED]
+        records = [
+            r
+            for r in svc.store.records()
+            if check_terminated or r.info.status is not TaskStatus.TERMINATED
+        ]
         for kind, executor in svc.executors.items():
             mine = [r for r in records if r.info.executor is kind and not svc.is_busy(r.info.id)]
             handles: dict[str, Handle] = {r.info.id: r.handle for r in mine}
@@ -144,9 +153,13 @@ class Reconciler:
     async def check_jobs(self) -> None:
         """Free the accelerators of tasks whose job ended; end tasks whose runner went silent."""
         svc = self.service
-        running = [r for r in svc.store.records()
-                   if r.info.status is TaskStatus.RUNNING and r.info.ports.runner is not None
-                   and not svc.is_busy(r.info.id)]
+        running = [
+            r
+            for r in svc.store.records()
+            if r.info.status is TaskStatus.RUNNING
+            and r.info.ports.runner is not None
+            and not svc.is_busy(r.info.id)
+        ]
         found = await self.probe.check((r.info.id, r.info.ports.runner or 0) for r in running)
         for rec in running:
             result = found[rec.info.id]
@@ -155,11 +168,19 @@ class Reconciler:
             if result.job is JobState.ENDED:
                 await self._job_ended(rec, result)
             elif result.job is JobState.SILENT:
-                log.warning("task %s: the runner has not answered for %.0f s: ending the task",
-                            rec.info.id, result.silent_s)
-                await svc.terminate(rec.info.id, TerminateRequest(
-                    reason=TerminationReason.FAILED, timeout_s=LEFTOVER_STOP_TIMEOUT_S,
-                    message=f"the runner stopped answering for {result.silent_s:.0f} s"))
+                log.warning(
+                    "task %s: the runner has not answered for %.0f s: ending the task",
+                    rec.info.id,
+                    result.silent_s,
+                )
+                await svc.terminate(
+                    rec.info.id,
+                    TerminateRequest(
+                        reason=TerminationReason.FAILED,
+                        timeout_s=LEFTOVER_STOP_TIMEOUT_S,
+                        message=f"the runner stopped answering for {result.silent_s:.0f} s",
+                    ),
+                )
 
     async def _job_ended(self, rec: TaskRecord, result: ProbeResult) -> None:
         svc, task_id = self.service, rec.info.id
@@ -171,8 +192,13 @@ class Reconciler:
         reason = _JOB_REASON.get(result.runner_state, TerminationReason.FAILED)
         code = "" if result.exit_code is None else f" (exit code {result.exit_code})"
         extra = f"; ended {ended} process(es) it left running" if ended else ""
-        await svc.finish(task_id, reason, f"the job {result.runner_state}{code}{extra}",
-                   result.exit_code, job_ended=True)
+        await svc.finish(
+            task_id,
+            reason,
+            f"the job {result.runner_state}{code}{extra}",
+            result.exit_code,
+            job_ended=True,
+        )
         log.info("task %s: job %s, accelerators freed", task_id, result.runner_state)
 
     async def remove_expired(self) -> None:
@@ -181,14 +207,21 @@ class Reconciler:
         svc, now = self.service, time.time()
         for rec in svc.store.records():
             ended = rec.finished_at
-            if (rec.info.status is not TaskStatus.TERMINATED or ended is None
-                    or now - ended < self.retention_s or svc.is_busy(rec.info.id)):
+            if (
+                rec.info.status is not TaskStatus.TERMINATED
+                or ended is None
+                or now - ended < self.retention_s
+                or svc.is_busy(rec.info.id)
+            ):
                 continue
             old_record = now - ended >= self.record_retention_s
             if rec.workload_removed and not old_record:
                 continue
-            log.info("task %s: retention over, %s", rec.info.id,
-                     "deleting its record" if old_record else "removing its runner and files")
+            log.info(
+                "task %s: retention over, %s",
+                rec.info.id,
+                "deleting its record" if old_record else "removing its runner and files",
+            )
             try:
                 await (svc.remove if old_record else svc.expire)(rec.info.id)
             except ShimError as e:
@@ -200,24 +233,31 @@ class Reconciler:
         if info.status is TaskStatus.TERMINATED:
             if obs.liveness is Liveness.ALIVE and not rec.job_ended:
                 log.info("task %s is terminated but its workload runs: stopping it", task_id)
-                await svc.executors[info.executor].stop(task_id, obs.handle or rec.handle,
-                                                        LEFTOVER_STOP_TIMEOUT_S)
+                await svc.executors[info.executor].stop(
+                    task_id, obs.handle or rec.handle, LEFTOVER_STOP_TIMEOUT_S
+                )
             return
         if obs.liveness is Liveness.ALIVE:
             if info.status in (TaskStatus.CREATING, TaskStatus.RUNNING):
                 ports = obs.ports if obs.ports.runner is not None else info.ports
                 handle = obs.handle if obs.handle is not None else rec.handle
-                if info.status is not TaskStatus.RUNNING or ports != info.ports or (
-                        handle != rec.handle):
-                    svc.store.update(task_id, status=TaskStatus.RUNNING, ports=ports,
-                                     handle=handle)
+                if (
+                    info.status is not TaskStatus.RUNNING
+                    or ports != info.ports
+                    or (handle != rec.handle)
+                ):
+                    svc.store.update(task_id, status=TaskStatus.RUNNING, ports=ports, handle=handle)
                     log.info("task %s adopted as running", task_id)
                 return
             # Alive, but the shim died before it recorded the start: not a state we can resume.
-            await svc.executors[info.executor].stop(task_id, obs.handle or rec.handle,
-                                                    LEFTOVER_STOP_TIMEOUT_S)
-            await svc.finish(task_id, TerminationReason.VANISHED,
-                             f"the shim restarted while the task was {info.status}")
+            await svc.executors[info.executor].stop(
+                task_id, obs.handle or rec.handle, LEFTOVER_STOP_TIMEOUT_S
+            )
+            await svc.finish(
+                task_id,
+                TerminationReason.VANISHED,
+                f"the shim restarted while the task was {info.status}",
+            )
             return
         if obs.liveness is Liveness.EXITED:
             code = obs.exit_code
@@ -228,14 +268,20 @@ class Reconciler:
         # Missing: before the workload existed (shim restart mid-start), or removed behind our back.
         if info.status in (TaskStatus.RUNNING, TaskStatus.CREATING) or after_restart:
             what = "while the shim was down" if after_restart else "behind the shim's back"
-            await svc.finish(task_id, TerminationReason.VANISHED,
-                             f"{obs.message or 'the workload is gone'} ({what}; was {info.status})")
+            await svc.finish(
+                task_id,
+                TerminationReason.VANISHED,
+                f"{obs.message or 'the workload is gone'} ({what}; was {info.status})",
+            )
 
     async def _executor_gone(self, kind: ExecutorKind, records: list[TaskRecord]) -> None:
         for rec in records:
             if rec.info.executor is kind and rec.info.status is not TaskStatus.TERMINATED:
-                await self.service.finish(rec.info.id, TerminationReason.VANISHED,
-                                          f"the {kind} executor is not available after a restart")
+                await self.service.finish(
+                    rec.info.id,
+                    TerminationReason.VANISHED,
+                    f"the {kind} executor is not available after a restart",
+                )
 
 
 def ensure_instance_id(state_dir: Path) -> str:

@@ -66,8 +66,9 @@ class TaskService:
     _submitting: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
-        self.allocator = Allocator([a.index for a in self.inventory.accelerators],
-                                   self.inventory.topology)
+        self.allocator = Allocator(
+            [a.index for a in self.inventory.accelerators], self.inventory.topology
+        )
 
     @property
     def host_vendor(self) -> str | None:
@@ -77,12 +78,19 @@ class TaskService:
     # -- reads --------------------------------------------------------------------------------
     def host_info(self) -> HostInfo:
         held = self.allocator.held()
-        accels = [a.model_copy(update={"task_id": held.get(a.index),
-                                       "busy_outside": a.index in self.busy_outside})
-                  for a in self.inventory.accelerators]
-        return HostInfo(hostname=socket.gethostname(), cpus=os.cpu_count() or 1,
-                        memory_bytes=psutil.virtual_memory().total, accelerators=accels,
-                        executors=sorted(self.executors))
+        accels = [
+            a.model_copy(
+                update={"task_id": held.get(a.index), "busy_outside": a.index in self.busy_outside}
+            )
+            for a in self.inventory.accelerators
+        ]
+        return HostInfo(
+            hostname=socket.gethostname(),
+            cpus=os.cpu_count() or 1,
+            memory_bytes=psutil.virtual_memory().total,
+            accelerators=accels,
+            executors=sorted(self.executors),
+        )
 
     def get(self, task_id: str) -> TaskInfo:
         return self.store.get(task_id).info
@@ -112,7 +120,8 @@ class TaskService:
         if executor is None:
             raise ExecutorUnavailable(
                 f"executor: {kind} is not available on this host (available: "
-                f"{', '.join(sorted(self.executors)) or 'none'})")
+                f"{', '.join(sorted(self.executors)) or 'none'})"
+            )
         if spec.id in self.store or spec.id in self._submitting:
             raise TaskExists(f"task {spec.id!r} already exists")
         if kind is ExecutorKind.DOCKER and not spec.image:
@@ -125,19 +134,30 @@ class TaskService:
         try:
             network = NetworkMode.HOST
             if kind is ExecutorKind.DOCKER:
-                whole = is_whole_host(len(indices), len(self.allocator.indices),
-                                      spec.accelerators == "all")
+                whole = is_whole_host(
+                    len(indices), len(self.allocator.indices), spec.accelerators == "all"
+                )
                 network = choose_network(spec.network, multinode=spec.multinode, whole_host=whole)
-            record = await asyncio.to_thread(self.store.add, new_record(spec, {
-                "accelerators": indices, "network": network, "executor": kind,
-                "runner_token": new_token()}))
+            record = await asyncio.to_thread(
+                self.store.add,
+                new_record(
+                    spec,
+                    {
+                        "accelerators": indices,
+                        "network": network,
+                        "executor": kind,
+                        "runner_token": new_token(),
+                    },
+                ),
+            )
         except BaseException:
             self.allocator.release(spec.id)
             raise
         finally:
             self._submitting.discard(spec.id)
-        self._lifecycles[spec.id] = asyncio.create_task(self._run(spec, executor),
-                                                        name=f"task-{spec.id}")
+        self._lifecycles[spec.id] = asyncio.create_task(
+            self._run(spec, executor), name=f"task-{spec.id}"
+        )
         return record.info
 
     def _accelerators(self, indices: list[int]) -> list[Accelerator]:
@@ -149,12 +169,17 @@ class TaskService:
         task_id = spec.id
         try:
             rec = await self._update(task_id, status=TaskStatus.PREPARING)
-            launch = Launch(spec=spec, accelerators=self._accelerators(rec.info.accelerators),
-                            network=rec.info.network, task_dir=self.store.task_dir(task_id),
-                            host_vendor=self.host_vendor)
+            launch = Launch(
+                spec=spec,
+                accelerators=self._accelerators(rec.info.accelerators),
+                network=rec.info.network,
+                task_dir=self.store.task_dir(task_id),
+                host_vendor=self.host_vendor,
+            )
             assert rec.info.runner_token is not None
-            await asyncio.to_thread(write_atomic, launch.runner_token_file,
-                                    rec.info.runner_token.encode(), 0o600)
+            await asyncio.to_thread(
+                write_atomic, launch.runner_token_file, rec.info.runner_token.encode(), 0o600
+            )
             last = [-1.0]
 
             def progress(fraction: float) -> None:  # called from the pull thread
@@ -165,8 +190,9 @@ class TaskService:
             await executor.prepare(launch, progress)
             await self._update(task_id, status=TaskStatus.CREATING)
             started = await executor.start(launch)
-            await self._update(task_id, status=TaskStatus.RUNNING, handle=started.handle,
-                               ports=started.ports)
+            await self._update(
+                task_id, status=TaskStatus.RUNNING, handle=started.handle, ports=started.ports
+            )
         except asyncio.CancelledError:
             raise  # terminate() cancelled us and finishes the task itself
         except IllegalTransition:
@@ -177,15 +203,22 @@ class TaskService:
             await self.finish(task_id, TerminationReason.CONTAINER_ERROR, e.detail)
         except Exception as e:
             log.exception("task %s failed to start", task_id)
-            await self.finish(task_id, TerminationReason.CONTAINER_ERROR,
-                              f"{type(e).__name__}: {e}")
+            await self.finish(
+                task_id, TerminationReason.CONTAINER_ERROR, f"{type(e).__name__}: {e}"
+            )
 
     async def _update(self, task_id: str, **changes: Any) -> TaskRecord:
         """The store's guarded writer, run in a thread (it fsyncs) so the loop stays free."""
         return await asyncio.to_thread(functools.partial(self.store.update, task_id, **changes))
 
-    async def finish(self, task_id: str, reason: TerminationReason, message: str = "",
-                     exit_code: int | None = None, job_ended: bool | None = None) -> TaskInfo:
+    async def finish(
+        self,
+        task_id: str,
+        reason: TerminationReason,
+        message: str = "",
+        exit_code: int | None = None,
+        job_ended: bool | None = None,
+    ) -> TaskInfo:
         """The one way a task ends: record the outcome (first reason wins), free its chips.
 
         ``job_ended``: the job ended on its own and the runner lingers to serve its logs.
@@ -194,9 +227,15 @@ class TaskService:
         task still looks alive on disk, and never after a reader could see it terminated (a
         client that sees "terminated" and submits again must get the chips; the allocator has
         its own lock)."""
-        rec = await self._update(task_id, status=TaskStatus.TERMINATED, reason=reason,
-                                 message=message, exit_code=exit_code, job_ended=job_ended,
-                                 on_commit=functools.partial(self.allocator.release, task_id))
+        rec = await self._update(
+            task_id,
+            status=TaskStatus.TERMINATED,
+            reason=reason,
+            message=message,
+            exit_code=exit_code,
+            job_ended=job_ended,
+            on_commit=functools.partial(self.allocator.release, task_id),
+        )
         return rec.info
 
     # -- terminate / remove -------------------------------------------------------------------
@@ -243,7 +282,8 @@ class TaskService:
         rec = self.store.get(task_id)
         if rec.info.status is not TaskStatus.TERMINATED or task_id in self._terminating:
             raise TaskNotTerminated(
-                f"task {task_id!r} is {rec.info.status}: terminate it before removing it")
+                f"task {task_id!r} is {rec.info.status}: terminate it before removing it"
+            )
         await self.executors[rec.info.executor].remove(task_id, rec.handle)
         trash = await asyncio.to_thread(self.store.remove, task_id)
         self._lifecycles.pop(task_id, None)

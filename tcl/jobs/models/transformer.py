@@ -27,9 +27,11 @@ class Attention(nn.Module):
     dtype: Dtype
 
     @nn.compact
-    def __call__(self, x_BTD: jax.Array, pos_BT: jax.Array, valid_BT: jax.Array,
-                 decode: bool) -> jax.Array:
+    def __call__(
+        self, x_BTD: jax.Array, pos_BT: jax.Array, valid_BT: jax.Array, decode: bool
+    ) -> jax.Array:
         c = self.cfg
+
         # Explicit kernels (not DenseGeneral, whose flattened init breaks logical sharding).
         def kernel(name: str, shape: tuple[int, ...], axes: tuple[str, ...]) -> jax.Array:
             w: jax.Array = self.param(name, _init(axes), shape)
@@ -39,11 +41,13 @@ class Attention(nn.Module):
         x = x_BTD.astype(self.dtype)
         q_BTNH, k_BTNH, v_BTNH = (
             jnp.einsum("btd,dnh->btnh", x, kernel(n, qkv, ("embed", "heads", "kv")))
-            for n in ("query", "key", "value"))
+            for n in ("query", "key", "value")
+        )
         T = x_BTD.shape[1]
         if decode:
-            k_BSNH, v_BSNH, kpos_BS, kvalid_BS = self._update_cache(k_BTNH, v_BTNH, pos_BT,
-                                                                     valid_BT)
+            k_BSNH, v_BSNH, kpos_BS, kvalid_BS = self._update_cache(
+                k_BTNH, v_BTNH, pos_BT, valid_BT
+            )
         else:
             k_BSNH, v_BSNH, kpos_BS, kvalid_BS = k_BTNH, v_BTNH, pos_BT, valid_BT
         # Causal by position, keys must be real tokens; a query may always see itself.
@@ -51,14 +55,18 @@ class Attention(nn.Module):
         if not decode:
             mask_BTS = mask_BTS | jnp.eye(T, dtype=bool)[None]
         out_BTNH = jax.nn.dot_product_attention(
-            q_BTNH, k_BSNH.astype(q_BTNH.dtype), v_BSNH.astype(q_BTNH.dtype),
+            q_BTNH,
+            k_BSNH.astype(q_BTNH.dtype),
+            v_BSNH.astype(q_BTNH.dtype),
             mask=mask_BTS[:, None],
-            implementation=cast(Literal["xla", "cudnn"] | None, c.attention_impl))
+            implementation=cast(Literal["xla", "cudnn"] | None, c.attention_impl),
+        )
         w_out = kernel("out", (c.n_heads, c.head_dim, c.d_model), ("heads", "kv", "embed"))
         return jnp.einsum("btnh,nhd->btd", out_BTNH, w_out)
 
-    def _update_cache(self, k_BTNH: jax.Array, v_BTNH: jax.Array, pos_BT: jax.Array,
-                      valid_BT: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+    def _update_cache(
+        self, k_BTNH: jax.Array, v_BTNH: jax.Array, pos_BT: jax.Array, valid_BT: jax.Array
+    ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
         B, T, N, H = k_BTNH.shape
         S = self.cfg.block_size
         ck = self.variable("cache", "key", jnp.zeros, (B, S, N, H), k_BTNH.dtype)
@@ -82,18 +90,29 @@ class Block(nn.Module):
     dtype: Dtype
 
     @nn.compact
-    def __call__(self, x_BTD: jax.Array, pos_BT: jax.Array, valid_BT: jax.Array,
-                 decode: bool, deterministic: bool) -> jax.Array:
+    def __call__(
+        self,
+        x_BTD: jax.Array,
+        pos_BT: jax.Array,
+        valid_BT: jax.Array,
+        decode: bool,
+        deterministic: bool,
+    ) -> jax.Array:
         c = self.cfg
         h = nn.LayerNorm(dtype=self.dtype, name="ln1")(x_BTD)
         h = Attention(c, self.dtype, name="attn")(h, pos_BT, valid_BT, decode)
         x_BTD = x_BTD + nn.Dropout(c.dropout)(h, deterministic=deterministic)
         h = nn.LayerNorm(dtype=self.dtype, name="ln2")(x_BTD)
-        h = nn.Dense(c.d_model * c.mlp_ratio, dtype=self.dtype,
-                     kernel_init=_init(("embed", "mlp")), name="fc")(h)
+        h = nn.Dense(
+            c.d_model * c.mlp_ratio,
+            dtype=self.dtype,
+            kernel_init=_init(("embed", "mlp")),
+            name="fc",
+        )(h)
         h = nn.gelu(h)
-        h = nn.Dense(c.d_model, dtype=self.dtype, kernel_init=_init(("mlp", "embed")),
-                     name="proj")(h)
+        h = nn.Dense(c.d_model, dtype=self.dtype, kernel_init=_init(("mlp", "embed")), name="proj")(
+            h
+        )
         x_BTD = x_BTD + nn.Dropout(c.dropout)(h, deterministic=deterministic)
         out_BTD: jax.Array = spmd.with_logical_constraint(x_BTD, ("batch", "length", "embed"))
         return out_BTD
@@ -106,24 +125,35 @@ class Transformer(nn.Module):
     dtype: Dtype = jnp.float32
 
     @nn.compact
-    def __call__(self, tokens_BT: jax.Array, pos_BT: jax.Array | None = None,
-                 valid_BT: jax.Array | None = None, decode: bool = False,
-                 deterministic: bool = True) -> jax.Array:
+    def __call__(
+        self,
+        tokens_BT: jax.Array,
+        pos_BT: jax.Array | None = None,
+        valid_BT: jax.Array | None = None,
+        decode: bool = False,
+        deterministic: bool = True,
+    ) -> jax.Array:
         c = self.cfg
         B, T = tokens_BT.shape
         if pos_BT is None:
             pos_BT = jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), (B, T))
         if valid_BT is None:
             valid_BT = jnp.ones((B, T), bool)
-        embed = nn.Embed(c.vocab_size, c.d_model, dtype=self.dtype,
-                         embedding_init=_init(("vocab", "embed")), name="embed")
+        embed = nn.Embed(
+            c.vocab_size,
+            c.d_model,
+            dtype=self.dtype,
+            embedding_init=_init(("vocab", "embed")),
+            name="embed",
+        )
         wpe = self.param("pos_embed", _init((None, "embed"), 0.01), (c.block_size, c.d_model))
         x_BTD = embed(tokens_BT) + jnp.take(wpe, pos_BT, axis=0).astype(self.dtype)
         x_BTD = nn.Dropout(c.dropout)(x_BTD, deterministic=deterministic)
         block = nn.remat(Block, static_argnums=(4, 5)) if c.remat else Block
         for i in range(c.n_layers):
-            x_BTD = block(c, self.dtype, name=f"block_{i}")(x_BTD, pos_BT, valid_BT, decode,
-                                                            deterministic)
+            x_BTD = block(c, self.dtype, name=f"block_{i}")(
+                x_BTD, pos_BT, valid_BT, decode, deterministic
+            )
         x_BTD = nn.LayerNorm(dtype=self.dtype, name="ln_f")(x_BTD)
         logits_BTV = embed.attend(x_BTD)
         return logits_BTV.astype(jnp.float32)

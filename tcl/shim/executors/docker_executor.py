@@ -51,8 +51,15 @@ _ALIVE = {"created", "running", "restarting", "paused"}
 class DockerExecutor:
     kind = ExecutorKind.DOCKER
 
-    def __init__(self, client: Any, pull_api: Any, instance_id: str, pull_stall_timeout_s: float,
-                 dev_dir: Path = Path("/dev"), code_cache: Path | None = None) -> None:
+    def __init__(
+        self,
+        client: Any,
+        pull_api: Any,
+        instance_id: str,
+        pull_stall_timeout_s: float,
+        dev_dir: Path = Path("/dev"),
+        code_cache: Path | None = None,
+    ) -> None:
         self._client = client
         self._code_cache = code_cache
         self._pull_api = pull_api
@@ -66,8 +73,9 @@ class DockerExecutor:
         self.nvidia_runtime = "nvidia" in runtimes
 
     @classmethod
-    def connect(cls, instance_id: str, pull_stall_timeout_s: float,
-                code_cache: Path | None = None) -> DockerExecutor:
+    def connect(
+        cls, instance_id: str, pull_stall_timeout_s: float, code_cache: Path | None = None
+    ) -> DockerExecutor:
         """Connect to the local dockerd (DOCKER_HOST etc.); ExecutorUnavailable if absent."""
         try:
             client = docker.from_env(timeout=60)
@@ -75,8 +83,9 @@ class DockerExecutor:
             pull_client = docker.from_env(timeout=max(1, math.ceil(pull_stall_timeout_s)))
         except (docker.errors.DockerException, requests.exceptions.RequestException) as e:
             raise ExecutorUnavailable(f"docker is not available: {e}") from e
-        return cls(client, pull_client.api, instance_id, pull_stall_timeout_s,
-                   code_cache=code_cache)
+        return cls(
+            client, pull_client.api, instance_id, pull_stall_timeout_s, code_cache=code_cache
+        )
 
     def container_name(self, task_id: str) -> str:
         return f"tcl-{self._instance}-{task_id}"
@@ -91,8 +100,9 @@ class DockerExecutor:
         auth_config = {"username": auth.username, "password": auth.password} if auth else None
         cancel = threading.Event()
         try:
-            await asyncio.to_thread(pull_image, self._pull_api, image, auth_config, self._stall_s,
-                                    progress, cancel)
+            await asyncio.to_thread(
+                pull_image, self._pull_api, image, auth_config, self._stall_s, progress, cancel
+            )
         finally:
             cancel.set()
         if not await asyncio.to_thread(self._has_image, image):
@@ -114,24 +124,37 @@ class DockerExecutor:
     def _start(self, launch: Launch) -> Started:
         spec = launch.spec
         gpus = self.nvidia_runtime and launch.host_vendor == "nvidia"
-        env = {**spec.env, **accelerator_env(launch, renumbered=gpus), "TCL_TASK_ID": spec.id,
-               "TCL_RUNNER_TOKEN_FILE": RUNNER_TOKEN_TARGET}
+        env = {
+            **spec.env,
+            **accelerator_env(launch, renumbered=gpus),
+            "TCL_TASK_ID": spec.id,
+            "TCL_RUNNER_TOKEN_FILE": RUNNER_TOKEN_TARGET,
+        }
         if spec.ssh_keys:
             env["TCL_SSH_AUTHORIZED_KEYS"] = "\n".join(spec.ssh_keys)
         kwargs: dict[str, Any] = {
             "name": self.container_name(spec.id),
             "labels": {LABEL_TASK: spec.id, LABEL_INSTANCE: self._instance},
             "detach": True,
-            "mounts": [Mount(target=m.target, source=m.source, type="bind", read_only=m.read_only)
-                       for m in spec.mounts] + [
-                Mount(target=RUNNER_TOKEN_TARGET, source=str(launch.runner_token_file.resolve()),
-                      type="bind", read_only=True)],
+            "mounts": [
+                Mount(target=m.target, source=m.source, type="bind", read_only=m.read_only)
+                for m in spec.mounts
+            ]
+            + [
+                Mount(
+                    target=RUNNER_TOKEN_TARGET,
+                    source=str(launch.runner_token_file.resolve()),
+                    type="bind",
+                    read_only=True,
+                )
+            ],
         }
         overlay: Mount | None = None
         if self._code_cache is not None:
             self._code_cache.mkdir(parents=True, exist_ok=True, mode=0o700)
-            kwargs["mounts"].append(Mount(target=CODE_CACHE_TARGET, source=str(self._code_cache),
-                                          type="bind"))
+            kwargs["mounts"].append(
+                Mount(target=CODE_CACHE_TARGET, source=str(self._code_cache), type="bind")
+            )
             env["TCL_RUNNER_CODE_CACHE"] = CODE_CACHE_TARGET
             overlay = self._code_overlay(launch)
         if spec.shm_bytes:
@@ -152,17 +175,31 @@ class DockerExecutor:
             env["TCL_SSH_PORT"] = str(ports.ssh)
             env["TCL_SSH_LISTEN"] = "127.0.0.1"  # host network: loopback only, like the agents
             kwargs["network_mode"] = "host"
-            kwargs["command"] = ["serve", "--host", "127.0.0.1", "--port", str(ports.runner),
-                                 "--state-dir", RUNNER_STATE_DIR]
+            kwargs["command"] = [
+                "serve",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(ports.runner),
+                "--state-dir",
+                RUNNER_STATE_DIR,
+            ]
         else:
-            kwargs["ports"] = {f"{RUNNER_PORT}/tcp": ("127.0.0.1", None),
-                               f"{SSH_PORT}/tcp": ("127.0.0.1", None)}
+            kwargs["ports"] = {
+                f"{RUNNER_PORT}/tcp": ("127.0.0.1", None),
+                f"{SSH_PORT}/tcp": ("127.0.0.1", None),
+            }
         kwargs["environment"] = env
         if overlay is not None:
             try:
-                container = self._create_and_start(spec.image, {
-                    **kwargs, "mounts": [*kwargs["mounts"], overlay],
-                    "environment": {**env, "TCL_RUNNER_PREMOUNTED_CODE": spec.code_sha256}})
+                container = self._create_and_start(
+                    spec.image,
+                    {
+                        **kwargs,
+                        "mounts": [*kwargs["mounts"], overlay],
+                        "environment": {**env, "TCL_RUNNER_PREMOUNTED_CODE": spec.code_sha256},
+                    },
+                )
             except ContainerError as e:  # no overlay mounts here: the runner copies the tree
                 log.warning("code overlay refused, copying instead: %s", e.detail)
                 container = self._create_and_start(spec.image, kwargs)
@@ -185,10 +222,17 @@ class DockerExecutor:
             return None
         upper.mkdir(exist_ok=True)
         work.mkdir(exist_ok=True)
-        options = {"type": "overlay", "device": "overlay",
-                   "o": f"lowerdir={tree},upperdir={upper},workdir={work}"}
-        return Mount(target=RUNNER_WORKDIR, source=None, type="volume",
-                     driver_config=DriverConfig("local", options))
+        options = {
+            "type": "overlay",
+            "device": "overlay",
+            "o": f"lowerdir={tree},upperdir={upper},workdir={work}",
+        }
+        return Mount(
+            target=RUNNER_WORKDIR,
+            source=None,
+            type="volume",
+            driver_config=DriverConfig("local", options),
+        )
 
     def _create_and_start(self, image: str, kwargs: dict[str, Any]) -> Any:
         try:
@@ -214,7 +258,8 @@ class DockerExecutor:
     def _list_mine(self) -> list[dict[str, Any]]:
         try:
             found: list[dict[str, Any]] = self._client.api.containers(
-                all=True, filters={"label": f"{LABEL_INSTANCE}={self._instance}"})
+                all=True, filters={"label": f"{LABEL_INSTANCE}={self._instance}"}
+            )
             return found
         except (docker.errors.APIError, requests.exceptions.RequestException) as e:
             raise ContainerError(f"docker: cannot list containers: {e}") from e
@@ -241,8 +286,9 @@ class DockerExecutor:
             message = state.get("Error") or ""
             if state.get("OOMKilled"):
                 message = "the container ran out of memory (OOM killed)"
-            out[task_id] = Observed(Liveness.EXITED, exit_code=state.get("ExitCode"),
-                                    message=message, handle=handle)
+            out[task_id] = Observed(
+                Liveness.EXITED, exit_code=state.get("ExitCode"), message=message, handle=handle
+            )
         return out
 
     # -- stop / remove ------------------------------------------------------------------------

@@ -39,8 +39,14 @@ _STOP_POLL_S = 0.05
 class ProcessExecutor:
     kind = ExecutorKind.PROCESS
 
-    def __init__(self, runner_argv: list[str], instance_id: str, tasks_dir: Path,
-                 code_cache: Path | None = None, processes: TaskProcesses | None = None) -> None:
+    def __init__(
+        self,
+        runner_argv: list[str],
+        instance_id: str,
+        tasks_dir: Path,
+        code_cache: Path | None = None,
+        processes: TaskProcesses | None = None,
+    ) -> None:
         self._runner_argv = runner_argv
         # Every process of a task (cgroup or marker): ended when the task ends, daemons too.
         self.processes = processes or TaskProcesses.discover(instance_id)
@@ -69,11 +75,28 @@ class ProcessExecutor:
         self._released.discard(spec.id)
         cgroup = await asyncio.to_thread(self.processes.prepare, spec.id)
         argv = [
-            sys.executable, "-I", "-S", WRAPPER, "--exit-file", str(exit_file),
+            sys.executable,
+            "-I",
+            "-S",
+            WRAPPER,
+            "--exit-file",
+            str(exit_file),
             *(["--cgroup", str(cgroup)] if cgroup is not None else []),
-            "--tcl-instance", self._instance, "--tcl-task", spec.id, "--",
-            *self._runner_argv, "serve", "--host", "127.0.0.1", "--port", str(port),
-            "--state-dir", str(runner_dir), "--token-file", str(launch.runner_token_file),
+            "--tcl-instance",
+            self._instance,
+            "--tcl-task",
+            spec.id,
+            "--",
+            *self._runner_argv,
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--state-dir",
+            str(runner_dir),
+            "--token-file",
+            str(launch.runner_token_file),
         ]
         if self._code_cache is not None:
             self._code_cache.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -83,13 +106,20 @@ class ProcessExecutor:
         return Started(Handle(pid=proc.pid, pid_start_time=started_at), Ports(runner=port))
 
     @staticmethod
-    def _spawn(argv: list[str], env: dict[str, str],
-               task_dir: Path) -> tuple[subprocess.Popen[bytes], float | None]:
+    def _spawn(
+        argv: list[str], env: dict[str, str], task_dir: Path
+    ) -> tuple[subprocess.Popen[bytes], float | None]:
         try:
             with open(task_dir / LOG_FILE, "ab") as log_file:
                 proc = subprocess.Popen(
-                    argv, env=env, cwd=task_dir, stdin=subprocess.DEVNULL,
-                    stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True)
+                    argv,
+                    env=env,
+                    cwd=task_dir,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log_file,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
         except OSError as e:
             raise ContainerError(f"cannot start the runner: {e}") from e
         try:

@@ -65,8 +65,7 @@ def pull_image(
                 progress(reported)
     except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError) as e:
         if isinstance(e, requests.exceptions.ReadTimeout) or "timed out" in str(e).lower():
-            raise ImageError(
-                f"pull of {image} made no progress for {stall_timeout_s:g} s") from e
+            raise ImageError(f"pull of {image} made no progress for {stall_timeout_s:g} s") from e
         raise ImageError(f"pull of {image}: cannot reach the docker daemon: {e}") from e
     except docker.errors.NotFound as e:
         raise ImageError(f"image {image} not found: {e.explanation or e}") from e
@@ -75,14 +74,20 @@ def pull_image(
     progress(1.0)
 
 
-def _pull_stream(api: Any, repo: str, tag: str, auth: dict[str, str] | None,
-                 read_timeout_s: float) -> Iterator[dict[str, Any]]:
+def _pull_stream(
+    api: Any, repo: str, tag: str, auth: dict[str, str] | None, read_timeout_s: float
+) -> Iterator[dict[str, Any]]:
     """POST /images/create and yield its JSON lines. docker-py's own ``pull`` disables the read
     timeout, so the request is made here with the stall timeout as its per-read timeout."""
     headers = {"X-Registry-Auth": encode_header(auth)} if auth else {}
     url = f"{api.base_url}/v{api.api_version}/images/create"
-    with api.post(url, params={"fromImage": repo, "tag": tag}, headers=headers, stream=True,
-                  timeout=(read_timeout_s, read_timeout_s)) as resp:
+    with api.post(
+        url,
+        params={"fromImage": repo, "tag": tag},
+        headers=headers,
+        stream=True,
+        timeout=(read_timeout_s, read_timeout_s),
+    ) as resp:
         if resp.status_code >= 400:
             try:
                 message = resp.json().get("message", resp.text)

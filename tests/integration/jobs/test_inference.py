@@ -27,11 +27,12 @@ def _no_cache_greedy(trainer: GPTTrainer, prompt: list[int], n: int) -> list[int
     for _ in range(n):
         logits = forward(trainer.state.params, jnp.asarray([seq + [0] * (size - len(seq))]))
         seq.append(int(jnp.argmax(logits[0, len(seq) - 1])))
-    return seq[len(prompt):]
+    return seq[len(prompt) :]
 
 
 def test_greedy_rollout_is_deterministic_and_matches_no_cache(
-        straight: tuple[Path, Path, GPTTrainer]) -> None:
+    straight: tuple[Path, Path, GPTTrainer],
+) -> None:
     trainer = straight[2]
     job = GPTSample.from_trainer(trainer)
     prompts = [encode("def main("), encode("import o"), encode("x")]  # ragged: left padding
@@ -57,12 +58,14 @@ def test_pad_left_pads() -> None:
 
 
 def test_sample_job_restores_a_trainer_checkpoint(
-        straight: tuple[Path, Path, GPTTrainer], tmp_path: Path) -> None:
+    straight: tuple[Path, Path, GPTTrainer], tmp_path: Path
+) -> None:
     out, _config, trainer = straight
     cfg = tmp_path / "sample.yaml"
     cfg.write_text("sample: {prompts: ['def ', 'class '], max_new_tokens: 8}\n")
-    job = run_job("gpt/sample", cfg, out, restore=f"{trainer.spec.scope}/step_00000040",
-                  name="sample")
+    job = run_job(
+        "gpt/sample", cfg, out, restore=f"{trainer.spec.scope}/step_00000040", name="sample"
+    )
     assert isinstance(job, GPTSample)
     assert job.model_cfg.d_model == 32  # the architecture came from the checkpoint
     samples = json.loads((job.spec.results_dir / "samples.json").read_text())
@@ -89,7 +92,8 @@ def test_quick_configures_and_restores(straight: tuple[Path, Path, GPTTrainer]) 
 
 
 def test_cached_logits_equal_no_cache_logits_with_left_padding(
-        straight: tuple[Path, Path, GPTTrainer]) -> None:
+    straight: tuple[Path, Path, GPTTrainer],
+) -> None:
     """Prefill a left-padded batch into the KV cache, decode one token, and compare every real
     position's logits with a plain forward pass over the unpadded sequence."""
     trainer = straight[2]
@@ -97,15 +101,27 @@ def test_cached_logits_equal_no_cache_logits_with_left_padding(
     prompts = [encode("def main("), encode("x = 1")]
     tokens, mask = InferenceJob.pad(prompts)
     pos = np.maximum(np.cumsum(mask, axis=1) - 1, 0)
-    logits, upd = model.apply({"params": params}, jnp.asarray(tokens), jnp.asarray(pos),
-                              jnp.asarray(mask), decode=True, mutable=["cache"])
+    logits, upd = model.apply(
+        {"params": params},
+        jnp.asarray(tokens),
+        jnp.asarray(pos),
+        jnp.asarray(mask),
+        decode=True,
+        mutable=["cache"],
+    )
     nxt = np.asarray([[7], [9]], np.int32)
-    step_logits, _ = model.apply({"params": params, "cache": upd["cache"]}, jnp.asarray(nxt),
-                                 jnp.asarray(pos[:, -1:] + 1), jnp.ones((2, 1), bool),
-                                 decode=True, mutable=["cache"])
+    step_logits, _ = model.apply(
+        {"params": params, "cache": upd["cache"]},
+        jnp.asarray(nxt),
+        jnp.asarray(pos[:, -1:] + 1),
+        jnp.ones((2, 1), bool),
+        decode=True,
+        mutable=["cache"],
+    )
     for row, prompt in enumerate(prompts):
         full = model.apply({"params": params}, jnp.asarray([[*prompt, int(nxt[row, 0])]]))[0]
         real = np.asarray(logits[row])[mask[row]]
         np.testing.assert_allclose(real, np.asarray(full[:-1]), atol=1e-4, rtol=1e-4)
-        np.testing.assert_allclose(np.asarray(step_logits[row, 0]), np.asarray(full[-1]),
-                                   atol=1e-4, rtol=1e-4)
+        np.testing.assert_allclose(
+            np.asarray(step_logits[row, 0]), np.asarray(full[-1]), atol=1e-4, rtol=1e-4
+        )

@@ -22,12 +22,28 @@ REPO = Path(__file__).resolve().parents[3]
 SCOPE = Path("default/default/gpt-train/run-1")
 
 
-def _launch(out: Path, config: Path, *extra: str, env: dict[str, str] | None = None
-            ) -> subprocess.Popen[str]:
-    argv = [sys.executable, "-m", "tcl.jobs.launch", "gpt/train", str(config), str(out),
-            "--run-id", "run-1", *extra]
-    return subprocess.Popen(argv, cwd=REPO, env={**os.environ, **(env or {})}, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+def _launch(
+    out: Path, config: Path, *extra: str, env: dict[str, str] | None = None
+) -> subprocess.Popen[str]:
+    argv = [
+        sys.executable,
+        "-m",
+        "tcl.jobs.launch",
+        "gpt/train",
+        str(config),
+        str(out),
+        "--run-id",
+        "run-1",
+        *extra,
+    ]
+    return subprocess.Popen(
+        argv,
+        cwd=REPO,
+        env={**os.environ, **(env or {})},
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
 
 
 def _status(out: Path) -> dict[str, Any]:
@@ -45,8 +61,11 @@ def _wait_for(pred: Any, timeout_s: float) -> None:
 
 def test_sigterm_checkpoints_then_a_relaunch_resumes_and_finishes(tmp_path: Path) -> None:
     config = write_tiny(tmp_path)
-    steps = ["training/total_steps=400", "logging/checkpoint_interval=0",
-             "logging/report_interval=5"]
+    steps = [
+        "training/total_steps=400",
+        "logging/checkpoint_interval=0",
+        "logging/report_interval=5",
+    ]
     metrics = tmp_path / "logs" / SCOPE / "metrics.jsonl"
     proc = _launch(tmp_path, config, *steps, env={"TCL_HEARTBEAT_S": "0.3"})
     try:
@@ -76,7 +95,7 @@ def test_sigterm_checkpoints_then_a_relaunch_resumes_and_finishes(tmp_path: Path
     assert status["status"] == "completed" and status["exit_code"] == 0
     assert (tmp_path / "checkpoints" / SCOPE / "latest").read_text().strip() == "step_00000400"
     train = [r["step"] for r in read_metrics(metrics) if r["kind"] == "train"]
-    resumed = train[train.index(max(s for s in train if s <= saved_step)) + 1:]
+    resumed = train[train.index(max(s for s in train if s <= saved_step)) + 1 :]
     assert resumed[0] == (saved_step // 5 + 1) * 5 and resumed[-1] == 400
 
 
@@ -84,8 +103,9 @@ def test_fresh_starts_over_and_bad_config_names_the_key(tmp_path: Path) -> None:
     config = write_tiny(tmp_path)
     scope = tmp_path / "checkpoints" / SCOPE
     (scope / "step_00000099" / "checkpoint").mkdir(parents=True)  # junk from an old attempt
-    done = _launch(tmp_path, config, "--fresh", "training/total_steps=3",
-                   "logging/checkpoint_interval=0")
+    done = _launch(
+        tmp_path, config, "--fresh", "training/total_steps=3", "logging/checkpoint_interval=0"
+    )
     out, _ = done.communicate(timeout=300)
     assert done.returncode == 0, out
     assert "restoring" not in out
@@ -98,9 +118,9 @@ def test_fresh_starts_over_and_bad_config_names_the_key(tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(300)
-def test_auto_batch_size_probes_in_subprocesses_and_caches(tmp_path: Path,
-                                                           monkeypatch: pytest.MonkeyPatch
-                                                           ) -> None:
+def test_auto_batch_size_probes_in_subprocesses_and_caches(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # Real probe subprocesses (no OOM is possible on CPU, so every candidate fits): the
     # search picks the largest candidate and the cache answers the second time.
     config = write_tiny(tmp_path)

@@ -54,11 +54,21 @@ def test_mesh_layouts_shard_params_and_agree(tmp_path: Path) -> None:
     from .helpers import TINY_YAML
 
     config.write_text(TINY_YAML)
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4 "
-           "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1",
-           "JAX_PLATFORMS": "cpu"}
-    done = subprocess.run([sys.executable, "-c", SCRIPT, str(config)], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=300, check=False)
+    env = {
+        **os.environ,
+        "XLA_FLAGS": "--xla_force_host_platform_device_count=4 "
+        "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1",
+        "JAX_PLATFORMS": "cpu",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(config)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     line = next(s for s in done.stdout.splitlines() if s.startswith("RESULT "))
     raw = json.loads(line.removeprefix("RESULT "))

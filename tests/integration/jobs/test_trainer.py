@@ -52,13 +52,13 @@ def test_restore_is_bit_identical(straight: Straight) -> None:
     assert int(restored.state.step) == 40
     _assert_trees_equal(restored.state.params, job.state.params)
     _assert_trees_equal(restored.state.opt_state, job.state.opt_state)
-    np.testing.assert_array_equal(jax.random.key_data(restored.rng_key),
-                                  jax.random.key_data(job.rng_key))
+    np.testing.assert_array_equal(
+        jax.random.key_data(restored.rng_key), jax.random.key_data(job.rng_key)
+    )
     assert restored.restored_from == {**job.spec.to_json(), "job": "gpt/train"}
 
 
-def test_training_on_from_a_restore_matches_straight_through(
-        straight: Straight) -> None:
+def test_training_on_from_a_restore_matches_straight_through(straight: Straight) -> None:
     out, config, job = straight
     rel = f"{job.spec.scope}/step_00000020"
     resumed = run_job("gpt/train", config, out, restore=rel, name="resumed")
@@ -69,15 +69,15 @@ def test_training_on_from_a_restore_matches_straight_through(
     _assert_trees_equal(resumed.state.params, job.state.params)
 
 
-def test_restore_merges_runtime_config_over_the_saved_one(
-        straight: Straight) -> None:
+def test_restore_merges_runtime_config_over_the_saved_one(straight: Straight) -> None:
     # The saved run has d_model 32; the defaults say 64. Runtime config (no YAML, one override)
     # must only change what it names.
     out, _config, job = straight
     full, explicit = load_config("gpt/train", None, ["training/total_steps=41"])
     spec = ExecutionSpec.local(out, "merged")
-    restored, cfg = make_job("gpt/train", spec, full, explicit,
-                             restore=f"{job.spec.scope}/step_00000040")
+    restored, cfg = make_job(
+        "gpt/train", spec, full, explicit, restore=f"{job.spec.scope}/step_00000040"
+    )
     assert isinstance(restored, GPTTrainer)
     assert restored.model_cfg.d_model == 32
     assert restored.args.total_steps == 41
@@ -86,14 +86,23 @@ def test_restore_merges_runtime_config_over_the_saved_one(
 
 def test_grad_accumulation_matches_one_big_batch(tmp_path: Path) -> None:
     config = write_tiny(tmp_path)
-    common = ["training/total_steps=2", "logging/checkpoint_at_end=false",
-              "logging/checkpoint_interval=0"]
+    common = [
+        "training/total_steps=2",
+        "logging/checkpoint_at_end=false",
+        "logging/checkpoint_interval=0",
+    ]
     one = run_job("gpt/train", config, tmp_path, overrides=common, name="one")
-    four = run_job("gpt/train", config, tmp_path, name="four",
-                   overrides=[*common, "training/grad_accum_steps=4"])
+    four = run_job(
+        "gpt/train",
+        config,
+        tmp_path,
+        name="four",
+        overrides=[*common, "training/grad_accum_steps=4"],
+    )
     assert isinstance(one, GPTTrainer) and isinstance(four, GPTTrainer)
     la, lb = _losses(one), _losses(four)
     np.testing.assert_allclose([la[1], la[2]], [lb[1], lb[2]], rtol=1e-5)
-    for x, y in zip(jax.tree.leaves(one.state.params), jax.tree.leaves(four.state.params),
-                    strict=True):
+    for x, y in zip(
+        jax.tree.leaves(one.state.params), jax.tree.leaves(four.state.params), strict=True
+    ):
         np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-4, atol=1e-6)

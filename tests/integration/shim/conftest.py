@@ -19,8 +19,9 @@ ShimFactory = Callable[..., Awaitable[Shim]]
 async def make_shim(tmp_path: Path, docker_client: Any) -> AsyncIterator[ShimFactory]:
     shims: list[Shim] = []
 
-    async def make(*args: str, state: str = "shim", env: dict[str, str] | None = None,
-                   port: int | None = None) -> Shim:
+    async def make(
+        *args: str, state: str = "shim", env: dict[str, str] | None = None, port: int | None = None
+    ) -> Shim:
         state_dir = tmp_path / state
         shim = Shim(state_dir=state_dir, args=list(args), env=env or {})
         if port is not None:
@@ -34,7 +35,8 @@ async def make_shim(tmp_path: Path, docker_client: Any) -> AsyncIterator[ShimFac
         shim.kill()
     for inst in {s.instance for s in shims if (s.state_dir / "instance_id").exists()}:
         for c in docker_client.containers.list(
-                all=True, filters={"label": f"tcl.shim.instance={inst}"}):
+            all=True, filters={"label": f"tcl.shim.instance={inst}"}
+        ):
             with contextlib.suppress(docker.errors.APIError):
                 c.remove(force=True)
         cleanup_processes(inst)

@@ -57,10 +57,23 @@ class Shim:
             token_file.chmod(0o600)
         log = open(self.state_dir.parent / f"{self.state_dir.name}.log", "ab")  # noqa: SIM115
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tcl.shim.main", "--port", str(self.port),
-             "--state-dir", str(self.state_dir), "--token-file", str(token_file),
-             "--reconcile-interval-s", "0.2", *self.args],
-            env={**os.environ, **self.env}, stdout=log, stderr=subprocess.STDOUT,
+            [
+                sys.executable,
+                "-m",
+                "tcl.shim.main",
+                "--port",
+                str(self.port),
+                "--state-dir",
+                str(self.state_dir),
+                "--token-file",
+                str(token_file),
+                "--reconcile-interval-s",
+                "0.2",
+                *self.args,
+            ],
+            env={**os.environ, **self.env},
+            stdout=log,
+            stderr=subprocess.STDOUT,
         )
         log.close()
         async with self.client() as c:
@@ -83,8 +96,9 @@ class Shim:
             self.proc.wait(timeout=20)
 
 
-async def wait_status(client: ShimClient, task_id: str, *status: TaskStatus,
-                      timeout_s: float = 60) -> TaskInfo:
+async def wait_status(
+    client: ShimClient, task_id: str, *status: TaskStatus, timeout_s: float = 60
+) -> TaskInfo:
     deadline = time.monotonic() + timeout_s
     while True:
         info = await client.get_task(task_id)

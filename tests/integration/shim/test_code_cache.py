@@ -24,8 +24,11 @@ from tests.integration.shim.conftest import ShimFactory
 from tests.integration.shim.harness import job_outcome, runner_client, wait_status
 
 NO_DOCKER = {"DOCKER_HOST": "unix:///nonexistent/docker.sock"}
-JOB = ["python3", "-c",
-       "print('got=' + open('lib/x.py').read()); open('lib/x.py', 'w').write('CORRUPT')"]
+JOB = [
+    "python3",
+    "-c",
+    "print('got=' + open('lib/x.py').read()); open('lib/x.py', 'w').write('CORRUPT')",
+]
 
 
 def tarball() -> bytes:
@@ -42,8 +45,9 @@ async def run_with_code(task: TaskInfo, run_id: str, code: bytes, cached: bool) 
     sha = hashlib.sha256(code).hexdigest()
     async with runner_client(task) as runner:
         await runner.wait_healthy(timeout_s=60)
-        await runner.submit(JobSpec(run_id=run_id, argv=JOB,
-                                    code=CodeRef(sha256=sha, size=len(code))))
+        await runner.submit(
+            JobSpec(run_id=run_id, argv=JOB, code=CodeRef(sha256=sha, size=len(code)))
+        )
         if cached:
             assert (await runner.use_cached_code(sha)).state is RunnerState.READY
         else:
@@ -76,8 +80,11 @@ async def test_second_task_takes_the_tree_from_the_cache(
             assert (tree / "lib/x.py").read_bytes() == b"SHIPPED"
             if executor == "docker":
                 container = docker_client.containers.get(f"tcl-{shim.instance}-{task_id}")
-                work = [m for m in container.attrs["Mounts"]
-                        if m["Destination"] == "/var/lib/tcl-runner/work"]
+                work = [
+                    m
+                    for m in container.attrs["Mounts"]
+                    if m["Destination"] == "/var/lib/tcl-runner/work"
+                ]
                 assert bool(work) is cached  # an overlay once the host has the tree
                 upper = Path(shim.state_dir) / "tasks" / task_id / "code-upper"
                 if cached:  # the job's write went to the task's upper layer

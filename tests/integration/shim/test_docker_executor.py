@@ -48,9 +48,17 @@ async def test_submit_reach_runner_run_terminate_remove(
 ) -> None:
     shim = await make_shim("--executor", "docker", "--fake-accelerators", "h100:4")
     async with shim.client() as c:
-        info = await c.submit_task(TaskSpec(id="e2e", image=runner_image, accelerators=1,
-                                            ssh_keys=[PUBKEY], cpus=1, memory_bytes=2**30,
-                                            shm_bytes=64 * 2**20))
+        info = await c.submit_task(
+            TaskSpec(
+                id="e2e",
+                image=runner_image,
+                accelerators=1,
+                ssh_keys=[PUBKEY],
+                cpus=1,
+                memory_bytes=2**30,
+                shm_bytes=64 * 2**20,
+            )
+        )
         assert info.network is NetworkMode.BRIDGE and info.accelerators == [0]
         info = await wait_status(c, "e2e", TaskStatus.RUNNING)
         assert info.ports.runner and info.ports.ssh and info.ports.runner != info.ports.ssh
@@ -59,7 +67,8 @@ async def test_submit_reach_runner_run_terminate_remove(
         assert container.labels["tcl.shim.task-id"] == "e2e"
         bindings = container.attrs["NetworkSettings"]["Ports"]
         assert {b["HostIp"] for k in ("10999/tcp", "10022/tcp") for b in bindings[k]} == {
-            "127.0.0.1"}
+            "127.0.0.1"
+        }
         host_config = container.attrs["HostConfig"]
         assert host_config["NanoCpus"] == 10**9 and host_config["Memory"] == 2**30
         assert host_config["ShmSize"] == 64 * 2**20
@@ -81,7 +90,8 @@ async def test_submit_reach_runner_run_terminate_remove(
         with pytest.raises(NotFound):
             await c.get_task("e2e")
         assert not docker_client.containers.list(
-            all=True, filters={"name": f"tcl-{shim.instance}-e2e"})
+            all=True, filters={"name": f"tcl-{shim.instance}-e2e"}
+        )
 
 
 async def test_two_bridge_tasks_disjoint_third_refused(
@@ -91,7 +101,8 @@ async def test_two_bridge_tasks_disjoint_third_refused(
     async with shim.client() as c:
         a, b = await asyncio.gather(
             c.submit_task(TaskSpec(id="a", image=runner_image, accelerators=2)),
-            c.submit_task(TaskSpec(id="b", image=runner_image, accelerators=2)))
+            c.submit_task(TaskSpec(id="b", image=runner_image, accelerators=2)),
+        )
         assert sorted([a.accelerators, b.accelerators]) == [[0, 1], [2, 3]]
         t0 = time.perf_counter()
         with pytest.raises(NoCapacity) as refused:
@@ -104,8 +115,9 @@ async def test_two_bridge_tasks_disjoint_third_refused(
         ports = {a.ports.runner, a.ports.ssh, b.ports.runner, b.ports.ssh}
         assert len(ports) == 4 and None not in ports
         for info in (a, b):
-            env = docker_client.containers.get(f"tcl-{shim.instance}-{info.id}").attrs[
-                "Config"]["Env"]
+            env = docker_client.containers.get(f"tcl-{shim.instance}-{info.id}").attrs["Config"][
+                "Env"
+            ]
             want = ",".join(map(str, info.accelerators))
             assert f"CUDA_VISIBLE_DEVICES={want}" in env
             assert f"TCL_ACCELERATORS={want}" in env
@@ -120,8 +132,7 @@ async def test_sigkill_shim_mid_task_then_restart(
         await c.submit_task(TaskSpec(id="k", image=runner_image, accelerators=1))
         before = await wait_status(c, "k", TaskStatus.RUNNING)
         assert before.ports.runner is not None
-        await start_job(before, ["python3", "-c",
-                                              "import time; time.sleep(3); print('finished')"])
+        await start_job(before, ["python3", "-c", "import time; time.sleep(3); print('finished')"])
     shim.kill()  # SIGKILL while the job runs
     shim2 = await make_shim("--fake-accelerators", "h100:2", state="shim", port=shim.port)
     async with shim2.client() as c:
@@ -144,11 +155,19 @@ async def test_orphans_and_stray_dirs_are_cleaned_up(
     stray = tmp_path / "orph" / "tasks" / "leftover"
     stray.mkdir()
     orphan = docker_client.containers.run(
-        base_image, ["sleep", "300"], detach=True, name=f"tcl-{shim.instance}-ghost",
-        labels={"tcl.shim.task-id": "ghost", "tcl.shim.instance": shim.instance})
+        base_image,
+        ["sleep", "300"],
+        detach=True,
+        name=f"tcl-{shim.instance}-ghost",
+        labels={"tcl.shim.task-id": "ghost", "tcl.shim.instance": shim.instance},
+    )
     other = docker_client.containers.run(  # another shim's container: not ours to remove
-        base_image, ["sleep", "300"], detach=True, name=f"tcl-other-{shim.instance}",
-        labels={"tcl.shim.task-id": "ghost", "tcl.shim.instance": f"not-{shim.instance}"})
+        base_image,
+        ["sleep", "300"],
+        detach=True,
+        name=f"tcl-other-{shim.instance}",
+        labels={"tcl.shim.task-id": "ghost", "tcl.shim.instance": f"not-{shim.instance}"},
+    )
     try:
         for _ in range(100):
             if not docker_client.containers.list(all=True, filters={"id": orphan.id}):
@@ -168,8 +187,9 @@ async def test_orphans_and_stray_dirs_are_cleaned_up(
 async def test_missing_image_is_image_error(make_shim: ShimFactory) -> None:
     shim = await make_shim("--fake-accelerators", "h100:1")
     async with shim.client() as c:
-        await c.submit_task(TaskSpec(id="nope", image="127.0.0.1:9/tcl-no-such-image:1",
-                                     accelerators=1))
+        await c.submit_task(
+            TaskSpec(id="nope", image="127.0.0.1:9/tcl-no-such-image:1", accelerators=1)
+        )
         info = await wait_status(c, "nope", TaskStatus.TERMINATED)
         assert info.termination_reason is TerminationReason.IMAGE_ERROR
         assert "tcl-no-such-image" in info.message and "refused" in info.message
@@ -218,8 +238,9 @@ async def test_whole_host_task_uses_the_host_network(
 ) -> None:
     shim = await make_shim("--fake-accelerators", "h100:2")
     async with shim.client() as c:
-        info = await c.submit_task(TaskSpec(id="whole", image=runner_image, accelerators="all",
-                                            ssh_keys=[PUBKEY]))
+        info = await c.submit_task(
+            TaskSpec(id="whole", image=runner_image, accelerators="all", ssh_keys=[PUBKEY])
+        )
         assert info.network is NetworkMode.HOST and info.accelerators == [0, 1]
         info = await wait_status(c, "whole", TaskStatus.RUNNING)
         assert info.ports.runner and info.ports.ssh
@@ -231,11 +252,17 @@ async def test_whole_host_task_uses_the_host_network(
         assert state is RunnerState.SUCCEEDED and "gpus=0,1" in stdout
         assert ssh_banner(info.ports.ssh).startswith(b"SSH-2.0")
         # The container sshd shares the host's network: it must listen on loopback only.
-        listening = docker_client.containers.get(f"tcl-{shim.instance}-whole").exec_run(
-            ["sh", "-c", "cat /proc/net/tcp"]).output.decode()
+        listening = (
+            docker_client.containers.get(f"tcl-{shim.instance}-whole")
+            .exec_run(["sh", "-c", "cat /proc/net/tcp"])
+            .output.decode()
+        )
         ssh_port_hex = f"{info.ports.ssh:04X}"
-        binds = [ln.split()[1] for ln in listening.splitlines()[1:]
-                 if ln.split()[1].endswith(":" + ssh_port_hex) and ln.split()[3] == "0A"]
+        binds = [
+            ln.split()[1]
+            for ln in listening.splitlines()[1:]
+            if ln.split()[1].endswith(":" + ssh_port_hex) and ln.split()[3] == "0A"
+        ]
         assert binds == ["0100007F:" + ssh_port_hex], binds
         await c.terminate_task("whole", timeout_s=5)
         await c.remove_task("whole")

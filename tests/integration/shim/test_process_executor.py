@@ -20,8 +20,11 @@ from tests.integration.shim.conftest import ShimFactory
 from tests.integration.shim.harness import TOKEN, job_outcome, start_job, wait_status
 
 NO_DOCKER = {"DOCKER_HOST": "unix:///nonexistent/docker.sock"}
-PRINT_GPUS = ["python3", "-c",
-              "import os, time; time.sleep(2); print('gpus=' + os.environ['CUDA_VISIBLE_DEVICES'])"]
+PRINT_GPUS = [
+    "python3",
+    "-c",
+    "import os, time; time.sleep(2); print('gpus=' + os.environ['CUDA_VISIBLE_DEVICES'])",
+]
 
 
 async def test_process_executor_scenario(make_shim: ShimFactory) -> None:
@@ -89,8 +92,9 @@ async def _bad_input(url: str) -> None:
         r = await http.post("/api/tasks", json={"id": "x", "accelerators": "two"})
         assert r.status_code == 422
         assert [d["field"] for d in r.json()["detail"]] == ["accelerators"], r.json()
-        r = await http.post("/api/tasks", content=b"{not json", headers={
-            "Content-Type": "application/json"})
+        r = await http.post(
+            "/api/tasks", content=b"{not json", headers={"Content-Type": "application/json"}
+        )
         assert r.status_code == 422 and r.json()["error"] == "invalid_request"
         r = await http.get("/api/tasks/no-such-task")
         assert r.status_code == 404 and r.json()["error"] == "not_found"

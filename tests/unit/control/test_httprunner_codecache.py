@@ -28,7 +28,8 @@ async def test_second_runner_gets_the_code_without_reading_the_tarball(tmp_path:
         runners.append(runner)
         agent = HttpRunner("http://runner", TOKEN, name=name)
         agent._client = RunnerClient(  # the real client, over an in-process transport
-            "http://runner", TOKEN, transport=httpx.ASGITransport(app=create_app(runner, TOKEN)))
+            "http://runner", TOKEN, transport=httpx.ASGITransport(app=create_app(runner, TOKEN))
+        )
         await agent.submit(spec)
         # "two" is handed a path that does not exist: only the cache can satisfy it.
         await agent.upload_code(path, sha(code))

@@ -98,7 +98,7 @@ async def test_a_failed_start_terminates_the_task_and_fails_the_run(ctl: Control
     ctl._backends["racy"].name = "racy"
     with pytest.raises(AgentError, match="argv is empty"):
         await submit(ctl, Submission(argv=["x"], host="racy"))
-    (task_id, reason), = shim.terminated
+    ((task_id, reason),) = shim.terminated
     assert task_id.endswith("-0") and reason is TerminationReason.FAILED
     (run,) = ctl.store.list_runs()
     assert run.state is RunState.FAILED and "argv is empty" in run.message

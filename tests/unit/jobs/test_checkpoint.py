@@ -78,8 +78,10 @@ def test_save_restore_roundtrip_and_files(tmp_path: Path) -> None:
         fresh.restore("s1")
     np.testing.assert_array_equal(fresh.tree["w"], np.arange(4.0))
     assert fresh.steps == 3
-    np.testing.assert_array_equal(jax.random.key_data(fresh.key),  # type: ignore[arg-type]
-                                  jax.random.key_data(jax.random.key(11)))
+    np.testing.assert_array_equal(
+        jax.random.key_data(fresh.key),  # type: ignore[arg-type]
+        jax.random.key_data(jax.random.key(11)),
+    )
     assert Counter.latest(job.spec) == "s1"
     assert Counter.checkpoints(job.spec) == ["s1"]
 

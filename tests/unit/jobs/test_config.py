@@ -76,10 +76,17 @@ def test_a_field_without_default_is_required_and_named() -> None:
 def test_nesting_at_any_depth_with_future_annotations() -> None:
     # Original: nested dataclass fields under PEP 563 were strings and were not recursed.
     schema = declared_fields(Outer)
-    assert set(schema) == {"model/middle/inner/width", "model/middle/inner/tag",
-                           "model/middle/depth", "a/b/c/d/e"}
-    cfg = _cfg(Outer, yaml_text="model:\n  middle:\n    inner:\n      width: 3\n",
-               overrides=("a.b.c.d.e=9",))
+    assert set(schema) == {
+        "model/middle/inner/width",
+        "model/middle/inner/tag",
+        "model/middle/depth",
+        "a/b/c/d/e",
+    }
+    cfg = _cfg(
+        Outer,
+        yaml_text="model:\n  middle:\n    inner:\n      width: 3\n",
+        overrides=("a.b.c.d.e=9",),
+    )
     with configuration(cfg):
         outer = configure(Outer)
     assert outer.middle.inner.width == 3
@@ -137,8 +144,10 @@ def test_equal_defaults_in_two_classes_are_fine() -> None:
 
 
 def test_types_are_checked_and_named() -> None:
-    with configuration(_cfg(Opt, overrides=("training/steps=abc",))), \
-            pytest.raises(ConfigError, match="training/steps"):
+    with (
+        configuration(_cfg(Opt, overrides=("training/steps=abc",))),
+        pytest.raises(ConfigError, match="training/steps"),
+    ):
         configure(Opt)
     with configuration(_cfg(Opt, overrides=("training/lr=1e-3",))):
         assert configure(Opt).lr == pytest.approx(1e-3)  # YAML reads 1e-3 as a string

@@ -77,8 +77,11 @@ def test_falls_back_to_lowest_free_across_domains() -> None:
     assert a.allocate("t3", 2) == [1, 3]
 
 
-requests = st.one_of(st.integers(0, 4), st.just("all"),
-                     st.lists(st.integers(0, 7), min_size=1, max_size=3, unique=True))
+requests = st.one_of(
+    st.integers(0, 4),
+    st.just("all"),
+    st.lists(st.integers(0, 7), min_size=1, max_size=3, unique=True),
+)
 
 
 def _run_sequential(reqs: list[Request]) -> list[list[int] | None]:

@@ -50,13 +50,23 @@ class Env:
 async def make_env(state_dir: Path, alive: dict[str, int] | None = None) -> Env:
     ex = FakeExecutor()
     ex.alive = dict(alive or {})  # workloads that exist before the shim starts
-    service = TaskService(store=TaskStore(state_dir), inventory=discover("h100:4"),
-                          executors={ExecutorKind.DOCKER: ex}, default_executor=ExecutorKind.DOCKER)
+    service = TaskService(
+        store=TaskStore(state_dir),
+        inventory=discover("h100:4"),
+        executors={ExecutorKind.DOCKER: ex},
+        default_executor=ExecutorKind.DOCKER,
+    )
     reconciler = Reconciler(service, interval_s=0.05)
     await reconciler.start()
     transport = httpx.ASGITransport(app=create_app(service, TOKEN))
-    return Env(ShimClient("http://shim", TOKEN, transport=transport), ex, service, reconciler,
-               transport, state_dir)
+    return Env(
+        ShimClient("http://shim", TOKEN, transport=transport),
+        ex,
+        service,
+        reconciler,
+        transport,
+        state_dir,
+    )
 
 
 @pytest.fixture
@@ -98,7 +108,10 @@ async def test_lifecycle_submit_run_exit_remove(env: Env) -> None:
     assert [a.index for a in launch.accelerators] == [0, 1]
     host = await env.client.host()
     assert [(a.index, a.task_id, a.fake) for a in host.accelerators][:3] == [
-        (0, "t1", True), (1, "t1", True), (2, None, True)]
+        (0, "t1", True),
+        (1, "t1", True),
+        (2, None, True),
+    ]
     with pytest.raises(TaskNotTerminated):
         await env.client.remove_task("t1")
     env.executor.exit("t1", 0)  # the runner exits by itself
@@ -165,10 +178,18 @@ async def test_terminate_while_starting(env: Env) -> None:
 
 
 async def test_bad_input(env: Env) -> None:
-    async with httpx.AsyncClient(transport=env.app, base_url="http://shim",
-                                 headers={"Authorization": f"Bearer {TOKEN}"}) as raw:
-        r = await raw.post("/api/tasks", json={"id": "x", "image": "i", "accelerators": -1,
-                                               "registry_auth": {"username": "u", "password": 7}})
+    async with httpx.AsyncClient(
+        transport=env.app, base_url="http://shim", headers={"Authorization": f"Bearer {TOKEN}"}
+    ) as raw:
+        r = await raw.post(
+            "/api/tasks",
+            json={
+                "id": "x",
+                "image": "i",
+                "accelerators": -1,
+                "registry_auth": {"username": "u", "password": 7},
+            },
+        )
         assert r.status_code == 422
         body = r.json()
         assert body["error"] == "invalid_request"

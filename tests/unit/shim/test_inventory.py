@@ -40,11 +40,18 @@ def test_gpu_query_mixed_names_and_unknown_memory() -> None:
     assert gpus[3].memory_bytes == 0  # [N/A]
 
 
-@pytest.mark.parametrize(("name", "chip"), [
-    ("NVIDIA H100 80GB HBM3", "h100"), ("NVIDIA H100 PCIe", "h100"),
-    ("NVIDIA A100-SXM4-40GB", "a100"), ("Tesla T4", "t4"), ("NVIDIA A10G", "a10g"),
-    ("NVIDIA GeForce RTX 3090", "rtx3090"), ("Quadro RTX 8000", "rtx8000"),
-])
+@pytest.mark.parametrize(
+    ("name", "chip"),
+    [
+        ("NVIDIA H100 80GB HBM3", "h100"),
+        ("NVIDIA H100 PCIe", "h100"),
+        ("NVIDIA A100-SXM4-40GB", "a100"),
+        ("Tesla T4", "t4"),
+        ("NVIDIA A10G", "a10g"),
+        ("NVIDIA GeForce RTX 3090", "rtx3090"),
+        ("Quadro RTX 8000", "rtx8000"),
+    ],
+)
 def test_chip_from_name(name: str, chip: str) -> None:
     assert chip_from_name(name) == chip
 
@@ -88,7 +95,10 @@ def test_topology_unreadable_is_empty() -> None:
 def test_fake() -> None:
     accels = parse_fake("h100:2,a100:1")
     assert [(a.index, a.chip, a.fake, a.vendor) for a in accels] == [
-        (0, "h100", True, "fake"), (1, "h100", True, "fake"), (2, "a100", True, "fake")]
+        (0, "h100", True, "fake"),
+        (1, "h100", True, "fake"),
+        (2, "a100", True, "fake"),
+    ]
     assert len(discover("h100:8").accelerators) == 8
     for bad in ("h100", "h100:x", ":3", "h100:0"):
         with pytest.raises(BadRequest, match="CHIP:COUNT"):

@@ -50,9 +50,12 @@ def nvidia_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 async def service(tmp_path: Path, nvidia_smi: None) -> AsyncIterator[TaskService]:
-    svc = TaskService(store=TaskStore(tmp_path / "state"), inventory=discover(None),
-                      executors={ExecutorKind.DOCKER: FakeExecutor()},
-                      default_executor=ExecutorKind.DOCKER)
+    svc = TaskService(
+        store=TaskStore(tmp_path / "state"),
+        inventory=discover(None),
+        executors={ExecutorKind.DOCKER: FakeExecutor()},
+        default_executor=ExecutorKind.DOCKER,
+    )
     rec = Reconciler(svc, interval_s=60)
     await rec.start()
     yield svc

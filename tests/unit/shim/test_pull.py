@@ -22,8 +22,12 @@ from tcl.shim.executors.pull import pull_image
 
 
 class FakeResponse:
-    def __init__(self, status: int, lines: Iterator[dict[str, Any]] | None = None,
-                 body: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        lines: Iterator[dict[str, Any]] | None = None,
+        body: dict[str, Any] | None = None,
+    ) -> None:
         self.status_code = status
         self._lines = lines or iter(())
         self._body = body or {}
@@ -62,14 +66,26 @@ def layer(layer_id: str, status: str, current: int = 0, total: int = 0) -> dict[
 
 
 def test_progress_and_auth_header() -> None:
-    events = [layer("a", "Pulling fs layer"), layer("b", "Pulling fs layer"),
-              layer("a", "Downloading", 50, 100), layer("b", "Downloading", 100, 300),
-              layer("a", "Pull complete"), layer("b", "Downloading", 300, 300),
-              layer("b", "Pull complete"), {"status": "Status: Downloaded newer image"}]
+    events = [
+        layer("a", "Pulling fs layer"),
+        layer("b", "Pulling fs layer"),
+        layer("a", "Downloading", 50, 100),
+        layer("b", "Downloading", 100, 300),
+        layer("a", "Pull complete"),
+        layer("b", "Downloading", 300, 300),
+        layer("b", "Pull complete"),
+        {"status": "Status: Downloaded newer image"},
+    ]
     api = FakeAPI(FakeResponse(200, iter(events)))
     seen: list[float] = []
-    pull_image(api, "reg.example/img:2", {"username": "u", "password": "pw"}, 5, seen.append,
-               threading.Event())
+    pull_image(
+        api,
+        "reg.example/img:2",
+        {"username": "u", "password": "pw"},
+        5,
+        seen.append,
+        threading.Event(),
+    )
     assert seen == sorted(seen) and seen[-1] == 1.0
     assert seen[0] == 0.5 and seen[1] == 0.5  # 50/100, then (50 + 100)/400 is not reported
     call = api.calls[0]
@@ -100,8 +116,9 @@ def test_slow_but_moving_pull_is_not_a_stall() -> None:
             yield layer("a", "Downloading", i, 20)
         yield layer("a", "Pull complete")
 
-    pull_image(FakeAPI(FakeResponse(200, slow())), "img", None, 0.1, lambda _: None,
-               threading.Event())
+    pull_image(
+        FakeAPI(FakeResponse(200, slow())), "img", None, 0.1, lambda _: None, threading.Event()
+    )
 
 
 def test_errors_are_image_errors() -> None:

@@ -40,10 +40,16 @@ def test_every_state_can_terminate_and_nothing_leaves_terminated() -> None:
     assert TRANSITIONS[S.TERMINATED] == {S.TERMINATED}
 
 
-@pytest.mark.parametrize(("a", "b"), [
-    (S.PENDING, S.RUNNING), (S.RUNNING, S.PULLING), (S.CREATING, S.PREPARING),
-    (S.PENDING, S.PENDING), (S.PULLING, S.PREPARING),
-])
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        (S.PENDING, S.RUNNING),
+        (S.RUNNING, S.PULLING),
+        (S.CREATING, S.PREPARING),
+        (S.PENDING, S.PENDING),
+        (S.PULLING, S.PREPARING),
+    ],
+)
 def test_illegal_moves(a: TaskStatus, b: TaskStatus) -> None:
     assert not can_transition(a, b)
 
@@ -51,8 +57,12 @@ def test_illegal_moves(a: TaskStatus, b: TaskStatus) -> None:
 def _store(tmp_path: Path) -> TaskStore:
     store = TaskStore(tmp_path)
     spec = TaskSpec(id="t1", image="img", registry_auth=RegistryAuth(username="u", password="pw"))
-    store.add(new_record(spec, {"accelerators": [0], "network": NetworkMode.BRIDGE,
-                                "executor": ExecutorKind.DOCKER}))
+    store.add(
+        new_record(
+            spec,
+            {"accelerators": [0], "network": NetworkMode.BRIDGE, "executor": ExecutorKind.DOCKER},
+        )
+    )
     return store
 
 
@@ -68,10 +78,16 @@ def test_store_refuses_illegal_moves(tmp_path: Path) -> None:
 def test_first_termination_reason_is_kept(tmp_path: Path) -> None:
     store = _store(tmp_path)
     store.update("t1", status=S.PREPARING)
-    store.update("t1", status=S.TERMINATED, reason=TerminationReason.IMAGE_ERROR,
-                 message="no such image")
-    store.update("t1", status=S.TERMINATED, reason=TerminationReason.STOPPED_BY_USER,
-                 message="bye", exit_code=3)
+    store.update(
+        "t1", status=S.TERMINATED, reason=TerminationReason.IMAGE_ERROR, message="no such image"
+    )
+    store.update(
+        "t1",
+        status=S.TERMINATED,
+        reason=TerminationReason.STOPPED_BY_USER,
+        message="bye",
+        exit_code=3,
+    )
     info = store.get("t1").info
     assert info.termination_reason is TerminationReason.IMAGE_ERROR
     assert info.message == "no such image"
