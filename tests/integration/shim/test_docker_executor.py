@@ -266,3 +266,32 @@ async def test_whole_host_task_uses_the_host_network(
         assert binds == ["0100007F:" + ssh_port_hex], binds
         await c.terminate_task("whole", timeout_s=5)
         await c.remove_task("whole")
+
+
+# The job starts a daemon in a session of its own, then exits.
+DAEMON_THEN_EXIT = [
+    "python3",
+    "-c",
+    "import subprocess; subprocess.Popen(['sleep', '600'], start_new_session=True); print('ok')",
+]
+
+
+async def test_daemons_of_a_finished_job_die_while_the_runner_lingers(
+    make_shim: ShimFactory, runner_image: str, docker_client: Any
+) -> None:
+    """The runner (the container's PID 1) ends what the job left running when the job ends;
+    the container stays up to serve the logs, holding nothing that uses the GPU."""
+    shim = await make_shim("--executor", "docker", "--fake-accelerators", "h100:1")
+    async with shim.client() as c:
+        spec = TaskSpec(id="dd", image=runner_image, accelerators=1, ssh_keys=[PUBKEY])
+        info = await wait_status(c, (await c.submit_task(spec)).id, TaskStatus.RUNNING)
+        await start_job(info, DAEMON_THEN_EXIT)
+        state, stdout = await job_outcome(info)
+        assert state is RunnerState.SUCCEEDED and stdout == "ok\n"
+        done = await wait_status(c, "dd", TaskStatus.TERMINATED)
+        assert done.termination_reason is TerminationReason.DONE
+        container = docker_client.containers.get(f"tcl-{shim.instance}-dd")
+        assert container.status == "running"  # serving the logs
+        procs = [" ".join(p[-1:]) for p in container.top()["Processes"]]
+        assert not any("sleep 600" in p for p in procs), procs
+        await c.remove_task("dd")
