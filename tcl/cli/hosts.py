@@ -75,8 +75,21 @@ def cmd_setup(
 def cmd_cloud_init(
     ctx: typer.Context,
     package: Annotated[
-        str, typer.Option("--package", help="pip requirement for tcl on the host.")
-    ] = "tcl",
+        str | None,
+        typer.Option(
+            "--package",
+            help="pip requirement for tcl on the host (default: exactly this version, "
+            "tcl-submit==VERSION, from PyPI).",
+        ),
+    ] = None,
+    wheel: Annotated[
+        bool,
+        typer.Option(
+            "--wheel",
+            help="Build a wheel of this tcl and embed it in the user-data (hosts need only "
+            "PyPI for the dependencies; works before a version is published).",
+        ),
+    ] = False,
     port: Annotated[int, typer.Option("--port", help="Shim port (loopback).")] = 10998,
     executor: Annotated[str, typer.Option("--executor", help="docker or process.")] = "docker",
     fake: Annotated[
@@ -88,7 +101,23 @@ def cmd_cloud_init(
 
     if executor not in ("docker", "process"):
         raise fail("--executor must be docker or process")
-    out.file.write(render_cloud_init(package, port, executor, fake))
+    if wheel and package:
+        raise fail("--wheel and --package exclude each other")
+    if not wheel:
+        out.file.write(render_cloud_init(package, port, executor, fake))
+        return
+    import tempfile
+    from pathlib import Path
+
+    from tcl.control.errors import HostSetupError
+    from tcl.control.hostsetup import build_wheel
+
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            built = build_wheel(Path(tmp))
+        except HostSetupError as e:
+            raise fail(str(e)) from None
+        out.file.write(render_cloud_init(None, port, executor, fake, wheel=built))
 
 
 def register(app: typer.Typer) -> None:

@@ -13,9 +13,17 @@ app = typer.Typer(
     name="tcl",
     help="Ship your code to the best free accelerators you can reach and run it there.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion (bash, zsh, fish)
     pretty_exceptions_show_locals=False,  # locals may hold secrets
 )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from tcl import DISTRIBUTION, __version__
+
+        typer.echo(f"tcl {__version__} ({DISTRIBUTION})")
+        raise typer.Exit()
 
 
 @app.callback()
@@ -30,6 +38,15 @@ def _root(
             "~/.config/tcl/config.yaml; none at all = one local host).",
         ),
     ] = None,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            is_eager=True,
+            callback=_print_version,
+            help="Print tcl's version and exit.",
+        ),
+    ] = False,
 ) -> None:
     ctx.obj = Globals(config_path=config)
 

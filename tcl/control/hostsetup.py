@@ -8,6 +8,7 @@ it runs, else a daemon with a pid file) → healthcheck through the SSH tunnel.
 from __future__ import annotations
 
 import asyncio
+import base64
 import shlex
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from string import Template
 
+from tcl import DISTRIBUTION, __version__
 from tcl.control.backends.ssh import SshBackend
 from tcl.control.config import SshHost
 from tcl.control.errors import HostSetupError, TclError
@@ -64,17 +66,33 @@ def render_unit(venv: str, shim_dir: str, port: int, executor: str, fake: str | 
     )  # fmt: skip
 
 
+def workstation_requirement() -> str:
+    """This tcl's exact version, by its distribution name on PyPI."""
+    return f"{DISTRIBUTION}=={__version__}"
+
+
 def render_cloud_init(
-    package: str, port: int = 10998, executor: str = "docker", fake: str | None = None,
-    shim_dir: str = "/var/lib/tcl-shim",
+    package: str | None = None, port: int = 10998, executor: str = "docker",
+    fake: str | None = None, shim_dir: str = "/var/lib/tcl-shim", wheel: Path | None = None,
 ) -> str:  # fmt: skip
+    """User-data that installs this tcl's shim at first boot: ``package`` (a pip requirement;
+    default: exactly this version from PyPI), or ``wheel``, embedded in the user-data."""
     venv = f"{shim_dir}/venv"
     unit = render_unit(venv, shim_dir, port, executor, fake)
     indented = "\n".join("      " + line if line else "" for line in unit.splitlines())
+    wheel_file = ""
+    if wheel is not None:
+        package = f"{shim_dir}/{wheel.name}"
+        encoded = base64.b64encode(wheel.read_bytes()).decode()
+        wheel_file = (
+            f'  - path: "{package}"\n    permissions: "0600"\n    encoding: b64\n'
+            f"    content: {encoded}\n"
+        )
     text = (images_dir() / "cloud-init.yaml").read_text()
     return Template(text).substitute(
-        unit_indented=indented, shim_dir=shim_dir, venv=venv, package=package
-    )
+        unit_indented=indented, shim_dir=shim_dir, venv=venv,
+        package=package or workstation_requirement(), wheel_file=wheel_file,
+    )  # fmt: skip
 
 
 def build_wheel(dest: Path) -> Path:
@@ -91,7 +109,7 @@ def build_wheel(dest: Path) -> Path:
             proc = subprocess.run(argv, capture_output=True, text=True, check=False)
         except FileNotFoundError:
             continue
-        wheels = sorted(dest.glob("tcl-*.whl"))
+        wheels = sorted(dest.glob(f"{DISTRIBUTION.replace('-', '_')}-*.whl"))
         if proc.returncode == 0 and wheels:
             return wheels[-1]
     raise HostSetupError("building the tcl wheel failed: set `shim_package` for the host")

@@ -21,3 +21,10 @@ def test_console_scripts_point_at_importable_mains() -> None:
 
 def test_version() -> None:
     assert tcl.__version__.count(".") == 2
+
+
+def test_distribution_name_and_version_are_the_packages() -> None:
+    """Installers pin ``tcl.DISTRIBUTION==tcl.__version__``: both must be what is built."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert (project["name"], project["version"]) == (tcl.DISTRIBUTION, tcl.__version__)
+    assert project["name"] != "tcl"  # taken on PyPI by an unrelated package

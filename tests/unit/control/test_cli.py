@@ -132,6 +132,19 @@ def test_cloud_init_renders_valid_user_data(home: Path) -> None:
     assert "token" not in unit.split("--token-file")[0]  # only the path, never a value
 
 
+def test_cloud_init_installs_exactly_this_version_by_default(home: Path) -> None:
+    res = runner.invoke(app, ["host", "cloud-init"])
+    assert res.exit_code == 0, res.output
+    doc = yaml.safe_load(res.stdout)
+    pip = [c for c in doc["runcmd"] if "install" in c]
+    assert pip == [["/var/lib/tcl-shim/venv/bin/pip", "install", "--quiet", "tcl-submit==0.1.0"]]
+
+
+def test_version_flag() -> None:
+    res = runner.invoke(app, ["--version"])
+    assert res.exit_code == 0 and res.stdout.strip() == "tcl 0.1.0 (tcl-submit)"
+
+
 def test_jobs_and_run_wire_tcl_jobs(home: Path) -> None:
     res = runner.invoke(app, ["jobs", "--json"])
     assert res.exit_code == 0, res.output
