@@ -10,6 +10,10 @@
 set -eu
 port="${TCL_SSH_PORT:-10022}"
 export TCL_RUNNER_SSH_ENV_FILE=/run/tcl-runner/job-env.sh
+# The job runs with the image's own python (tcl's venv is not on PATH). A `job` spec (tcl.jobs)
+# gets this directory, which holds only the `tcl` package, on its PYTHONPATH; the image provides
+# JAX and the rest (docs/runner.md, Image).
+export TCL_RUNNER_JOB_TCL_PATH=/src/tcl
 mkdir -p /run/tcl-runner
 if [ -n "${TCL_SSH_AUTHORIZED_KEYS:-}" ] && [ -x /usr/sbin/sshd ]; then
   mkdir -p /root/.ssh /run/sshd && chmod 700 /root/.ssh
@@ -25,4 +29,5 @@ if [ -n "${TCL_SSH_AUTHORIZED_KEYS:-}" ] && [ -x /usr/sbin/sshd ]; then
     -o ForceCommand=/usr/local/bin/tcl-ssh-session -o PidFile=/run/sshd.pid
 fi
 unset TCL_SSH_AUTHORIZED_KEYS
-exec tcl-runner "$@"
+# By absolute path: the venv stays off PATH, so nothing of it reaches the job's environment.
+exec /opt/tcl/bin/tcl-runner "$@"

@@ -55,8 +55,9 @@ def base_image(docker_client: Any) -> str:
     return BASE_IMAGE
 
 
-def runner_image_tag() -> str:
-    """Tag derived from everything that goes into the runner image, so worktrees never clash."""
+def runner_image_tag(base: str | None = None) -> str:
+    """Tag derived from everything that goes into the runner image, so worktrees never clash.
+    ``base``: an image other than the default base, whose id then goes into the tag too."""
     h = hashlib.sha256()
     inputs = [REPO / "Dockerfile.runner", REPO / "pyproject.toml"]
     inputs += sorted((REPO / "images").rglob("*"))
@@ -65,37 +66,50 @@ def runner_image_tag() -> str:
         if path.is_file():
             h.update(str(path.relative_to(REPO)).encode())
             h.update(path.read_bytes())
+    if base is not None:
+        h.update(image_id(base).encode())
     return f"tcl-runner:{h.hexdigest()[:12]}"
+
+
+def image_id(image: str) -> str:
+    out = subprocess.run(
+        [DOCKER_CLI, "image", "inspect", "-f", "{{.Id}}", image],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return out.stdout.strip()
+
+
+def build_image(tag: str, context: Path, dockerfile: str, *build_args: str) -> str:
+    """``docker build`` unless ``tag`` exists already (tags are content hashes: cached)."""
+    probe = subprocess.run([DOCKER_CLI, "image", "inspect", tag], capture_output=True, check=False)
+    if probe.returncode == 0:
+        return tag
+    args = [a for kv in build_args for a in ("--build-arg", kv)]
+    proc = subprocess.run(
+        [DOCKER_CLI, "build", "-q", "--force-rm", *args, "-f", "-", "-t", tag, str(context)],
+        input=dockerfile,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "DOCKER_BUILDKIT": "1"},
+        check=False,
+    )
+    if proc.returncode != 0:
+        pytest.fail(f"image build failed ({tag}):\n{proc.stdout}\n{proc.stderr}")
+    return tag
+
+
+def build_runner_image(base: str, default_base: bool = False) -> str:
+    """The runner image built from Dockerfile.runner on top of ``base``."""
+    tag = runner_image_tag(None if default_base else base)
+    return build_image(tag, REPO, (REPO / "Dockerfile.runner").read_text(), f"BASE_IMAGE={base}")
 
 
 @pytest.fixture(scope="session")
 def runner_image(docker_client: Any, base_image: str) -> str:
     """The runner image built from Dockerfile.runner on top of the local base image."""
-    tag = runner_image_tag()
-    probe = subprocess.run([DOCKER_CLI, "image", "inspect", tag], capture_output=True, check=False)
-    if probe.returncode != 0:
-        proc = subprocess.run(
-            [
-                DOCKER_CLI,
-                "build",
-                "-q",
-                "--force-rm",
-                "--build-arg",
-                f"BASE_IMAGE={base_image}",
-                "-f",
-                str(REPO / "Dockerfile.runner"),
-                "-t",
-                tag,
-                str(REPO),
-            ],
-            capture_output=True,
-            text=True,
-            env={**os.environ, "DOCKER_BUILDKIT": "1"},
-            check=False,
-        )
-        if proc.returncode != 0:
-            pytest.fail(f"runner image build failed:\n{proc.stdout}\n{proc.stderr}")
-    return tag
+    return build_runner_image(base_image, default_base=True)
 
 
 @pytest.fixture(scope="session")

@@ -9,12 +9,18 @@ import argparse
 import logging
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from tcl.jobs.bootstrap import LaunchOptions, launch
-from tcl.jobs.errors import JobsError
+from tcl.jobs import deps
+
+if TYPE_CHECKING:
+    from tcl.jobs.bootstrap import LaunchOptions
 
 
 def parse(argv: list[str]) -> LaunchOptions:
+    # Imported here, not above: bootstrap imports omegaconf and JAX, which main checks for first.
+    from tcl.jobs.bootstrap import LaunchOptions
+
     p = argparse.ArgumentParser(prog="python -m tcl.jobs.launch", description=__doc__)
     p.add_argument("key", help="registered job key, e.g. gpt/train")
     p.add_argument("config", help="config YAML, or - for the defaults")
@@ -44,6 +50,13 @@ def parse(argv: list[str]) -> LaunchOptions:
 
 
 def main(argv: list[str] | None = None) -> int:
+    lacking = deps.missing()
+    if lacking:
+        print(deps.explain(lacking), file=sys.stderr)
+        return 2
+    from tcl.jobs.bootstrap import launch
+    from tcl.jobs.errors import JobsError
+
     # force: importing jax/absl has already configured the root logger. Our own loggers
     # (progress, metrics) at INFO; libraries (Orbax narrates every save) at WARNING.
     logging.basicConfig(

@@ -20,11 +20,27 @@ _RUNNER_ONLY = (
     "TCL_RUNNER_CODE_CACHE",
     "TCL_RUNNER_PREMOUNTED_CODE",
     "TCL_RUNNER_TOKEN_FILE",
+    "TCL_RUNNER_JOB_TCL_PATH",
 )
 
+# Set by the runner image's entrypoint: a directory holding only the ``tcl`` package (none of
+# the runner venv's dependencies). In an image the job runs with the image's own python, not
+# the runner's venv, so a ``job`` spec gets this directory on its PYTHONPATH to import tcl.jobs;
+# JAX and the rest of the job's dependencies must come from the image.
+JOB_TCL_PATH_VAR = "TCL_RUNNER_JOB_TCL_PATH"
 
-def public_env(spec: JobSpec, workdir: Path) -> dict[str, str]:
-    """What tcl adds to the job's environment, secrets excluded."""
+# What an image sets to choose its interpreter and libraries. sshd starts sessions with a clean
+# environment, so the ssh snippet carries these from the job's environment: an ssh session's
+# ``python`` is then the job's.
+_SESSION_INHERITED = ("PATH", "PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "LD_LIBRARY_PATH")
+
+
+def public_env(
+    spec: JobSpec, workdir: Path, base: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """What tcl adds to the job's environment, secrets excluded. ``base``: the runner's own
+    environment (default ``os.environ``)."""
+    base = os.environ if base is None else base
     env = {
         "PYTHONUNBUFFERED": "1",
         "TCL_RUN_ID": spec.run_id,
@@ -35,14 +51,20 @@ def public_env(spec: JobSpec, workdir: Path) -> dict[str, str]:
     }
     if spec.cluster.coordinator:
         env["TCL_COORDINATOR"] = spec.cluster.coordinator
+    tcl_path = base.get(JOB_TCL_PATH_VAR)
+    if spec.job is not None and tcl_path:
+        # Only for ``job`` specs: an argv job sees the image's imports and nothing of tcl's.
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (tcl_path, base.get("PYTHONPATH")) if p)
     env.update(spec.env)
     return env
 
 
 def job_env(spec: JobSpec, workdir: Path, base: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The process environment: the runner's own, tcl's variables, the spec's env, the secrets."""
-    env = {k: v for k, v in (os.environ if base is None else base).items() if k not in _RUNNER_ONLY}
-    env.update(public_env(spec, workdir))
+    """The process environment: the runner's own (in an image: the image's, as the runner image
+    leaves PATH alone), tcl's variables, the spec's env, the secrets."""
+    base = os.environ if base is None else base
+    env = {k: v for k, v in base.items() if k not in _RUNNER_ONLY}
+    env.update(public_env(spec, workdir, base))
     env.update(spec.secrets)
     return env
 
@@ -53,16 +75,23 @@ def job_out_dir(spec: JobSpec, workdir: Path) -> Path:
     return Path(spec.env.get("TCL_OUT_DIR") or workdir / "out")
 
 
-def job_argv(spec: JobSpec, workdir: Path, config_file: Path) -> list[str]:
+def job_argv(
+    spec: JobSpec, workdir: Path, config_file: Path, base: Mapping[str, str] | None = None
+) -> list[str]:
     """``argv`` as given, or ``python -m tcl.jobs.launch KEY CONFIG OUT_DIR --run-id ...`` for a
-    ``tcl.jobs`` job; its config travels as a file (data), never pasted into a command."""
+    ``tcl.jobs`` job; its config travels as a file (data), never pasted into a command.
+
+    The python is the runner's own where tcl is installed with its ``jobs`` extra (a host), and
+    the image's ``python3`` (found on the job's PATH) in the runner image, whose venv has no JAX.
+    """
+    base = os.environ if base is None else base
     if spec.argv is not None:
         return list(spec.argv)
     job = spec.job
     if job is None:  # ``Runner.submit`` refuses such a spec first
         raise InvalidSpec("argv", "neither argv nor job is given: nothing to run")
     argv = [
-        sys.executable,
+        "python3" if base.get(JOB_TCL_PATH_VAR) else sys.executable,
         "-m",
         "tcl.jobs.launch",
         job.key,
@@ -82,14 +111,18 @@ def job_argv(spec: JobSpec, workdir: Path, config_file: Path) -> list[str]:
     return argv
 
 
-def ssh_snippet(spec: JobSpec, workdir: Path) -> str:
-    """A POSIX shell snippet: ``cd`` to the working dir and export the job's public env."""
+def ssh_snippet(spec: JobSpec, workdir: Path, base: Mapping[str, str] | None = None) -> str:
+    """A POSIX shell snippet: ``cd`` to the working dir and export the job's public env and the
+    variables that pick its interpreter (PATH...)."""
+    base = os.environ if base is None else base
     lines = [
         "# Written by tcl-runner when the job started: the job's working dir and environment",
         "# (its secrets are never written anywhere).",
     ]
     secret_names = set(spec.secrets)
-    for key, value in sorted(public_env(spec, workdir).items()):
+    env = {k: base[k] for k in _SESSION_INHERITED if k in base}
+    env.update(public_env(spec, workdir, base))
+    for key, value in sorted(env.items()):
         if key in secret_names or not key.isidentifier():
             continue
         lines.append(f"export {key}={shlex.quote(value)}")
