@@ -124,15 +124,21 @@ async def test_two_bridge_tasks_disjoint_third_refused(
         await asyncio.gather(c.terminate_task("a", timeout_s=2), c.terminate_task("b", timeout_s=2))
 
 
+# Runs until the test lets it finish (a file appears), however slow the shim's restart is.
+UNTIL_GO = (
+    "import os, time\nwhile not os.path.exists('/tmp/go'): time.sleep(0.1)\nprint('finished')"
+)
+
+
 async def test_sigkill_shim_mid_task_then_restart(
-    make_shim: ShimFactory, runner_image: str
+    make_shim: ShimFactory, runner_image: str, docker_client: Any
 ) -> None:
     shim = await make_shim("--fake-accelerators", "h100:2")
     async with shim.client() as c:
         await c.submit_task(TaskSpec(id="k", image=runner_image, accelerators=1))
         before = await wait_status(c, "k", TaskStatus.RUNNING)
         assert before.ports.runner is not None
-        await start_job(before, ["python3", "-c", "import time; time.sleep(3); print('finished')"])
+        await start_job(before, ["python3", "-c", UNTIL_GO])
     shim.kill()  # SIGKILL while the job runs
     shim2 = await make_shim("--fake-accelerators", "h100:2", state="shim", port=shim.port)
     async with shim2.client() as c:
@@ -141,6 +147,7 @@ async def test_sigkill_shim_mid_task_then_restart(
         assert after.accelerators == before.accelerators and after.ports == before.ports
         with pytest.raises(NoCapacity):  # the adopted task still holds its GPU
             await c.submit_task(TaskSpec(id="k2", image=runner_image, accelerators=2))
+        docker_client.containers.get(f"tcl-{shim.instance}-k").exec_run(["touch", "/tmp/go"])
         state, stdout = await job_outcome(after)
         assert state is RunnerState.SUCCEEDED and "finished" in stdout
         done = await wait_status(c, "k", TaskStatus.TERMINATED)  # the job's end frees it

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+from pathlib import Path
 
 import httpx
 import psutil
@@ -20,15 +21,18 @@ from tests.integration.shim.conftest import ShimFactory
 from tests.integration.shim.harness import TOKEN, job_outcome, start_job, wait_status
 
 NO_DOCKER = {"DOCKER_HOST": "unix:///nonexistent/docker.sock"}
-PRINT_GPUS = [
-    "python3",
-    "-c",
-    "import os, time; time.sleep(2); print('gpus=' + os.environ['CUDA_VISIBLE_DEVICES'])",
-]
+# Prints its GPUs once the test lets it (a file appears), however slow the shim's restart is.
+WAIT_THEN_PRINT_GPUS = (
+    "import os, sys, time\n"
+    "while not os.path.exists(sys.argv[1]): time.sleep(0.05)\n"
+    "print('gpus=' + os.environ['CUDA_VISIBLE_DEVICES'])\n"
+)
 
 
-async def test_process_executor_scenario(make_shim: ShimFactory) -> None:
+async def test_process_executor_scenario(make_shim: ShimFactory, tmp_path: Path) -> None:
     shim = await make_shim("--fake-accelerators", "h100:2", env=NO_DOCKER)
+    go = tmp_path / "go"
+    print_gpus = ["python3", "-c", WAIT_THEN_PRINT_GPUS, str(go)]
     async with shim.client() as c:
         assert (await c.host()).executors == [ExecutorKind.PROCESS]
         with pytest.raises(ExecutorUnavailable, match="docker"):
@@ -44,8 +48,8 @@ async def test_process_executor_scenario(make_shim: ShimFactory) -> None:
         b = await wait_status(c, "b", TaskStatus.RUNNING)
         assert a.ports.runner and b.ports.runner and a.ports.runner != b.ports.runner
         assert a.ports.ssh is None
-        await start_job(a, PRINT_GPUS)
-        await start_job(b, PRINT_GPUS)
+        await start_job(a, print_gpus)
+        await start_job(b, print_gpus)
         with pytest.raises(TaskNotTerminated):
             await c.remove_task("a")
 
@@ -59,6 +63,7 @@ async def test_process_executor_scenario(make_shim: ShimFactory) -> None:
         assert after.accelerators == [0] and after.ports == a.ports
         with pytest.raises(NoCapacity):
             await c.submit_task(TaskSpec(id="c", accelerators=1))
+        go.touch()
         for info in (a, b):
             state, stdout = await job_outcome(info)
             assert state is RunnerState.SUCCEEDED
