@@ -38,12 +38,17 @@ class Observer(Protocol):
 
     def progress(self, done: int, total: int) -> None: ...
 
+    def note(self, text: str) -> None: ...  # one line the user should read (not a status)
+
 
 class _Silent:
     def status(self, text: str) -> None:
         return None
 
     def progress(self, done: int, total: int) -> None:
+        return None
+
+    def note(self, text: str) -> None:
         return None
 
 
@@ -58,6 +63,7 @@ class Submission:
     env: dict[str, str] = field(default_factory=dict)
     secrets: dict[str, str] = field(default_factory=dict, repr=False)  # values: never stored
     cwd: Path = field(default_factory=Path.cwd)
+    code_dir: Path | None = None  # ``--dir``: ship this directory (explicitly, even / or ~)
     max_duration_s: float | None = None
     job: JobRef | None = None  # a registered tcl.jobs job (key + config), instead of argv
 
@@ -86,13 +92,26 @@ async def submit(ctl: Control, sub: Submission, obs: Observer | None = None) -> 
     solving = asyncio.create_task(solve(ctl.cfg, req, ctl.probe))
     try:
         snap, _ = await asyncio.gather(
-            asyncio.to_thread(snapshot, sub.cwd, cache_dir(), ctl.cfg.shipping.max_bytes),
+            asyncio.to_thread(
+                snapshot,
+                sub.code_dir or sub.cwd,
+                cache_dir(),
+                ctl.cfg.shipping.max_bytes,
+                explicit=sub.code_dir is not None,
+            ),
             asyncio.to_thread(importlib.import_module, "tcl.control.store"),
         )
     except BaseException:
         await _cancel(solving)
         raise
     from tcl.control.store import new_run_id  # imported above, off the event loop
+
+    if not snap.git:
+        skipped = f"; skipped {snap.unreadable} unreadable" if snap.unreadable else ""
+        obs.note(
+            f"not in a git repository: shipping {snap.root} ({snap.files} files) "
+            f"with .tclignore{skipped}"
+        )
 
     run_id = new_run_id(sub.name)
     request = {

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from tcl.control.config import parse_config
-from tcl.control.errors import AgentError, NoCapacityError
+from tcl.control.errors import AgentError, NoCapacityError, ShippingError
 from tcl.control.service import Control
 from tcl.control.states import RunState
 from tcl.control.store import Store
@@ -102,3 +102,34 @@ async def test_a_failed_start_terminates_the_task_and_fails_the_run(ctl: Control
     assert task_id.endswith("-0") and reason is TerminationReason.FAILED
     (run,) = ctl.store.list_runs()
     assert run.state is RunState.FAILED and "argv is empty" in run.message
+
+
+class Notes:
+    def __init__(self) -> None:
+        self.notes: list[str] = []
+
+    def status(self, text: str) -> None: ...
+
+    def progress(self, done: int, total: int) -> None: ...
+
+    def note(self, text: str) -> None:
+        self.notes.append(text)
+
+
+def _racy(ctl: Control, runner: FakeRunner) -> None:
+    ctl._backends["racy"] = FakeBackend(runner, Shim(racy=False))  # type: ignore[arg-type]
+    ctl._backends["racy"].name = "racy"
+
+
+async def test_outside_git_says_what_it_ships_and_refuses_home(
+    ctl: Control, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _racy(ctl, FakeRunner(None))
+    obs = Notes()
+    await submit(ctl, Submission(argv=["python", "job.py"], host="racy"), obs)
+    code = (tmp_path / "code").resolve()
+    assert obs.notes == [f"not in a git repository: shipping {code} (1 files) with .tclignore"]
+    monkeypatch.setenv("HOME", str(code))
+    with pytest.raises(ShippingError, match="--dir DIR"):
+        await submit(ctl, Submission(argv=["x"], host="racy"))
+    await submit(ctl, Submission(argv=["x"], host="racy", code_dir=code))  # explicit: shipped
