@@ -212,7 +212,7 @@ async def _start_job(
         spec_job = JobSpec(
             run_id=run_id, attempt=attempt, name=sub.name, argv=sub.argv or None,
             env={**_host_env(ctl, backend.name), **sub.env}, secrets=sub.secrets,
-            code=CodeRef(sha256=snap.sha256, size=snap.size),
+            code=CodeRef(sha256=snap.sha256, size=snap.size), cwd=job_cwd(sub.cwd, snap.root),
             max_duration_s=sub.max_duration_s, job=sub.job,
         )  # fmt: skip
         await runner.submit(spec_job)
@@ -223,6 +223,16 @@ async def _start_job(
         return sent
     finally:
         await runner.aclose()
+
+
+def job_cwd(cwd: Path, root: Path) -> str:
+    """Where the job starts, relative to the shipped root: the submit's directory when it lies
+    inside the snapshot (``cd sub && tcl submit`` runs in ``sub``), else the root."""
+    try:
+        rel = cwd.resolve().relative_to(root)
+    except ValueError:
+        return ""
+    return "" if rel == Path() else rel.as_posix()
 
 
 async def _terminate_quietly(shim: ShimApi, task_id: str) -> None:

@@ -113,3 +113,22 @@ def test_submit_a_tcl_jobs_job_by_key_on_the_local_default(tmp_path: Path) -> No
         assert bad.returncode != 0 and "not both" in bad.stderr
     finally:
         stop_local_shim(home / "state" / "local-shim")
+
+
+def test_the_job_starts_in_the_directory_submitted_from(tmp_path: Path) -> None:
+    """`cd repo/sub && tcl submit -- python3 inner.py`: the job runs in sub, not the repo root."""
+    home, repo = tmp_path / "home", tmp_path / "repo"
+    home.mkdir()
+    (repo / "sub").mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    (repo / "sub" / "inner.py").write_text(
+        "import os\nprint('from', os.path.basename(os.getcwd()))\n"
+    )
+    env = _local_env(home)
+    try:
+        res = _tcl(env, repo / "sub", "submit", "--", "python3", "inner.py")
+        assert res.returncode == 0, res.stderr
+        assert res.stdout == "from sub\n"
+        assert "not in a git repository" not in res.stderr
+    finally:
+        stop_local_shim(home / "state" / "local-shim")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -121,6 +122,11 @@ def _racy(ctl: Control, runner: FakeRunner) -> None:
     ctl._backends["racy"].name = "racy"
 
 
+class SpecRunner(FakeRunner):
+    async def submit(self, spec: Any) -> None:
+        self.spec = spec
+
+
 async def test_outside_git_says_what_it_ships_and_refuses_home(
     ctl: Control, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -133,3 +139,18 @@ async def test_outside_git_says_what_it_ships_and_refuses_home(
     with pytest.raises(ShippingError, match="--dir DIR"):
         await submit(ctl, Submission(argv=["x"], host="racy"))
     await submit(ctl, Submission(argv=["x"], host="racy", code_dir=code))  # explicit: shipped
+
+
+async def test_the_job_starts_in_the_submit_directory(
+    ctl: Control, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runner = SpecRunner(None)
+    _racy(ctl, runner)
+    (tmp_path / "code" / "sub" / "deeper").mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", str(tmp_path / "code")], check=True)
+    monkeypatch.chdir(tmp_path / "code" / "sub" / "deeper")
+    await submit(ctl, Submission(argv=["python", "inner.py"], host="racy"))
+    assert runner.spec.cwd == "sub/deeper"
+    monkeypatch.chdir(tmp_path / "code")
+    await submit(ctl, Submission(argv=["python", "job.py"], host="racy"))
+    assert runner.spec.cwd == ""
