@@ -143,3 +143,21 @@ def test_jobs_and_run_wire_tcl_jobs(home: Path) -> None:
     res = runner.invoke(app, ["run", "gpt/train", str(yaml_path), str(home / "out"),
                               "training/stepz=3"])  # fmt: skip
     assert res.exit_code == 2 and "training/stepz" in res.stderr
+
+
+def test_run_prints_metric_lines_as_they_are_logged(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tcl.jobs.run
+    from tcl.jobs.metrics import MetricsWriter
+
+    def run_job(key: str, config: str | None, out_dir: str, **_: object) -> None:
+        writer = MetricsWriter(Path(out_dir) / "metrics.jsonl")  # as the trainer reports
+        writer.write({"kind": "train", "step": 10, "loss": 2.5})
+        writer.write({"kind": "train", "step": 20, "loss": 1.25})
+        writer.close()
+
+    monkeypatch.setattr(tcl.jobs.run, "run_job", run_job)
+    res = runner.invoke(app, ["run", "gpt/train", "-", str(home / "out")])
+    assert res.exit_code == 0, res.output
+    assert res.stderr.splitlines() == ["train step 10  loss 2.5", "train step 20  loss 1.25"]
