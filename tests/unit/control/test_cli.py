@@ -161,3 +161,27 @@ def test_run_prints_metric_lines_as_they_are_logged(
     res = runner.invoke(app, ["run", "gpt/train", "-", str(home / "out")])
     assert res.exit_code == 0, res.output
     assert res.stderr.splitlines() == ["train step 10  loss 2.5", "train step 20  loss 1.25"]
+
+
+def test_ssh_print_config_after_the_run_prints_the_config(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import subprocess
+
+    import tcl.cli.ssh
+
+    async def write_config(ctl: object, run_ref: str) -> tuple[str, Path]:
+        return run_ref, home / "ssh" / "config"
+
+    def no_ssh(*args: object, **kwargs: object) -> None:
+        raise AssertionError("--print-config must not start ssh")
+
+    monkeypatch.setattr(tcl.cli.ssh, "_write_config", write_config)
+    monkeypatch.setattr(subprocess, "run", no_ssh)
+    for argv in (["ssh", "--print-config", "r-1"], ["ssh", "r-1", "--print-config"]):
+        res = runner.invoke(app, argv)
+        assert res.exit_code == 0, res.output
+        assert res.stdout == f"{home / 'ssh' / 'config'}\n"
+        assert "Include" in res.stderr
+    res = runner.invoke(app, ["ssh", "r-1", "--print-config", "ls"])
+    assert res.exit_code == 1 and "give it no COMMAND" in res.stderr
