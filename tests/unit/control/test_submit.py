@@ -9,11 +9,13 @@ from typing import Any
 import pytest
 
 from tcl.control.config import parse_config
-from tcl.control.errors import AgentError, NoCapacityError, ShippingError
+from tcl.control.errors import AgentError, NoCapacityError, ShippingError, TclError
+from tcl.control.paths import cache_dir
 from tcl.control.service import Control
 from tcl.control.states import RunState
 from tcl.control.store import Store
 from tcl.control.submit import Submission, submit
+from tcl.runner.api import JobRef
 from tcl.shim.api import (
     Accelerator,
     ExecutorKind,
@@ -154,3 +156,11 @@ async def test_the_job_starts_in_the_submit_directory(
     monkeypatch.chdir(tmp_path / "code")
     await submit(ctl, Submission(argv=["python", "job.py"], host="racy"))
     assert runner.spec.cwd == ""
+
+
+async def test_an_unknown_job_key_is_refused_before_anything_ships(ctl: Control) -> None:
+    _racy(ctl, FakeRunner(None))
+    with pytest.raises(TclError, match=r"no job registered as 'gpt/trian'; did you mean gpt/train"):
+        await submit(ctl, Submission(argv=[], host="racy", job=JobRef(key="gpt/trian")))
+    assert ctl.store.list_runs() == []  # no run recorded, no snapshot made
+    assert not (cache_dir() / "index").exists()
