@@ -163,6 +163,11 @@ async def _place_and_start(
         attempt_no = 0
         task_id = f"{run_id}-{attempt_no}"
         spec = _task_spec(ctl, backend, sub, task_id, run_id, snap.sha256)
+        if sub.image and backend.executor is not ExecutorKind.DOCKER:
+            obs.note(
+                f"warning: --image {sub.image} is ignored: {cand.host} runs jobs with the "
+                f"{backend.executor.value} executor, not in a container"
+            )
         obs.status(f"launching on {cand.host}")
         shim = await backend.shim()
         try:

@@ -164,3 +164,13 @@ async def test_an_unknown_job_key_is_refused_before_anything_ships(ctl: Control)
         await submit(ctl, Submission(argv=[], host="racy", job=JobRef(key="gpt/trian")))
     assert ctl.store.list_runs() == []  # no run recorded, no snapshot made
     assert not (cache_dir() / "index").exists()
+
+
+async def test_an_image_on_a_process_executor_host_is_warned_about(ctl: Control) -> None:
+    _racy(ctl, FakeRunner(None))
+    obs = Notes()
+    await submit(ctl, Submission(argv=["x"], host="racy", image="ghcr.io/me/img:1"), obs)
+    assert (
+        "warning: --image ghcr.io/me/img:1 is ignored: racy runs jobs with the process executor, "
+        "not in a container" in obs.notes
+    )
