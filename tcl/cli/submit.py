@@ -119,6 +119,7 @@ def cmd_submit(
     job_ref = _job_ref(job, job_config, command)
     if not command and job_ref is None:
         raise fail("nothing to run: tcl submit [OPTIONS] -- COMMAND [ARGS...]")
+    chip = chip.lower() if chip else None  # hosts report chips in lower case (h100)
     chips = n if n or chip is None else 1
     if code_dir is not None and not os.path.isdir(code_dir):
         raise fail(f"--dir {code_dir}: not a directory")

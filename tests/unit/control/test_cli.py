@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -185,3 +186,21 @@ def test_ssh_print_config_after_the_run_prints_the_config(
         assert "Include" in res.stderr
     res = runner.invoke(app, ["ssh", "r-1", "--print-config", "ls"])
     assert res.exit_code == 1 and "give it no COMMAND" in res.stderr
+
+
+def test_chip_names_are_case_insensitive(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import tcl.cli.submit
+    from tcl.control.config import parse_config
+    from tcl.control.errors import TclError
+
+    seen = []
+
+    async def submit(ctl: object, sub: Any, obs: object) -> None:
+        seen.append(sub.chip)
+        raise TclError("stop here")
+
+    monkeypatch.setattr(tcl.cli.submit, "submit", submit)
+    res = runner.invoke(app, ["submit", "--chip", "H100", "--", "true"])
+    assert res.exit_code == 1 and seen == ["h100"]
+    cfg = parse_config("hosts:\n  a: {type: local, chips: {H100: 8}}\n")
+    assert cfg.hosts["a"].chips == {"h100": 8}
