@@ -92,6 +92,17 @@ def test_logs_are_kept_after_the_host_is_gone(home: Path) -> None:
     assert res.exit_code == 1 and "no run matches 'nope'" in res.stderr
 
 
+def test_logs_without_a_run_shows_the_most_recent(home: Path) -> None:
+    res = runner.invoke(app, ["logs"])
+    assert res.exit_code == 1 and res.stderr == "error: no runs yet: tcl submit -- COMMAND\n"
+    (home / "state" / "logs").mkdir(parents=True, exist_ok=True)
+    _seed_run(home)
+    res = runner.invoke(app, ["logs", "--tail", "1"])
+    assert res.exit_code == 0, res.output
+    assert res.stdout == "line 4\n"
+    assert res.stderr.splitlines()[0] == "logs of the most recent run, train-aaaaaa"
+
+
 def test_ps_json_is_stable(home: Path) -> None:
     (home / "state" / "logs").mkdir(parents=True)
     _seed_run(home)
