@@ -53,16 +53,18 @@ def test_no_config_runs_on_local_default(tmp_path: Path) -> None:
 
 def test_ctrl_c_detaches_and_the_job_keeps_running(tmp_path: Path) -> None:
     env = _local_env(tmp_path)
+    work = tmp_path / "work"  # not $HOME itself: outside git, tcl refuses to ship all of ~
+    work.mkdir()
 
     def tcl(*args: str) -> subprocess.CompletedProcess[str]:
-        return _tcl(env, tmp_path, *args)
+        return _tcl(env, work, *args)
 
     try:
         job = "import time\nprint('tick', flush=True)\ntime.sleep(60)"
         sub = json.loads(tcl("submit", "-d", "--json", "--", "python", "-c", job).stdout)
         follow = subprocess.Popen(
             [TCL, "logs", "-f", sub["run_id"]],
-            cwd=tmp_path,
+            cwd=work,
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
