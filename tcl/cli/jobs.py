@@ -5,6 +5,10 @@ JAX is imported only by these commands, never by the rest of the CLI.
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import sys
+from collections.abc import Iterator
 from typing import Annotated
 
 import typer
@@ -31,6 +35,23 @@ def cmd_jobs(
     out.print(t)
 
 
+@contextlib.contextmanager
+def _progress_on_stderr() -> Iterator[None]:
+    """tcl.jobs' own INFO lines (a metrics summary per report, progress) on stderr as they are
+    logged, as the launcher shows them in a submitted job's log; libraries stay quiet."""
+    logger = logging.getLogger("tcl")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
 def cmd_run(
     key: Annotated[str, typer.Argument(help="Job key, e.g. gpt/train (see `tcl jobs`).")],
     config: Annotated[str, typer.Argument(help="Config YAML, or - for none.")],
@@ -51,8 +72,9 @@ def cmd_run(
     from tcl.jobs.run import run_job
 
     try:
-        run_job(key, None if config == "-" else config, out_dir, restore=restore,
-                overrides=overrides or [], name=name, project=project, group=group)  # fmt: skip
+        with _progress_on_stderr():
+            run_job(key, None if config == "-" else config, out_dir, restore=restore,
+                    overrides=overrides or [], name=name, project=project, group=group)  # fmt: skip
     except JobsError as e:
         raise fail(str(e), 2) from None
     except KeyboardInterrupt:

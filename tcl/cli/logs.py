@@ -1,4 +1,4 @@
-"""``tcl logs RUN [-f] [--since] [--tail] [--timestamps]``: from the local copy, refreshed."""
+"""``tcl logs [RUN] [-f] [--since] [--tail] [--timestamps]``: from the local copy, refreshed."""
 
 from __future__ import annotations
 
@@ -37,6 +37,13 @@ def parse_since(text: str) -> float:
         raise fail(f"--since {text!r}: use 10m, 2h, 1d or an ISO time") from None
 
 
+def _most_recent(ctl: Control) -> str:
+    runs = ctl.store.list_runs(limit=1)
+    if not runs:
+        raise TclError("no runs yet: tcl submit -- COMMAND")
+    return runs[0].id
+
+
 async def _sync(ctl: Control, ref: str) -> tuple[str, str | None]:
     """Pull what the runner has that we do not; return (run id, warning)."""
     run = ctl.store.resolve(ref)
@@ -54,7 +61,10 @@ async def _sync(ctl: Control, ref: str) -> tuple[str, str | None]:
 
 def cmd_logs(
     ctx: typer.Context,
-    run_ref: Annotated[str, typer.Argument(metavar="RUN", help="Run id, prefix or name.")],
+    run_ref: Annotated[
+        str | None,
+        typer.Argument(metavar="[RUN]", help="Run id, prefix or name (default: the newest run)."),
+    ] = None,
     follow: Annotated[bool, typer.Option("-f", "--follow", help="Keep following.")] = False,
     since: Annotated[str | None, typer.Option("--since", help="10m, 2h or ISO time.")] = None,
     tail: Annotated[int | None, typer.Option("--tail", min=0, help="Last N lines.")] = None,
@@ -76,10 +86,17 @@ def cmd_logs(
             print_event(e, timestamps)
         return cache.last_seq()
 
+    state: dict[str, str] = {}
+
     async def go() -> Run | None:
         ctl = Control(g.config())
         try:
-            run_id, warning = await _sync(ctl, run_ref)
+            ref = run_ref
+            if ref is None:
+                ref = _most_recent(ctl)
+                err.print(f"logs of the most recent run, {ref}", markup=False)
+            run_id, warning = await _sync(ctl, ref)
+            state["run_id"] = run_id
             if warning and not follow:
                 err.print(f"warning: {warning}", markup=False)
             last = show(run_id)
@@ -93,7 +110,7 @@ def cmd_logs(
     try:
         final = asyncio.run(go())
     except KeyboardInterrupt:
-        raise typer.Exit(follow_cmd.detached(run_ref)) from None
+        raise typer.Exit(follow_cmd.detached(state.get("run_id", run_ref or ""))) from None
     except TclError as e:
         raise fail(str(e), e.exit_code) from None
     if final is not None:

@@ -103,6 +103,12 @@ class RichObserver:
             self._task = self._progress.add_task("upload", total=total)
         self._progress.update(self._task, completed=done)
 
+    def note(self, text: str) -> None:
+        if self._status is not None:
+            self._status.stop()
+            self._status = None
+        err.print(text, markup=False)
+
     def _end_progress(self) -> None:
         if self._progress is not None:
             self._progress.stop()

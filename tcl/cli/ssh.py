@@ -51,6 +51,14 @@ def cmd_ssh(
     ] = False,
 ) -> None:
     """Open a shell in the run's container (uses the host as ProxyJump)."""
+    # Options stop at RUN (so `tcl ssh RUN ls -la` keeps its -la): the documented
+    # `tcl ssh RUN --print-config` arrives as the first word of the command.
+    command = list(command or [])
+    if command[:1] == ["--print-config"]:
+        print_config = True
+        command = command[1:]
+    if print_config and command:
+        raise fail("--print-config writes the ssh config only: give it no COMMAND")
     run_id, path = with_control(ctx, lambda ctl: _write_config(ctl, run_ref))
     if print_config:
         out.print(str(path), markup=False)
@@ -59,7 +67,7 @@ def cmd_ssh(
     ssh = shutil.which("ssh")
     if ssh is None:
         raise fail("no ssh client on PATH")
-    proc = subprocess.run([ssh, "-F", str(path), run_id, *(command or [])], check=False)
+    proc = subprocess.run([ssh, "-F", str(path), run_id, *command], check=False)
     raise typer.Exit(proc.returncode)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -106,16 +107,26 @@ def cmd_submit(
     job_config: Annotated[
         str | None, typer.Option("--job-config", help="The job's config YAML (with --job).")
     ] = None,
+    code_dir: Annotated[
+        str | None,
+        typer.Option(
+            "--dir", help="Ship this directory (default: the current git repo, else the cwd)."
+        ),
+    ] = None,
 ) -> None:
     """Run COMMAND on the best free host: tcl submit --chip h100 -n 2 -- python train.py"""
     command = command or []
     job_ref = _job_ref(job, job_config, command)
     if not command and job_ref is None:
         raise fail("nothing to run: tcl submit [OPTIONS] -- COMMAND [ARGS...]")
+    chip = chip.lower() if chip else None  # hosts report chips in lower case (h100)
     chips = n if n or chip is None else 1
+    if code_dir is not None and not os.path.isdir(code_dir):
+        raise fail(f"--dir {code_dir}: not a directory")
     sub = Submission(
         argv=command, name=name, chip=chip, chips=chips, host=host, image=image,
         env=_pairs(env or []), secrets=_secrets(secret or []), job=job_ref,
+        code_dir=Path(code_dir) if code_dir is not None else None,
     )  # fmt: skip
     g = globals_of(ctx)
     obs = RichObserver(enabled=not as_json)

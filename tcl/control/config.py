@@ -14,7 +14,14 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
 
 from tcl.control.errors import ConfigError
 
@@ -38,9 +45,13 @@ class ClusterConfig(_Model):
     all_squash: str | None = None
 
 
+ChipName = Annotated[str, AfterValidator(str.lower)]
+
+
 class _HostBase(_Model):
     cluster: str | None = None
-    chips: dict[str, int] = Field(default_factory=dict)  # chip name -> count per node
+    # chip name (lower case, as hosts report it: H100 is h100) -> count per node
+    chips: dict[ChipName, int] = Field(default_factory=dict)
     image: str | None = None
     env: dict[str, str] = Field(default_factory=dict)
 

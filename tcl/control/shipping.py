@@ -2,7 +2,9 @@
 
 Inside a git work tree the snapshot holds every file git knows (tracked, with its working-tree
 content, so uncommitted edits are in) plus untracked files that ``.gitignore`` does not ignore;
-``.tclignore`` then removes more. Outside git it walks the directory with ``.tclignore`` only.
+``.tclignore`` then removes more. Outside git it walks the directory with ``.tclignore`` only:
+never ``/`` or ``$HOME`` unless asked for explicitly, never into another file system (``/proc``),
+and unreadable directories and files are skipped and counted.
 The tar.gz is byte-for-byte deterministic (sorted names, zeroed times and owners, normalised
 modes, gzip mtime 0), so its sha256 names the content. A manifest of (path, size, mtime, mode)
 maps to the last tarball built for it, so re-submitting an unchanged tree costs one ``stat`` per
@@ -46,6 +48,7 @@ class Snapshot:
     files: int
     content_bytes: int  # uncompressed file bytes
     git: bool
+    unreadable: int = 0  # directories and files skipped outside git: no permission to read
 
 
 def find_root(start: Path) -> tuple[Path, bool]:
@@ -75,23 +78,53 @@ def _git_paths(root: Path) -> list[str]:
     return sorted({p.decode() for p in proc.stdout.split(b"\0") if p})
 
 
-def _walk_paths(root: Path, rules: IgnoreRules) -> list[str]:
+def _walk_paths(root: Path, rules: IgnoreRules) -> tuple[list[str], int]:
+    """Files under ``root`` (not ``.git``, not ignored, on root's file system, readable) and how
+    many directories and files were skipped because they could not be read."""
     out: list[str] = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        base = Path(dirpath).relative_to(root).as_posix()
-        prefix = "" if base == "." else base + "/"
-        dirnames[:] = [
-            d for d in dirnames if d != ".git" and not rules.ignored(prefix + d, is_dir=True)
-        ]
-        for name in filenames:
-            out.append(prefix + name)
-    return sorted(out)
+    unreadable = 0
+    device = root.stat().st_dev
+    stack = [""]
+    while stack:
+        prefix = stack.pop()
+        try:
+            with os.scandir(root / prefix if prefix else root) as it:
+                entries = list(it)
+        except OSError:  # no permission, or gone meanwhile
+            unreadable += 1
+            continue
+        for entry in entries:
+            rel = prefix + entry.name
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError:
+                unreadable += 1
+                continue
+            if stat.S_ISDIR(st.st_mode):
+                if entry.name == ".git" or st.st_dev != device or rules.ignored(rel, is_dir=True):
+                    continue  # another file system (/proc, a mount): never crossed
+                stack.append(rel + "/")
+            elif stat.S_ISLNK(st.st_mode):
+                out.append(rel)
+            elif stat.S_ISREG(st.st_mode):
+                if os.access(entry.path, os.R_OK):
+                    out.append(rel)
+                else:
+                    unreadable += 1
+    return sorted(out), unreadable
 
 
-def list_files(root: Path, git: bool) -> list[FileEntry]:
-    """Every regular file and symlink to ship, sorted, ``.tclignore`` applied."""
+def _refused_root(root: Path) -> bool:
+    """``/`` and the home directory are never walked without an explicit request."""
+    home = os.environ.get("HOME")
+    return root == Path(root.anchor) or (bool(home) and root == Path(str(home)).resolve())
+
+
+def list_files(root: Path, git: bool) -> tuple[list[FileEntry], int]:
+    """Every regular file and symlink to ship, sorted, ``.tclignore`` applied; and how many
+    unreadable directories and files a walk outside git skipped."""
     rules = IgnoreRules.from_dir(root)
-    paths = _git_paths(root) if git else _walk_paths(root, rules)
+    paths, unreadable = (_git_paths(root), 0) if git else _walk_paths(root, rules)
     entries: list[FileEntry] = []
     for rel in paths:
         if rel.startswith(".git/") or (rules and rules.ignored(rel)):
@@ -105,7 +138,7 @@ def list_files(root: Path, git: bool) -> list[FileEntry]:
         elif stat.S_ISREG(st.st_mode):
             entries.append(FileEntry(rel, st.st_size, st.st_mtime_ns, st.st_mode))
         # directories (submodules), sockets, devices: never shipped
-    return entries
+    return entries, unreadable
 
 
 def _human(n: float) -> str:
@@ -192,10 +225,17 @@ def write_tarball(root: Path, entries: list[FileEntry], dest: Path) -> str:
     return sha
 
 
-def snapshot(start: Path, cache_dir: Path, max_bytes: int) -> Snapshot:
-    """Snapshot the tree around ``start`` into ``cache_dir``; reuse the tarball when unchanged."""
+def snapshot(start: Path, cache_dir: Path, max_bytes: int, *, explicit: bool = False) -> Snapshot:
+    """Snapshot the tree around ``start`` into ``cache_dir``; reuse the tarball when unchanged.
+
+    ``explicit``: the user named ``start`` (``--dir``), so even ``/`` or ``$HOME`` is walked."""
     root, git = find_root(start)
-    entries = list_files(root, git)
+    if not git and not explicit and _refused_root(root):
+        raise ShippingError(
+            f"not in a git repository, and {root} is too broad to ship: cd to your project "
+            "or pass --dir DIR to ship a directory explicitly"
+        )
+    entries, unreadable = list_files(root, git)
     total = check_size(entries, max_bytes)
     index = cache_dir / "index"
     key = _manifest_key(root, entries)
@@ -205,8 +245,9 @@ def snapshot(start: Path, cache_dir: Path, max_bytes: int) -> Snapshot:
             rec = json.loads(known.read_text())
             tarball = cache_dir / f"{rec['sha256']}.tar.gz"
             if tarball.is_file():
+                size = tarball.stat().st_size
                 return Snapshot(
-                    root, tarball, rec["sha256"], tarball.stat().st_size, len(entries), total, git
+                    root, tarball, rec["sha256"], size, len(entries), total, git, unreadable
                 )
         except (ValueError, KeyError, OSError):
             pass  # a damaged index entry: rebuild
@@ -218,4 +259,5 @@ def snapshot(start: Path, cache_dir: Path, max_bytes: int) -> Snapshot:
     tmp = known.with_suffix(".tmp")
     tmp.write_text(json.dumps({"version": 1, "sha256": sha}))
     os.replace(tmp, known)
-    return Snapshot(root, tarball, sha, tarball.stat().st_size, len(entries), total, git)
+    size = tarball.stat().st_size
+    return Snapshot(root, tarball, sha, size, len(entries), total, git, unreadable)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import difflib
 import importlib
 import time
 from dataclasses import dataclass, field
@@ -38,12 +39,17 @@ class Observer(Protocol):
 
     def progress(self, done: int, total: int) -> None: ...
 
+    def note(self, text: str) -> None: ...  # one line the user should read (not a status)
+
 
 class _Silent:
     def status(self, text: str) -> None:
         return None
 
     def progress(self, done: int, total: int) -> None:
+        return None
+
+    def note(self, text: str) -> None:
         return None
 
 
@@ -58,6 +64,7 @@ class Submission:
     env: dict[str, str] = field(default_factory=dict)
     secrets: dict[str, str] = field(default_factory=dict, repr=False)  # values: never stored
     cwd: Path = field(default_factory=Path.cwd)
+    code_dir: Path | None = None  # ``--dir``: ship this directory (explicitly, even / or ~)
     max_duration_s: float | None = None
     job: JobRef | None = None  # a registered tcl.jobs job (key + config), instead of argv
 
@@ -79,6 +86,9 @@ class SubmitResult:
 
 async def submit(ctl: Control, sub: Submission, obs: Observer | None = None) -> SubmitResult:
     obs = obs or _Silent()
+    if sub.job is not None:
+        obs.status("checking the job key")
+        await asyncio.to_thread(check_job_key, sub.job.key)
     obs.status("snapshotting code, finding hosts")
     req = Request(chip=sub.chip, chips=sub.chips, host=sub.host)
     # The solver's probes open the SSH connections while the code is hashed and the store's
@@ -86,13 +96,26 @@ async def submit(ctl: Control, sub: Submission, obs: Observer | None = None) -> 
     solving = asyncio.create_task(solve(ctl.cfg, req, ctl.probe))
     try:
         snap, _ = await asyncio.gather(
-            asyncio.to_thread(snapshot, sub.cwd, cache_dir(), ctl.cfg.shipping.max_bytes),
+            asyncio.to_thread(
+                snapshot,
+                sub.code_dir or sub.cwd,
+                cache_dir(),
+                ctl.cfg.shipping.max_bytes,
+                explicit=sub.code_dir is not None,
+            ),
             asyncio.to_thread(importlib.import_module, "tcl.control.store"),
         )
     except BaseException:
         await _cancel(solving)
         raise
     from tcl.control.store import new_run_id  # imported above, off the event loop
+
+    if not snap.git:
+        skipped = f"; skipped {snap.unreadable} unreadable" if snap.unreadable else ""
+        obs.note(
+            f"not in a git repository: shipping {snap.root} ({snap.files} files) "
+            f"with .tclignore{skipped}"
+        )
 
     run_id = new_run_id(sub.name)
     request = {
@@ -140,6 +163,11 @@ async def _place_and_start(
         attempt_no = 0
         task_id = f"{run_id}-{attempt_no}"
         spec = _task_spec(ctl, backend, sub, task_id, run_id, snap.sha256)
+        if sub.image and backend.executor is not ExecutorKind.DOCKER:
+            obs.note(
+                f"warning: --image {sub.image} is ignored: {cand.host} runs jobs with the "
+                f"{backend.executor.value} executor, not in a container"
+            )
         obs.status(f"launching on {cand.host}")
         shim = await backend.shim()
         try:
@@ -193,7 +221,7 @@ async def _start_job(
         spec_job = JobSpec(
             run_id=run_id, attempt=attempt, name=sub.name, argv=sub.argv or None,
             env={**_host_env(ctl, backend.name), **sub.env}, secrets=sub.secrets,
-            code=CodeRef(sha256=snap.sha256, size=snap.size),
+            code=CodeRef(sha256=snap.sha256, size=snap.size), cwd=job_cwd(sub.cwd, snap.root),
             max_duration_s=sub.max_duration_s, job=sub.job,
         )  # fmt: skip
         await runner.submit(spec_job)
@@ -204,6 +232,30 @@ async def _start_job(
         return sent
     finally:
         await runner.aclose()
+
+
+def check_job_key(key: str) -> None:
+    """Refuse a ``--job`` key the ``tcl.jobs`` registry does not know, before anything ships.
+
+    Imported here, not at the top: the registry's built-in jobs import JAX."""
+    from tcl.jobs.registry import JOBS, load_builtin_jobs
+
+    load_builtin_jobs()
+    if key in JOBS:
+        return
+    close = difflib.get_close_matches(key, sorted(JOBS), n=3, cutoff=0.5)
+    hint = f"; did you mean {', '.join(close)}?" if close else ""
+    raise TclError(f"no job registered as {key!r}{hint} (the known ones: tcl jobs)")
+
+
+def job_cwd(cwd: Path, root: Path) -> str:
+    """Where the job starts, relative to the shipped root: the submit's directory when it lies
+    inside the snapshot (``cd sub && tcl submit`` runs in ``sub``), else the root."""
+    try:
+        rel = cwd.resolve().relative_to(root)
+    except ValueError:
+        return ""
+    return "" if rel == Path() else rel.as_posix()
 
 
 async def _terminate_quietly(shim: ShimApi, task_id: str) -> None:

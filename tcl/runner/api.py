@@ -9,7 +9,7 @@ from __future__ import annotations
 import enum
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
 from tcl.runner.limits import DEFAULT_GRACE_S, MAX_DURATION_S, MAX_GRACE_S
 
@@ -20,6 +20,16 @@ API_VERSION = 1
 # instead of failing when the job starts.
 ExecStr = Annotated[str, StringConstraints(pattern=r"^[^\x00]*$")]
 EnvName = Annotated[str, StringConstraints(pattern=r"^[^=\x00]+$")]
+
+
+def _relative_inside(path: str) -> str:
+    if path.startswith("/") or ".." in path.split("/"):
+        raise ValueError("must be a relative path without '..'")
+    return path
+
+
+# A directory below the working dir: relative, never climbing out of it.
+RelPath = Annotated[ExecStr, AfterValidator(_relative_inside)]
 
 
 class RunnerState(enum.StrEnum):
@@ -84,6 +94,9 @@ class JobSpec(_Strict):
     # No shell unless the user asked for one; None (not []) when a ``job`` is run instead.
     argv: list[ExecStr] | None = Field(default=None, min_length=1)
     working_dir: ExecStr | None = None  # default: <state-dir>/work
+    # Where the job starts, relative to working_dir (the code's root): the directory the user
+    # submitted from, inside the snapshot. "" is the working dir itself.
+    cwd: RelPath = ""
     env: dict[EnvName, ExecStr] = Field(default_factory=dict)
     # Injected into the job's environment only: never a file, argv or log line (masked as ***).
     secrets: dict[EnvName, ExecStr] = Field(default_factory=dict, repr=False)

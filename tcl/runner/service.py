@@ -235,9 +235,11 @@ class Runner:
                     f"cannot run in state {self.state}: the job needs a spec and its code"
                 )
             workdir = self.workdir
+            job_dir = workdir / spec.cwd if spec.cwd else workdir
             config_file = self.config.state_dir / "job-config.yaml"
             try:
-                workdir.mkdir(parents=True, exist_ok=True)
+                # the submit's directory may hold nothing shipped (all ignored): start there anyway
+                job_dir.mkdir(parents=True, exist_ok=True)
                 if spec.job is not None and spec.job.config_yaml:
                     write_atomic(config_file, spec.job.config_yaml.encode())
             except (OSError, ValueError) as e:  # ValueError: a path the OS cannot take
@@ -245,7 +247,7 @@ class Runner:
             executor = Executor(
                 self.log,
                 jobenv.job_argv(spec, workdir, config_file),
-                workdir,
+                job_dir,
                 jobenv.job_env(spec, workdir),
                 list(spec.secrets.values()),
                 self._on_exit,

@@ -53,16 +53,18 @@ def test_no_config_runs_on_local_default(tmp_path: Path) -> None:
 
 def test_ctrl_c_detaches_and_the_job_keeps_running(tmp_path: Path) -> None:
     env = _local_env(tmp_path)
+    work = tmp_path / "work"  # not $HOME itself: outside git, tcl refuses to ship all of ~
+    work.mkdir()
 
     def tcl(*args: str) -> subprocess.CompletedProcess[str]:
-        return _tcl(env, tmp_path, *args)
+        return _tcl(env, work, *args)
 
     try:
         job = "import time\nprint('tick', flush=True)\ntime.sleep(60)"
         sub = json.loads(tcl("submit", "-d", "--json", "--", "python", "-c", job).stdout)
         follow = subprocess.Popen(
             [TCL, "logs", "-f", sub["run_id"]],
-            cwd=tmp_path,
+            cwd=work,
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -111,5 +113,24 @@ def test_submit_a_tcl_jobs_job_by_key_on_the_local_default(tmp_path: Path) -> No
         assert run["job"] == "gpt/train" and run["argv"] == [] and run["state"] == "succeeded"
         bad = tcl("submit", "--job", "gpt/train", "--", "python", "-c", "1")
         assert bad.returncode != 0 and "not both" in bad.stderr
+    finally:
+        stop_local_shim(home / "state" / "local-shim")
+
+
+def test_the_job_starts_in_the_directory_submitted_from(tmp_path: Path) -> None:
+    """`cd repo/sub && tcl submit -- python3 inner.py`: the job runs in sub, not the repo root."""
+    home, repo = tmp_path / "home", tmp_path / "repo"
+    home.mkdir()
+    (repo / "sub").mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    (repo / "sub" / "inner.py").write_text(
+        "import os\nprint('from', os.path.basename(os.getcwd()))\n"
+    )
+    env = _local_env(home)
+    try:
+        res = _tcl(env, repo / "sub", "submit", "--", "python3", "inner.py")
+        assert res.returncode == 0, res.stderr
+        assert res.stdout == "from sub\n"
+        assert "not in a git repository" not in res.stderr
     finally:
         stop_local_shim(home / "state" / "local-shim")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -91,6 +92,17 @@ def test_logs_are_kept_after_the_host_is_gone(home: Path) -> None:
     assert res.exit_code == 1 and "no run matches 'nope'" in res.stderr
 
 
+def test_logs_without_a_run_shows_the_most_recent(home: Path) -> None:
+    res = runner.invoke(app, ["logs"])
+    assert res.exit_code == 1 and res.stderr == "error: no runs yet: tcl submit -- COMMAND\n"
+    (home / "state" / "logs").mkdir(parents=True, exist_ok=True)
+    _seed_run(home)
+    res = runner.invoke(app, ["logs", "--tail", "1"])
+    assert res.exit_code == 0, res.output
+    assert res.stdout == "line 4\n"
+    assert res.stderr.splitlines()[0] == "logs of the most recent run, train-aaaaaa"
+
+
 def test_ps_json_is_stable(home: Path) -> None:
     (home / "state" / "logs").mkdir(parents=True)
     _seed_run(home)
@@ -156,3 +168,63 @@ def test_jobs_and_run_wire_tcl_jobs(home: Path) -> None:
     res = runner.invoke(app, ["run", "gpt/train", str(yaml_path), str(home / "out"),
                               "training/stepz=3"])  # fmt: skip
     assert res.exit_code == 2 and "training/stepz" in res.stderr
+
+
+def test_run_prints_metric_lines_as_they_are_logged(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tcl.jobs.run
+    from tcl.jobs.metrics import MetricsWriter
+
+    def run_job(key: str, config: str | None, out_dir: str, **_: object) -> None:
+        writer = MetricsWriter(Path(out_dir) / "metrics.jsonl")  # as the trainer reports
+        writer.write({"kind": "train", "step": 10, "loss": 2.5})
+        writer.write({"kind": "train", "step": 20, "loss": 1.25})
+        writer.close()
+
+    monkeypatch.setattr(tcl.jobs.run, "run_job", run_job)
+    res = runner.invoke(app, ["run", "gpt/train", "-", str(home / "out")])
+    assert res.exit_code == 0, res.output
+    assert res.stderr.splitlines() == ["train step 10  loss 2.5", "train step 20  loss 1.25"]
+
+
+def test_ssh_print_config_after_the_run_prints_the_config(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import subprocess
+
+    import tcl.cli.ssh
+
+    async def write_config(ctl: object, run_ref: str) -> tuple[str, Path]:
+        return run_ref, home / "ssh" / "config"
+
+    def no_ssh(*args: object, **kwargs: object) -> None:
+        raise AssertionError("--print-config must not start ssh")
+
+    monkeypatch.setattr(tcl.cli.ssh, "_write_config", write_config)
+    monkeypatch.setattr(subprocess, "run", no_ssh)
+    for argv in (["ssh", "--print-config", "r-1"], ["ssh", "r-1", "--print-config"]):
+        res = runner.invoke(app, argv)
+        assert res.exit_code == 0, res.output
+        assert res.stdout == f"{home / 'ssh' / 'config'}\n"
+        assert "Include" in res.stderr
+    res = runner.invoke(app, ["ssh", "r-1", "--print-config", "ls"])
+    assert res.exit_code == 1 and "give it no COMMAND" in res.stderr
+
+
+def test_chip_names_are_case_insensitive(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import tcl.cli.submit
+    from tcl.control.config import parse_config
+    from tcl.control.errors import TclError
+
+    seen = []
+
+    async def submit(ctl: object, sub: Any, obs: object) -> None:
+        seen.append(sub.chip)
+        raise TclError("stop here")
+
+    monkeypatch.setattr(tcl.cli.submit, "submit", submit)
+    res = runner.invoke(app, ["submit", "--chip", "H100", "--", "true"])
+    assert res.exit_code == 1 and seen == ["h100"]
+    cfg = parse_config("hosts:\n  a: {type: local, chips: {H100: 8}}\n")
+    assert cfg.hosts["a"].chips == {"h100": 8}

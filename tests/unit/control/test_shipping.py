@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import tarfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tcl.control.errors import CodeTooLargeError
+from tcl.control.errors import CodeTooLargeError, ShippingError
 from tcl.control.ignore import IgnoreRules
 from tcl.control.shipping import snapshot
 
@@ -117,3 +119,42 @@ def test_size_limit_names_limit_and_five_largest(tmp_path: Path) -> None:
 )
 def test_ignore_patterns(pattern: str, path: str, is_dir: bool, expected: bool) -> None:
     assert IgnoreRules([pattern]).ignored(path, is_dir) is expected
+
+
+def test_outside_git_root_and_home_need_an_explicit_dir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "a.py").write_text("a\n")
+    monkeypatch.setenv("HOME", str(home))
+    for refused in (home, Path("/")):  # refused before walking anything
+        with pytest.raises(ShippingError, match=r"not in a git repository.*--dir DIR"):
+            snapshot(refused, tmp_path / "cache", 10**9)
+    snap = snapshot(home, tmp_path / "cache", 10**9, explicit=True)
+    assert set(_names(snap.tarball)) == {"a.py"}
+
+
+def test_outside_git_unreadable_entries_are_skipped_and_counted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    d = tmp_path / "plain"
+    (d / "locked").mkdir(parents=True)
+    (d / "locked" / "x.py").write_text("x\n")
+    (d / "a.py").write_text("a\n")
+    (d / "secret.key").write_text("k\n")
+    real_scandir, real_access = os.scandir, os.access
+
+    def scandir(path: Any) -> Any:  # as for /proc/1/cwd or a 0700 dir of another user
+        if Path(path).name == "locked":
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_scandir(path)
+
+    def access(path: Any, mode: int) -> bool:
+        return Path(path).name != "secret.key" and real_access(path, mode)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    monkeypatch.setattr(os, "access", access)
+    snap = snapshot(d, tmp_path / "cache", 10**9)
+    assert set(_names(snap.tarball)) == {"a.py"}
+    assert snap.unreadable == 2 and snap.files == 1

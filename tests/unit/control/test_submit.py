@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tcl.control.config import parse_config
-from tcl.control.errors import AgentError, NoCapacityError
+from tcl.control.errors import AgentError, NoCapacityError, ShippingError, TclError
+from tcl.control.paths import cache_dir
 from tcl.control.service import Control
 from tcl.control.states import RunState
 from tcl.control.store import Store
 from tcl.control.submit import Submission, submit
+from tcl.runner.api import JobRef
 from tcl.shim.api import (
     Accelerator,
     ExecutorKind,
@@ -102,3 +105,72 @@ async def test_a_failed_start_terminates_the_task_and_fails_the_run(ctl: Control
     assert task_id.endswith("-0") and reason is TerminationReason.FAILED
     (run,) = ctl.store.list_runs()
     assert run.state is RunState.FAILED and "argv is empty" in run.message
+
+
+class Notes:
+    def __init__(self) -> None:
+        self.notes: list[str] = []
+
+    def status(self, text: str) -> None: ...
+
+    def progress(self, done: int, total: int) -> None: ...
+
+    def note(self, text: str) -> None:
+        self.notes.append(text)
+
+
+def _racy(ctl: Control, runner: FakeRunner) -> None:
+    ctl._backends["racy"] = FakeBackend(runner, Shim(racy=False))  # type: ignore[arg-type]
+    ctl._backends["racy"].name = "racy"
+
+
+class SpecRunner(FakeRunner):
+    async def submit(self, spec: Any) -> None:
+        self.spec = spec
+
+
+async def test_outside_git_says_what_it_ships_and_refuses_home(
+    ctl: Control, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _racy(ctl, FakeRunner(None))
+    obs = Notes()
+    await submit(ctl, Submission(argv=["python", "job.py"], host="racy"), obs)
+    code = (tmp_path / "code").resolve()
+    assert obs.notes == [f"not in a git repository: shipping {code} (1 files) with .tclignore"]
+    monkeypatch.setenv("HOME", str(code))
+    with pytest.raises(ShippingError, match="--dir DIR"):
+        await submit(ctl, Submission(argv=["x"], host="racy"))
+    await submit(ctl, Submission(argv=["x"], host="racy", code_dir=code))  # explicit: shipped
+
+
+async def test_the_job_starts_in_the_submit_directory(
+    ctl: Control, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runner = SpecRunner(None)
+    _racy(ctl, runner)
+    (tmp_path / "code" / "sub" / "deeper").mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", str(tmp_path / "code")], check=True)
+    monkeypatch.chdir(tmp_path / "code" / "sub" / "deeper")
+    await submit(ctl, Submission(argv=["python", "inner.py"], host="racy"))
+    assert runner.spec.cwd == "sub/deeper"
+    monkeypatch.chdir(tmp_path / "code")
+    await submit(ctl, Submission(argv=["python", "job.py"], host="racy"))
+    assert runner.spec.cwd == ""
+
+
+async def test_an_unknown_job_key_is_refused_before_anything_ships(ctl: Control) -> None:
+    _racy(ctl, FakeRunner(None))
+    with pytest.raises(TclError, match=r"no job registered as 'gpt/trian'; did you mean gpt/train"):
+        await submit(ctl, Submission(argv=[], host="racy", job=JobRef(key="gpt/trian")))
+    assert ctl.store.list_runs() == []  # no run recorded, no snapshot made
+    assert not (cache_dir() / "index").exists()
+
+
+async def test_an_image_on_a_process_executor_host_is_warned_about(ctl: Control) -> None:
+    _racy(ctl, FakeRunner(None))
+    obs = Notes()
+    await submit(ctl, Submission(argv=["x"], host="racy", image="ghcr.io/me/img:1"), obs)
+    assert (
+        "warning: --image ghcr.io/me/img:1 is ignored: racy runs jobs with the process executor, "
+        "not in a container" in obs.notes
+    )

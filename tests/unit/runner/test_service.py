@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -102,3 +103,17 @@ def test_any_failure_to_start_fails_the_run_never_stays_running(
     runner.submit(spec)
     assert runner.run() is RunnerState.FAILED
     assert "cannot start" in _failed_to_start(runner)
+
+
+def test_the_job_starts_in_its_cwd_below_the_working_dir(tmp_path: Path) -> None:
+    runner = Runner(RunnerConfig(tmp_path / "s"))
+    work = tmp_path / "w"
+    (work / "sub").mkdir(parents=True)
+    (work / "sub" / "inner.py").write_text("import os; print(os.getcwd())\n")
+    runner.submit(
+        JobSpec(run_id="r", argv=[sys.executable, "inner.py"], working_dir=str(work), cwd="sub")
+    )
+    runner.run()
+    assert runner.wait(30) and runner.state is RunnerState.SUCCEEDED
+    events, _ = runner.log.read(0)
+    assert [e.data for e in events if e.stream is LogStream.STDOUT] == [f"{work / 'sub'}\n"]
