@@ -126,7 +126,8 @@ def ssh_snippet(spec: JobSpec, workdir: Path, base: Mapping[str, str] | None = N
         if key in secret_names or not key.isidentifier():
             continue
         lines.append(f"export {key}={shlex.quote(value)}")
-    lines.append(f"cd {shlex.quote(str(workdir))} 2>/dev/null || true")
+    job_dir = workdir / spec.cwd if spec.cwd else workdir  # where the job itself started
+    lines.append(f"cd {shlex.quote(str(job_dir))} 2>/dev/null || true")
     return "\n".join(lines) + "\n"
 
 

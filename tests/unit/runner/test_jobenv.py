@@ -52,3 +52,11 @@ def test_the_ssh_snippet_gives_sessions_the_jobs_path(tmp_path: Path) -> None:
     ).stdout.splitlines()
     assert shown == [IMAGE["PATH"], "/src/tcl:/app/lib"], snippet
     assert shlex.quote(str(tmp_path)) in snippet
+
+
+def test_ssh_sessions_start_where_the_job_started(tmp_path: Path) -> None:
+    spec = JobSpec(run_id="r", argv=["true"], cwd="sub/deeper")
+    snippet = ssh_snippet(spec, tmp_path / "work", base={})
+    assert snippet.rstrip().endswith(
+        f"cd {tmp_path / 'work' / 'sub' / 'deeper'} 2>/dev/null || true"
+    )
