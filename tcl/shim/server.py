@@ -160,17 +160,17 @@ def make_app(settings: ShimSettings) -> FastAPI:
 def serve(settings: ShimSettings, log_level: str = "info") -> None:
     check_loopback(settings.host)
     lock_fd = lock_state_dir(settings.state_dir, settings.port)  # before reconcile adopts
-    app = make_app(settings)
-    config = uvicorn.Config(
-        app,
-        host=settings.host,
-        port=settings.port,
-        log_level=log_level,
-        access_log=False,
-        lifespan="on",
-    )
-    os.umask(0o077)
     try:
+        app = make_app(settings)
+        config = uvicorn.Config(
+            app,
+            host=settings.host,
+            port=settings.port,
+            log_level=log_level,
+            access_log=False,
+            lifespan="on",
+        )
+        os.umask(0o077)
         asyncio.run(uvicorn.Server(config).serve())
     finally:
-        os.close(lock_fd)
+        os.close(lock_fd)  # also when a setting is refused: an in-process caller may retry
