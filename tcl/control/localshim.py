@@ -3,42 +3,41 @@
 It listens on 127.0.0.1 with a token in a 0600 file, uses the process executor (or docker if
 configured) and outlives the ``tcl`` command that started it, so a detached job keeps running.
 Its pid and port are in ``<state-dir>/local-shim/shim.json`` (versioned, written atomically).
+
+Many ``tcl`` processes may want it at once (parallel ``tcl submit -d``, ``tcl ps`` over several
+runs), so starting is serialized by ``start.lock`` and the winner starts at most one daemon; the
+shim itself refuses a state dir that another shim holds (``tcl.shim.server.lock_state_dir``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import secrets
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 
+from tcl.atomic import write_atomic
 from tcl.control.errors import AgentError
 
 STATE_VERSION = 1
+START_LOCK = "start.lock"
 
 
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def _write_atomic(path: Path, text: str, mode: int = 0o600) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def shim_executable() -> list[str]:
@@ -64,35 +63,85 @@ def _healthy(port: int, token: str) -> bool:
         return False
 
 
+def _recorded(base: Path) -> tuple[dict[str, Any], str] | None:
+    """The recorded shim's state and the token, if both files are readable."""
+    try:
+        token = (base / "token").read_text().strip()
+        st = json.loads((base / "shim.json").read_text())
+        int(st["pid"]), int(st["port"])
+    except (ValueError, KeyError, TypeError, OSError):
+        return None
+    return st, token
+
+
+def _usable(base: Path, want: dict[str, Any]) -> tuple[int, str] | None:
+    """(port, token) of the recorded shim if it answers and runs with the wanted flags."""
+    rec = _recorded(base)
+    if rec is None:
+        return None
+    st, token = rec
+    if {k: st.get(k) for k in want} != want or not _healthy(int(st["port"]), token):
+        return None
+    return int(st["port"]), token
+
+
 def ensure_local_shim(
     base: Path, executor: str, fake_accelerators: str | None, timeout_s: float = 30.0
 ) -> tuple[int, str]:
-    """Return (port, token) of a healthy local shim, starting one if needed."""
+    """Return (port, token) of a healthy local shim, starting one if needed.
+
+    Callers that find no usable shim take ``start.lock`` (``flock``; each call opens its own
+    file description, so threads of one process exclude each other too); the holder re-checks
+    and starts at most one daemon. The others keep checking while they wait, so they use the
+    new shim as soon as it answers instead of queueing behind the lock one by one.
+    """
     base.mkdir(parents=True, exist_ok=True, mode=0o700)
-    token_file = base / "token"
-    if not token_file.exists():
-        _write_atomic(token_file, secrets.token_urlsafe(32))
-    token = token_file.read_text().strip()
-    state_file = base / "shim.json"
     want = {"executor": executor, "fake_accelerators": fake_accelerators}
-    if state_file.exists():
-        try:
-            st = json.loads(state_file.read_text())
-            same = {k: st.get(k) for k in want} == want
-            if _healthy(int(st["port"]), token):
-                if same:
-                    return int(st["port"]), token
-                _stop_pid(int(st["pid"]))  # config changed: restart with the new flags
-        except (ValueError, KeyError, OSError):
-            pass
+    found = _usable(base, want)
+    if found is not None:
+        return found
+    lock = base / START_LOCK
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        # the holder waits for its shim up to timeout_s; outwait it
+        deadline = time.monotonic() + timeout_s + 30
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                pass
+            found = _usable(base, want)
+            if found is not None:
+                return found
+            if time.monotonic() > deadline:
+                raise AgentError(f"another tcl has held {lock} too long starting the local shim")
+            time.sleep(0.2)
+        found = _usable(base, want)  # started by the previous holder
+        if found is not None:
+            return found
+        if not (base / "token").exists():
+            write_atomic(base / "token", secrets.token_urlsafe(32))
+        rec = _recorded(base)
+        if rec is not None and _healthy(int(rec[0]["port"]), rec[1]):
+            _stop_pid(int(rec[0]["pid"]))  # config changed: restart with the new flags
+        return _start(base, want, timeout_s)
+    finally:
+        os.close(fd)  # drops the lock
+
+
+def _start(base: Path, want: dict[str, Any], timeout_s: float) -> tuple[int, str]:
+    """Start the daemon and record it; the caller holds the starter lock."""
+    token_file = base / "token"
+    token = token_file.read_text().strip()
     port = _free_port()
     argv = [
         *shim_executable(), "--host", "127.0.0.1", "--port", str(port),
         "--state-dir", str(base / "state"), "--token-file", str(token_file),
-        "--executor", executor,
+        "--executor", str(want["executor"]),
     ]  # fmt: skip
-    if fake_accelerators:
-        argv += ["--fake-accelerators", fake_accelerators]
+    if want["fake_accelerators"]:
+        argv += ["--fake-accelerators", str(want["fake_accelerators"])]
     with open(base / "shim.log", "ab") as log:
         proc = subprocess.Popen(
             argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True
@@ -104,7 +153,7 @@ def ensure_local_shim(
             raise AgentError(f"the local shim exited ({proc.returncode}): {' / '.join(tail)}")
         if _healthy(port, token):
             state = {"version": STATE_VERSION, "pid": proc.pid, "port": port, **want}
-            _write_atomic(state_file, json.dumps(state))
+            write_atomic(base / "shim.json", json.dumps(state))
             return port, token
         time.sleep(0.1)
     raise AgentError(
@@ -113,16 +162,20 @@ def ensure_local_shim(
 
 
 def _stop_pid(pid: int) -> None:
-    try:
-        os.kill(pid, 15)
-    except ProcessLookupError:
-        return
-    for _ in range(50):
+    """SIGTERM, then SIGKILL after 10 s: the next shim can only start once this one has
+    released the state dir's lock, that is, exited."""
+    for sig, wait_s in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
         try:
-            os.kill(pid, 0)
+            os.kill(pid, sig)
         except ProcessLookupError:
             return
-        time.sleep(0.1)
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.1)
 
 
 def stop_local_shim(base: Path) -> None:

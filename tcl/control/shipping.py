@@ -18,12 +18,14 @@ import hashlib
 import io
 import json
 import os
+import secrets
 import stat
 import subprocess
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from tcl.atomic import write_atomic
 from tcl.control.errors import CodeTooLargeError, ShippingError
 from tcl.control.ignore import IgnoreRules
 
@@ -251,13 +253,12 @@ def snapshot(start: Path, cache_dir: Path, max_bytes: int, *, explicit: bool = F
                 )
         except (ValueError, KeyError, OSError):
             pass  # a damaged index entry: rebuild
-    building = cache_dir / f".building-{key[:16]}.tar.gz"
+    # unique per caller: concurrent submits of one tree each build, and the renames all land
+    # the same content-addressed tarball
+    building = cache_dir / f".building-{key[:16]}-{secrets.token_hex(8)}.tar.gz"
     sha = write_tarball(root, entries, building)
     tarball = cache_dir / f"{sha}.tar.gz"
     os.replace(building, tarball)
-    index.mkdir(parents=True, exist_ok=True)
-    tmp = known.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"version": 1, "sha256": sha}))
-    os.replace(tmp, known)
+    write_atomic(known, json.dumps({"version": 1, "sha256": sha}), mode=0o644)
     size = tarball.stat().st_size
     return Snapshot(root, tarball, sha, size, len(entries), total, git, unreadable)

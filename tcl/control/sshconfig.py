@@ -7,9 +7,12 @@ Remote-SSH work once ``Include ~/.local/share/tcl/ssh/config`` is in ``~/.ssh/co
 
 from __future__ import annotations
 
+import contextlib
 import os
+import tempfile
 from pathlib import Path
 
+from tcl.atomic import fsync_dir, write_atomic
 from tcl.control.backends.base import SshEndpoint
 from tcl.control.paths import ssh_dir
 
@@ -17,27 +20,41 @@ KEY_NAME = "id_ed25519"
 
 
 def key_path() -> Path:
-    """tcl's private key for container sshds (made on first use, mode 0600)."""
+    """tcl's private key for container sshds (made on first use, mode 0600).
+
+    Concurrent first uses (parallel ``tcl submit``) each generate a key into a unique temporary
+    file and hard-link it into place: ``os.link`` never replaces, so the first writer wins and
+    every caller ends with that one key."""
     path = ssh_dir() / KEY_NAME
     if not path.exists():
         import asyncssh
 
         key = asyncssh.generate_private_key("ssh-ed25519", comment="tcl")
-        tmp = path.with_name(f".{KEY_NAME}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "wb") as f:
-            f.write(key.export_private_key())
-            f.flush()
-            os.fsync(f.fileno())
-        pub = key.export_public_key().decode()
-        path.with_name(f"{KEY_NAME}.pub").write_text(pub)
-        os.replace(tmp, path)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{KEY_NAME}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as f:  # mkstemp made it 0600
+                f.write(key.export_private_key())
+                f.flush()
+                os.fsync(f.fileno())
+            with contextlib.suppress(FileExistsError):
+                os.link(tmp, path)
+        finally:
+            os.unlink(tmp)
+        fsync_dir(path.parent)
     return path
 
 
 def public_key() -> str:
-    key_path()
-    return (ssh_dir() / f"{KEY_NAME}.pub").read_text().strip()
+    """The public half of ``key_path()``, derived from the private key that won (so it always
+    matches, whoever generated it)."""
+    private = key_path()
+    pub = private.with_name(f"{KEY_NAME}.pub")
+    if not pub.exists():
+        import asyncssh
+
+        text = asyncssh.read_private_key(private).export_public_key().decode()
+        write_atomic(pub, text, mode=0o644)  # every writer writes the same text
+    return pub.read_text().strip()
 
 
 def config_path() -> Path:
@@ -90,7 +107,5 @@ def render(entries: dict[str, tuple[str, SshEndpoint]], include: list[str]) -> s
 
 def write(entries: dict[str, tuple[str, SshEndpoint]], include: list[str]) -> Path:
     path = config_path()
-    tmp = path.with_name(".config.tmp")
-    tmp.write_text(render(entries, include))
-    os.replace(tmp, path)
+    write_atomic(path, render(entries, include), mode=0o644)
     return path

@@ -7,6 +7,8 @@ The schema uses only portable types, so the same code runs on SQLite and Postgre
 
 from __future__ import annotations
 
+import fcntl
+import os
 import secrets
 import time
 from collections.abc import Iterator
@@ -121,10 +123,29 @@ def new_run_id(name: str = "") -> str:
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cur = dbapi_conn.cursor()
-    cur.execute("PRAGMA journal_mode=WAL")
+    # the timeout first: switching to WAL takes a lock, and a concurrent opener would otherwise
+    # fail at once with "database is locked"
     cur.execute("PRAGMA busy_timeout=10000")
+    cur.execute("PRAGMA journal_mode=WAL")
     cur.execute("PRAGMA foreign_keys=ON")
     cur.close()
+
+
+@contextmanager
+def _schema_lock(engine: Engine) -> Iterator[None]:
+    """One schema creator at a time for a SQLite file: parallel first uses (many ``tcl`` commands
+    on a fresh HOME) would all see no tables and all try to create them (or insert the schema
+    version twice). Other databases are left to their own DDL locking."""
+    db = engine.url.database
+    if engine.dialect.name != "sqlite" or not db or db == ":memory:":
+        yield
+        return
+    fd = os.open(f"{db}.schema-lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # held for one short transaction
+        yield
+    finally:
+        os.close(fd)
 
 
 class Store:
@@ -136,16 +157,17 @@ class Store:
             self.engine: Engine = create_engine(url, future=True)
             if self.engine.dialect.name == "sqlite":
                 event.listen(self.engine, "connect", _sqlite_pragmas)
-            _Base.metadata.create_all(self.engine)
-            with self._session() as s:
-                meta = s.get(MetaRow, "schema_version")
-                if meta is None:
-                    s.add(MetaRow(key="schema_version", value=str(SCHEMA_VERSION)))
-                elif int(meta.value) > SCHEMA_VERSION:
-                    raise StoreError(
-                        f"the state store at {self._safe_url()} has schema {meta.value}, "
-                        f"newer than this tcl ({SCHEMA_VERSION}); upgrade tcl"
-                    )
+            with _schema_lock(self.engine):
+                _Base.metadata.create_all(self.engine)
+                with self._session() as s:
+                    meta = s.get(MetaRow, "schema_version")
+                    if meta is None:
+                        s.add(MetaRow(key="schema_version", value=str(SCHEMA_VERSION)))
+                    elif int(meta.value) > SCHEMA_VERSION:
+                        raise StoreError(
+                            f"the state store at {self._safe_url()} has schema {meta.value}, "
+                            f"newer than this tcl ({SCHEMA_VERSION}); upgrade tcl"
+                        )
         except SQLAlchemyError as e:
             raise StoreError(f"cannot open the state store {self._safe_url()}: {e}") from None
 

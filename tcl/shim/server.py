@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import ipaddress
 import logging
 import os
@@ -27,6 +28,7 @@ from tcl.tokenfile import TokenFileError, read_token
 
 log = logging.getLogger(__name__)
 CODE_CACHE_DIR = "code-cache"  # extracted code trees shared by the runners (tcl.runner.codecache)
+LOCK_FILE = "lock"  # held by the one shim that owns the state dir, for its whole life
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,29 @@ def load_token(path: Path) -> str:
         return read_token(path, "--token-file", create=True)
     except TokenFileError as e:
         raise SettingsError(str(e)) from None
+
+
+def lock_state_dir(state_dir: Path, port: int) -> int:
+    """Take the state dir for this process (non-blocking ``flock`` on ``<state-dir>/lock``).
+
+    Two shims on one state dir would each take the other's runners for orphans and kill them,
+    so the second one refuses to start. Returns the locked descriptor: keep it open for the
+    process's life (the kernel drops the lock when the process dies, however it dies). Python
+    opens it non-inheritable, so runners started by the shim never hold the lock.
+    """
+    state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(state_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.read(fd, 200).decode(errors="replace").strip() or "pid unknown"
+        os.close(fd)
+        raise SettingsError(
+            f"--state-dir {state_dir}: another tcl-shim is using it ({holder})"
+        ) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"pid {os.getpid()}, port {port}\n".encode(), 0)
+    return fd
 
 
 def default_runner_argv(runner_bin: str | None) -> list[str]:
@@ -133,14 +158,19 @@ def make_app(settings: ShimSettings) -> FastAPI:
 
 
 def serve(settings: ShimSettings, log_level: str = "info") -> None:
-    app = make_app(settings)
-    config = uvicorn.Config(
-        app,
-        host=settings.host,
-        port=settings.port,
-        log_level=log_level,
-        access_log=False,
-        lifespan="on",
-    )
-    os.umask(0o077)
-    asyncio.run(uvicorn.Server(config).serve())
+    check_loopback(settings.host)
+    lock_fd = lock_state_dir(settings.state_dir, settings.port)  # before reconcile adopts
+    try:
+        app = make_app(settings)
+        config = uvicorn.Config(
+            app,
+            host=settings.host,
+            port=settings.port,
+            log_level=log_level,
+            access_log=False,
+            lifespan="on",
+        )
+        os.umask(0o077)
+        asyncio.run(uvicorn.Server(config).serve())
+    finally:
+        os.close(lock_fd)  # also when a setting is refused: an in-process caller may retry

@@ -1,0 +1,152 @@
+"""The local default under concurrency: many `tcl` processes at once share one shim.
+
+Concurrent callers on a fresh HOME used to start one shim each on the same state dir, crash on
+fixed temporary file names, and have the shims kill each other's runners as orphans.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from tcl.control.localshim import stop_local_shim
+
+TCL = str(Path(sys.executable).parent / "tcl")
+FINAL = {"succeeded", "failed", "terminated", "lost"}
+
+
+def _local_env(home: Path) -> dict[str, str]:
+    """No config, no team database: the local default, with state under ``home``."""
+    env = {k: v for k, v in os.environ.items() if k not in ("TCL_CONFIG", "TCL_DB_URL")}
+    env.update(HOME=str(home), TCL_STATE_DIR=str(home / "state"), NO_COLOR="1")
+    return env
+
+
+def _parallel(env: dict[str, str], cwd: Path, n: int, *args: str) -> list[tuple[int, str, str]]:
+    """Start ``n`` identical `tcl` commands at once; (exit code, stdout, stderr) of each."""
+    procs = [
+        subprocess.Popen(
+            [TCL, *args],
+            cwd=cwd,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(n)
+    ]
+    out = []
+    for p in procs:
+        stdout, stderr = p.communicate(timeout=300)
+        out.append((p.returncode, stdout, stderr))
+    return out
+
+
+def _failures(results: list[tuple[int, str, str]]) -> list[str]:
+    return [err[-3000:] for rc, _, err in results if rc]
+
+
+def _shims(state: Path) -> list[psutil.Process]:
+    """Shim processes serving ``state`` (the local shim's state dir)."""
+    found = []
+    for p in psutil.process_iter(["cmdline"]):
+        argv = p.info["cmdline"] or []
+        is_shim = any(a.endswith("tcl-shim") or "tcl.shim" in a for a in argv)
+        flags = itertools.pairwise(argv)
+        if is_shim and any(a == "--state-dir" and b == str(state) for a, b in flags):
+            found.append(p)
+    return found
+
+
+def _stop_all(base: Path) -> None:
+    """Stop the recorded shim, then any stray shim or lingering runner of this test's state
+    (finished runners outlive a stopped shim while they keep their logs)."""
+    stop_local_shim(base)
+    for p in psutil.process_iter(["cmdline"]):
+        if any(str(base) in a for a in p.info["cmdline"] or []):
+            with contextlib.suppress(psutil.NoSuchProcess):
+                p.kill()
+
+
+def _ps(env: dict[str, str], cwd: Path) -> list[dict[str, Any]]:
+    res = subprocess.run(
+        [TCL, "ps", "-a", "--json"], cwd=cwd, env=env, capture_output=True, text=True,
+        timeout=120, check=False,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    rows: list[dict[str, Any]] = json.loads(res.stdout)
+    return rows
+
+
+def _wait_final(env: dict[str, str], cwd: Path, limit_s: float = 240) -> list[dict[str, Any]]:
+    # a bound on waiting, not a timing assertion: 16 runners start on a small shared machine
+    deadline = time.monotonic() + limit_s
+    while True:
+        rows = _ps(env, cwd)
+        if all(r["state"] in FINAL for r in rows) or time.monotonic() > deadline:
+            return rows
+        time.sleep(1)
+
+
+def test_parallel_detached_submits_on_a_fresh_home_share_one_shim(tmp_path: Path) -> None:
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    env = _local_env(home)
+    base = home / "state" / "local-shim"
+    try:
+        results = _parallel(
+            env, work, 16, "submit", "-d", "--json", "--", "python3", "-c", "print(1)"
+        )
+        assert [rc for rc, _, _ in results] == [0] * 16, _failures(results)
+        submitted = [json.loads(out)["run_id"] for _, out, _ in results]
+        assert len(set(submitted)) == 16
+        rows = _wait_final(env, work)
+        assert sorted(r["run_id"] for r in rows) == sorted(submitted)  # each recorded once
+        assert {r["run_id"]: r["state"] for r in rows} == dict.fromkeys(submitted, "succeeded")
+        assert len(_shims(base / "state")) == 1
+    finally:
+        _stop_all(base)
+
+
+def test_parallel_ps_after_the_shim_died_starts_one_new_shim(tmp_path: Path) -> None:
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    env = _local_env(home)
+    base = home / "state" / "local-shim"
+    job = "import time; time.sleep(3600)"
+    try:
+        for _ in range(3):
+            res = subprocess.run(
+                [TCL, "submit", "-d", "--json", "--", "python3", "-c", job], cwd=work, env=env,
+                capture_output=True, text=True, timeout=120, check=False,
+            )  # fmt: skip
+            assert res.returncode == 0, res.stderr
+        (old,) = _shims(base / "state")
+        old.send_signal(signal.SIGKILL)
+        old.wait(timeout=30)
+        results = _parallel(env, work, 4, "ps", "-a", "--json")
+        assert [rc for rc, _, _ in results] == [0] * 4, _failures(results)
+        for _, out, _ in results:
+            assert len(json.loads(out)) == 3
+        shims = _shims(base / "state")
+        assert len(shims) == 1 and shims[0].pid != old.pid
+    finally:
+        for row in _ps(env, work):
+            if row["state"] not in FINAL:
+                subprocess.run(
+                    [TCL, "stop", "--grace", "1", row["run_id"]], cwd=work, env=env,
+                    capture_output=True, timeout=120, check=False,
+                )  # fmt: skip
+        _stop_all(base)

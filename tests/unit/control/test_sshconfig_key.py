@@ -1,0 +1,31 @@
+"""tcl's ssh key pair: concurrent first uses all end with one key and its matching .pub."""
+
+from __future__ import annotations
+
+import multiprocessing
+from pathlib import Path
+
+import asyncssh
+import pytest
+
+from tcl.control import sshconfig
+
+
+def _first_use(_: int) -> tuple[str, str]:
+    return str(sshconfig.key_path()), sshconfig.public_key()
+
+
+def test_parallel_first_uses_share_one_key_pair(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TCL_STATE_DIR", str(tmp_path))
+    with multiprocessing.get_context("fork").Pool(8) as pool:
+        results = pool.map(_first_use, range(16))
+    assert len(set(results)) == 1
+    ((private, pub),) = set(results)
+    assert asyncssh.read_private_key(private).export_public_key().decode().strip() == pub
+    assert Path(private).stat().st_mode & 0o777 == 0o600
+    assert sorted(p.name for p in Path(private).parent.iterdir()) == [
+        "id_ed25519",
+        "id_ed25519.pub",
+    ]  # no temporary file left behind
