@@ -18,6 +18,7 @@ from tcl.control.agents import RunnerApi, ShimApi
 from tcl.control.backends.base import Backend
 from tcl.control.errors import AgentError, NoCapacityError, NoPlacementError, TclError
 from tcl.control.paths import cache_dir
+from tcl.control.placement import dump_placement
 from tcl.control.service import Control
 from tcl.control.shipping import Snapshot, snapshot
 from tcl.control.solver import Request, Solution, solve
@@ -159,8 +160,11 @@ async def _place_and_start(
                 )
             ctl.store.set_state(run_id, RunState.PROVISIONING)
             ctl.store.set_placement(run_id, cand.host, backend.kind, snap.sha256)
-            handle = {"task_id": task.id, "runner_port": task.ports.runner,
-                      "ssh_port": task.ports.ssh}  # fmt: skip
+            handle: dict[str, object] = {"task_id": task.id, "runner_port": task.ports.runner,
+                                         "ssh_port": task.ports.ssh}  # fmt: skip
+            placement = backend.placement()
+            if placement is not None:  # reach the host again even once it leaves the config
+                handle["placement"] = dump_placement(placement)
             att = ctl.store.add_attempt(run_id, cand.host, backend.kind, handle)
             sent = await _start_job(ctl, backend, sub, snap, task.ports.runner,
                                     task.runner_token, run_id, att.attempt, obs)  # fmt: skip

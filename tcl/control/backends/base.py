@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from tcl.control.agents import RunnerApi, ShimApi
+from tcl.control.placement import LocalPlacement, SshPlacement
 from tcl.control.shipping import Snapshot
 from tcl.shim.api import ExecutorKind
 
@@ -61,6 +62,10 @@ class Backend(abc.ABC):
 
         Called once the task is accepted, while its container starts; must not block.
         """
+        return None
+
+    def placement(self) -> LocalPlacement | SshPlacement | None:
+        """How to reach this host's shim again without the config (kept in each attempt)."""
         return None
 
     def ssh_endpoint(self, task_ssh_port: int) -> SshEndpoint | None:

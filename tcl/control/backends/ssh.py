@@ -19,6 +19,7 @@ from tcl.control.backends.base import Backend, Progress, SshEndpoint
 from tcl.control.config import SshHost
 from tcl.control.errors import AgentError
 from tcl.control.httpagents import HttpRunner, HttpShim
+from tcl.control.placement import SshPlacement
 from tcl.control.shipping import Snapshot
 from tcl.control.ssh import RemoteProcess, SshPool, SshTarget
 from tcl.shim.api import ExecutorKind
@@ -192,6 +193,15 @@ class SshBackend(Backend):
         if put.exit_code != 0:
             raise AgentError(f"{self.name}: code hand-over failed: {put.stderr.strip()[-300:]}")
         return sent
+
+    def placement(self) -> SshPlacement:
+        c = self.cfg
+        return SshPlacement(
+            ssh=c.ssh, port=c.port, user=c.user, identity_file=c.identity_file,
+            known_hosts=c.known_hosts, proxy_jump=c.proxy_jump, ssh_config_file=c.ssh_config_file,
+            shim_dir=self._shim_dir or c.shim_dir, shim_port=c.shim_port, shim_venv=c.shim_venv,
+            executor=c.executor,
+        )  # fmt: skip
 
     def ssh_endpoint(self, task_ssh_port: int) -> SshEndpoint | None:
         t = self.target

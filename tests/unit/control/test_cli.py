@@ -113,6 +113,7 @@ def test_ps_json_is_stable(home: Path) -> None:
         "code_sha256",
         "created_at",
         "updated_at",
+        "unreachable_since",  # null unless the host cannot be reached (display state)
     }
     assert row["state"] == "succeeded" and row["argv"] == ["python", "t.py"]
     assert row["job"] is None
