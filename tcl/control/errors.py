@@ -16,6 +16,7 @@
     │   ├── AgentUnreachableError the connection to it failed or dropped: re-resolve and retry
     │   └── NoCapacityError       the shim's 409 no_capacity
     ├── NoPlacementError          the solver found nothing: carries what each host offers
+    ├── SubmitCancelled           Ctrl-C during a submit, once what it started is cleaned up
     └── HostSetupError            `tcl host setup` failed (names the step)
 
 Foreign exceptions (asyncssh, httpx, OSError, yaml, pydantic) are translated where they are
@@ -93,6 +94,13 @@ class NoPlacementError(TclError):
         lines = [message, *(f"  {host}: {offer}" for host, offer in offers)]
         super().__init__("\n".join(lines))
         self.offers = offers
+
+
+class SubmitCancelled(TclError):
+    """A submit was interrupted (Ctrl-C); its task and partial uploads are already removed.
+    The message is the one line to print, e.g. ``cancelled; nothing left on gpu1``."""
+
+    exit_code = 130
 
 
 class HostSetupError(TclError):

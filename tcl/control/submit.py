@@ -16,7 +16,13 @@ from typing import Protocol
 
 from tcl.control.agents import RunnerApi, ShimApi
 from tcl.control.backends.base import Backend
-from tcl.control.errors import AgentError, NoCapacityError, NoPlacementError, TclError
+from tcl.control.errors import (
+    AgentError,
+    NoCapacityError,
+    NoPlacementError,
+    SubmitCancelled,
+    TclError,
+)
 from tcl.control.paths import cache_dir
 from tcl.control.placement import dump_placement
 from tcl.control.service import Control
@@ -110,10 +116,20 @@ async def submit(ctl: Control, sub: Submission, obs: Observer | None = None) -> 
         return await _place_and_start(ctl, sub, snap, run_id, req, solving, obs)
     except BaseException as e:
         await _cancel(solving)
-        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-        state = RunState.TERMINATED if isinstance(e, KeyboardInterrupt | asyncio.CancelledError) \
-            else RunState.FAILED  # fmt: skip
-        ctl.store.set_state(run_id, state, message=msg)
+        cancelled = isinstance(e, KeyboardInterrupt | asyncio.CancelledError)
+        run = ctl.store.get_run(run_id)
+        if ctl.store.latest_attempt(run_id) is None:
+            # Nothing was placed (nothing fits, no host reachable, interrupted before a
+            # task ran): no run to show in `tcl ps`; the error says why.
+            ctl.store.delete_run(run_id)
+        else:
+            msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+            state = RunState.TERMINATED if cancelled else RunState.FAILED
+            ctl.store.set_state(run_id, state, message=msg)
+        if isinstance(e, asyncio.CancelledError):
+            # Ctrl-C: the task is terminated and partial uploads removed (above); say so.
+            where = f"nothing left on {run.host}" if run.host else "nothing was placed"
+            raise SubmitCancelled(f"cancelled; {where}") from None
         raise
 
 
@@ -172,8 +188,10 @@ async def _place_and_start(
             skipped.append((cand.host, f"no capacity at launch: {e}"))
             continue
         except BaseException:
-            # Ctrl-C or a failure after the task exists: never leave it holding accelerators
+            # Ctrl-C or a failure after the task exists: never leave it holding accelerators,
+            # nor a partial upload on the host
             await asyncio.shield(_terminate_quietly(shim, task.id))
+            await asyncio.shield(backend.discard_staged())
             raise
         ctl.store.set_state(run_id, RunState.RUNNING)
         ctl.store.update_attempt(run_id, att.attempt, state=RunState.RUNNING)

@@ -72,6 +72,11 @@ class Backend(abc.ABC):
         """Where ``tcl ssh`` connects for a task whose container sshd is on ``task_ssh_port``."""
         return None
 
+    async def discard_staged(self) -> None:
+        """Cancel what :meth:`prestage_code` started and remove what it left (a submit gave
+        up); returns once nothing of it is left on the host."""
+        return None
+
     async def reset(self) -> None:
         """Forget connections after an error, so the next call reconnects."""
         return None

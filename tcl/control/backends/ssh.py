@@ -128,7 +128,13 @@ class SshBackend(Backend):
             )
         if self._shim is not None:
             await self._shim.aclose()
-        self._shim = HttpShim(f"http://127.0.0.1:{port}", self._token, name=f"shim {self.name}")
+        self._shim = HttpShim(
+            f"http://127.0.0.1:{port}", self._token, name=f"shim {self.name}",
+            unreachable_hint=(
+                f"the shim on {self.name} does not answer (not running?): "
+                f"run `tcl host setup {self.name}`"
+            ),
+        )  # fmt: skip
         self._shim_port = port
         return self._shim
 
@@ -209,6 +215,9 @@ class SshBackend(Backend):
             host=t.host, port=t.port, user=t.user, identity_file=t.identity_file,
             known_hosts=t.known_hosts, proxy_jump=t.proxy_jump, container_port=task_ssh_port,
         )  # fmt: skip
+
+    async def discard_staged(self) -> None:
+        await self._drop_staged()
 
     async def _drop_staged(self) -> None:
         staged, self._staged = list(self._staged.values()), {}
