@@ -93,7 +93,13 @@ async def submit(ctl: Control, sub: Submission, obs: Observer | None = None) -> 
     solving = asyncio.create_task(solve(ctl.cfg, req, ctl.probe))
     try:
         snap, _ = await asyncio.gather(
-            asyncio.to_thread(snapshot, sub.cwd, cache_dir(), ctl.cfg.shipping.max_bytes),
+            asyncio.to_thread(
+                snapshot,
+                sub.cwd,
+                cache_dir(),
+                ctl.cfg.shipping.max_bytes,
+                ctl.cfg.shipping.cache_max_bytes,
+            ),
             asyncio.to_thread(importlib.import_module, "tcl.control.store"),
         )
     except BaseException:
