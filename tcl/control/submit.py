@@ -113,13 +113,14 @@ async def submit(ctl: Control, sub: Submission, obs: Observer | None = None) -> 
         "image": sub.image, "env": sub.env, "secret_names": sorted(sub.secrets),
         "job": sub.job.key if sub.job else None,
     }  # fmt: skip
+    tried = _Tried()
     try:
         ctl.store.create_run(run_id, sub.name, request)
     except BaseException:
         await _cancel(solving)
         raise
     try:
-        return await _place_and_start(ctl, sub, snap, run_id, req, solving, obs)
+        return await _place_and_start(ctl, sub, snap, run_id, req, solving, obs, tried)
     except BaseException as e:
         await _cancel(solving)
         cancelled = isinstance(e, KeyboardInterrupt | asyncio.CancelledError)
@@ -134,9 +135,17 @@ async def submit(ctl: Control, sub: Submission, obs: Observer | None = None) -> 
             ctl.store.set_state(run_id, state, message=msg)
         if isinstance(e, asyncio.CancelledError):
             # Ctrl-C: the task is terminated and partial uploads removed (above); say so.
-            where = f"nothing left on {run.host}" if run.host else "nothing was placed"
+            host = run.host or tried.host
+            where = f"nothing left on {host}" if host else "nothing was placed"
             raise SubmitCancelled(f"cancelled; {where}") from None
         raise
+
+
+@dataclass
+class _Tried:
+    """The host where this submit last created a task (named by a cancel's message)."""
+
+    host: str | None = None
 
 
 async def _cancel(task: asyncio.Task[Solution]) -> None:
@@ -151,7 +160,7 @@ async def _cancel(task: asyncio.Task[Solution]) -> None:
 
 async def _place_and_start(
     ctl: Control, sub: Submission, snap: Snapshot, run_id: str, req: Request,
-    solving: asyncio.Task[Solution], obs: Observer,
+    solving: asyncio.Task[Solution], obs: Observer, tried: _Tried,
 ) -> SubmitResult:  # fmt: skip
     obs.status("finding hosts")
     sol = await solving
@@ -167,6 +176,7 @@ async def _place_and_start(
         shim = await backend.shim()
         try:
             task = await shim.create_task(spec)
+            tried.host = cand.host  # a task exists there: a cancel cleans it up
         except NoCapacityError as e:
             skipped.append((cand.host, f"no capacity at launch: {e}"))
             continue

@@ -144,3 +144,15 @@ def test_jobs_and_run_wire_tcl_jobs(home: Path) -> None:
     res = runner.invoke(app, ["run", "gpt/train", str(yaml_path), str(home / "out"),
                               "training/stepz=3"])  # fmt: skip
     assert res.exit_code == 2 and "training/stepz" in res.stderr
+
+
+def test_a_cancelled_submit_prints_one_line(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tcl.control.errors import SubmitCancelled
+
+    async def cancelled(*_args: object) -> None:
+        raise SubmitCancelled("cancelled; nothing left on gpu1")
+
+    monkeypatch.setattr("tcl.cli.submit.submit", cancelled)
+    res = runner.invoke(app, ["submit", "--", "python", "x.py"])
+    assert res.exit_code == 130
+    assert res.stderr.strip() == "cancelled; nothing left on gpu1"
