@@ -6,6 +6,7 @@
     ├── ConfigError               bad config file: names the key path and the line
     ├── ShippingError             the code snapshot cannot be made
     │   └── CodeTooLargeError     over the size limit: names the limit and the largest files
+    ├── UnknownHostError          a run's host is not in the config and it kept no record
     ├── StoreError                the state store refuses (unknown run, schema, ...)
     │   └── RunNotFoundError
     ├── SshError                  translated from asyncssh / OSError at the pool
@@ -44,6 +45,11 @@ class ShippingError(TclError):
 
 class CodeTooLargeError(ShippingError):
     """The snapshot is over the size limit."""
+
+
+class UnknownHostError(TclError):
+    """A run's host is not in the config, and its attempt kept no placement record (a run
+    placed before records were kept): nothing says how to reach it."""
 
 
 class StoreError(TclError):

@@ -15,7 +15,13 @@ from typing import TYPE_CHECKING
 
 from tcl.control.agents import RunnerApi
 from tcl.control.backoff import backoff_s
-from tcl.control.errors import AgentError, AgentUnreachableError, SshConnectError, TclError
+from tcl.control.errors import (
+    AgentError,
+    AgentUnreachableError,
+    SshConnectError,
+    TclError,
+    UnknownHostError,
+)
 from tcl.control.logcache import LogCache
 from tcl.control.service import Control
 from tcl.control.states import RunState
@@ -223,6 +229,13 @@ async def stop(ctl: Control, run: Run, grace_s: float = 10.0) -> Run:
     att = ctl.store.latest_attempt(run.id)
     if att is None:
         ctl.store.set_state(run.id, RunState.TERMINATED, message="stopped before placement")
+        return ctl.store.get_run(run.id)
+    try:
+        ctl.backend_for(att)
+    except UnknownHostError as e:  # a run from before placement records: end it here only
+        ctl.store.set_state(
+            run.id, RunState.TERMINATED, message=f"stopped here only, its task not reached: {e}"
+        )
         return ctl.store.get_run(run.id)
     try:
         runner = await _runner(ctl, att)

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from tcl.control.backends.base import Backend
 from tcl.control.config import Config, LocalHost, SshHost
-from tcl.control.errors import AgentError, TclError
+from tcl.control.errors import AgentError, TclError, UnknownHostError
 from tcl.shim.api import HostInfo
 
 if TYPE_CHECKING:
@@ -85,7 +85,7 @@ class Control:
             return self.backend(att.host)
         rec = att.placement
         if rec is None:
-            raise TclError(
+            raise UnknownHostError(
                 f"host {att.host!r} is not in the config (see `tcl hosts`) and run "
                 f"{att.run_id} kept no record of how to reach it"
             )

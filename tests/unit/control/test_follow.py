@@ -270,3 +270,13 @@ def test_a_host_gone_from_the_config_is_reached_through_the_attempts_record(
     assert att is not None
     lb = ctl.backend_for(att)
     assert isinstance(lb, LocalBackend) and str(lb.shim_state_dir) == "/x/local-shim"
+
+
+async def test_a_run_with_no_way_to_its_host_can_still_be_stopped(ctl: Control) -> None:
+    """A run placed before attempts kept a record, on a host gone from the config."""
+    ctl.store.create_run("r-3", "", {"argv": ["x"]})
+    ctl.store.set_state("r-3", RunState.PROVISIONING)
+    ctl.store.add_attempt("r-3", "gone", "ssh", {"task_id": "r-3-0"})
+    ctl.store.set_state("r-3", RunState.RUNNING)
+    run = await stop(ctl, ctl.store.get_run("r-3"), grace_s=0)
+    assert run.state is RunState.TERMINATED and "not in the config" in run.message
