@@ -12,6 +12,7 @@ together are over ``--code-cache-max-bytes``, the entry with the oldest mtime go
 evicted: the code of a task whose files still exist (its runner may copy the tree, its overlay
 may sit on it), and anything used in the last ``min_age_s`` (a submit that just looked it up).
 A tree is renamed out of ``trees/`` before it is deleted, so a lookup never sees half of one.
+Partial uploads left by a client that died mid-upload go after a day.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_MAX_BYTES = 20 * 1024**3
 MIN_AGE_S = 600.0
+STALE_PART_S = 24 * 3600.0
 
 
 def _sha_of(name: str) -> str | None:
@@ -95,12 +97,28 @@ class CodeGc:
                 out.append(_Entry(path, sha, size, st.st_mtime, is_tree))
         return out
 
+    def _stale_parts(self) -> list[Path]:
+        """Partial uploads (``<sha>.tar.gz.part-<pid>``) untouched for a day: their client died
+        without removing them (a cancelled upload removes its own)."""
+        if self.tarballs is None:
+            return []
+        gone: list[Path] = []
+        cutoff = time.time() - STALE_PART_S
+        for path in self.tarballs.glob("*.tar.gz.part-*"):
+            with contextlib.suppress(OSError):
+                if path.lstat().st_mtime < cutoff:
+                    path.unlink()
+                    gone.append(path)
+        return gone
+
     def collect(self, in_use: set[str]) -> list[Path]:
-        """Evict least-recently-used entries until under the budget; returns what went."""
+        """Evict least-recently-used entries until under the budget; returns what went
+        (stale partial uploads included)."""
+        stale = self._stale_parts()
         entries = self._entries()
         total = sum(e.size for e in entries)
         now = time.time()
-        evicted: list[Path] = []
+        evicted: list[Path] = stale
         for e in sorted(entries, key=lambda e: e.used_at):
             if total <= self.max_bytes:
                 break

@@ -52,3 +52,14 @@ def test_recently_used_code_is_kept_and_a_lookup_touches_the_tree(tmp_path: Path
     gc = CodeGc(root / "trees", None, max_bytes=1000, min_age_s=600)
     assert gc.collect(in_use=set()) == [root / "trees" / _sha(2)]
     assert old.exists()
+
+
+def test_a_partial_upload_left_for_a_day_is_removed(tmp_path: Path) -> None:
+    tarballs = tmp_path / "code"
+    tarballs.mkdir()
+    old, fresh = tarballs / f"{_sha(1)}.tar.gz.part-7", tarballs / f"{_sha(2)}.tar.gz.part-8"
+    for path in (old, fresh):
+        path.write_bytes(b"z")
+    os.utime(old, (100.0, 100.0))
+    gc = CodeGc(tmp_path / "trees", tarballs, max_bytes=1 << 30)
+    assert gc.collect(in_use=set()) == [old] and fresh.exists()
