@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING, Annotated
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.live import Live
 from rich.table import Table
 
 from tcl.cli._common import err, out, print_json, with_control
-from tcl.cli.render import age, run_json
+from tcl.cli.render import age, iso, run_json
 from tcl.control.follow import refresh
 from tcl.control.service import Control
 
@@ -19,26 +20,47 @@ if TYPE_CHECKING:
     from tcl.control.store import Run
 
 
-async def _runs(ctl: Control, all_runs: bool) -> list[Run]:
+@dataclass(frozen=True)
+class _Listing:
+    runs: list[Run]
+    unreachable_since: dict[str, float]  # run id -> first failed refresh (non-final runs)
+
+
+async def _runs(ctl: Control, all_runs: bool) -> _Listing:
     runs = ctl.store.list_runs(include_final=all_runs)
     fresh = await asyncio.gather(*(refresh(ctl, r) for r in runs))
-    return [r for r in fresh if all_runs or not r.state.is_final] if not all_runs else fresh
+    shown = fresh if all_runs else [r for r in fresh if not r.state.is_final]
+    since = ctl.store.unreachable_since([r.id for r in shown if not r.state.is_final])
+    return _Listing(shown, since)
 
 
-def _table(runs: list[Run]) -> Table:
+def state_text(r: Run, unreachable_since: float | None) -> str:
+    """The STATE column: the stored state, or ``unknown`` while its host cannot be reached."""
+    if unreachable_since is not None and not r.state.is_final:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(unreachable_since))
+        return f"unknown (host unreachable since {when})"
+    return r.state.value + (f" ({r.exit_code})" if r.exit_code not in (None, 0) else "")
+
+
+def _table(listing: _Listing) -> Table:
     t = Table(box=None, header_style="bold", pad_edge=False)
     for col in ("RUN", "NAME", "STATE", "HOST", "CHIPS", "CREATED", "COMMAND"):
         t.add_column(col, overflow="fold")
-    for r in runs:
+    for r in listing.runs:
         chips = r.request.get("chips", 0)
         chip = r.request.get("chip") or ""
-        state = r.state.value + (f" ({r.exit_code})" if r.exit_code not in (None, 0) else "")
+        state = state_text(r, listing.unreachable_since.get(r.id))
         t.add_row(
             r.id, r.name, state, r.host or "-", f"{chips} {chip}".strip() if chips else "-",
             age(r.created_at), (" ".join(r.request.get("argv", []))
              or f"job {r.request.get('job') or ''}")[:60],
         )  # fmt: skip
     return t
+
+
+def _json(r: Run, listing: _Listing) -> dict[str, Any]:
+    since = listing.unreachable_since.get(r.id)
+    return {**run_json(r), "unreachable_since": iso(since) if since is not None else None}
 
 
 def cmd_ps(
@@ -49,19 +71,19 @@ def cmd_ps(
 ) -> None:
     """List runs (active ones by default)."""
     if not watch:
-        runs = with_control(ctx, lambda ctl: _runs(ctl, all_runs))
+        listing = with_control(ctx, lambda ctl: _runs(ctl, all_runs))
         if as_json:
-            print_json([run_json(r) for r in runs])
-        elif runs:
-            out.print(_table(runs))
+            print_json([_json(r, listing) for r in listing.runs])
+        elif listing.runs:
+            out.print(_table(listing))
         else:
             err.print("no runs" + ("" if all_runs else " running (tcl ps -a for all)"))
         return
     try:
         with Live(console=out, auto_refresh=False) as live:
             while True:
-                runs = with_control(ctx, lambda ctl: _runs(ctl, all_runs))
-                live.update(_table(runs), refresh=True)
+                listing = with_control(ctx, lambda ctl: _runs(ctl, all_runs))
+                live.update(_table(listing), refresh=True)
                 time.sleep(2.0)
     except KeyboardInterrupt:
         return

@@ -12,7 +12,7 @@ import typer
 from tcl.cli import follow as follow_cmd
 from tcl.cli._common import err, fail, globals_of, print_json
 from tcl.cli.render import RichObserver
-from tcl.control.errors import TclError
+from tcl.control.errors import SubmitCancelled, TclError
 from tcl.control.service import Control
 from tcl.control.submit import Submission, SubmitResult, submit
 from tcl.runner.api import JobRef
@@ -155,6 +155,9 @@ def cmd_submit(
         if "res" in state:
             raise typer.Exit(follow_cmd.detached(state["res"].run_id)) from None
         raise typer.Exit(130) from None
+    except SubmitCancelled as e:  # Ctrl-C before the run started, all of it cleaned up
+        err.print(str(e), markup=False)
+        raise typer.Exit(e.exit_code) from None
     except TclError as e:
         raise fail(str(e), e.exit_code) from None
     if final is not None:

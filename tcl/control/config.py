@@ -157,6 +157,9 @@ HostConfig = Annotated[
 
 class ShippingConfig(_Model):
     max_bytes: int = Field(default=512 * 1024 * 1024, gt=0)  # uncompressed snapshot size
+    # Budget of the local tarball cache (<state>/code): least recently used tarballs beyond it
+    # are removed after each snapshot (never the one being shipped).
+    cache_max_bytes: int = Field(default=2 * 1024**3, gt=0)
 
 
 class Config(_Model):

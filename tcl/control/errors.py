@@ -6,6 +6,7 @@
     ├── ConfigError               bad config file: names the key path and the line
     ├── ShippingError             the code snapshot cannot be made
     │   └── CodeTooLargeError     over the size limit: names the limit and the largest files
+    ├── UnknownHostError          a run's host is not in the config and it kept no record
     ├── StoreError                the state store refuses (unknown run, schema, ...)
     │   └── RunNotFoundError
     ├── SshError                  translated from asyncssh / OSError at the pool
@@ -16,6 +17,7 @@
     │   ├── AgentUnreachableError the connection to it failed or dropped: re-resolve and retry
     │   └── NoCapacityError       the shim's 409 no_capacity
     ├── NoPlacementError          the solver found nothing: carries what each host offers
+    ├── SubmitCancelled           Ctrl-C during a submit, once what it started is cleaned up
     └── HostSetupError            `tcl host setup` failed (names the step)
 
 Foreign exceptions (asyncssh, httpx, OSError, yaml, pydantic) are translated where they are
@@ -43,6 +45,11 @@ class ShippingError(TclError):
 
 class CodeTooLargeError(ShippingError):
     """The snapshot is over the size limit."""
+
+
+class UnknownHostError(TclError):
+    """A run's host is not in the config, and its attempt kept no placement record (a run
+    placed before records were kept): nothing says how to reach it."""
 
 
 class StoreError(TclError):
@@ -93,6 +100,13 @@ class NoPlacementError(TclError):
         lines = [message, *(f"  {host}: {offer}" for host, offer in offers)]
         super().__init__("\n".join(lines))
         self.offers = offers
+
+
+class SubmitCancelled(TclError):
+    """A submit was interrupted (Ctrl-C); its task and partial uploads are already removed.
+    The message is the one line to print, e.g. ``cancelled; nothing left on gpu1``."""
+
+    exit_code = 130
 
 
 class HostSetupError(TclError):

@@ -15,7 +15,13 @@ from typing import TYPE_CHECKING
 
 from tcl.control.agents import RunnerApi
 from tcl.control.backoff import backoff_s
-from tcl.control.errors import AgentError, AgentUnreachableError, SshConnectError, TclError
+from tcl.control.errors import (
+    AgentError,
+    AgentUnreachableError,
+    SshConnectError,
+    TclError,
+    UnknownHostError,
+)
 from tcl.control.logcache import LogCache
 from tcl.control.service import Control
 from tcl.control.states import RunState
@@ -61,13 +67,17 @@ async def _runner(ctl: Control, att: Attempt) -> RunnerApi:
     task_id = att.handle.get("task_id")
     if not isinstance(task_id, str):
         raise TclError(f"run {att.run_id} has no task (attempt {att.attempt})")
-    backend = ctl.backend(att.host)
-    task = await (await backend.shim()).get_task(task_id)
+    backend = ctl.backend_for(att)
+    task = await _task(ctl, att)
     if task.ports.runner is None or not task.runner_token:
         if task.status is TaskStatus.TERMINATED:
             raise RunnerGone(f"run {att.run_id}: the host removed its runner", task)
         raise AgentError(f"run {att.run_id}: task {task_id} has no runner now ({task.status})")
     return await backend.runner(task.ports.runner, task.runner_token, att.run_id)
+
+
+async def _task(ctl: Control, att: Attempt) -> TaskInfo:
+    return await (await ctl.backend_for(att).shim()).get_task(str(att.handle["task_id"]))
 
 
 _OUTCOME = {
@@ -100,6 +110,13 @@ async def pull(ctl: Control, run: Run, wait_s: float = 0.0) -> PullResult:
         return PullResult([], _record_outcome(ctl, run, att, gone.task), False)
     try:
         page = await runner.events(after=cache.last_seq(), wait_s=wait_s)
+    except AgentUnreachableError:
+        # A runner that does not answer while the shim says its task ended (its process
+        # died, the task vanished): the shim's outcome is the run's.
+        task = await _task(ctl, att)
+        if task.status is not TaskStatus.TERMINATED:
+            raise
+        return PullResult([], _record_outcome(ctl, run, att, task), False)
     finally:
         await runner.aclose()
     fresh = cache.append(page.events)
@@ -132,7 +149,7 @@ async def _release(ctl: Control, att: Attempt, state: RunState) -> None:
     if att.handle.get("released"):
         return
     try:
-        shim = await ctl.backend(att.host).shim()
+        shim = await ctl.backend_for(att).shim()
         reason = _REASON.get(state, TerminationReason.DONE)
         task_id = str(att.handle["task_id"])
         await shim.terminate_task(task_id, reason, f"run {state.value}")
@@ -168,7 +185,9 @@ async def follow(
                 raise
             if on_reconnect is not None:
                 on_reconnect(str(e).splitlines()[0])
-            await ctl.backend(current.host or "").reset()
+            att = ctl.store.latest_attempt(run.id)
+            if att is not None:
+                await ctl.backend_for(att).reset()
             await asyncio.sleep(backoff_s(attempt, base_s=0.2, cap_s=3.0))
             attempt += 1
             continue
@@ -194,8 +213,12 @@ async def refresh(ctl: Control, run: Run, timeout_s: float = 5.0) -> Run:
         return run
     try:
         await asyncio.wait_for(pull(ctl, run), timeout_s)
-    except (TclError, TimeoutError):
+    except (*_RETRYABLE, TimeoutError):
+        ctl.store.note_unreachable(run.id)  # `tcl ps` shows it `unknown` since the first
         return run
+    except TclError:
+        return run
+    ctl.store.clear_unreachable(run.id)
     return ctl.store.get_run(run.id)
 
 
@@ -206,6 +229,13 @@ async def stop(ctl: Control, run: Run, grace_s: float = 10.0) -> Run:
     att = ctl.store.latest_attempt(run.id)
     if att is None:
         ctl.store.set_state(run.id, RunState.TERMINATED, message="stopped before placement")
+        return ctl.store.get_run(run.id)
+    try:
+        ctl.backend_for(att)
+    except UnknownHostError as e:  # a run from before placement records: end it here only
+        ctl.store.set_state(
+            run.id, RunState.TERMINATED, message=f"stopped here only, its task not reached: {e}"
+        )
         return ctl.store.get_run(run.id)
     try:
         runner = await _runner(ctl, att)
@@ -222,7 +252,7 @@ async def stop(ctl: Control, run: Run, grace_s: float = 10.0) -> Run:
         pass  # the runner is gone already: terminate the task below
     ctl.store.set_state(run.id, RunState.TERMINATED, message="stopped by user")
     try:
-        shim = await ctl.backend(att.host).shim()
+        shim = await ctl.backend_for(att).shim()
         await shim.terminate_task(
             str(att.handle["task_id"]), TerminationReason.STOPPED_BY_USER, "stopped by user"
         )

@@ -49,7 +49,7 @@ def shim_argv(venv: str, shim_dir: str, port: int, executor: str, fake: str | No
     argv = [
         f"{venv}/bin/tcl-shim", "--host", "127.0.0.1", "--port", str(port),
         "--state-dir", f"{shim_dir}/state", "--token-file", f"{shim_dir}/token",
-        "--executor", executor,
+        "--code-tarballs", f"{shim_dir}/code", "--executor", executor,
     ]  # fmt: skip
     if fake:
         argv += ["--fake-accelerators", fake]

@@ -23,15 +23,20 @@ T = TypeVar("T")
 class HttpShim:
     """The shim's own typed client (``tcl.shim.client``) behind the ``ShimApi`` seam."""
 
-    def __init__(self, base_url: str, token: str, name: str = "shim") -> None:
+    def __init__(
+        self, base_url: str, token: str, name: str = "shim", unreachable_hint: str = ""
+    ) -> None:
         self.name = name
+        self.unreachable_hint = unreachable_hint  # appended when the shim does not answer
         self._client = ShimClient(base_url, token)
 
     async def _call(self, coro: Awaitable[T]) -> T:
         try:
             return await coro
         except ShimUnavailable as e:
-            raise AgentUnreachableError(f"{self.name}: {e}") from None
+            detail = str(e).rstrip(": ")
+            hint = f"; {self.unreachable_hint}" if self.unreachable_hint else ""
+            raise AgentUnreachableError(f"{self.name}: {detail}{hint}") from None
         except NoCapacity as e:
             raise NoCapacityError(f"{self.name}: {e}") from None
         except ShimError as e:

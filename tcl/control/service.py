@@ -8,12 +8,13 @@ from typing import TYPE_CHECKING
 
 from tcl.control.backends.base import Backend
 from tcl.control.config import Config, LocalHost, SshHost
-from tcl.control.errors import AgentError, TclError
+from tcl.control.errors import AgentError, TclError, UnknownHostError
 from tcl.shim.api import HostInfo
 
 if TYPE_CHECKING:
+    from tcl.control.placement import LocalPlacement, SshPlacement
     from tcl.control.ssh import SshPool
-    from tcl.control.store import Store
+    from tcl.control.store import Attempt, Store
 
 PROBE_TIMEOUT_S = 30.0
 
@@ -76,6 +77,43 @@ class Control:
             raise TclError(f"host {name!r}: type {host.type} has no backend in this version")
         self._backends[name] = b
         return b
+
+    def backend_for(self, att: Attempt) -> Backend:
+        """The backend of an attempt's host: from the config while the host is in it, else
+        from the placement record the attempt kept (a host renamed or removed since)."""
+        if att.host in self._backends or att.host in self.cfg.hosts:
+            return self.backend(att.host)
+        rec = att.placement
+        if rec is None:
+            raise UnknownHostError(
+                f"host {att.host!r} is not in the config (see `tcl hosts`) and run "
+                f"{att.run_id} kept no record of how to reach it"
+            )
+        b = self._from_placement(att.host, rec)
+        self._backends[att.host] = b
+        return b
+
+    def _from_placement(self, name: str, rec: LocalPlacement | SshPlacement) -> Backend:
+        from tcl.control.placement import LocalPlacement
+
+        if isinstance(rec, LocalPlacement):
+            from pathlib import Path
+
+            from tcl.control.backends.local import LocalBackend
+
+            host = LocalHost(
+                type="local", executor=rec.executor, fake_accelerators=rec.fake_accelerators
+            )
+            return LocalBackend(name, host, Path(rec.shim_state_dir))
+        from tcl.control.backends.ssh import SshBackend
+
+        ssh = SshHost(
+            type="ssh", ssh=rec.ssh, port=rec.port, user=rec.user, proxy_jump=rec.proxy_jump,
+            identity_file=rec.identity_file, known_hosts=rec.known_hosts,
+            ssh_config_file=rec.ssh_config_file, shim_port=rec.shim_port, shim_dir=rec.shim_dir,
+            shim_venv=rec.shim_venv, executor=rec.executor,
+        )  # fmt: skip
+        return SshBackend(name, ssh, self.pool)
 
     async def probe(self, name: str) -> HostInfo:
         """What the host's shim reports now (``GET /api/host``)."""

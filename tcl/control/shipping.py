@@ -13,6 +13,7 @@ file and no compression.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import hashlib
 import io
@@ -227,10 +228,59 @@ def write_tarball(root: Path, entries: list[FileEntry], dest: Path) -> str:
     return sha
 
 
-def snapshot(start: Path, cache_dir: Path, max_bytes: int, *, explicit: bool = False) -> Snapshot:
+def _touch(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        os.utime(path)  # used now: eviction goes by mtime, least recently used first
+
+
+def evict_cache(cache_dir: Path, max_bytes: int, keep: str) -> list[Path]:
+    """Remove least recently used tarballs (by mtime, touched on use) from ``cache_dir`` until
+    the rest fit in ``max_bytes``; never the one named ``keep`` (its sha256, in use now).
+    Index entries pointing at a removed tarball are left: a lookup finds it gone and rebuilds.
+    """
+    found: list[tuple[float, int, Path]] = []
+    for path in cache_dir.glob("*.tar.gz"):
+        if path.name.startswith("."):
+            continue  # a build in progress
+        try:
+            st = path.stat()
+        except FileNotFoundError:
+            continue
+        found.append((st.st_mtime, st.st_size, path))
+    total = sum(size for _, size, _ in found)
+    evicted: list[Path] = []
+    for _, size, path in sorted(found):
+        if total <= max_bytes:
+            break
+        if path.name == f"{keep}.tar.gz":
+            continue
+        with contextlib.suppress(FileNotFoundError):  # another tcl evicted it first
+            path.unlink()
+        total -= size
+        evicted.append(path)
+    return evicted
+
+
+def snapshot(
+    start: Path,
+    cache_dir: Path,
+    max_bytes: int,
+    cache_max_bytes: int | None = None,
+    *,
+    explicit: bool = False,
+) -> Snapshot:
     """Snapshot the tree around ``start`` into ``cache_dir``; reuse the tarball when unchanged.
 
-    ``explicit``: the user named ``start`` (``--dir``), so even ``/`` or ``$HOME`` is walked."""
+    ``explicit``: the user named ``start`` (``--dir``), so even ``/`` or ``$HOME`` is walked.
+    With ``cache_max_bytes``, least recently used tarballs beyond it are evicted afterwards."""
+    snap = _snapshot(start, cache_dir, max_bytes, explicit)
+    _touch(snap.tarball)
+    if cache_max_bytes is not None:
+        evict_cache(cache_dir, cache_max_bytes, keep=snap.sha256)
+    return snap
+
+
+def _snapshot(start: Path, cache_dir: Path, max_bytes: int, explicit: bool) -> Snapshot:
     root, git = find_root(start)
     if not git and not explicit and _refused_root(root):
         raise ShippingError(

@@ -121,5 +121,10 @@ async def solve(cfg: Config, req: Request, probe: Probe) -> Solution:
             reasons[name] = offer(res)
     skipped = [(n, reasons[n]) for n in names if n in reasons]
     if not candidates:
+        down = [n for n in to_probe if isinstance(results[n], str)]
+        if req.host is not None and down:  # "nothing fits" would blame the request
+            raise NoPlacementError(f"host {req.host} is {reasons[req.host]}", [])
+        if down and len(down) == len(names):
+            raise NoPlacementError("no host can be reached; hosts now:", skipped)
         raise NoPlacementError(f"nothing fits {req.describe()}; hosts now:", skipped)
     return Solution(candidates, skipped)

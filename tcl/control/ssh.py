@@ -157,6 +157,18 @@ def translate(e: BaseException, where: str) -> SshError:
     return SshError(f"{where}: {e}")
 
 
+PART_REMOVE_TIMEOUT_S = 10.0
+
+
+async def _remove_quietly(conn: asyncssh.SSHClientConnection, path: str) -> None:
+    """Remove a partial upload on a fresh SFTP session (the cancelled one may be mid-write)."""
+    try:
+        async with asyncio.timeout(PART_REMOVE_TIMEOUT_S), conn.start_sftp_client() as sftp:
+            await sftp.remove(path)
+    except (OSError, asyncssh.Error, TimeoutError):
+        pass  # not created yet, or the connection is gone (then so is the writer)
+
+
 @dataclass
 class _HostState:
     conn: asyncssh.SSHClientConnection | None = None
@@ -342,8 +354,13 @@ class SshPool:
                         if await sftp.exists(remote):
                             return False
                         await sftp.makedirs(posixpath.dirname(remote), exist_ok=True)
-                    await sftp.put(str(local), tmp, progress_handler=handler)
-                    await sftp.posix_rename(tmp, remote)
+                    try:
+                        await sftp.put(str(local), tmp, progress_handler=handler)
+                        await sftp.posix_rename(tmp, remote)
+                    except BaseException:
+                        # Ctrl-C (a cancel) or a failure mid-way: leave no partial file there
+                        await asyncio.shield(_remove_quietly(conn, tmp))
+                        raise
                     return True
             except (OSError, asyncssh.Error) as e:
                 raise translate(e, f"ssh {target.name} upload") from None

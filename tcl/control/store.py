@@ -31,6 +31,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 from tcl.control.errors import RunNotFoundError, StoreError
+from tcl.control.placement import LocalPlacement, SshPlacement, load_placement
 from tcl.control.states import RunState, allowed
 
 SCHEMA_VERSION = 1
@@ -69,6 +70,17 @@ class AttemptRow(_Base):
     created_at: Mapped[float] = mapped_column(Float)
 
 
+class RunHealthRow(_Base):
+    """When refreshing a run first failed to reach its host (a row only while it fails).
+
+    Its own table, so a store made before it gains it with ``create_all`` (no migration)."""
+
+    __tablename__ = "tcl_run_health"
+
+    run_id: Mapped[str] = mapped_column(ForeignKey("tcl_runs.id"), primary_key=True)
+    unreachable_since: Mapped[float] = mapped_column(Float)
+
+
 class MetaRow(_Base):
     __tablename__ = "tcl_meta"
 
@@ -100,6 +112,11 @@ class Attempt:
     handle: dict[str, Any]
     state: RunState
     log_cursor: int
+
+    @property
+    def placement(self) -> LocalPlacement | SshPlacement | None:
+        """How its host was reached at placement (``handle["placement"]``), if recorded."""
+        return load_placement(self.handle.get("placement"))
 
 
 def _run(row: RunRow) -> Run:
@@ -271,6 +288,41 @@ class Store:
                 raise RunNotFoundError(f"no run {run_id!r}")
             row.host, row.backend, row.code_sha256 = host, backend, code_sha256
             row.updated_at = time.time()
+
+    def note_unreachable(self, run_id: str) -> float:
+        """Record a failed refresh; returns the time of the first one in a row."""
+        with self._session() as s:
+            row = s.get(RunHealthRow, run_id)
+            if row is None:
+                row = RunHealthRow(run_id=run_id, unreachable_since=time.time())
+                s.add(row)
+            return row.unreachable_since
+
+    def clear_unreachable(self, run_id: str) -> None:
+        with self._session() as s:
+            row = s.get(RunHealthRow, run_id)
+            if row is not None:
+                s.delete(row)
+
+    def unreachable_since(self, run_ids: list[str]) -> dict[str, float]:
+        """Runs whose host the last refreshes could not reach, with the first failure's time."""
+        if not run_ids:
+            return {}
+        with self._session() as s:
+            rows = s.scalars(select(RunHealthRow).where(RunHealthRow.run_id.in_(run_ids)))
+            return {r.run_id: r.unreachable_since for r in rows}
+
+    def delete_run(self, run_id: str) -> None:
+        """Remove a run that never reached a host (no attempt), e.g. a submit nothing took."""
+        with self._session() as s:
+            if s.scalars(select(AttemptRow).where(AttemptRow.run_id == run_id)).first():
+                raise StoreError(f"run {run_id!r} has attempts: it is kept")
+            row = s.get(RunRow, run_id)
+            if row is not None:
+                health = s.get(RunHealthRow, run_id)
+                if health is not None:
+                    s.delete(health)
+                s.delete(row)
 
     # attempts ---------------------------------------------------------------------------
 

@@ -17,8 +17,15 @@ from typing import Protocol
 
 from tcl.control.agents import RunnerApi, ShimApi
 from tcl.control.backends.base import Backend
-from tcl.control.errors import AgentError, NoCapacityError, NoPlacementError, TclError
+from tcl.control.errors import (
+    AgentError,
+    NoCapacityError,
+    NoPlacementError,
+    SubmitCancelled,
+    TclError,
+)
 from tcl.control.paths import cache_dir
+from tcl.control.placement import dump_placement
 from tcl.control.service import Control
 from tcl.control.shipping import Snapshot, snapshot
 from tcl.control.solver import Request, Solution, solve
@@ -101,6 +108,7 @@ async def submit(ctl: Control, sub: Submission, obs: Observer | None = None) -> 
                 sub.code_dir or sub.cwd,
                 cache_dir(),
                 ctl.cfg.shipping.max_bytes,
+                ctl.cfg.shipping.cache_max_bytes,
                 explicit=sub.code_dir is not None,
             ),
             asyncio.to_thread(importlib.import_module, "tcl.control.store"),
@@ -123,20 +131,39 @@ async def submit(ctl: Control, sub: Submission, obs: Observer | None = None) -> 
         "image": sub.image, "env": sub.env, "secret_names": sorted(sub.secrets),
         "job": sub.job.key if sub.job else None,
     }  # fmt: skip
+    tried = _Tried()
     try:
         ctl.store.create_run(run_id, sub.name, request)
     except BaseException:
         await _cancel(solving)
         raise
     try:
-        return await _place_and_start(ctl, sub, snap, run_id, req, solving, obs)
+        return await _place_and_start(ctl, sub, snap, run_id, req, solving, obs, tried)
     except BaseException as e:
         await _cancel(solving)
-        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-        state = RunState.TERMINATED if isinstance(e, KeyboardInterrupt | asyncio.CancelledError) \
-            else RunState.FAILED  # fmt: skip
-        ctl.store.set_state(run_id, state, message=msg)
+        cancelled = isinstance(e, KeyboardInterrupt | asyncio.CancelledError)
+        run = ctl.store.get_run(run_id)
+        if ctl.store.latest_attempt(run_id) is None:
+            # Nothing was placed (nothing fits, no host reachable, interrupted before a
+            # task ran): no run to show in `tcl ps`; the error says why.
+            ctl.store.delete_run(run_id)
+        else:
+            msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+            state = RunState.TERMINATED if cancelled else RunState.FAILED
+            ctl.store.set_state(run_id, state, message=msg)
+        if isinstance(e, asyncio.CancelledError):
+            # Ctrl-C: the task is terminated and partial uploads removed (above); say so.
+            host = run.host or tried.host
+            where = f"nothing left on {host}" if host else "nothing was placed"
+            raise SubmitCancelled(f"cancelled; {where}") from None
         raise
+
+
+@dataclass
+class _Tried:
+    """The host where this submit last created a task (named by a cancel's message)."""
+
+    host: str | None = None
 
 
 async def _cancel(task: asyncio.Task[Solution]) -> None:
@@ -151,7 +178,7 @@ async def _cancel(task: asyncio.Task[Solution]) -> None:
 
 async def _place_and_start(
     ctl: Control, sub: Submission, snap: Snapshot, run_id: str, req: Request,
-    solving: asyncio.Task[Solution], obs: Observer,
+    solving: asyncio.Task[Solution], obs: Observer, tried: _Tried,
 ) -> SubmitResult:  # fmt: skip
     obs.status("finding hosts")
     sol = await solving
@@ -172,6 +199,7 @@ async def _place_and_start(
         shim = await backend.shim()
         try:
             task = await shim.create_task(spec)
+            tried.host = cand.host  # a task exists there: a cancel cleans it up
         except NoCapacityError as e:
             skipped.append((cand.host, f"no capacity at launch: {e}"))
             continue
@@ -187,8 +215,11 @@ async def _place_and_start(
                 )
             ctl.store.set_state(run_id, RunState.PROVISIONING)
             ctl.store.set_placement(run_id, cand.host, backend.kind, snap.sha256)
-            handle = {"task_id": task.id, "runner_port": task.ports.runner,
-                      "ssh_port": task.ports.ssh}  # fmt: skip
+            handle: dict[str, object] = {"task_id": task.id, "runner_port": task.ports.runner,
+                                         "ssh_port": task.ports.ssh}  # fmt: skip
+            placement = backend.placement()
+            if placement is not None:  # reach the host again even once it leaves the config
+                handle["placement"] = dump_placement(placement)
             att = ctl.store.add_attempt(run_id, cand.host, backend.kind, handle)
             sent = await _start_job(ctl, backend, sub, snap, task.ports.runner,
                                     task.runner_token, run_id, att.attempt, obs)  # fmt: skip
@@ -196,8 +227,10 @@ async def _place_and_start(
             skipped.append((cand.host, f"no capacity at launch: {e}"))
             continue
         except BaseException:
-            # Ctrl-C or a failure after the task exists: never leave it holding accelerators
+            # Ctrl-C or a failure after the task exists: never leave it holding accelerators,
+            # nor a partial upload on the host
             await asyncio.shield(_terminate_quietly(shim, task.id))
+            await asyncio.shield(backend.discard_staged())
             raise
         ctl.store.set_state(run_id, RunState.RUNNING)
         ctl.store.update_attempt(run_id, att.attempt, state=RunState.RUNNING)

@@ -18,11 +18,13 @@ per-task upper dir; see ``premounted_code``), or a *copy* of the tree, made with
 ``copy_file_range`` (a reflink on btrfs/XFS, an in-kernel copy elsewhere, a plain copy across
 file systems). Hard links would be cheaper than a copy but share the inode, and a job running
 as root (every docker job) opening a shipped file for writing would change the cache for every
-later job. Nothing is evicted yet: remove ``trees/<sha>`` to free space.
+later job. The shim keeps the cache under a size budget (``tcl.shim.codegc``): a lookup
+touches the tree's mtime, and the least recently used trees not used by a task go first.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
@@ -55,7 +57,11 @@ class CodeCache:
         if not _valid_sha(sha256):
             return None
         path = self.trees / sha256
-        return path if path.is_dir() else None
+        if not path.is_dir():
+            return None
+        with contextlib.suppress(OSError):  # a read-only view of the cache: no touch
+            os.utime(path)  # used now: the shim evicts least recently used trees first
+        return path
 
     @contextmanager
     def _locked(self, sha256: str) -> Iterator[None]:

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from tcl.shim.api import ExecutorKind
+from tcl.shim.codegc import DEFAULT_MAX_BYTES as DEFAULT_CODE_CACHE_MAX_BYTES
 from tcl.shim.server import SettingsError, ShimSettings, serve
 
 app = typer.Typer(
@@ -104,6 +105,23 @@ def run(
             "(frozen or wedged), freeing its accelerators.",
         ),
     ] = 30.0,
+    code_cache_max_bytes: Annotated[
+        int,
+        typer.Option(
+            envvar="TCL_SHIM_CODE_CACHE_MAX_BYTES",
+            min=0,
+            help="Size budget of the host's code: extracted trees (<state-dir>/code-cache) plus "
+            "the tarballs in --code-tarballs. Least recently used code goes first; code a task "
+            "still uses is never evicted.",
+        ),
+    ] = DEFAULT_CODE_CACHE_MAX_BYTES,
+    code_tarballs: Annotated[
+        Path | None,
+        typer.Option(
+            envvar="TCL_SHIM_CODE_TARBALLS",
+            help="The ssh backend's tarball cache (<shim_dir>/code), kept under the same budget.",
+        ),
+    ] = None,
     log_level: Annotated[
         str, typer.Option(envvar="TCL_SHIM_LOG_LEVEL", help="debug, info, warning or error.")
     ] = "info",
@@ -126,6 +144,8 @@ def run(
         finished_retention_s=finished_retention_s,
         record_retention_s=record_retention_s,
         runner_silence_limit_s=runner_silence_limit_s,
+        code_cache_max_bytes=code_cache_max_bytes,
+        code_tarballs=code_tarballs,
     )
     try:
         serve(settings, log_level=log_level.lower())

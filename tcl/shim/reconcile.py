@@ -27,6 +27,7 @@ from pathlib import Path
 
 from tcl.atomic import write_atomic
 from tcl.shim.api import ExecutorKind, TaskStatus, TerminateRequest, TerminationReason
+from tcl.shim.codegc import CodeGc
 from tcl.shim.errors import ShimError
 from tcl.shim.executors.base import Liveness, Observed
 from tcl.shim.inventory import BUSY_OUTSIDE_MIB, outside_usage_mib
@@ -41,6 +42,7 @@ LEFTOVER_STOP_TIMEOUT_S = 5.0
 # and looking for them costs a process-table scan or a container listing.
 TERMINATED_CHECK_EVERY = 10
 OUTSIDE_USAGE_EVERY_S = 10.0
+CODE_GC_EVERY = 60  # passes between code-cache evictions (a directory walk, in a thread)
 
 
 _JOB_REASON = {
@@ -48,6 +50,11 @@ _JOB_REASON = {
     "failed": TerminationReason.FAILED,
     "terminated": TerminationReason.STOPPED_BY_USER,
 }
+
+
+def _log_gc_failure(task: asyncio.Task[list[Path]]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.warning("code cache eviction failed: %s", task.exception())
 
 
 class Reconciler:
@@ -58,8 +65,11 @@ class Reconciler:
         retention_s: float = 600.0,
         silence_limit_s: float = 30.0,
         record_retention_s: float = 7 * 24 * 3600.0,
+        code_gc: CodeGc | None = None,
     ) -> None:
         self.service = service
+        self.code_gc = code_gc
+        self._gc_task: asyncio.Task[list[Path]] | None = None
         self.interval_s = interval_s
         self.retention_s = retention_s
         self.record_retention_s = record_retention_s
@@ -89,13 +99,39 @@ class Reconciler:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._loop_task
             self._loop_task = None
+        if self._gc_task is not None:
+            with contextlib.suppress(Exception):
+                await self._gc_task  # a thread cannot be cancelled: let it finish
+            self._gc_task = None
         await self.probe.aclose()
 
+    def code_in_use(self) -> set[str]:
+        """The code of every task whose workload or files still exist."""
+        return {
+            r.spec.code_sha256
+            for r in self.service.store.records()
+            if r.spec.code_sha256 is not None and not r.workload_removed
+        }
+
+    def start_code_gc(self) -> asyncio.Task[list[Path]] | None:
+        """Evict least recently used code (trees, tarballs) in a thread; one at a time."""
+        if self.code_gc is None or (self._gc_task is not None and not self._gc_task.done()):
+            return None
+        self._gc_task = asyncio.create_task(
+            asyncio.to_thread(self.code_gc.collect, self.code_in_use()), name="shim-code-gc"
+        )
+        self._gc_task.add_done_callback(_log_gc_failure)
+        return self._gc_task
+
     async def _loop(self) -> None:
+        loop_passes = 0
         while True:
             await asyncio.sleep(self.interval_s)
             try:
                 await self.reconcile_once()
+                if loop_passes % CODE_GC_EVERY == 0:  # the first pass, then every N
+                    self.start_code_gc()
+                loop_passes += 1
                 if time.monotonic() - self._usage_checked_at > OUTSIDE_USAGE_EVERY_S:
                     await self.refresh_outside_usage()
             except Exception:

@@ -17,6 +17,8 @@ from fastapi import FastAPI
 
 from tcl.shim.api import ExecutorKind
 from tcl.shim.app import create_app
+from tcl.shim.codegc import DEFAULT_MAX_BYTES as DEFAULT_CODE_CACHE_MAX_BYTES
+from tcl.shim.codegc import CodeGc
 from tcl.shim.errors import BadRequest, ExecutorUnavailable
 from tcl.shim.executors.base import Executor
 from tcl.shim.executors.process_executor import ProcessExecutor
@@ -45,6 +47,8 @@ class ShimSettings:
     finished_retention_s: float = 600.0
     runner_silence_limit_s: float = 30.0
     record_retention_s: float = 7 * 24 * 3600.0
+    code_cache_max_bytes: int = DEFAULT_CODE_CACHE_MAX_BYTES  # extracted trees + tarballs
+    code_tarballs: Path | None = None  # the ssh backend's <shim_dir>/code (tcl host setup)
 
 
 class SettingsError(Exception):
@@ -142,6 +146,7 @@ def build(settings: ShimSettings) -> tuple[TaskService, Reconciler]:
         retention_s=settings.finished_retention_s,
         silence_limit_s=settings.runner_silence_limit_s,
         record_retention_s=settings.record_retention_s,
+        code_gc=CodeGc(code_cache / "trees", settings.code_tarballs, settings.code_cache_max_bytes),
     )
 
 

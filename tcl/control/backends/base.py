@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from tcl.control.agents import RunnerApi, ShimApi
+from tcl.control.placement import LocalPlacement, SshPlacement
 from tcl.control.shipping import Snapshot
 from tcl.shim.api import ExecutorKind
 
@@ -63,8 +64,17 @@ class Backend(abc.ABC):
         """
         return None
 
+    def placement(self) -> LocalPlacement | SshPlacement | None:
+        """How to reach this host's shim again without the config (kept in each attempt)."""
+        return None
+
     def ssh_endpoint(self, task_ssh_port: int) -> SshEndpoint | None:
         """Where ``tcl ssh`` connects for a task whose container sshd is on ``task_ssh_port``."""
+        return None
+
+    async def discard_staged(self) -> None:
+        """Cancel what :meth:`prestage_code` started and remove what it left (a submit gave
+        up); returns once nothing of it is left on the host."""
         return None
 
     async def reset(self) -> None:

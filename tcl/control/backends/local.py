@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 from tcl.control.agents import RunnerApi, ShimApi
 from tcl.control.backends.base import Backend, Progress
@@ -10,6 +11,7 @@ from tcl.control.config import LocalHost
 from tcl.control.httpagents import HttpRunner, HttpShim
 from tcl.control.localshim import ensure_local_shim
 from tcl.control.paths import state_dir
+from tcl.control.placement import LocalPlacement
 from tcl.control.shipping import Snapshot
 from tcl.shim.api import ExecutorKind
 
@@ -17,9 +19,10 @@ from tcl.shim.api import ExecutorKind
 class LocalBackend(Backend):
     kind = "local"
 
-    def __init__(self, name: str, cfg: LocalHost) -> None:
+    def __init__(self, name: str, cfg: LocalHost, shim_state_dir: Path | None = None) -> None:
         self.name = name
         self.cfg = cfg
+        self.shim_state_dir = shim_state_dir or state_dir() / "local-shim"
         self.executor = ExecutorKind(cfg.executor)
         self._shim: HttpShim | None = None
 
@@ -27,12 +30,18 @@ class LocalBackend(Backend):
         if self._shim is None:
             port, token = await asyncio.to_thread(
                 ensure_local_shim,
-                state_dir() / "local-shim",
+                self.shim_state_dir,
                 self.cfg.executor,
                 self.cfg.fake_accelerators,
             )
             self._shim = HttpShim(f"http://127.0.0.1:{port}", token, name=f"shim {self.name}")
         return self._shim
+
+    def placement(self) -> LocalPlacement:
+        return LocalPlacement(
+            shim_state_dir=str(self.shim_state_dir), executor=self.cfg.executor,
+            fake_accelerators=self.cfg.fake_accelerators,
+        )  # fmt: skip
 
     async def runner(self, runner_port: int, token: str, label: str) -> RunnerApi:
         return HttpRunner(f"http://127.0.0.1:{runner_port}", token, name=f"runner {label}")

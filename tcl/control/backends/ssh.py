@@ -19,6 +19,7 @@ from tcl.control.backends.base import Backend, Progress, SshEndpoint
 from tcl.control.config import SshHost
 from tcl.control.errors import AgentError
 from tcl.control.httpagents import HttpRunner, HttpShim
+from tcl.control.placement import SshPlacement
 from tcl.control.shipping import Snapshot
 from tcl.control.ssh import RemoteProcess, SshPool, SshTarget
 from tcl.shim.api import ExecutorKind
@@ -32,6 +33,10 @@ from tcl.shim.api import ExecutorKind
 _HOST_PUT = r"""
 import json, os, sys, urllib.error, urllib.request
 path, sha = sys.argv[1], sys.argv[2]
+try:
+    os.utime(path)  # used now: the shim evicts the least recently used tarballs first
+except OSError:
+    pass
 port, _, token = sys.stdin.readline().strip().partition(" ")
 if not port.isdigit():
     sys.exit(4)
@@ -127,7 +132,13 @@ class SshBackend(Backend):
             )
         if self._shim is not None:
             await self._shim.aclose()
-        self._shim = HttpShim(f"http://127.0.0.1:{port}", self._token, name=f"shim {self.name}")
+        self._shim = HttpShim(
+            f"http://127.0.0.1:{port}", self._token, name=f"shim {self.name}",
+            unreachable_hint=(
+                f"the shim on {self.name} does not answer (not running?): "
+                f"run `tcl host setup {self.name}`"
+            ),
+        )  # fmt: skip
         self._shim_port = port
         return self._shim
 
@@ -193,12 +204,24 @@ class SshBackend(Backend):
             raise AgentError(f"{self.name}: code hand-over failed: {put.stderr.strip()[-300:]}")
         return sent
 
+    def placement(self) -> SshPlacement:
+        c = self.cfg
+        return SshPlacement(
+            ssh=c.ssh, port=c.port, user=c.user, identity_file=c.identity_file,
+            known_hosts=c.known_hosts, proxy_jump=c.proxy_jump, ssh_config_file=c.ssh_config_file,
+            shim_dir=self._shim_dir or c.shim_dir, shim_port=c.shim_port, shim_venv=c.shim_venv,
+            executor=c.executor,
+        )  # fmt: skip
+
     def ssh_endpoint(self, task_ssh_port: int) -> SshEndpoint | None:
         t = self.target
         return SshEndpoint(
             host=t.host, port=t.port, user=t.user, identity_file=t.identity_file,
             known_hosts=t.known_hosts, proxy_jump=t.proxy_jump, container_port=task_ssh_port,
         )  # fmt: skip
+
+    async def discard_staged(self) -> None:
+        await self._drop_staged()
 
     async def _drop_staged(self) -> None:
         staged, self._staged = list(self._staged.values()), {}

@@ -134,3 +134,24 @@ def test_the_job_starts_in_the_directory_submitted_from(tmp_path: Path) -> None:
         assert "not in a git repository" not in res.stderr
     finally:
         stop_local_shim(home / "state" / "local-shim")
+
+
+def test_a_run_whose_host_left_the_config_can_still_be_stopped(tmp_path: Path) -> None:
+    """The attempt keeps how its host was reached: stop works once `local` is gone."""
+    env = _local_env(tmp_path)
+    try:
+        job = "import time\nprint('tick', flush=True)\ntime.sleep(60)"
+        sub = json.loads(
+            _tcl(env, tmp_path, "submit", "-d", "--json", "--", "python", "-c", job).stdout
+        )
+        cfg = tmp_path / "other.yaml"
+        cfg.write_text("hosts:\n  elsewhere: {type: local}\n")
+        env_other = {**env, "TCL_CONFIG": str(cfg)}
+        (row,) = json.loads(_tcl(env_other, tmp_path, "ps", "--json").stdout)
+        assert row["state"] == "running" and row["unreachable_since"] is None
+        res = _tcl(env_other, tmp_path, "stop", "--grace", "1", sub["run_id"])
+        assert res.returncode == 0 and "terminated" in res.stderr, res.stderr
+        (row,) = json.loads(_tcl(env_other, tmp_path, "ps", "-a", "--json").stdout)
+        assert row["state"] == "terminated"
+    finally:
+        stop_local_shim(tmp_path / "state" / "local-shim")

@@ -147,3 +147,27 @@ async def test_ensure_file_uploads_once(ssh_testbed: SshTestbed, tmp_path: Path)
         assert not list(Path(remote).parent.glob("*.part-*"))
     finally:
         await pool.close()
+
+
+async def test_a_cancelled_upload_leaves_no_partial_file(
+    ssh_testbed: SshTestbed, tmp_path: Path
+) -> None:
+    """Ctrl-C mid-upload (the submit's task is cancelled): the `.part` file is removed."""
+    pool = SshPool()
+    lo = _target(ssh_testbed, "lo", "127.0.0.1", port=2222)
+    local = tmp_path / "big.bin"
+    local.write_bytes(os.urandom(64 << 20))
+    remote = f"{tmp_path}/remote/big.bin"
+    started = asyncio.Event()
+    try:
+        upload = asyncio.create_task(
+            pool.ensure_file(lo, local, remote, lambda d, t: started.set() if d else None)
+        )
+        await asyncio.wait_for(started.wait(), 30)
+        upload.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await upload
+        assert not Path(remote).exists()
+        assert not list(Path(remote).parent.glob("*.part-*"))
+    finally:
+        await pool.close()

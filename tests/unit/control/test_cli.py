@@ -125,6 +125,7 @@ def test_ps_json_is_stable(home: Path) -> None:
         "code_sha256",
         "created_at",
         "updated_at",
+        "unreachable_since",  # null unless the host cannot be reached (display state)
     }
     assert row["state"] == "succeeded" and row["argv"] == ["python", "t.py"]
     assert row["job"] is None
@@ -228,3 +229,15 @@ def test_chip_names_are_case_insensitive(home: Path, monkeypatch: pytest.MonkeyP
     assert res.exit_code == 1 and seen == ["h100"]
     cfg = parse_config("hosts:\n  a: {type: local, chips: {H100: 8}}\n")
     assert cfg.hosts["a"].chips == {"h100": 8}
+
+
+def test_a_cancelled_submit_prints_one_line(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tcl.control.errors import SubmitCancelled
+
+    async def cancelled(*_args: object) -> None:
+        raise SubmitCancelled("cancelled; nothing left on gpu1")
+
+    monkeypatch.setattr("tcl.cli.submit.submit", cancelled)
+    res = runner.invoke(app, ["submit", "--", "python", "x.py"])
+    assert res.exit_code == 130
+    assert res.stderr.strip() == "cancelled; nothing left on gpu1"

@@ -195,3 +195,88 @@ def test_log_cache_appends_only_newer_events(tmp_path: Path) -> None:
     assert [e.seq for e in cache.append(ev[1:])] == [4, 5]  # overlap: no repeats
     assert [e.seq for e in LogCache("r", tmp_path).read()] == [1, 2, 3, 4, 5]
     assert LogCache("r", tmp_path).last_seq() == 5
+
+
+class DeadRunner(FakeRunner):
+    async def events(self, after: int, wait_s: float = 0.0, limit: int = 1000) -> EventsPage:
+        raise AgentUnreachableError("runner: connection refused")
+
+
+class VanishedShim(FakeShim):
+    """The task ended `vanished` (its runner died) but the shim still lists its port."""
+
+    async def get_task(self, task_id: str) -> TaskInfo:
+        return TaskInfo(id=task_id, name="", status="terminated", network="host",
+                        termination_reason=TerminationReason.VANISHED, message="runner gone",
+                        executor=ExecutorKind.PROCESS, ports=Ports(runner=1),
+                        runner_token="t" * 43, created_at=0, updated_at=0)  # fmt: skip
+
+
+async def test_refresh_settles_a_run_whose_task_ended_without_a_reachable_runner(
+    ctl: Control,
+) -> None:
+    ctl._backends["local"] = FakeBackend(DeadRunner(None), VanishedShim())
+    run = await refresh(ctl, ctl.store.get_run("r-1"))
+    assert run.state is RunState.FAILED and "runner gone" in run.message
+
+
+class UnreachableShim(FakeShim):
+    async def get_task(self, task_id: str) -> TaskInfo:
+        raise AgentUnreachableError("shim local: connection refused")
+
+
+async def test_an_unreachable_host_shows_unknown_since_the_first_failure(ctl: Control) -> None:
+    from tcl.cli.ps import state_text
+
+    backend = FakeBackend(FakeRunner(None), UnreachableShim())
+    ctl._backends["local"] = backend
+    run = await refresh(ctl, ctl.store.get_run("r-1"))
+    assert run.state is RunState.RUNNING  # not a new terminal state
+    (first,) = ctl.store.unreachable_since(["r-1"]).values()
+    await refresh(ctl, run)
+    assert ctl.store.unreachable_since(["r-1"]) == {"r-1": first}  # the first failure's time
+    assert state_text(run, first).startswith("unknown (host unreachable since ")
+    backend._shim = FakeShim()  # reachable again: cleared
+    await refresh(ctl, run)
+    assert ctl.store.unreachable_since(["r-1"]) == {}
+
+
+def test_a_host_gone_from_the_config_is_reached_through_the_attempts_record(
+    ctl: Control,
+) -> None:
+    from tcl.control.backends.local import LocalBackend
+    from tcl.control.backends.ssh import SshBackend
+    from tcl.control.placement import LocalPlacement, SshPlacement, dump_placement
+
+    rec = SshPlacement(
+        ssh="gpu1.example", port=2222, user="me", identity_file="~/.ssh/k",
+        proxy_jump="bastion", shim_dir="/home/me/.tcl-shim", shim_port=11000,
+    )  # fmt: skip
+    ctl.store.create_run("r-2", "", {"argv": ["x"]})
+    handle = {"task_id": "r-2-0", "placement": dump_placement(rec)}
+    ctl.store.add_attempt("r-2", "gone", "ssh", handle)
+    att = ctl.store.latest_attempt("r-2")
+    assert att is not None and att.placement == rec
+    b = ctl.backend_for(att)
+    assert isinstance(b, SshBackend) and b.name == "gone"
+    assert (b.target.host, b.target.port, b.target.user, b.target.proxy_jump) == (
+        "gpu1.example", 2222, "me", "bastion",
+    )  # fmt: skip
+    assert (b.cfg.shim_dir, b.cfg.shim_port) == ("/home/me/.tcl-shim", 11000)
+    local = LocalPlacement(shim_state_dir="/x/local-shim")
+    handle = {"task_id": "r-2-1", "placement": dump_placement(local)}
+    ctl.store.add_attempt("r-2", "old-local", "local", handle)
+    att = ctl.store.latest_attempt("r-2")
+    assert att is not None
+    lb = ctl.backend_for(att)
+    assert isinstance(lb, LocalBackend) and str(lb.shim_state_dir) == "/x/local-shim"
+
+
+async def test_a_run_with_no_way_to_its_host_can_still_be_stopped(ctl: Control) -> None:
+    """A run placed before attempts kept a record, on a host gone from the config."""
+    ctl.store.create_run("r-3", "", {"argv": ["x"]})
+    ctl.store.set_state("r-3", RunState.PROVISIONING)
+    ctl.store.add_attempt("r-3", "gone", "ssh", {"task_id": "r-3-0"})
+    ctl.store.set_state("r-3", RunState.RUNNING)
+    run = await stop(ctl, ctl.store.get_run("r-3"), grace_s=0)
+    assert run.state is RunState.TERMINATED and "not in the config" in run.message

@@ -158,3 +158,27 @@ def test_outside_git_unreadable_entries_are_skipped_and_counted(
     snap = snapshot(d, tmp_path / "cache", 10**9)
     assert set(_names(snap.tarball)) == {"a.py"}
     assert snap.unreadable == 2 and snap.files == 1
+
+
+def test_the_tarball_cache_evicts_least_recently_used_beyond_its_budget(tmp_path: Path) -> None:
+    """Three snapshots of a changing tree: the oldest tarballs go, never the one in use."""
+    import os
+
+    tree, cache = tmp_path / "tree", tmp_path / "cache"
+    tree.mkdir()
+    shas = []
+    for i in range(3):
+        (tree / "blob.bin").write_bytes(os.urandom(100_000) + bytes([i]))
+        snap = snapshot(tree, cache, 1 << 30, cache_max_bytes=250_000)
+        os.utime(snap.tarball, (1000.0 + i, 1000.0 + i))  # distinct use times
+        shas.append(snap.sha256)
+    left = sorted(p.name for p in cache.glob("*.tar.gz"))
+    assert left == sorted(f"{s}.tar.gz" for s in shas[1:])  # the first (least recent) went
+    # re-using the second touches it: the next eviction takes the third instead
+    (tree / "blob.bin").write_bytes(os.urandom(100_000) + bytes([1]))
+    os.utime(cache / f"{shas[1]}.tar.gz", (5000.0, 5000.0))
+    snap = snapshot(tree, cache, 1 << 30, cache_max_bytes=250_000)
+    assert (cache / f"{shas[1]}.tar.gz").exists() and snap.tarball.exists()
+    assert not (cache / f"{shas[2]}.tar.gz").exists()
+    # a budget smaller than the snapshot itself keeps the one in use
+    assert snapshot(tree, cache, 1 << 30, cache_max_bytes=1).tarball.exists()

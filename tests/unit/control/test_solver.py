@@ -82,3 +82,10 @@ async def test_filters_and_pin() -> None:
         await solve(CFG, Request(host="nope"), FakeShims())
     sol = await solve(CFG, Request(chip="h100", chips=1, forbidden_clusters=("a",)), FakeShims())
     assert [c.host for c in sol.candidates] == ["big"]
+
+
+async def test_an_unreachable_pinned_host_is_named_with_the_reason() -> None:
+    with pytest.raises(NoPlacementError) as e:
+        await solve(CFG, Request(chips=0, host="down"), FakeShims())
+    assert str(e.value) == "host down is unreachable: ssh down: connection refused"
+    assert "nothing fits" not in str(e.value)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -9,7 +10,15 @@ from typing import Any
 import pytest
 
 from tcl.control.config import parse_config
-from tcl.control.errors import AgentError, NoCapacityError, ShippingError, TclError
+from tcl.control.errors import (
+    AgentError,
+    AgentUnreachableError,
+    NoCapacityError,
+    NoPlacementError,
+    ShippingError,
+    SubmitCancelled,
+    TclError,
+)
 from tcl.control.paths import cache_dir
 from tcl.control.service import Control
 from tcl.control.states import RunState
@@ -174,3 +183,81 @@ async def test_an_image_on_a_process_executor_host_is_warned_about(ctl: Control)
         "warning: --image ghcr.io/me/img:1 is ignored: racy runs jobs with the process executor, "
         "not in a container" in obs.notes
     )
+
+
+async def test_a_submit_that_placed_nothing_leaves_no_run(ctl: Control) -> None:
+    """Nothing fits (both hosts full): the error says why, `tcl ps` shows nothing."""
+    full = Shim(racy=True)
+    for name in ("racy", "spare"):
+        ctl._backends[name] = FakeBackend(FakeRunner(None), full)  # type: ignore[arg-type]
+        ctl._backends[name].name = name
+    with pytest.raises(NoPlacementError, match="nothing fits"):
+        await submit(ctl, Submission(argv=["x"], chip="h100", chips=2))
+    assert ctl.store.list_runs() == []
+
+
+async def test_a_down_shim_names_its_host_and_the_fix() -> None:
+    from tcl.control.httpagents import HttpShim
+
+    shim = HttpShim("http://127.0.0.1:9", "t" * 43, name="shim gpu1",
+                    unreachable_hint="run `tcl host setup gpu1`")  # fmt: skip
+    try:
+        with pytest.raises(AgentUnreachableError) as e:
+            await shim.host()
+    finally:
+        await shim.aclose()
+    msg = str(e.value)
+    assert msg.startswith("shim gpu1: cannot reach the shim at http://127.0.0.1:9")
+    assert msg.endswith("; run `tcl host setup gpu1`")
+
+
+def test_the_ssh_backend_hints_host_setup_when_its_shim_is_down() -> None:
+    from tcl.control.backends.ssh import SshBackend
+    from tcl.control.config import SshHost
+    from tcl.control.ssh import SshPool
+
+    b = SshBackend("gpu1", SshHost(type="ssh", ssh="gpu1"), SshPool())
+    b._token, b._shim_dir = "t" * 43, "/x"
+
+    class _Pool:
+        async def forward(self, target: object, port: int) -> int:
+            return 9
+
+    b.pool = _Pool()  # type: ignore[assignment]
+
+    async def go() -> str:
+        shim = await b.shim()
+        try:
+            await shim.host()
+        except AgentUnreachableError as e:
+            return str(e)
+        finally:
+            await b.aclose()
+        return ""
+
+    msg = asyncio.run(go())
+    assert "gpu1" in msg and "run `tcl host setup gpu1`" in msg
+
+
+class CancellingBackend(FakeBackend):
+    """Ctrl-C while the code ships: the staged upload must be discarded before the error."""
+
+    discarded = False
+
+    async def ship_code(self, *args: Any) -> int:
+        raise asyncio.CancelledError
+
+    async def discard_staged(self) -> None:
+        self.discarded = True
+
+
+async def test_ctrl_c_during_the_upload_cleans_up_and_says_so(ctl: Control) -> None:
+    shim = Shim(racy=False)
+    b = CancellingBackend(FakeRunner(None), shim)  # type: ignore[arg-type]
+    b.name = "racy"
+    ctl._backends["racy"] = b
+    with pytest.raises(SubmitCancelled, match=r"^cancelled; nothing left on racy$"):
+        await submit(ctl, Submission(argv=["x"], host="racy"))
+    assert b.discarded and shim.terminated[0][1] is TerminationReason.FAILED
+    (run,) = ctl.store.list_runs()
+    assert run.state is RunState.TERMINATED

@@ -7,6 +7,7 @@ tests/integration/shim.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -258,3 +259,30 @@ async def test_client_translates_transport_errors() -> None:
     async with ShimClient("http://127.0.0.1:1", "t", transport=httpx.MockTransport(refuse)) as c:
         with pytest.raises(ShimUnavailable, match="cannot reach"):
             await c.healthcheck()
+
+
+async def test_the_reconcile_loop_evicts_code_but_not_a_running_tasks(tmp_path: Path) -> None:
+    """The code-cache eviction (run in a thread from the reconcile loop every N passes) keeps
+    the tree of a running task."""
+    from tcl.shim.codegc import CodeGc
+
+    e = await make_env(tmp_path / "state")
+    trees = tmp_path / "state" / "code-cache" / "trees"
+    used, idle = "a" * 64, "b" * 64
+    for sha in (used, idle):
+        (trees / sha).mkdir(parents=True)
+        (trees / sha / "f").write_bytes(b"x" * 1000)
+        os.utime(trees / sha, (100.0, 100.0))
+    e.reconciler.code_gc = CodeGc(trees, None, max_bytes=1000, min_age_s=0)
+    try:
+        await e.client.submit_task(TaskSpec(id="t1", image="img", code_sha256=used))
+        await wait_status(e.client, "t1", TaskStatus.RUNNING)
+        assert e.reconciler.code_in_use() == {used}
+        gc = e.reconciler.start_code_gc() or e.reconciler._gc_task  # or the loop's, running
+        assert gc is not None
+        await gc
+        assert (trees / used).exists() and not (trees / idle).exists()
+    finally:
+        await e.reconciler.close()
+        await e.service.close()
+        await e.client.aclose()
