@@ -139,10 +139,12 @@ def test_the_job_starts_in_the_directory_submitted_from(tmp_path: Path) -> None:
 def test_a_run_whose_host_left_the_config_can_still_be_stopped(tmp_path: Path) -> None:
     """The attempt keeps how its host was reached: stop works once `local` is gone."""
     env = _local_env(tmp_path)
+    work = tmp_path / "work"  # not $HOME itself: outside git, tcl refuses to ship all of ~
+    work.mkdir()
     try:
         job = "import time\nprint('tick', flush=True)\ntime.sleep(60)"
         sub = json.loads(
-            _tcl(env, tmp_path, "submit", "-d", "--json", "--", "python", "-c", job).stdout
+            _tcl(env, work, "submit", "-d", "--json", "--", "python", "-c", job).stdout
         )
         cfg = tmp_path / "other.yaml"
         cfg.write_text("hosts:\n  elsewhere: {type: local}\n")
