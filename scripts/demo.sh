@@ -18,6 +18,7 @@ cleanup() {
 }
 trap cleanup EXIT
 mkdir "$work/project"
+git -C "$work/project" init -q  # a repo, as yours is: tcl ships tracked and untracked files
 cat >"$work/project/sample_job.py" <<'PY'
 """A sample job: estimates pi by the Leibniz series, reporting progress as it goes."""
 import os
