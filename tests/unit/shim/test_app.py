@@ -47,6 +47,11 @@ class Env:
     app: httpx.ASGITransport
     state_dir: Path
 
+    async def aclose(self) -> None:
+        await self.reconciler.close()
+        await self.service.close()
+        await self.client.aclose()
+
 
 async def make_env(state_dir: Path, alive: dict[str, int] | None = None) -> Env:
     ex = FakeExecutor()
@@ -74,9 +79,7 @@ async def make_env(state_dir: Path, alive: dict[str, int] | None = None) -> Env:
 async def env(tmp_path: Path) -> AsyncIterator[Env]:
     e = await make_env(tmp_path)
     yield e
-    await e.reconciler.close()
-    await e.service.close()
-    await e.client.aclose()
+    await e.aclose()
 
 
 async def wait_status(client: ShimClient, task_id: str, status: TaskStatus) -> None:

@@ -31,9 +31,7 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 async def shim(tmp_path: Path) -> AsyncIterator[Env]:
     e = await make_env(tmp_path)
     yield e
-    await e.reconciler.close()
-    await e.service.close()
-    await e.client.aclose()
+    await e.aclose()
 
 
 @pytest.fixture
