@@ -61,10 +61,10 @@ class TaskProcesses:
             own = _own_cgroup(Path("/proc/self/cgroup").read_text())
             if mount is not None and own is not None:
                 root = mount / own.lstrip("/") / f"tcl-{instance_id}"
-                root.mkdir(exist_ok=True)
-                probe = root / ".probe"
-                probe.mkdir(exist_ok=True)
-                probe.rmdir()
+                # Made and removed again: it exists only while some task has a cgroup in it.
+                (root / ".probe").mkdir(parents=True, exist_ok=True)
+                (root / ".probe").rmdir()
+                _rmdir_quietly(root)
         except OSError as e:
             log.info("no per-task cgroups (%s): tracking task processes by marker", e)
             root = None
@@ -82,7 +82,11 @@ class TaskProcesses:
         if self.cgroup_root is None:
             return None
         path = self.cgroup_root / task_id
-        path.mkdir(exist_ok=True)
+        for _ in range(3):  # another task's release may remove the (empty) root in between
+            with contextlib.suppress(FileNotFoundError):
+                path.mkdir(parents=True, exist_ok=True)
+                return path
+        path.mkdir(parents=True, exist_ok=True)
         return path
 
     def pids(self, task_id: str) -> set[int]:
@@ -125,12 +129,19 @@ class TaskProcesses:
                 return
             time.sleep(_SWEEP_PAUSE_S)
 
-    def release(self, task_id: str) -> None:
-        """End the task's processes and remove its cgroup (idempotent)."""
-        self.kill(task_id)
+    def release(self, task_id: str) -> int:
+        """End the task's processes and remove its cgroup (idempotent); returns how many
+        processes were signalled."""
+        killed = self.kill(task_id)
         if self.cgroup_root is not None:
-            with contextlib.suppress(FileNotFoundError, OSError):
-                (self.cgroup_root / task_id).rmdir()
+            _rmdir_quietly(self.cgroup_root / task_id)
+            _rmdir_quietly(self.cgroup_root)  # the last task's: leave no empty cgroups behind
+        return killed
+
+
+def _rmdir_quietly(path: Path) -> None:
+    with contextlib.suppress(OSError):  # gone already, or still holding a task or a process
+        path.rmdir()
 
 
 def _marked_pids(needle: bytes) -> Iterable[int]:

@@ -146,7 +146,7 @@ class ProcessExecutor:
 
     async def _release(self, task_id: str) -> None:
         if task_id not in self._released:
-            killed = await asyncio.to_thread(self.processes.kill, task_id)
+            killed = await asyncio.to_thread(self.processes.release, task_id)
             if killed:
                 log.info("task %s: ended %d process(es) its runner left behind", task_id, killed)
             self._released.add(task_id)

@@ -20,6 +20,7 @@ from tcl.runner.client import RunnerClient
 from tcl.shim.api import TaskInfo, TaskStatus
 from tcl.shim.client import ShimClient
 from tcl.shim.errors import ShimUnavailable
+from tcl.shim.executors.cgroup import TaskProcesses
 
 TOKEN = "integration-token-0123456789abcdef0123456789abcdef"  # >= 256 bits
 PUBKEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFakeKeyForTestsOnlyFakeKeyForTestsOnly00 test"
@@ -133,9 +134,16 @@ async def job_outcome(task: TaskInfo) -> tuple[RunnerState, str]:
 
 
 def cleanup_processes(instance: str) -> None:
-    """Kill runner process groups left by a test (marked with the shim instance id)."""
+    """Kill runner process groups left by a test (marked with the shim instance id), and any
+    process left in the instance's task cgroups."""
     for p in psutil.process_iter(["pid", "cmdline"]):
         cmd = p.info.get("cmdline") or []
         if "--tcl-instance" in cmd and instance in cmd:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(p.info["pid"], signal.SIGKILL)
+    # And every process and cgroup of its tasks (a killed shim cannot release them).
+    tasks = TaskProcesses.discover(instance)
+    root = tasks.cgroup_root
+    for group in root.iterdir() if root is not None and root.is_dir() else ():
+        if group.is_dir():
+            tasks.release(group.name)

@@ -73,11 +73,10 @@ def test_cgroups_end_everything_in_the_task_cgroup(tmp_path: Path) -> None:
         assert {proc.pid, daemon} <= procs.pids("t1")
         procs.release("t1")
         assert _gone(daemon) and proc.wait(10) == -9
-        assert not group.exists()
+        assert procs.cgroup_root is not None
+        assert not group.exists() and not procs.cgroup_root.exists()  # nothing left behind
     finally:
         procs.release("t1")
-        assert procs.cgroup_root is not None
-        procs.cgroup_root.rmdir()
 
 
 def test_the_kill_spares_what_it_is_told_to() -> None:
