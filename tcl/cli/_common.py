@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from tcl.control.config import Config, load_config
 from tcl.control.errors import TclError
@@ -38,7 +39,7 @@ def globals_of(ctx: typer.Context) -> Globals:
 
 def fail(message: str, code: int = 1) -> typer.Exit:
     """Print an expected failure (one line, or a short list) and return the Exit to raise."""
-    err.print(f"[red]error:[/red] {message}", markup=True, highlight=False)
+    err.print(f"[red]error:[/red] {escape(message)}", markup=True, highlight=False)
     return typer.Exit(code)
 
 

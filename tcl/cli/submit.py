@@ -40,12 +40,17 @@ def _secrets(names: list[str]) -> dict[str, str]:
     return found
 
 
-def _job_ref(key: str | None, config_path: str | None, command: list[str]) -> JobRef | None:
-    """``--job KEY [--job-config FILE]``: the config travels as data in the spec, and the
-    runner starts ``python -m tcl.jobs.launch`` with it (resuming from the run's checkpoints)."""
+def _job_ref(
+    key: str | None, config_path: str | None, command: list[str], restore: str | None = None
+) -> JobRef | None:
+    """``--job KEY [--job-config FILE] [--restore PATH]``: the config travels as data in the
+    spec, and the runner starts ``python -m tcl.jobs.launch`` with it (resuming from the run's
+    checkpoints, else from ``--restore``)."""
     if key is None:
         if config_path is not None:
             raise fail("--job-config needs --job KEY")
+        if restore is not None:
+            raise fail("--restore needs --job KEY")
         return None
     if command:
         raise fail("--job runs the job's launcher: give either --job or a COMMAND, not both")
@@ -56,7 +61,7 @@ def _job_ref(key: str | None, config_path: str | None, command: list[str]) -> Jo
                 text = f.read()
         except OSError as e:
             raise fail(f"--job-config {config_path}: {e.strerror or e}") from None
-    return JobRef(key=key, config_yaml=text)
+    return JobRef(key=key, config_yaml=text, restore=restore)
 
 
 def result_json(r: SubmitResult) -> dict[str, object]:
@@ -107,6 +112,14 @@ def cmd_submit(
     job_config: Annotated[
         str | None, typer.Option("--job-config", help="The job's config YAML (with --job).")
     ] = None,
+    restore: Annotated[
+        str | None,
+        typer.Option(
+            "--restore",
+            help="With --job: start from this checkpoint (a path under the host's "
+            "OUT/checkpoints; see `tcl checkpoints`).",
+        ),
+    ] = None,
     code_dir: Annotated[
         str | None,
         typer.Option(
@@ -116,7 +129,7 @@ def cmd_submit(
 ) -> None:
     """Run COMMAND on the best free host: tcl submit --chip h100 -n 2 -- python train.py"""
     command = command or []
-    job_ref = _job_ref(job, job_config, command)
+    job_ref = _job_ref(job, job_config, command, restore)
     if not command and job_ref is None:
         raise fail("nothing to run: tcl submit [OPTIONS] -- COMMAND [ARGS...]")
     chip = chip.lower() if chip else None  # hosts report chips in lower case (h100)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import difflib
 import importlib
 import time
 from dataclasses import dataclass, field
@@ -24,6 +23,7 @@ from tcl.control.errors import (
     SubmitCancelled,
     TclError,
 )
+from tcl.control.jobcheck import check_job_key, job_dirs
 from tcl.control.paths import cache_dir
 from tcl.control.placement import dump_placement
 from tcl.control.service import Control
@@ -95,7 +95,9 @@ async def submit(ctl: Control, sub: Submission, obs: Observer | None = None) -> 
     obs = obs or _Silent()
     if sub.job is not None:
         obs.status("checking the job key")
-        await asyncio.to_thread(check_job_key, sub.job.key)
+        note = await asyncio.to_thread(check_job_key, sub.job.key, *job_dirs(sub.cwd, sub.code_dir))
+        if note:
+            obs.note(note)
     obs.status("snapshotting code, finding hosts")
     req = Request(chip=sub.chip, chips=sub.chips, host=sub.host)
     # The solver's probes open the SSH connections while the code is hashed and the store's
@@ -265,20 +267,6 @@ async def _start_job(
         return sent
     finally:
         await runner.aclose()
-
-
-def check_job_key(key: str) -> None:
-    """Refuse a ``--job`` key the ``tcl.jobs`` registry does not know, before anything ships.
-
-    Imported here, not at the top: the registry's built-in jobs import JAX."""
-    from tcl.jobs.registry import JOBS, load_builtin_jobs
-
-    load_builtin_jobs()
-    if key in JOBS:
-        return
-    close = difflib.get_close_matches(key, sorted(JOBS), n=3, cutoff=0.5)
-    hint = f"; did you mean {', '.join(close)}?" if close else ""
-    raise TclError(f"no job registered as {key!r}{hint} (the known ones: tcl jobs)")
 
 
 def job_cwd(cwd: Path, root: Path) -> str:

@@ -27,8 +27,8 @@ from omegaconf import DictConfig
 
 from tcl.jobs import batchsize
 from tcl.jobs.config import configuration, configure
-from tcl.jobs.errors import ConfigError, JobPreempted
-from tcl.jobs.job import BasicJob, RestoreableJob
+from tcl.jobs.errors import ConfigError, JobPreempted, JobsError
+from tcl.jobs.job import BasicJob, RestoreableJob, is_done
 from tcl.jobs.registry import get_job
 from tcl.jobs.run import load_config, make_job
 from tcl.jobs.spec import ExecutionSpec
@@ -37,6 +37,7 @@ from tcl.jobs.status import Heartbeat, RunStatus, StatusFile
 log = logging.getLogger("tcl.jobs.launch")
 PREEMPTED_EXIT = 143  # 128 + SIGTERM, what a scheduler expects from a preempted job
 FAILED_EXIT = 1
+BAD_INPUT_EXIT = 2
 RUN_ID_ENV = "TCL_RUN_ID"
 
 
@@ -157,13 +158,21 @@ def launch(opts: LaunchOptions) -> int:
     stopper = _Stopper()
     stopper.install()
     try:
-        restore = _pick_restore(opts, spec)
-        if restore is not None:
-            print(f"tcl.jobs: restoring from {restore}", flush=True)
-        job, cfg = make_job(opts.key, spec, full, explicit, restore)
+        try:
+            restore = _pick_restore(opts, spec)
+            if restore is not None:
+                print(f"tcl.jobs: restoring from {restore}", flush=True)
+            job, cfg = make_job(opts.key, spec, full, explicit, restore)
+        except JobPreempted:
+            raise
+        except JobsError as e:  # bad input (no such checkpoint, ...): one line, exit 2
+            heartbeat.stop()
+            status.set(RunStatus.FAILED, exit_code=BAD_INPUT_EXIT, error=str(e))
+            print(f"error: {e}", file=sys.stderr, flush=True)
+            return BAD_INPUT_EXIT
         stopper.attach(job)
         with configuration(cfg):
-            if not job.done:
+            if not is_done(job):
                 job()
     except JobPreempted as e:
         heartbeat.stop()

@@ -7,9 +7,15 @@
 A job names its config classes (`config()`); their fields are merged into one tree, the user's
 YAML and `key=value` overrides are checked against it (an undeclared key is an error naming the
 nearest declared one), and `configure(cls)` builds an instance from the active tree.
+A Flax module whose settings are such fields is a config class too (seed 001's `MODEL`):
+`configure(MyModel)` builds the module, and its other attributes (Flax's `parent` and `name`,
+or any attribute with a default and no path) are left alone.
+
 Differences from the original: `None` is a real default (a field without one is required),
-nested dataclasses work at any depth and under `from __future__ import annotations`, and two
-classes that declare one path with different defaults fail at registration.
+nested dataclasses work at any depth and under `from __future__ import annotations`, and when
+several classes declare one path the first one listed gives the default (the job's own config
+comes first; the original let the last one win), while declaring it with two types fails at
+registration.
 """
 
 from __future__ import annotations
@@ -81,13 +87,42 @@ def _default_of(f: dataclasses.Field[Any]) -> Any:
     return REQUIRED
 
 
+def _is_flax_module(cls: type) -> bool:
+    # By name, not isinstance: this module must not import flax (the CLI imports it).
+    return any(b.__module__ == "flax.linen.module" and b.__name__ == "Module" for b in cls.__mro__)
+
+
+def _is_nested(tp: Any) -> bool:
+    return isinstance(tp, type) and dataclasses.is_dataclass(tp)
+
+
+def _config_fields(cls: type, hints: Mapping[str, Any]) -> list[dataclasses.Field[Any]]:
+    """The dataclass fields that are config: a Flax module's own attributes (`parent`, `name`,
+    and any attribute with a default that is neither a path nor a nested config) are not."""
+    if not dataclasses.is_dataclass(cls):
+        raise ConfigError(f"{cls!r} is not a dataclass (nor a Flax module)")
+    fields = dataclasses.fields(cls)
+    if not _is_flax_module(cls):
+        return list(fields)
+    return [
+        f
+        for f in fields
+        if f.name not in ("parent", "name")
+        and (
+            f.metadata.get(_PATH_KEY) is not None
+            or _is_nested(hints[f.name])
+            or _default_of(f) is REQUIRED
+        )
+    ]
+
+
 def declared_fields(cls: type, prefix: str = "") -> dict[str, FieldInfo]:
     """Every leaf path `cls` declares; nested dataclass fields are walked at any depth."""
     if not dataclasses.is_dataclass(cls):
-        raise ConfigError(f"{cls!r} is not a dataclass")
+        raise ConfigError(f"{cls!r} is not a dataclass (nor a Flax module)")
     hints = typing.get_type_hints(cls)  # resolves string annotations (PEP 563)
     out: dict[str, FieldInfo] = {}
-    for f in dataclasses.fields(cls):
+    for f in _config_fields(cls, hints):
         path = f.metadata.get(_PATH_KEY)
         tp = hints[f.name]
         if isinstance(tp, type) and dataclasses.is_dataclass(tp):
@@ -103,14 +138,16 @@ def declared_fields(cls: type, prefix: str = "") -> dict[str, FieldInfo]:
 
 
 def _merge_schemas(schemas: Iterable[Mapping[str, FieldInfo]]) -> dict[str, FieldInfo]:
+    """One schema; a path declared twice keeps the first declaration (and its default), and
+    must have the same type in both."""
     merged: dict[str, FieldInfo] = {}
     for schema in schemas:
         for path, info in schema.items():
             seen = merged.get(path)
-            if seen is not None and not _same_default(seen.default, info.default):
+            if seen is not None and not _same_type(seen.annotation, info.annotation):
                 raise ConfigError(
-                    f"declared with default {seen.default!r} by {seen.owner} and "
-                    f"{info.default!r} by {info.owner}",
+                    f"declared as {_type_name(seen.annotation)} by {seen.owner} and as "
+                    f"{_type_name(info.annotation)} by {info.owner}",
                     key=path,
                 )
             merged.setdefault(path, info)
@@ -125,13 +162,22 @@ def _merge_schemas(schemas: Iterable[Mapping[str, FieldInfo]]) -> dict[str, Fiel
     return merged
 
 
-def _same_default(a: Any, b: Any) -> bool:
-    if a is REQUIRED or b is REQUIRED:
-        return a is b
-    try:
-        return type(a) is type(b) and bool(a == b)
-    except Exception:
-        return False
+def _without_none(tp: Any) -> Any:
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        args = tuple(a for a in typing.get_args(tp) if a is not type(None))
+        return args[0] if len(args) == 1 else frozenset(args)
+    return tp
+
+
+def _same_type(a: Any, b: Any) -> bool:
+    """One path's two declarations agree: the same type, up to Optional (or Any on a side)."""
+    if a is Any or b is Any:
+        return True
+    return bool(a == b or _without_none(a) == _without_none(b))
+
+
+def _type_name(tp: Any) -> str:
+    return tp.__name__ if isinstance(tp, type) else str(tp)
 
 
 def schema_of(classes: Sequence[type]) -> dict[str, FieldInfo]:
@@ -323,11 +369,12 @@ def _value(cfg: DictConfig, path: str) -> Any:
 
 
 def configure(cls: type[T], prefix: str = "") -> T:
-    """An instance of the dataclass `cls` filled from the active configuration."""
+    """An instance of the dataclass (or Flax module) `cls` filled from the active
+    configuration."""
     cfg = current_config()
     hints = typing.get_type_hints(cls)
     kwargs: dict[str, Any] = {}
-    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+    for f in _config_fields(cls, hints):
         path = f.metadata.get(_PATH_KEY)
         tp = hints[f.name]
         if isinstance(tp, type) and dataclasses.is_dataclass(tp):

@@ -3,6 +3,7 @@
 JobsError
 ├── ConfigError          a config key, value or class declaration is wrong
 ├── RegistryError        a job key is unknown or registered twice
+│   └── JobModuleError   a module declared to hold jobs could not be imported (traceback kept)
 ├── CheckpointError      a checkpoint is missing, incomplete or would be clobbered
 ├── BatchSizeError       the auto batch-size search could not finish
 └── JobPreempted         the job stopped on SIGTERM/SIGINT (after checkpointing, if it can)
@@ -29,6 +30,16 @@ class ConfigError(JobsError):
 
 class RegistryError(JobsError):
     """A job key is unknown or registered twice."""
+
+
+class JobModuleError(RegistryError):
+    """A module a project declares to hold jobs (``[tool.tcl] jobs``, or an entry point in the
+    ``tcl.jobs`` group) failed to import; the message carries its traceback."""
+
+    def __init__(self, module: str, source: str, details: str) -> None:
+        super().__init__(f"cannot import job module {module!r} (declared in {source}):\n{details}")
+        self.module = module
+        self.source = source
 
 
 class CheckpointError(JobsError):

@@ -24,6 +24,7 @@ from tcl.jobs.config import (
     schema_of,
 )
 from tcl.jobs.errors import CheckpointError
+from tcl.jobs.layout import resolve_restore
 from tcl.jobs.spec import ExecutionSpec
 
 C = TypeVar("C")
@@ -63,7 +64,10 @@ class BasicJob(abc.ABC, Generic[C]):
 
     @property
     def done(self) -> bool:
-        """True → the launcher skips this job (override when a result file proves it ran)."""
+        """True → the launcher skips this job (override when a result file proves it ran).
+
+        A subclass may define it as a property or, as seed 001 shows it, a method: read it
+        with `is_done(job)`."""
         return False
 
     @abc.abstractmethod
@@ -99,6 +103,12 @@ class BasicJob(abc.ABC, Generic[C]):
     @staticmethod
     def main_process() -> bool:
         return jax.process_index() == 0
+
+
+def is_done(job: BasicJob[Any]) -> bool:
+    """`job.done`, whether the job defines it as a property or as a method."""
+    done: Any = job.done
+    return bool(done() if callable(done) else done)
 
 
 class CheckpointedJob(BasicJob[C]):
@@ -140,31 +150,24 @@ class CheckpointedJob(BasicJob[C]):
             self._get_checkpoint_rel_path(self.spec, suffix), template_tree
         )
 
-    def _guard_latest(self, target: Path) -> None:
-        root = self.spec.checkpoints_dir.resolve()
-        for parent in target.parents:
-            if parent == root or root not in parent.parents:
-                break
-            current = ckpt.latest(parent)
-            if current is not None and (parent / current).resolve() == target:
-                raise CheckpointError(
-                    f"refusing to overwrite {target}: it is the `latest` checkpoint; save to a "
-                    "new suffix, then register it"
-                )
-
     def save_tree_and_metadata_from_path(
         self, rel_path: str | Path, tree: Any, metadata: dict[str, Any]
     ) -> None:
+        """Save `tree` and `metadata` at `rel_path`: written beside, then swapped in, so saving
+        over any checkpoint (the one `latest` names included) is safe and atomic."""
         target = self._abs(rel_path)
-        self._guard_latest(target)
         if self.main_process():
             ckpt.clear_partial(target)
         _sync("tcl.jobs.save.start")
+        job = {**self.spec.to_json(), "job": self.KEY}
+        source = (getattr(self, "restored_from", None) or {}).get("path")
+        if source and not str(source).startswith(self.spec.scope + "/"):
+            job["restored_from"] = source  # another run's checkpoint: the lineage
         ckpt.save(
             target,
             tree,
             metadata,
-            {**self.spec.to_json(), "job": self.KEY},
+            job,
             OmegaConf.to_yaml(current_config()),
             self.key,
             self.main_process(),
@@ -189,6 +192,9 @@ class RestoreableJob(CheckpointedJob[C]):
     """Adds the restore protocol: restore_from_path, register/latest, from_checkpoint_path."""
 
     restored_from: dict[str, Any] | None = None  # job.json of the checkpoint restored, if any
+    # True for jobs that only make sense on a checkpoint (InferenceJob): started without a
+    # restore they stop with one line saying so.
+    NEEDS_RESTORE: ClassVar[bool] = False
 
     @abc.abstractmethod
     def restore_from_path(self, rel_path: str | Path) -> None:
@@ -217,11 +223,15 @@ class RestoreableJob(CheckpointedJob[C]):
         """Restore: saved config.yaml ⊕ runtime_cfg (only what the user set), then
         `job_cls(spec).restore_from_path(rel_path)` inside that configuration.
 
-        The job keeps `spec`'s identity (it writes its own checkpoints); the saved job.json is
-        kept as `job.restored_from`.
+        The job keeps `spec`'s identity: it writes its own checkpoints, never into the run it
+        was restored from. The saved job.json (plus "path") is kept as `job.restored_from` and
+        recorded as "restored_from" in the job.json of the checkpoints it saves. `rel_path` may
+        leave out the launcher's run-id folder, or name a run (its latest): see
+        `layout.resolve_restore`.
         """
         from tcl.jobs.registry import get_job
 
+        rel_path = resolve_restore(spec.checkpoints_dir, rel_path)
         directory = (spec.checkpoints_dir / rel_path).resolve()
         if not ckpt.is_complete(directory):
             raise CheckpointError(f"no complete checkpoint at {directory}")
@@ -235,7 +245,7 @@ class RestoreableJob(CheckpointedJob[C]):
         with configuration(cfg):
             job = job_cls(spec)
             assert isinstance(job, RestoreableJob)
-            job.restored_from = saved_job
+            job.restored_from = {**saved_job, "path": str(rel_path)}
             job.restore_from_path(rel_path)
             log.info("restored %s from %s", job_cls.__name__, rel_path)
         return job, cfg  # type: ignore[return-value]

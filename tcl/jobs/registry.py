@@ -1,12 +1,19 @@
-"""The job registry: `@job("key")` on a job class; `tcl jobs` lists it."""
+"""The job registry: `@job("key")` on a job class; `tcl jobs` lists it.
+
+Lookups first import the built-in jobs and the project's own (`tcl.jobs.discovery`: the modules
+its pyproject.toml declares under `[tool.tcl] jobs`, and the `tcl.jobs` entry points).
+"""
 
 from __future__ import annotations
 
+import difflib
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
+from tcl.jobs import discovery
 from tcl.jobs.config import schema_of
 from tcl.jobs.errors import RegistryError
 
@@ -45,13 +52,22 @@ def load_builtin_jobs() -> None:
         importlib.import_module(module)
 
 
-def get_job(key: str) -> type[BasicJob]:
+def load_jobs(start: Path | None = None, stop: Path | None = None) -> None:
+    """The built-in jobs and those of the project at `start` (default: the working directory);
+    a declared module that fails to import raises JobModuleError with its traceback."""
     load_builtin_jobs()
+    discovery.load_project_jobs(start, stop)
+
+
+def get_job(key: str) -> type[BasicJob]:
+    load_jobs()
     try:
         return JOBS[key]
     except KeyError:
         known = ", ".join(sorted(JOBS)) or "none"
-        raise RegistryError(f"no job registered as {key!r} (registered: {known})") from None
+        close = difflib.get_close_matches(key, sorted(JOBS), n=1, cutoff=0.5)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise RegistryError(f"no job registered as {key!r}{hint} (registered: {known})") from None
 
 
 @dataclass(frozen=True)
@@ -64,7 +80,7 @@ class JobListing:
 
 def list_jobs() -> list[JobListing]:
     """Every registered job, sorted by key (for `tcl jobs`)."""
-    load_builtin_jobs()
+    load_jobs()
     out = []
     for key, cls in sorted(JOBS.items()):
         kinds = [b.__name__ for b in cls.__mro__ if b.__module__.startswith("tcl.jobs.")]

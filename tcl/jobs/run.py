@@ -8,7 +8,8 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from tcl.jobs.config import build_config, configuration
-from tcl.jobs.job import BasicJob, RestoreableJob
+from tcl.jobs.errors import CheckpointError, RegistryError
+from tcl.jobs.job import BasicJob, RestoreableJob, is_done
 from tcl.jobs.registry import get_job
 from tcl.jobs.spec import ExecutionSpec
 
@@ -38,10 +39,13 @@ def make_job(
     job_cls = get_job(key)
     if restore is not None:
         if not issubclass(job_cls, RestoreableJob):
-            from tcl.jobs.errors import RegistryError
-
             raise RegistryError(f"job {key!r} ({job_cls.__name__}) cannot be restored")
         return job_cls.from_checkpoint_path(restore, spec, explicit)
+    if issubclass(job_cls, RestoreableJob) and job_cls.NEEDS_RESTORE:
+        raise CheckpointError(
+            f"job {key!r} ({job_cls.__name__}) reads a trained checkpoint: give --restore PATH "
+            "(list them with: tcl checkpoints)"
+        )
     with configuration(full):
         return job_cls(spec), full
 
@@ -66,7 +70,7 @@ def run_job(
     spec = ExecutionSpec.local(out_dir, name or key.replace("/", "-"), project, group)
     job, cfg = make_job(key, spec, full, explicit, restore)
     with configuration(cfg):
-        if not job.done:
+        if not is_done(job):
             job()
     return job
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import io
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -98,10 +99,14 @@ class ExecutionSpec:
         return dataclasses.replace(self, **{k: saved[k] for k in keys if k in saved})
 
     @contextlib.contextmanager
-    def result(self, name: str) -> Iterator[IO[str]]:
-        """Write a result file atomically under `results_dir` (on success only)."""
-        import io
-
+    def result(self, name: str, main_process_only: bool = False) -> Iterator[IO[str]]:
+        """Write a result file atomically under `results_dir` (on success only). With
+        `main_process_only`, other processes of a multi-host job write nothing."""
         buf = io.StringIO()
         yield buf
+        if main_process_only:
+            import jax  # here, not above: the spec is imported by JAX-free code
+
+            if jax.process_index() != 0:
+                return
         write_atomic(self.results_dir / name, buf.getvalue())

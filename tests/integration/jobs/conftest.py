@@ -25,3 +25,18 @@ def straight(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, obje
     config = write_tiny(out)
     job = run_job("gpt/train", config, out, name="straight")
     return out, config, job
+
+
+USER_REPO = Path(__file__).resolve().parents[2] / "fixtures" / "userrepo"
+
+
+@pytest.fixture(scope="session")
+def user_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the user-repo fixture (its package `myjobs` lives outside tcl and is found only
+    through its pyproject's `[tool.tcl] jobs`). One copy per session: its modules are imported
+    once into this process."""
+    import shutil
+
+    dest = tmp_path_factory.mktemp("userrepo") / "repo"
+    shutil.copytree(USER_REPO, dest, ignore=shutil.ignore_patterns("__pycache__"))
+    return dest

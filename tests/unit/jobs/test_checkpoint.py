@@ -1,5 +1,5 @@
-"""Checkpoint files: exact RNG, complete-only checkpoints, an atomic `latest` that is never
-overwritten in place. Uses a small RestoreableJob over a dict pytree (real Orbax, JAX CPU)."""
+"""Checkpoint files: exact RNG, complete-only checkpoints, an atomic `latest`, and saving over
+any suffix (the latest one included) by writing beside it and swapping. Uses a small RestoreableJob over a dict pytree (real Orbax, JAX CPU)."""
 
 from __future__ import annotations
 
@@ -104,14 +104,89 @@ def test_incomplete_checkpoints_are_invisible(tmp_path: Path) -> None:
     assert not (scope / ".s2.partial").exists()
 
 
-def test_the_latest_checkpoint_is_never_overwritten_in_place(tmp_path: Path) -> None:
+def test_saving_over_the_latest_checkpoint_swaps_it_in_atomically(tmp_path: Path) -> None:
+    """Seed 001's custom job saves the step it was restored from again, into the suffix `latest`
+    names: the new checkpoint is written beside it, swapped in, and the old one removed."""
+    job = _job(tmp_path)
+    scope = tmp_path / "checkpoints" / job.spec.scope
+    with configuration(build_config([CounterConfig])[0]):
+        job.save_tree_and_metadata("s1", job.tree, {"steps": 1})
+        job.register("s1")
+        job.save_tree_and_metadata("s1", {"w": jnp.ones(4), "n": jnp.asarray(2)}, {"steps": 2})
+        assert job.get_metadata("s1") == {"steps": 2}
+        fresh = _job(tmp_path)
+        fresh.restore("s1")
+    np.testing.assert_array_equal(fresh.tree["w"], np.ones(4))
+    assert Counter.latest(job.spec) == "s1"
+    assert sorted(p.name for p in scope.iterdir()) == ["latest", "s1"]  # nothing left beside
+
+
+def test_without_an_atomic_exchange_a_crash_mid_swap_loses_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the file system has no RENAME_EXCHANGE the old checkpoint is moved aside first; a
+    crash before the new one is in place leaves `latest` resolving to the old one."""
+    from tcl.jobs import layout
+
+    monkeypatch.setattr(layout, "_exchange", lambda a, b: False)
+    job = _job(tmp_path)
+    scope = tmp_path / "checkpoints" / job.spec.scope
+    with configuration(build_config([CounterConfig])[0]):
+        job.save_tree_and_metadata("s1", job.tree, {"steps": 1})
+        job.register("s1")
+        job.save_tree_and_metadata("s1", job.tree, {"steps": 2})  # the fallback path, whole
+        assert job.get_metadata("s1") == {"steps": 2}
+        assert sorted(p.name for p in scope.iterdir()) == ["latest", "s1"]
+
+        def crash(new: Path, target: Path) -> None:
+            target.rename(layout.aside_dir(target))  # moved aside ... and the process died
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(layout, "_swap_by_moving_aside", crash)
+        with pytest.raises(KeyboardInterrupt):
+            job.save_tree_and_metadata("s1", job.tree, {"steps": 3})
+    assert not (scope / "s1").exists()
+    assert Counter.latest(job.spec) == "s1"  # put back from the aside copy
+    assert job.get_metadata("s1") == {"steps": 2}
+
+
+def test_rng_npy_is_one_array_that_np_load_reads(tmp_path: Path) -> None:
+    key = jax.random.key(5)
+    ckpt.save_rng(tmp_path / "rng.npy", key)
+    state = np.load(tmp_path / "rng.npy")  # the seed's table: rng.npy, read with np.load
+    assert isinstance(state, np.ndarray) and state.shape == ()
+    np.testing.assert_array_equal(state["jax_key_data"], jax.random.key_data(key))
+    assert str(state["jax_key_impl"]) == str(jax.random.key_impl(key))
+    assert state["numpy_keys"].shape == (624,)
+
+
+def test_an_older_npz_rng_file_still_loads(tmp_path: Path) -> None:
+    key = jax.random.key(9)
+    with (tmp_path / "rng.npy").open("wb") as f:  # what tcl wrote before: an npz archive
+        py_version, py_state, _gauss = random.getstate()
+        np_state = np.random.get_state(legacy=True)
+        assert isinstance(np_state, tuple)
+        np.savez(
+            f,
+            python_state=np.asarray(py_state, dtype=np.uint64),
+            python_meta=np.asarray([py_version, 0], dtype=np.int64),
+            python_gauss=np.asarray([0.0]),
+            numpy_keys=np.asarray(np_state[1], dtype=np.uint32),
+            numpy_meta=np.asarray([np_state[2], np_state[3]], dtype=np.int64),
+            numpy_gauss=np.asarray([np_state[4]]),
+            jax_key_data=np.asarray(jax.random.key_data(key)),
+            jax_key_impl=np.asarray(str(jax.random.key_impl(key))),
+        )
+    restored = ckpt.load_rng(tmp_path / "rng.npy")
+    assert restored is not None
+    np.testing.assert_array_equal(jax.random.key_data(restored), jax.random.key_data(key))
+
+
+def test_a_non_latest_suffix_is_replaced_too(tmp_path: Path) -> None:
     job = _job(tmp_path)
     with configuration(build_config([CounterConfig])[0]):
         job.save_tree_and_metadata("s1", job.tree, {"steps": 1})
         job.register("s1")
-        with pytest.raises(CheckpointError, match="latest"):
-            job.save_tree_and_metadata("s1", job.tree, {"steps": 2})
-        # A non-latest suffix (e.g. "best") can be replaced, atomically.
         job.save_tree_and_metadata("best", job.tree, {"steps": 1})
         job.save_tree_and_metadata("best", job.tree, {"steps": 2})
         assert job.get_metadata("best") == {"steps": 2}

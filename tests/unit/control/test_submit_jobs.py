@@ -1,0 +1,97 @@
+"""`tcl submit --job KEY [--restore PATH]`: the key is checked against the jobs the user's repo
+declares before anything ships, and the restore path travels in the job spec."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from tcl.cli.main import app
+from tcl.control.config import parse_config
+from tcl.control.errors import TclError
+from tcl.control.service import Control
+from tcl.control.store import Store
+from tcl.control.submit import Submission, submit
+from tcl.runner.api import JobRef
+from tests.unit.control.test_follow import FakeBackend, FakeRunner
+from tests.unit.control.test_submit import Shim
+
+USER_REPO = Path(__file__).resolve().parents[2] / "fixtures" / "userrepo"
+CFG = parse_config("hosts:\n  racy: {type: local}\n")
+
+
+class SpecRunner(FakeRunner):
+    async def submit(self, spec: Any) -> None:
+        self.spec = spec
+
+
+@pytest.fixture
+def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("TCL_STATE_DIR", str(tmp_path / "state"))
+    dest = tmp_path / "repo"
+    shutil.copytree(USER_REPO, dest, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.chdir(dest)
+    return dest
+
+
+def _ctl(tmp_path: Path, runner: FakeRunner) -> Control:
+    ctl = Control(CFG, Store(f"sqlite:///{tmp_path / 'tcl.db'}"))
+    ctl._backends["racy"] = FakeBackend(runner, Shim(racy=False))  # type: ignore[arg-type]
+    ctl._backends["racy"].name = "racy"
+    return ctl
+
+
+async def test_a_job_the_repo_declares_ships_with_its_restore_path(
+    repo: Path, tmp_path: Path
+) -> None:
+    runner = SpecRunner(None)
+    ctl = _ctl(tmp_path, runner)
+    ref = JobRef(key="custom/my_job", restore="default/default/custom-my_job/r1/step/7500")
+    await submit(ctl, Submission(argv=[], host="racy", job=ref))
+    assert runner.spec.job == ref
+
+
+async def test_an_unknown_key_is_refused_naming_the_repos_jobs(repo: Path, tmp_path: Path) -> None:
+    ctl = _ctl(tmp_path, FakeRunner(None))
+    with pytest.raises(TclError, match=r"no job registered as 'custom/my_jb'; did you mean custom/my_job"):
+        await submit(ctl, Submission(argv=[], host="racy", job=JobRef(key="custom/my_jb")))
+    assert ctl.store.list_runs() == []
+
+
+async def test_an_import_error_in_the_users_job_module_is_shown(repo: Path, tmp_path: Path) -> None:
+    (repo / "myjobs" / "custom.py").write_text("import no_such_module_anywhere\n")
+    ctl = _ctl(tmp_path, FakeRunner(None))
+    with pytest.raises(TclError) as e:
+        await submit(ctl, Submission(argv=[], host="racy", job=JobRef(key="custom/my_job")))
+    text = str(e.value)
+    assert "myjobs.custom" in text and "Traceback" in text
+    assert "No module named 'no_such_module_anywhere'" in text
+    assert ctl.store.list_runs() == []
+
+
+def test_cli_submit_restore_goes_into_the_job_ref(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tcl.cli.submit
+
+    seen: list[Submission] = []
+
+    async def fake_submit(ctl: Any, sub: Submission, obs: Any) -> Any:
+        seen.append(sub)
+        raise TclError("stop here")
+
+    monkeypatch.setenv("TCL_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("TCL_CONFIG", raising=False)
+    monkeypatch.setattr(tcl.cli.submit, "submit", fake_submit)
+    cli = CliRunner()
+    res = cli.invoke(app, ["submit", "--job", "custom/my_job", "--restore", "p/g/n/step/7500"])
+    assert res.exit_code != 0 and "stop here" in res.stderr
+    [sub] = seen
+    assert sub.job == JobRef(key="custom/my_job", restore="p/g/n/step/7500")
+    res = cli.invoke(app, ["submit", "--restore", "p/g/n/step/7500", "--", "true"])
+    assert res.exit_code == 1 and "--restore needs --job KEY" in res.stderr
