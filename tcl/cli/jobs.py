@@ -42,14 +42,16 @@ def _progress_on_stderr() -> Iterator[None]:
     logger = logging.getLogger("tcl")
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(message)s"))
-    level = logger.level
+    level, propagate = logger.level, logger.propagate
     logger.addHandler(handler)
     logger.setLevel(logging.INFO)
+    logger.propagate = False  # absl (imported with JAX) gives the root logger a handler too
     try:
         yield
     finally:
         logger.removeHandler(handler)
         logger.setLevel(level)
+        logger.propagate = propagate
 
 
 def cmd_run(

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import os
 import shutil
@@ -23,10 +24,10 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from tcl.jobs import batchsize
-from tcl.jobs.config import configuration, configure
+from tcl.jobs.config import configuration, schema_of
 from tcl.jobs.errors import ConfigError, JobPreempted, JobsError
 from tcl.jobs.job import BasicJob, RestoreableJob, is_done
 from tcl.jobs.registry import get_job
@@ -101,6 +102,15 @@ def _probe_overrides(steps: int) -> list[str]:
     ]
 
 
+def _model_key(key: str, full: DictConfig) -> str:
+    """The model's settings (every config path its MODEL declares) as one stable string."""
+    model_cls = getattr(get_job(key), "MODEL", None)
+    paths = sorted(schema_of([model_cls])) if model_cls is not None else []
+    values = {p: OmegaConf.select(full, p.replace("/", ".")) for p in paths}
+    name = getattr(model_cls, "__qualname__", None)
+    return json.dumps({"model": name, **values}, sort_keys=True, default=str)
+
+
 def _resolve_batch_size(opts: LaunchOptions, full: DictConfig, overrides: list[str]) -> list[str]:
     training = full.get("training")
     if training is None or training.get("per_device_batch_size") != -1:
@@ -108,10 +118,8 @@ def _resolve_batch_size(opts: LaunchOptions, full: DictConfig, overrides: list[s
     import jax
 
     from tcl.jobs.metrics import chip_name
-    from tcl.jobs.models.config import ModelConfig
 
-    with configuration(full):
-        model = configure(ModelConfig).cache_key()
+    model = _model_key(opts.key, full)
     extra = {
         "grad_accum_steps": training.get("grad_accum_steps", 1),
         "model_parallel": full.get("mesh", {}).get("model_parallel", 1),

@@ -8,6 +8,7 @@ always complete, also when the save replaces the checkpoint `latest` names. The 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import shutil
 from pathlib import Path
@@ -118,6 +119,11 @@ def _checkpointer() -> ocp.Checkpointer:
     return ocp.Checkpointer(handler)
 
 
+def _is_struct(tree: Any) -> bool:
+    is_instance = dataclasses.is_dataclass(tree) and not isinstance(tree, type)
+    return is_instance and hasattr(tree, "replace")
+
+
 def _target(leaf: Any) -> Any:
     struct = ocp.utils.to_shape_dtype_struct(leaf)
     if getattr(struct, "sharding", None) is None:
@@ -139,10 +145,21 @@ def load(
     trainer's state); only that subset is read.
     """
     metadata = load_metadata(directory)
+    template = meta.unbox(template)
+    if partial and _is_struct(template):
+        # A state dataclass (e.g. TrainState with an inference optimizer): read the fields that
+        # hold arrays; the others (an optax.identity() state) have nothing to read.
+        fields = {
+            f.name: getattr(template, f.name)
+            for f in dataclasses.fields(template)
+            if f.metadata.get("pytree_node", True) and jax.tree.leaves(getattr(template, f.name))
+        }
+        part, metadata, key = load(directory, fields, partial=True)
+        return template.replace(**part), metadata, key
     # A template may be boxed (an eval_shape'd Flax init carries logical partitioning) and
     # abstract without shardings (seed 001's template state): unbox it, and read what has no
     # sharding replicated; the caller may device_put the result where it wants it.
-    target = jax.tree.map(_target, meta.unbox(template))
+    target = jax.tree.map(_target, template)
     checkpointer = _checkpointer()
     args = ocp.args.PyTreeRestore(
         item=target,

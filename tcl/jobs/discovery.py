@@ -22,6 +22,7 @@ traceback, never "not registered". No JAX here: this module is cheap to import.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 import sys
@@ -102,7 +103,7 @@ def load_project_jobs(start: Path | None = None, stop: Path | None = None) -> li
         if root not in sys.path:
             sys.path.insert(0, root)
     for module in modules:
-        if _import(module, str(pyproject), lambda m=module: importlib.import_module(m)):
+        if _import(module, str(pyproject), functools.partial(importlib.import_module, module)):
             done.append(module)
     return done
 

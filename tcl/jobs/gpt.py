@@ -41,7 +41,13 @@ class GPTSample(InferenceJob[SampleConfig, Transformer]):
         import jax
 
         a = self.args
-        samples = self.rollout(a.prompts, a.max_new_tokens, a.temperature, jax.random.key(a.seed))
+        samples = self.rollout(
+            a.prompts,
+            max_new_tokens=a.max_new_tokens,
+            temperature=a.temperature,
+            key=jax.random.key(a.seed),
+            return_type="output_decoded",
+        )
         if self.main_process():
             for prompt, text in zip(a.prompts, samples, strict=True):
                 print(json.dumps({"prompt": prompt, "sample": text}), flush=True)

@@ -1,12 +1,18 @@
-"""InferenceJob: restore a trained model from a checkpoint and decode with a KV cache."""
+"""InferenceJob: restore a trained model from a checkpoint and work with it (rollout, forward).
+
+MODEL is any model `tcl.jobs.models.protocol` describes (a Flax module whose settings are config
+fields); the built-in GPT is one. The default `restore_from_path` is seed 001's example: the
+model from `configure(MODEL)` under the checkpoint's config, a template state for shapes, the
+state sharding from the model's logical rules, then only the params (and step) of the saved
+state are read, so the trainer's optimizer state stays on disk.
+"""
 
 from __future__ import annotations
 
-import functools
 import logging
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, ClassVar, Generic, Self, TypeVar
+from typing import Any, ClassVar, Generic, Literal, Self, TypeVar
 
 import flax.linen as nn
 import jax
@@ -15,82 +21,149 @@ import numpy as np
 import optax
 from flax.training import train_state
 
+from tcl.jobs import decode, text
 from tcl.jobs.config import configure, current_config
-from tcl.jobs.errors import ConfigError
+from tcl.jobs.errors import CheckpointError, ConfigError
 from tcl.jobs.job import RestoreableJob
-from tcl.jobs.models.config import ModelConfig
-from tcl.jobs.sharding import RULES, MeshConfig, logical_shardings, make_mesh
-from tcl.jobs.trainer import BaseTrainer, compute_dtype
+from tcl.jobs.models import protocol
+from tcl.jobs.sharding import MeshConfig, make_mesh
+from tcl.jobs.spec import ExecutionSpec
+from tcl.jobs.trainer import BaseTrainer
 
 log = logging.getLogger("tcl.jobs.inference")
 C = TypeVar("C")
 M = TypeVar("M", bound=nn.Module)
+ReturnType = Literal["decoded", "indices", "output_decoded", "output_indices"]
 
 
-def encode(text: str) -> list[int]:
-    return list(text.encode("utf-8"))
+def encode(s: str) -> list[int]:
+    return text.ByteEncoding().encode(s)
 
 
-def decode(tokens: Sequence[int]) -> str:
-    return bytes(int(t) for t in tokens).decode("utf-8", errors="replace")
+def decode_bytes(tokens: Sequence[int]) -> str:
+    return text.ByteEncoding().decode(tokens)
 
 
 class InferenceJob(RestoreableJob[C], Generic[C, M]):
-    """Read-only work on a trained checkpoint; always started with a restore."""
+    """Read-only work on a trained checkpoint; always started with a restore (or built from a
+    live trainer with `from_trainer`)."""
 
     MODEL: ClassVar[type[nn.Module]]
+    NEEDS_RESTORE: ClassVar[bool] = True
 
     model: nn.Module
-    model_cfg: ModelConfig
-    state: train_state.TrainState
     mesh: jax.sharding.Mesh
     state_sharding: Any
     block_size: int
+    replicas: int
+    local_replicas: int
+    per_device_batch_size: int
+    steps: int = 0
+    _state: train_state.TrainState | None = None
+    _source: Any = None  # the trainer whose state this job reads (from_trainer)
+
+    @classmethod
+    def config_classes(cls) -> list[type]:
+        classes = super().config_classes()
+        return classes if MeshConfig in classes else [*classes, MeshConfig]
+
+    def __init__(self, spec: ExecutionSpec) -> None:
+        super().__init__(spec)
+        self.mesh = make_mesh(configure(MeshConfig).model_parallel)
+        self.replicas = self.mesh.shape["data"]
+        self.local_replicas = max(self.replicas // jax.process_count(), 1)
+        training = current_config().get("training") or {}
+        self.per_device_batch_size = int(training.get("per_device_batch_size", 1) or 1)
+
+    @property
+    def state(self) -> train_state.TrainState:
+        """The model state: the live trainer's (by reference) after `from_trainer`."""
+        if self._source is not None:
+            source_state: train_state.TrainState = self._source.state
+            return source_state
+        if self._state is None:
+            raise CheckpointError(
+                f"{type(self).__name__} has no model state: it runs on a trained checkpoint "
+                "(give --restore PATH; list them with: tcl checkpoints)"
+            )
+        return self._state
+
+    @state.setter
+    def state(self, value: train_state.TrainState) -> None:
+        self._source = None
+        self._state = value
+
+    def __call__(self) -> None:
+        self.state  # noqa: B018  # started without a restore: say so before run()
+        super().__call__()
+
+    # -- restore ----------------------------------------------------------------------------
+
+    def get_tree_and_metadata_from_path(
+        self, rel_path: str | Path, template_tree: Any, partial: bool = True
+    ) -> tuple[Any, dict[str, Any]]:
+        """Read what `template_tree` names of the checkpoint (a subset by default: an inference
+        template has no optimizer state)."""
+        return super().get_tree_and_metadata_from_path(rel_path, template_tree, partial)
+
+    @staticmethod
+    def _init_template_state(model: nn.Module, block_size: int) -> train_state.TrainState:
+        """An abstract (shape-only) state of `model`, its params still carrying their logical
+        partitioning, so `nn.get_partition_spec` of it gives the state sharding."""
+        dummy = jnp.zeros((1, block_size), jnp.int32)
+
+        def init(key: jax.Array) -> train_state.TrainState:
+            params = model.init(key, dummy)["params"]
+            state: train_state.TrainState = train_state.TrainState.create(
+                apply_fn=model.apply, params=params, tx=optax.identity()
+            )
+            return state
+
+        abstract: train_state.TrainState = jax.eval_shape(init, jax.random.key(0))
+        return abstract
 
     def restore_from_path(self, rel_path: str | Path) -> None:
-        self.model_cfg = configure(ModelConfig)
-        self.mesh = make_mesh(configure(MeshConfig).model_parallel)
-        self.model = self.MODEL(self.model_cfg, compute_dtype(self.model_cfg.dtype))
-        self.block_size = self.model_cfg.block_size
-        dummy = jnp.zeros((1, self.block_size), jnp.int32)
-        abstract = jax.eval_shape(lambda k: self.model.init(k, dummy)["params"], jax.random.key(0))
-        self.state_sharding = logical_shardings(abstract, self.mesh)
+        self.model = configure(self.MODEL)
+        self.block_size = protocol.block_size_of(self.model)
+        template_state = self._init_template_state(self.model, self.block_size)
+        self.state_sharding = nn.logical_to_mesh_sharding(  # type: ignore[attr-defined]
+            nn.get_partition_spec(template_state),
+            self.mesh,
+            rules=protocol.sharding_rules(self.model),
+        )
         template = jax.tree.map(
             lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
-            nn.meta.unbox(abstract),
-            self.state_sharding,
+            nn.meta.unbox(template_state.params),
+            self.state_sharding.params,
         )
-        tree, metadata = self.get_tree_and_metadata_from_path(
-            rel_path, {"params": template}, partial=True
-        )
+        tree, metadata = self.get_tree_and_metadata_from_path(rel_path, {"params": template})
         self.state = train_state.TrainState.create(
             apply_fn=self.model.apply, params=tree["params"], tx=optax.identity()
         )
-        self.replicas = self.mesh.shape["data"]
-        self.local_replicas = self.replicas // jax.process_count()
-        cfg = current_config()
-        self.per_device_batch_size = int(cfg.get("training", {}).get("per_device_batch_size", 1))
-        self.steps = int(metadata.get("steps", 0))
+        self.steps = int(metadata.get("steps", metadata.get("step", 0)))
         if self.main_process():
             log.info("restored params at step %d from %s", self.steps, rel_path)
 
     @classmethod
     def from_trainer(cls, trainer: BaseTrainer[Any, Any]) -> Self:
-        """An inference job sharing a live trainer's state by reference (no __init__)."""
+        """An inference job sharing a live trainer's state by reference (no __init__): it sees
+        every step the trainer takes after this."""
         job = object.__new__(cls)
         job.spec = trainer.spec
         job.stop_event = trainer.stop_event
         job.key = trainer.key
+        job._source = trainer
         job.model = trainer.model
-        job.model_cfg = trainer.model_cfg
-        job.state = trainer.state
         job.mesh = trainer.mesh
         job.state_sharding = trainer.state_sharding
         job.block_size = trainer.block_size
         job.replicas = trainer.replicas
-        job.local_replicas = trainer.replicas // jax.process_count()
+        job.local_replicas = trainer.local_replicas
         job.per_device_batch_size = trainer.per_device_batch_size
+        job.steps = trainer.global_step_counter_
         return job
+
+    # -- forward and rollout ----------------------------------------------------------------
 
     @staticmethod
     def forward(
@@ -100,10 +173,17 @@ class InferenceJob(RestoreableJob[C], Generic[C, M]):
         mutable: bool | list[str] = False,
         extra_variables: dict[str, Any] | None = None,
     ) -> Any:
-        """Logits for `batch` = (x, y, padding_mask); with `mutable`, also the new variables."""
-        x, _y, mask = batch
+        """The model's output for `batch` = (x, y, padding_mask); with `mutable`, also the new
+        variables. `y` and the mask are passed when the model takes them."""
+        x, y, mask = batch
         variables = {"params": params, **(extra_variables or {})}
-        return state.apply_fn(variables, x, valid_BT=mask, mutable=mutable)
+        model = getattr(state.apply_fn, "__self__", None)
+        kwargs = (
+            protocol.call_kwargs(model, targets=y, valid_BT=mask, deterministic=True)
+            if model is not None
+            else {}
+        )
+        return state.apply_fn(variables, x, mutable=mutable, **kwargs)
 
     @staticmethod
     def pad(
@@ -121,80 +201,62 @@ class InferenceJob(RestoreableJob[C], Generic[C, M]):
 
     def rollout(
         self,
-        inputs: Sequence[str] | Sequence[Sequence[int]],
-        max_new_tokens: int,
+        inputs: Sequence[Any],
+        encoding: Any = None,
+        max_new_tokens: int | None = None,
+        max_prompt_length: int | None = None,
         temperature: float = 0.0,
+        top_p: float = 1.0,
         key: jax.Array | None = None,
+        return_type: ReturnType = "decoded",
     ) -> list[Any]:
-        """Generate `max_new_tokens` after each input (greedy when temperature is 0).
+        """Generate after each input: raw strings, chat templates (lists of turns with `role`
+        and `message`) or token-id lists, encoded with `encoding` (default: UTF-8 bytes).
 
-        Strings in → strings out (byte encoding); token lists in → token lists out.
+        `max_new_tokens` defaults to half the block; prompts are left-padded to
+        `max_prompt_length` (default: the longest). Greedy when `temperature` is 0, else
+        sampled from `key` (nucleus `top_p`). `return_type`: "decoded" (prompt + continuation
+        as text, seed 001's default), "indices" (the same as ids), "output_decoded",
+        "output_indices" (the continuation only).
         """
-        as_text = all(isinstance(s, str) for s in inputs)
-        seqs = [encode(s) if isinstance(s, str) else list(s) for s in inputs]
+        enc = encoding if encoding is not None else text.ByteEncoding()
+        seqs = [text.to_tokens(item, enc) for item in inputs]
         if not seqs or min(len(s) for s in seqs) == 0:
             raise ConfigError("every rollout input needs at least one token")
-        tokens, mask = self.pad(seqs)
-        if tokens.shape[1] + max_new_tokens > self.block_size:
+        n_new = max_new_tokens if max_new_tokens is not None else self.block_size // 2
+        tokens, mask = self.pad(seqs, pad_to=max_prompt_length)
+        if max_prompt_length is not None and tokens.shape[1] > max_prompt_length:
             raise ConfigError(
-                f"prompt ({tokens.shape[1]}) + max_new_tokens ({max_new_tokens}) "
-                f"exceeds block_size {self.block_size}",
+                f"an input has {tokens.shape[1]} tokens, over max_prompt_length {max_prompt_length}"
+            )
+        if n_new < 1 or tokens.shape[1] + n_new > self.block_size:
+            raise ConfigError(
+                f"prompt ({tokens.shape[1]}) + max_new_tokens ({n_new}) must fit in "
+                f"block_size {self.block_size}",
                 key="architecture/block_size",
             )
         key = key if key is not None else jax.random.key(0)
-        with jax.set_mesh(self.mesh), nn.logical_axis_rules(RULES):
-            out = _generate(
+        generate = (
+            decode.generate_cached
+            if protocol.supports_kv_cache(self.model)
+            else decode.generate_uncached
+        )
+        rules = protocol.sharding_rules(self.model)
+        with jax.set_mesh(self.mesh), nn.logical_axis_rules(rules):
+            out = generate(
                 self.model,
                 self.state.params,
                 jnp.asarray(tokens),
                 jnp.asarray(mask),
                 key,
-                max_new_tokens,
+                n_new,
                 float(temperature),
+                float(top_p),
             )
-        new = np.asarray(jax.device_get(out))
-        return [decode(row) if as_text else row.tolist() for row in new]
-
-
-@functools.partial(jax.jit, static_argnums=(0, 5, 6))
-def _generate(
-    model: nn.Module,
-    params: Any,
-    tokens_BP: jax.Array,
-    valid_BP: jax.Array,
-    key: jax.Array,
-    n_new: int,
-    temperature: float,
-) -> jax.Array:
-    """Prefill the cache with the prompt, then decode `n_new` tokens one at a time."""
-    pos_BP = jnp.maximum(jnp.cumsum(valid_BP, axis=1) - 1, 0).astype(jnp.int32)
-
-    def pick(logits_BV: jax.Array, k: jax.Array) -> jax.Array:
-        if temperature == 0.0:
-            return jnp.argmax(logits_BV, axis=-1).astype(jnp.int32)
-        return jax.random.categorical(k, logits_BV / temperature).astype(jnp.int32)
-
-    # No "cache" collection yet: the first decode call creates it (empty) and fills the prompt.
-    logits, upd = model.apply(
-        {"params": params}, tokens_BP, pos_BP, valid_BP, decode=True, mutable=["cache"]
-    )
-    first = pick(logits[:, -1], jax.random.fold_in(key, 0))
-
-    def body(carry: Any, i: jax.Array) -> Any:
-        cache, tok_B, pos_B = carry
-        logits, upd = model.apply(
-            {"params": params, "cache": cache},
-            tok_B[:, None],
-            pos_B[:, None],
-            jnp.ones_like(tok_B[:, None], bool),
-            decode=True,
-            mutable=["cache"],
-        )
-        nxt = pick(logits[:, -1], jax.random.fold_in(key, i))
-        return (upd["cache"], nxt, pos_B + 1), tok_B
-
-    _, toks_NB = jax.lax.scan(
-        body, (upd["cache"], first, pos_BP[:, -1] + 1), jnp.arange(1, n_new + 1)
-    )
-    out_BN: jax.Array = toks_NB.T
-    return out_BN
+        new = np.asarray(jax.device_get(out)).tolist()
+        rows = new if return_type.startswith("output") else [
+            [*s, *n] for s, n in zip(seqs, new, strict=True)
+        ]  # fmt: skip
+        if return_type.endswith("indices"):
+            return rows
+        return [text.decode_tokens(enc, row) for row in rows]

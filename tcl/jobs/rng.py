@@ -65,9 +65,8 @@ def load_rng(path: Path) -> jax.Array | None:
     )
     if "jax_key_data" not in fields:
         return None
-    key: jax.Array = jax.random.wrap_key_data(
-        np.asarray(loaded["jax_key_data"]), impl=str(loaded["jax_key_impl"])
-    )
+    data = jax.numpy.asarray(loaded["jax_key_data"])
+    key: jax.Array = jax.random.wrap_key_data(data, impl=str(loaded["jax_key_impl"]))
     return key
 
 

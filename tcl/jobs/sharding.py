@@ -42,10 +42,10 @@ def make_mesh(model_parallel: int = 1, devices: list[Any] | None = None) -> Mesh
     return Mesh(grid, ("data", "model"))
 
 
-def logical_shardings(abstract_boxed: Any, mesh: Mesh) -> Any:
+def logical_shardings(abstract_boxed: Any, mesh: Mesh, rules: Any = RULES) -> Any:
     """NamedShardings for a pytree whose leaves carry logical partitioning metadata."""
     spec = nn.get_partition_spec(abstract_boxed)
-    return spmd.logical_to_mesh_sharding(spec, mesh, RULES)
+    return spmd.logical_to_mesh_sharding(spec, mesh, rules)
 
 
 def batch_sharding(mesh: Mesh, ndim: int, batch_axis: int = 0) -> NamedSharding:

@@ -1,5 +1,6 @@
 """BaseTrainer: the training loop (AdamW + warmup/cosine, grad accumulation, mesh sharding,
-periodic checkpoint/validation/report, JSON-lines metrics)."""
+periodic checkpoint/validation/report, JSON-lines metrics) for any MODEL that follows
+`tcl.jobs.models.protocol` (a Flax module whose settings are config fields)."""
 
 from __future__ import annotations
 
@@ -17,15 +18,14 @@ import numpy as np
 import optax
 from flax.training import train_state
 
-from tcl.jobs.config import field
+from tcl.jobs.config import configure, field
 from tcl.jobs.data import DataConfig, TokenDataset, make_dataset
 from tcl.jobs.errors import ConfigError, JobPreempted
 from tcl.jobs.job import RestoreableJob
 from tcl.jobs.metrics import MetricsWriter, peak_flops_per_device
-from tcl.jobs.models.config import ModelConfig
-from tcl.jobs.models.transformer import flops_per_token, param_count
+from tcl.jobs.models import protocol
+from tcl.jobs.models.transformer import param_count
 from tcl.jobs.sharding import (
-    RULES,
     MeshConfig,
     batch_sharding,
     logical_shardings,
@@ -62,35 +62,15 @@ class TrainerConfig:
     peak_flops_per_device: float | None = field("logging/peak_flops_per_device", default=None)
 
 
-def compute_dtype(name: str) -> Any:
-    if name == "auto":
-        return jnp.float32 if jax.default_backend() == "cpu" else jnp.bfloat16
-    try:
-        return {"float32": jnp.float32, "bfloat16": jnp.bfloat16}[name]
-    except KeyError:
-        raise ConfigError(f"unknown dtype {name!r}", key="architecture/dtype") from None
-
-
-def check_model_parallel(cfg: ModelConfig, model_axis: int) -> None:
-    """Every dimension the `model` axis splits must divide by its size."""
-    dims = {
-        "architecture/n_heads": cfg.n_heads,
-        "architecture/vocab_size": cfg.vocab_size,
-        "architecture/mlp_ratio": cfg.d_model * cfg.mlp_ratio,
-    }
-    for key, dim in dims.items():
-        if dim % model_axis:
-            raise ConfigError(
-                f"{dim} is not divisible by mesh/model_parallel {model_axis}", key=key
-            )
-
-
 def step_suffix(step: int) -> str:
     return f"step_{step:08d}"
 
 
 class BaseTrainer(RestoreableJob[C], Generic[C, M]):
-    """Trains MODEL on a TokenDataset; subclasses set MODEL (and CONFIG, schedule() if needed)."""
+    """Trains MODEL on a TokenDataset; subclasses set MODEL (and CONFIG, schedule() if needed).
+
+    MODEL is any Flax module whose settings are config fields (`models.protocol`); its fields
+    join the job's config, and `configure(MODEL)` builds it."""
 
     MODEL: ClassVar[type[nn.Module]]
     CONFIG: ClassVar[type] = TrainerConfig
@@ -98,28 +78,32 @@ class BaseTrainer(RestoreableJob[C], Generic[C, M]):
 
     @classmethod
     def config(cls) -> list[type]:
-        return [cls.CONFIG, ModelConfig, DataConfig, MeshConfig]
+        return [cls.CONFIG, cls.MODEL, DataConfig, MeshConfig]
 
     def __init__(self, spec: ExecutionSpec) -> None:
-        from tcl.jobs.config import configure
-
         super().__init__(spec)
         a = self.args
-        self.model_cfg = configure(ModelConfig)
+        self.model: M = configure(self.MODEL)  # type: ignore[assignment]
+        self.rules = protocol.sharding_rules(self.model)
         self.data_cfg = configure(DataConfig)
         self.mesh = make_mesh(configure(MeshConfig).model_parallel)
-        check_model_parallel(self.model_cfg, self.mesh.shape["model"])
         if a.per_device_batch_size < 1:
             raise ConfigError(
                 "must be ≥ 1 here (-1 is resolved by the launcher)",
                 key="training/per_device_batch_size",
             )
         self.replicas = self.mesh.shape["data"]
+        self.local_replicas = self.replicas // jax.process_count()
         self.per_device_batch_size = a.per_device_batch_size
         self.global_batch = a.per_device_batch_size * self.replicas
-        self.block_size = self.model_cfg.block_size
+        self.block_size = protocol.block_size_of(self.model)
         self.dataset: TokenDataset = self.make_dataset()
-        self.model = self.MODEL(self.model_cfg, compute_dtype(self.model_cfg.dtype))
+        vocab = getattr(self.model, "vocab_size", None)
+        if isinstance(vocab, int) and vocab < self.dataset.vocab_size:
+            raise ConfigError(
+                f"{vocab} is smaller than the dataset's {self.dataset.vocab_size} tokens",
+                key="architecture/vocab_size",
+            )
         self.key = jax.random.key(a.seed)
         self.tx = optax.chain(
             optax.clip_by_global_norm(a.grad_clip),
@@ -150,14 +134,20 @@ class BaseTrainer(RestoreableJob[C], Generic[C, M]):
         return make_dataset(self.data_cfg)
 
     def loss(self, params: Any, tokens_BT1: jax.Array, key: jax.Array) -> jax.Array:
-        logits = self.model.apply(
-            {"params": params},
-            tokens_BT1[:, :-1],
-            deterministic=self.model_cfg.dropout == 0.0,
-            rngs={"dropout": key},
-        )
-        losses = optax.softmax_cross_entropy_with_integer_labels(logits, tokens_BT1[:, 1:])
-        loss: jax.Array = losses.mean()
+        """Mean next-token loss of one micro-batch (dropout on): the model's own loss when it
+        returns `(logits, loss)` for `targets`, else cross-entropy of its logits."""
+        return self._forward_loss(params, tokens_BT1, key, deterministic=False)
+
+    def _forward_loss(
+        self, params: Any, tokens_BT1: jax.Array, key: jax.Array, deterministic: bool
+    ) -> jax.Array:
+        x_BT, y_BT = tokens_BT1[:, :-1], tokens_BT1[:, 1:]
+        kwargs = protocol.call_kwargs(self.model, targets=y_BT, deterministic=deterministic)
+        out = self.model.apply({"params": params}, x_BT, rngs={"dropout": key}, **kwargs)
+        logits, loss = protocol.split_output(out)
+        if loss is None:
+            losses = optax.softmax_cross_entropy_with_integer_labels(logits, y_BT)
+            loss = losses.mean()
         return loss
 
     # -- setup ----------------------------------------------------------------------------
@@ -174,13 +164,16 @@ class BaseTrainer(RestoreableJob[C], Generic[C, M]):
 
         init_key = jax.random.fold_in(self.rng_key, 0x1217)
         abstract = jax.eval_shape(init_boxed, init_key)
-        shardings = logical_shardings(abstract, self.mesh)
+        shardings = logical_shardings(abstract, self.mesh, self.rules)
+        protocol.check_mesh(
+            self.model, shardings.params, nn.meta.unbox(abstract.params), self.mesh.shape["model"]
+        )
         init = jax.jit(lambda k: nn.meta.unbox(init_boxed(k)), out_shardings=shardings)
         state = init(init_key)  # born sharded (out_shardings); no mesh context needed
         return state, shardings
 
     def _loss_only(self, params: Any, tokens: jax.Array) -> jax.Array:
-        return self.loss(params, tokens, jax.random.key(0))
+        return self._forward_loss(params, tokens, jax.random.key(0), deterministic=True)
 
     def _compile_train_step(self) -> Any:
         accum = self.args.grad_accum_steps
@@ -277,13 +270,13 @@ class BaseTrainer(RestoreableJob[C], Generic[C, M]):
         a = self.args
         writer = MetricsWriter(self.spec.logs_dir / "metrics.jsonl", self.main_process())
         peak = peak_flops_per_device(a.peak_flops_per_device)
-        flops_tok = flops_per_token(self.model_cfg, self.n_params)
+        flops_tok = protocol.flops_per_token(self.model, self.n_params)
         tokens_per_step = self.global_batch * self.block_size
         schedule = self.schedule()
         pending: list[dict[str, jax.Array]] = []
         t_last, step_last = time.perf_counter(), self.global_step_counter_
         try:
-            with jax.set_mesh(self.mesh), nn.logical_axis_rules(RULES):
+            with jax.set_mesh(self.mesh), nn.logical_axis_rules(self.rules):
                 while self.global_step_counter_ < a.total_steps:
                     if self.stop_requested():
                         suffix = step_suffix(self.global_step_counter_)

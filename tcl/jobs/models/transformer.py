@@ -2,10 +2,14 @@
 
 Shape letters: B batch, T sequence, S cache length, D d_model, N heads, H head dim, V vocab.
 Params carry logical axis names; `sharding.RULES` maps them onto the (data, model) mesh.
+
+`Transformer` is a model as `models.protocol` describes it: its one field is the nested
+`ModelConfig` (every `architecture/*` key), so `configure(Transformer)` builds it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Literal, cast
 
 import flax.linen as nn
@@ -13,7 +17,9 @@ import jax
 import jax.numpy as jnp
 from flax.linen import spmd
 
+from tcl.jobs.errors import ConfigError
 from tcl.jobs.models.config import ModelConfig
+from tcl.jobs.sharding import RULES
 
 Dtype = Any
 
@@ -118,11 +124,48 @@ class Block(nn.Module):
         return out_BTD
 
 
+def compute_dtype(name: str) -> Any:
+    if name == "auto":
+        return jnp.float32 if jax.default_backend() == "cpu" else jnp.bfloat16
+    try:
+        return {"float32": jnp.float32, "bfloat16": jnp.bfloat16}[name]
+    except KeyError:
+        raise ConfigError(f"unknown dtype {name!r}", key="architecture/dtype") from None
+
+
 class Transformer(nn.Module):
     """tokens [B, T] → logits [B, T, V] (float32)."""
 
-    cfg: ModelConfig
-    dtype: Dtype = jnp.float32
+    cfg: ModelConfig = dataclasses.field(default_factory=ModelConfig)
+
+    @property
+    def block_size(self) -> int:
+        return self.cfg.block_size
+
+    @property
+    def sharding(self) -> tuple[tuple[str, str | None], ...]:
+        return RULES
+
+    @property
+    def dtype(self) -> Any:
+        return compute_dtype(self.cfg.dtype)
+
+    def flops_per_token(self, n_params: int) -> float:
+        return flops_per_token(self.cfg, n_params)
+
+    def check_mesh(self, model_axis: int) -> None:
+        """Every dimension the `model` axis splits must divide by its size."""
+        c = self.cfg
+        dims = {
+            "architecture/n_heads": c.n_heads,
+            "architecture/vocab_size": c.vocab_size,
+            "architecture/mlp_ratio": c.d_model * c.mlp_ratio,
+        }
+        for key, dim in dims.items():
+            if dim % model_axis:
+                raise ConfigError(
+                    f"{dim} is not divisible by mesh/model_parallel {model_axis}", key=key
+                )
 
     @nn.compact
     def __call__(
@@ -134,6 +177,7 @@ class Transformer(nn.Module):
         deterministic: bool = True,
     ) -> jax.Array:
         c = self.cfg
+        dtype = self.dtype
         B, T = tokens_BT.shape
         if pos_BT is None:
             pos_BT = jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), (B, T))
@@ -142,19 +186,19 @@ class Transformer(nn.Module):
         embed = nn.Embed(
             c.vocab_size,
             c.d_model,
-            dtype=self.dtype,
+            dtype=dtype,
             embedding_init=_init(("vocab", "embed")),
             name="embed",
         )
         wpe = self.param("pos_embed", _init((None, "embed"), 0.01), (c.block_size, c.d_model))
-        x_BTD = embed(tokens_BT) + jnp.take(wpe, pos_BT, axis=0).astype(self.dtype)
+        x_BTD = embed(tokens_BT) + jnp.take(wpe, pos_BT, axis=0).astype(dtype)
         x_BTD = nn.Dropout(c.dropout)(x_BTD, deterministic=deterministic)
         block = nn.remat(Block, static_argnums=(4, 5)) if c.remat else Block
         for i in range(c.n_layers):
-            x_BTD = block(c, self.dtype, name=f"block_{i}")(
+            x_BTD = block(c, dtype, name=f"block_{i}")(
                 x_BTD, pos_BT, valid_BT, decode, deterministic
             )
-        x_BTD = nn.LayerNorm(dtype=self.dtype, name="ln_f")(x_BTD)
+        x_BTD = nn.LayerNorm(dtype=dtype, name="ln_f")(x_BTD)
         logits_BTV = embed.attend(x_BTD)
         return logits_BTV.astype(jnp.float32)
 

@@ -36,17 +36,17 @@ def test_greedy_rollout_is_deterministic_and_matches_no_cache(
     trainer = straight[2]
     job = GPTSample.from_trainer(trainer)
     prompts = [encode("def main("), encode("import o"), encode("x")]  # ragged: left padding
-    first = job.rollout(prompts, 12)
-    assert first == job.rollout(prompts, 12)
+    first = job.rollout(prompts, max_new_tokens=12, return_type="output_indices")
+    assert first == job.rollout(prompts, max_new_tokens=12, return_type="output_indices")
     for prompt, got in zip(prompts, first, strict=True):
         assert got == _no_cache_greedy(trainer, prompt, 12)
 
 
 def test_temperature_sampling_follows_the_key(straight: tuple[Path, Path, GPTTrainer]) -> None:
     job = GPTSample.from_trainer(straight[2])
-    a = job.rollout(["def "], 16, temperature=1.0, key=jax.random.key(1))
-    b = job.rollout(["def "], 16, temperature=1.0, key=jax.random.key(1))
-    c = job.rollout(["def "], 16, temperature=1.0, key=jax.random.key(2))
+    a = job.rollout(["def "], max_new_tokens=16, temperature=1.0, key=jax.random.key(1))
+    b = job.rollout(["def "], max_new_tokens=16, temperature=1.0, key=jax.random.key(1))
+    c = job.rollout(["def "], max_new_tokens=16, temperature=1.0, key=jax.random.key(2))
     assert a == b and a != c
     assert isinstance(a[0], str)
 
@@ -67,9 +67,11 @@ def test_sample_job_restores_a_trainer_checkpoint(
         "gpt/sample", cfg, out, restore=f"{trainer.spec.scope}/step_00000040", name="sample"
     )
     assert isinstance(job, GPTSample)
-    assert job.model_cfg.d_model == 32  # the architecture came from the checkpoint
+    assert job.model.cfg.d_model == 32  # the architecture came from the checkpoint
     samples = json.loads((job.spec.results_dir / "samples.json").read_text())
-    expected = GPTSample.from_trainer(trainer).rollout(["def ", "class "], 8)
+    expected = GPTSample.from_trainer(trainer).rollout(
+        ["def ", "class "], max_new_tokens=8, return_type="output_decoded"
+    )
     assert [s["sample"] for s in samples] == expected
 
 
@@ -87,7 +89,7 @@ def test_quick_configures_and_restores(straight: tuple[Path, Path, GPTTrainer]) 
         j.restore(f"{trainer.spec.scope}/step_00000040")
         job = j()
     assert isinstance(job, GPTTrainer)
-    assert job.model_cfg.d_model == 32 and job.global_step_counter_ == 42
+    assert job.model.cfg.d_model == 32 and job.global_step_counter_ == 42
     assert GPTTrainer.latest(job.spec) == "step_00000042"
 
 

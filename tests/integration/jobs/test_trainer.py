@@ -55,7 +55,7 @@ def test_restore_is_bit_identical(straight: Straight) -> None:
     np.testing.assert_array_equal(
         jax.random.key_data(restored.rng_key), jax.random.key_data(job.rng_key)
     )
-    assert restored.restored_from == {**job.spec.to_json(), "job": "gpt/train"}
+    assert restored.restored_from == {**job.spec.to_json(), "job": "gpt/train", "path": rel}
 
 
 def test_training_on_from_a_restore_matches_straight_through(straight: Straight) -> None:
@@ -79,7 +79,7 @@ def test_restore_merges_runtime_config_over_the_saved_one(straight: Straight) ->
         "gpt/train", spec, full, explicit, restore=f"{job.spec.scope}/step_00000040"
     )
     assert isinstance(restored, GPTTrainer)
-    assert restored.model_cfg.d_model == 32
+    assert restored.model.cfg.d_model == 32
     assert restored.args.total_steps == 41
     assert cfg.training.per_device_batch_size == 8
 

@@ -54,7 +54,8 @@ def test_tcl_jobs_lists_the_repos_declared_jobs(in_repo: Path) -> None:
 
 def test_tcl_run_runs_the_spec_custom_job_from_the_users_repo(in_repo: Path) -> None:
     out = in_repo / "out-run"
-    res = cli.invoke(app, ["run", "custom/my_job", "-", str(out), "logging/checkpoint_interval=2500"])
+    args = ["run", "custom/my_job", "-", str(out), "logging/checkpoint_interval=2500"]
+    res = cli.invoke(app, args)
     assert res.exit_code == 0, res.output
     scope = out / "checkpoints" / "default" / "default" / "custom-my_job"
     assert (scope / "latest").read_text().strip() == "step/7500"
@@ -119,7 +120,7 @@ def test_an_inference_job_without_restore_says_so_in_one_line(in_repo: Path) -> 
 
 
 TINY_LM = [
-    "architecture/block_size=16",
+    "architecture/block_size=64",
     "training/per_device_batch_size=4",
     "training/total_steps=6",
     "training/warmup_steps=1",
@@ -171,12 +172,10 @@ def test_from_trainer_shares_the_live_state(in_repo: Path) -> None:
     sees the new params, not a deleted snapshot."""
     from myjobs.tinylm import TinyLMProbe
 
-    trainer = run_job(
-        "tinylm/train", None, in_repo / "out-live", overrides=TINY_LM, name="live"
-    )
+    trainer = run_job("tinylm/train", None, in_repo / "out-live", overrides=TINY_LM, name="live")
     probe = TinyLMProbe.from_trainer(trainer)
     before = probe.rollout(["x"], max_new_tokens=2, return_type="output_indices")
-    trainer.args = dataclasses.replace(trainer.args, total_steps=9)
+    trainer.args = dataclasses.replace(trainer.args, total_steps=9, checkpoint_at_end=False)
     trainer.run()  # three more steps; each donates (deletes) the state it was given
     assert trainer.global_step_counter_ == 9
     assert probe.state is trainer.state

@@ -57,7 +57,8 @@ async def test_a_job_the_repo_declares_ships_with_its_restore_path(
 
 async def test_an_unknown_key_is_refused_naming_the_repos_jobs(repo: Path, tmp_path: Path) -> None:
     ctl = _ctl(tmp_path, FakeRunner(None))
-    with pytest.raises(TclError, match=r"no job registered as 'custom/my_jb'; did you mean custom/my_job"):
+    expected = r"no job registered as 'custom/my_jb'; did you mean custom/my_job"
+    with pytest.raises(TclError, match=expected):
         await submit(ctl, Submission(argv=[], host="racy", job=JobRef(key="custom/my_jb")))
     assert ctl.store.list_runs() == []
 

@@ -1,5 +1,6 @@
 """Checkpoint files: exact RNG, complete-only checkpoints, an atomic `latest`, and saving over
-any suffix (the latest one included) by writing beside it and swapping. Uses a small RestoreableJob over a dict pytree (real Orbax, JAX CPU)."""
+any suffix (the latest one included) by writing beside it and swapping. Uses a small
+RestoreableJob over a dict pytree (real Orbax, JAX CPU)."""
 
 from __future__ import annotations
 

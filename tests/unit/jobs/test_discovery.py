@@ -43,7 +43,8 @@ class Hello(BasicJob[Cfg]):
 def _repo(root: Path, modules: dict[str, str], declared: list[str]) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     listed = ", ".join(f'"{m}"' for m in declared)
-    (root / "pyproject.toml").write_text(f"[project]\nname = 'x'\n\n[tool.tcl]\njobs = [{listed}]\n")
+    text = f"[project]\nname = 'x'\n\n[tool.tcl]\njobs = [{listed}]\n"
+    (root / "pyproject.toml").write_text(text)
     for name, text in modules.items():
         path = root / (name.replace(".", "/") + ".py")
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -96,9 +97,9 @@ def test_the_walk_stops_at_the_git_root_and_at_a_bound(tmp_path: Path) -> None:
 def test_an_unknown_key_names_the_declared_ones(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    repo = _repo(tmp_path / "r", {"pkg_known.jobs": JOB_MODULE.format(key="known/job")}, [
-        "pkg_known.jobs"
-    ])
+    repo = _repo(
+        tmp_path / "r", {"pkg_known.jobs": JOB_MODULE.format(key="known/job")}, ["pkg_known.jobs"]
+    )
     monkeypatch.chdir(repo)
     with pytest.raises(RegistryError, match=r"no job registered as 'known/jb'.*known/job"):
         get_job("known/jb")
@@ -107,14 +108,14 @@ def test_an_unknown_key_names_the_declared_ones(
 def test_an_import_error_is_shown_with_its_traceback(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    broken = "import os\n\n\ndef helper():\n    return 1\n\n\nraise RuntimeError('boom in the job module')\n"
+    broken = "import os\n\n\ndef helper():\n    return 1\n\n\nraise RuntimeError('boom')\n"
     repo = _repo(tmp_path / "r", {"pkg_broken.jobs": broken}, ["pkg_broken.jobs"])
     monkeypatch.chdir(repo)
     with pytest.raises(JobModuleError) as e:
         get_job("anything")
     text = str(e.value)
     assert "pkg_broken.jobs" in text and str(repo / "pyproject.toml") in text
-    assert "Traceback" in text and "boom in the job module" in text
+    assert "Traceback" in text and "RuntimeError: boom" in text
     assert 'pkg_broken/jobs.py", line 8' in text
 
 
@@ -132,7 +133,7 @@ def test_a_malformed_declaration_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"tool\.tcl\.jobs.*list of module names"):
         discovery.declared_modules(tmp_path / "pyproject.toml")
     (tmp_path / "pyproject.toml").write_text("[tool.tcl\n")
-    with pytest.raises(ConfigError, match="pyproject.toml"):
+    with pytest.raises(ConfigError, match=r"pyproject\.toml"):
         discovery.declared_modules(tmp_path / "pyproject.toml")
 
 

@@ -42,7 +42,8 @@ def out(tmp_path: Path) -> Path:
 
 def test_exact_paths_resolve_to_themselves(out: Path) -> None:
     ckpts = out / "checkpoints"
-    assert resolve_restore(ckpts, "p/g/train/run-a/step_00000020") == "p/g/train/run-a/step_00000020"
+    exact = "p/g/train/run-a/step_00000020"
+    assert resolve_restore(ckpts, exact) == exact
     assert resolve_restore(ckpts, "p/g/local/step_00000010") == "p/g/local/step_00000010"
 
 
