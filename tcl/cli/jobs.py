@@ -20,10 +20,15 @@ from tcl.cli._common import err, fail, out, print_json
 def cmd_jobs(
     as_json: Annotated[bool, typer.Option("--json", help="JSON list (stable).")] = False,
 ) -> None:
-    """List the jobs `tcl run` and `tcl submit --job` know (the tcl.jobs registry)."""
+    """List the jobs `tcl run` and `tcl submit --job` know: tcl's own and those this project
+    declares (`[tool.tcl] jobs` in its pyproject.toml, or `tcl.jobs` entry points)."""
+    from tcl.jobs.errors import JobsError
     from tcl.jobs.registry import list_jobs
 
-    rows = list_jobs()
+    try:
+        rows = list_jobs()
+    except JobsError as e:
+        raise fail(str(e), 2) from None
     if as_json:
         print_json([{"key": j.key, "class": j.cls, "kind": j.kind, "doc": j.doc} for j in rows])
         return

@@ -21,6 +21,7 @@ from typer.testing import CliRunner
 from tcl.cli.main import app
 from tcl.jobs.gpt import GPTTrainer
 from tcl.jobs.quick import quick
+from tcl.jobs.registry import get_job
 from tcl.jobs.run import run_job
 
 cli = CliRunner()
@@ -170,10 +171,8 @@ def test_a_theseus_style_model_trains_and_reads_back(in_repo: Path) -> None:
 def test_from_trainer_shares_the_live_state(in_repo: Path) -> None:
     """The inference job reads the trainer's state by reference: after more (donated) steps it
     sees the new params, not a deleted snapshot."""
-    from myjobs.tinylm import TinyLMProbe
-
     trainer = run_job("tinylm/train", None, in_repo / "out-live", overrides=TINY_LM, name="live")
-    probe = TinyLMProbe.from_trainer(trainer)
+    probe = get_job("tinylm/probe").from_trainer(trainer)  # type: ignore[attr-defined]
     before = probe.rollout(["x"], max_new_tokens=2, return_type="output_indices")
     trainer.args = dataclasses.replace(trainer.args, total_steps=9, checkpoint_at_end=False)
     trainer.run()  # three more steps; each donates (deletes) the state it was given

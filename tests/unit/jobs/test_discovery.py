@@ -119,6 +119,25 @@ def test_an_import_error_is_shown_with_its_traceback(
     assert 'pkg_broken/jobs.py", line 8' in text
 
 
+def test_tcl_jobs_and_tcl_run_show_the_traceback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typer.testing import CliRunner
+
+    from tcl.cli.main import app
+
+    broken = "VALUE = 1\n\n\ndef f():\n    return VALUE / 0\n\n\nf()\n"
+    repo = _repo(tmp_path / "r", {"pkg_cli_broken.jobs": broken}, ["pkg_cli_broken.jobs"])
+    monkeypatch.chdir(repo)
+    monkeypatch.setenv("NO_COLOR", "1")
+    for args in (["jobs"], ["run", "x/y", "-", str(tmp_path / "out")]):
+        res = CliRunner().invoke(app, args)
+        assert res.exit_code == 2, res.output
+        assert "cannot import job module 'pkg_cli_broken.jobs'" in res.stderr
+        assert 'pkg_cli_broken/jobs.py", line 5, in f' in res.stderr
+        assert "ZeroDivisionError" in res.stderr
+
+
 def test_a_module_that_is_not_there_is_named(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
