@@ -170,20 +170,27 @@ class InferenceJob(RestoreableJob[C], Generic[C, M]):
         state: train_state.TrainState,
         params: Any,
         batch: tuple[Any, ...],
-        mutable: bool | list[str] = False,
+        key: jax.Array | None = None,
+        deterministic: bool = True,
+        mutable: bool | list[str] | tuple[str, ...] = False,
         extra_variables: dict[str, Any] | None = None,
     ) -> Any:
-        """The model's output for `batch` = (x, y, padding_mask); with `mutable`, also the new
-        variables. `y` and the mask are passed when the model takes them."""
+        """The model's output for `batch` = (x, y, padding_mask) (y and the mask may be None;
+        they are passed when the model takes them); dropout from `key` unless
+        `deterministic`; with `mutable` (e.g. ["cache"]), also the updated variables."""
         x, y, mask = batch
         variables = {"params": params, **(extra_variables or {})}
         model = getattr(state.apply_fn, "__self__", None)
-        kwargs = (
-            protocol.call_kwargs(model, targets=y, valid_BT=mask, deterministic=True)
+        kwargs: dict[str, Any] = (
+            protocol.call_kwargs(model, targets=y, valid_BT=mask, deterministic=deterministic)
             if model is not None
             else {}
         )
-        return state.apply_fn(variables, x, mutable=mutable, **kwargs)
+        if key is not None and not deterministic:
+            kwargs["rngs"] = {"dropout": key}
+        if mutable:
+            kwargs["mutable"] = list(mutable) if not isinstance(mutable, bool) else mutable
+        return state.apply_fn(variables, x, **kwargs)
 
     @staticmethod
     def pad(
