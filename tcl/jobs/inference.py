@@ -93,10 +93,6 @@ class InferenceJob(RestoreableJob[C], Generic[C, M]):
         self._source = None
         self._state = value
 
-    def __call__(self) -> None:
-        self.state  # noqa: B018  # started without a restore: say so before run()
-        super().__call__()
-
     # -- restore ----------------------------------------------------------------------------
 
     def get_tree_and_metadata_from_path(

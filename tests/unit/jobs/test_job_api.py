@@ -91,3 +91,29 @@ def test_a_flax_module_with_field_settings_is_a_config_class() -> None:
         model = configure(TheseusStyle)
     assert isinstance(model, TheseusStyle)
     assert (model.hidden, model.block_size, model.extra) == (8, 16, None)
+
+
+def test_an_analysis_config_may_redeclare_a_model_key_with_its_own_default() -> None:
+    """Seed 001's analysis config declares `architecture/block_size` (default 512) next to the
+    model's config (default 64): it registers, and the job's own class gives the default."""
+    from tcl.jobs.models.config import ModelConfig
+    from tcl.jobs.registry import JOBS, job
+
+    @dataclasses.dataclass
+    class MyAnalysisConfig:
+        num_samples: int = field("analysis/num_samples", default=100)
+        block_size: int = field("architecture/block_size", default=512)
+
+    class Probe(BasicJob[MyAnalysisConfig]):
+        @classmethod
+        def config(cls) -> list[type]:
+            return [MyAnalysisConfig, ModelConfig]
+
+        def run(self) -> None:
+            pass
+
+    try:
+        job("test/analysis-probe")(Probe)
+        assert Probe.default_config().architecture.block_size == 512
+    finally:
+        JOBS.pop("test/analysis-probe", None)
