@@ -15,7 +15,7 @@ from tcl.runner.api import EventsPage, JobSpec
 from tcl.runner.client import RunnerAPIError, RunnerClient, RunnerUnavailable
 from tcl.shim.api import HostInfo, TaskInfo, TaskSpec, TerminationReason
 from tcl.shim.client import ShimClient
-from tcl.shim.errors import NoCapacity, ShimError, ShimUnavailable
+from tcl.shim.errors import NoCapacity, ShimError, ShimUnavailable, Unauthorized
 
 T = TypeVar("T")
 
@@ -24,10 +24,13 @@ class HttpShim:
     """The shim's own typed client (``tcl.shim.client``) behind the ``ShimApi`` seam."""
 
     def __init__(
-        self, base_url: str, token: str, name: str = "shim", unreachable_hint: str = ""
-    ) -> None:
+        self, base_url: str, token: str, name: str = "shim", unreachable_hint: str = "",
+        on_unauthorized: Callable[[], None] | None = None,
+    ) -> None:  # fmt: skip
         self.name = name
         self.unreachable_hint = unreachable_hint  # appended when the shim does not answer
+        # a token that no longer matches (the host was set up again): the owner forgets it
+        self.on_unauthorized = on_unauthorized
         self._client = ShimClient(base_url, token)
 
     async def _call(self, coro: Awaitable[T]) -> T:
@@ -39,6 +42,10 @@ class HttpShim:
             raise AgentUnreachableError(f"{self.name}: {detail}{hint}") from None
         except NoCapacity as e:
             raise NoCapacityError(f"{self.name}: {e}") from None
+        except Unauthorized as e:
+            if self.on_unauthorized is not None:
+                self.on_unauthorized()
+            raise AgentError(f"{self.name}: {e.code}: {e}") from None
         except ShimError as e:
             raise AgentError(f"{self.name}: {e.code}: {e}") from None
 
