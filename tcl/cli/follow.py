@@ -22,11 +22,17 @@ def exit_code_of(state: RunState, exit_code: int | None) -> int:
 
 
 async def follow_with(ctl: Control, run_ref: str, timestamps: bool, after: int = 0) -> Run:
-    """Follow on an open :class:`Control` (``submit`` reuses its SSH connection)."""
+    """Follow on an open :class:`Control` (``submit`` reuses its SSH connection); the outcome
+    is printed as soon as the last line is (before the host has released the task)."""
     from tcl.control.follow import follow  # the control plane: only where it runs in-process
 
+    def on_end(final: Run) -> None:
+        report_end(final.id, final.state, final.exit_code)
+
     run = ctl.store.resolve(run_ref)
-    return await follow(ctl, run, lambda e: print_event(e, timestamps), reconnecting, after=after)
+    return await follow(
+        ctl, run, lambda e: print_event(e, timestamps), reconnecting, after=after, on_end=on_end
+    )
 
 
 def reconnecting(why: str) -> None:
@@ -39,7 +45,8 @@ def detached(run_ref: str) -> int:
 
 
 def finished(final: Run) -> int:
-    return report_end(final.id, final.state, final.exit_code)
+    """The exit code for a followed run (its outcome was printed when it ended)."""
+    return exit_code_of(final.state, final.exit_code)
 
 
 def report_end(run_id: str, state: RunState, exit_code: int | None) -> int:

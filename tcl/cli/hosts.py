@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.table import Table
 
 from tcl.cli._common import err, fail, out, print_json, with_control
-from tcl.control.service import Control, HostStatus
+
+if TYPE_CHECKING:
+    from tcl.control.service import Control, HostStatus
 
 host_app = typer.Typer(help="Install the shim on a host.", no_args_is_help=True)
 
@@ -36,6 +37,8 @@ def cmd_hosts(
     if as_json:
         print_json([status_json(s) for s in statuses])
         return
+    from rich.table import Table
+
     t = Table(box=None, header_style="bold", pad_edge=False)
     for col in ("HOST", "TYPE", "ADDRESS", *(("STATUS", "OFFERS") if check else ())):
         t.add_column(col, overflow="fold")

@@ -6,7 +6,6 @@ SSH connections warm between commands; ``TCL_SERVE=0`` runs it in this process i
 
 from __future__ import annotations
 
-import asyncio
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -200,6 +199,8 @@ def _in_process(req: SubmitRequest, obs: RichObserver, as_json: bool) -> int:
             return await follow_cmd.follow_with(ctl, res.run_id, timestamps=False)
         finally:
             await ctl.aclose()
+
+    import asyncio  # only when it runs: a fast CLI start
 
     try:
         final = asyncio.run(go())

@@ -100,13 +100,13 @@ class HttpRunner:
     async def upload_code(
         self, path: Path, sha256: str, progress: Callable[[int, int], None] | None = None
     ) -> None:
-        if not await self._from_code_cache(sha256):
+        if not await self.use_cached_code(sha256):
             await self._call(self._client.upload_code(path, sha256))
         if progress is not None:
             size = path.stat().st_size
             progress(size, size)
 
-    async def _from_code_cache(self, sha256: str) -> bool:
+    async def use_cached_code(self, sha256: str) -> bool:
         """Have the runner take the tree from its host's code cache (no upload, no extraction);
         False when the cache lacks it (404) or the runner predates the cache (405)."""
         try:

@@ -207,6 +207,18 @@ class SshBackend(Backend):
     ) -> int:
         self.prestage_code(snap, progress)  # no-op when submit did it already
         staged = self._staged.pop(snap.sha256)
+        # A host that has the tree extracted already (any earlier run of this code) needs one
+        # request over the open forward: no hand-over process, no wait for the upload check.
+        try:
+            cached = await runner.use_cached_code(snap.sha256)
+        except BaseException:
+            await staged.aclose()
+            raise
+        if cached:
+            await staged.aclose()
+            if progress is not None:
+                progress(snap.size, snap.size)
+            return 0
         try:
             sent = await staged.upload
             proc = await staged.handover

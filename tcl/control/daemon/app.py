@@ -38,7 +38,7 @@ from tcl.control.errors import SubmitCancelled, TclError
 from tcl.control.follow import follow
 from tcl.control.service import Control
 from tcl.control.ssh import SshPool
-from tcl.control.store import Store
+from tcl.control.store import Run, Store
 from tcl.control.submit import Submission, submit
 from tcl.runner.api import Event
 from tcl.tokenfile import bearer_matches
@@ -46,6 +46,7 @@ from tcl.tokenfile import bearer_matches
 log = logging.getLogger("tcl.serve")
 OPEN_PATHS = frozenset({"/api/healthcheck"})
 NDJSON = "application/x-ndjson"
+TRACE = os.environ.get("TCL_TRACE") == "1"  # inherited from the tcl that started the daemon
 
 
 class Daemon:
@@ -121,10 +122,12 @@ async def _follow_into(
     def on_reconnect(why: str) -> None:
         queue.put_nowait(Line(kind=LineKind.RECONNECTING, text=why))
 
-    run = ctl.store.resolve(run_ref)
-    final = await follow(ctl, run, on_event, on_reconnect, after=after)
-    end = RunEnd(run_id=final.id, state=final.state.value, exit_code=final.exit_code)
-    queue.put_nowait(Line(kind=LineKind.END, run=end))
+    def on_end(final: Run) -> None:  # sent before the task is released on its host
+        end = RunEnd(run_id=final.id, state=final.state.value, exit_code=final.exit_code)
+        queue.put_nowait(Line(kind=LineKind.END, run=end))
+
+    await follow(ctl, ctl.store.resolve(run_ref), on_event, on_reconnect, after=after,
+                 on_end=on_end)  # fmt: skip
 
 
 async def _reported(work: Callable[[], Awaitable[None]], queue: asyncio.Queue[Line | None]) -> None:
@@ -150,15 +153,20 @@ async def _stream(
     d: Daemon, queue: asyncio.Queue[Line | None], task: asyncio.Task[None], first: Line | None
 ) -> AsyncIterator[bytes]:
     d.streams += 1
-    try:
+    t0 = time.monotonic()
+    ended = False  # the run's end was sent: what the work does after it (releasing the
+    try:  # task on its host) must finish even when the client leaves at once
         if first is not None:
             yield first.model_dump_json(exclude_defaults=True).encode() + b"\n"
         while (line := await queue.get()) is not None:
+            ended = ended or line.kind is LineKind.END
+            if TRACE and line.kind is not LineKind.EVENT:  # where does a submit's time go?
+                log.info("%6.3fs %s %s", time.monotonic() - t0, line.kind.value, line.text)
             yield line.model_dump_json(exclude_defaults=True).encode() + b"\n"
     finally:
         # the client is gone (or everything was sent): stop the work; a submit not finished
         # cleans up after itself (no await here: this generator is being cancelled)
-        if not task.done():
+        if not task.done() and not ended:
             task.cancel()
         d.streams -= 1
         d.last_active = time.monotonic()

@@ -105,7 +105,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="exit after this long with nothing to do (0: never)")  # fmt: skip
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request to the agents
+    for noisy in ("httpx", "asyncssh"):  # a line per request, per channel
+        logging.getLogger(noisy).setLevel(logging.WARNING)
     base = daemon_dir()
     try:
         lock_dir(base)
