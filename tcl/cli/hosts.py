@@ -68,10 +68,24 @@ def cmd_setup(
         return await setup_host(b, lambda m: err.print(f"{host}: {m}", markup=False))
 
     res = with_control(ctx, go)
+    _forget_in_daemon(host)
     if as_json:
         print_json(res)
     else:
         err.print(f"{host}: shim {res['version']} running as {res['started']}", markup=False)
+
+
+def _forget_in_daemon(host: str) -> None:
+    """A running ``tcl serve`` keeps the host's shim token: the setup may have made a new one."""
+    from tcl.control.daemon.client import running_daemon
+    from tcl.control.errors import DaemonError
+
+    client = running_daemon()
+    if client is not None:
+        try:
+            client.forget_host(host)
+        except DaemonError as e:  # it re-reads the token on its first refusal anyway
+            err.print(f"note: tcl serve did not take the new token: {e}", markup=False)
 
 
 @host_app.command("cloud-init")

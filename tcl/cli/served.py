@@ -9,7 +9,9 @@ replaced) resumes from the last event printed, through a new daemon.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import signal
+from collections.abc import Callable
+from types import FrameType
 
 from tcl.cli.follow import detached, reconnecting, report_end
 from tcl.cli.render import RichObserver, print_event
@@ -20,7 +22,7 @@ from tcl.control.daemon.api import (
     SubmitRequest,
     SubmitResultWire,
 )
-from tcl.control.daemon.client import DaemonClient, ensure_daemon
+from tcl.control.daemon.client import DaemonClient, LineStream, ensure_daemon
 from tcl.control.errors import DaemonError, SubmitCancelled, TclError
 from tcl.control.states import RunState
 
@@ -29,9 +31,11 @@ MAX_STREAM_BREAKS = 5
 
 
 class _Follow:
-    """Where a follow stands: the last event printed (to resume after it)."""
+    """Where a submit stands: its id (to cancel it), its run, the last event printed."""
 
     def __init__(self) -> None:
+        self.submission: str | None = None
+        self.cancels = 0
         self.run_id: str | None = None
         self.last_seq = 0
 
@@ -42,17 +46,30 @@ def submit_served(
     """Run the submit in the daemon and draw it; return the exit code. A ``TclError`` from the
     daemon is raised here (the caller prints it as one line)."""
     pos = _Follow()
+
+    def on_sigint(_sig: int, _frame: FrameType | None) -> None:
+        # Before the run starts, Ctrl-C asks the daemon to cancel and the stream goes on (it
+        # ends with how the cancel went): nothing is raised into the read, which would leave
+        # the response unreadable. A second Ctrl-C, or one while following, leaves at once.
+        if pos.run_id is not None or pos.submission is None or pos.cancels:
+            raise KeyboardInterrupt
+        pos.cancels += 1
+        obs.close()
+        client.cancel(pos.submission)
+
     lines = client.submit(req)
-    submission: str | None = None
+    previous = signal.signal(signal.SIGINT, on_sigint)
     try:
         for line in lines:
             if line.kind is LineKind.ACCEPTED:
-                submission = line.submission
+                pos.submission = line.submission
             elif line.kind is LineKind.SUBMITTED:
                 obs.close()
                 assert line.result is not None
                 pos.run_id = line.result.run_id
                 announce(line.result)
+                if pos.cancels:  # too late: it had started, and keeps running
+                    return detached(pos.run_id)
                 if not req.follow:
                     return 0
                 return _draw_follow(client, lines, req, pos)
@@ -61,10 +78,14 @@ def submit_served(
     except KeyboardInterrupt:
         if pos.run_id is not None:
             return detached(pos.run_id)
-        obs.close()
-        return _cancel(client, lines, submission)
+        # closing the stream cancels the submit in the daemon too
+        raise SubmitCancelled(
+            "cancelled" if pos.submission else "cancelled; nothing was placed"
+        ) from None
     finally:
+        signal.signal(signal.SIGINT, previous)
         obs.close()
+        lines.close()
     raise DaemonError("tcl serve ended the submit without a result (see its log)")
 
 
@@ -85,26 +106,7 @@ def _error(line: Line) -> TclError:
     return e
 
 
-def _cancel(client: DaemonClient, lines: Iterator[Line], submission: str | None) -> int:
-    """Ctrl-C before the run started: the daemon cancels and cleans up; wait for its word."""
-    if submission is None:
-        raise SubmitCancelled("cancelled; nothing was placed")
-    client.cancel(submission)
-    try:
-        for line in lines:
-            if line.kind is LineKind.ERROR:
-                raise _error(line)
-            if line.kind is LineKind.SUBMITTED and line.result is not None:
-                # too late: it had started; it keeps running
-                return detached(line.result.run_id)
-    except KeyboardInterrupt:  # a second Ctrl-C: leave; closing the stream cancels too
-        pass
-    raise SubmitCancelled("cancelled")
-
-
-def _draw_follow(
-    client: DaemonClient, lines: Iterator[Line], req: SubmitRequest, pos: _Follow
-) -> int:
+def _draw_follow(client: DaemonClient, lines: LineStream, req: SubmitRequest, pos: _Follow) -> int:
     assert pos.run_id is not None
     breaks = 0
     while True:

@@ -33,7 +33,7 @@ API_VERSION = 1
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", defer_build=True)  # built on first use
+    model_config = ConfigDict(extra="forbid")
 
 
 class Identity(_Strict):

@@ -13,7 +13,6 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +31,33 @@ from tcl.control.errors import DaemonError
 RECORD = "daemon.json"  # written by tcl.control.daemon.server
 START_TIMEOUT_S = 30.0
 DEFAULT_IDLE_EXIT_S = 1800.0  # a daemon tcl started itself goes after 30 min with nothing to do
+
+
+class LineStream:
+    """The lines of one streamed response. An iterator object, not a generator: a Ctrl-C
+    (KeyboardInterrupt) while it waits for a line leaves it usable, so the CLI can ask for a
+    cancel and go on reading until the daemon says how the submit ended."""
+
+    def __init__(self, conn: http.client.HTTPConnection, resp: http.client.HTTPResponse) -> None:
+        self._conn = conn
+        self._resp = resp
+
+    def __iter__(self) -> LineStream:
+        return self
+
+    def __next__(self) -> Line:
+        try:
+            raw = self._resp.readline()
+        except (OSError, http.client.HTTPException) as e:
+            self.close()
+            raise DaemonError(f"the connection to tcl serve broke: {e}") from None
+        if not raw:
+            self.close()
+            raise StopIteration
+        return Line.model_validate_json(raw)
+
+    def close(self) -> None:
+        self._conn.close()
 
 
 class DaemonClient:
@@ -64,32 +90,25 @@ class DaemonClient:
         data = body.model_dump_json().encode()
         return data, {**self._headers, "Content-Type": "application/json"}
 
-    def _stream(self, path: str, body: SubmitRequest | FollowRequest) -> Iterator[Line]:
+    def _stream(self, path: str, body: SubmitRequest | FollowRequest) -> LineStream:
         conn = self._conn(None)  # a follow may wait for hours between lines
+        data, headers = self._body(body)
         try:
-            data, headers = self._body(body)
-            try:
-                conn.request("POST", path, body=data, headers=headers)
-                resp = conn.getresponse()
-            except (OSError, http.client.HTTPException) as e:
-                raise DaemonError(f"tcl serve on port {self.port}: {e}") from None
-            if resp.status >= 400:
-                raise DaemonError(f"tcl serve: {path}: {resp.status} {resp.read()[:300]!r}")
-            while True:
-                try:
-                    raw = resp.readline()
-                except (OSError, http.client.HTTPException) as e:
-                    raise DaemonError(f"the connection to tcl serve broke: {e}") from None
-                if not raw:
-                    return
-                yield Line.model_validate_json(raw)
-        finally:
+            conn.request("POST", path, body=data, headers=headers)
+            resp = conn.getresponse()
+        except (OSError, http.client.HTTPException) as e:
             conn.close()
+            raise DaemonError(f"tcl serve on port {self.port}: {e}") from None
+        if resp.status >= 400:
+            detail = resp.read()[:300]
+            conn.close()
+            raise DaemonError(f"tcl serve: {path}: {resp.status} {detail!r}")
+        return LineStream(conn, resp)
 
-    def submit(self, req: SubmitRequest) -> Iterator[Line]:
+    def submit(self, req: SubmitRequest) -> LineStream:
         return self._stream("/api/submit", req)
 
-    def follow(self, req: FollowRequest) -> Iterator[Line]:
+    def follow(self, req: FollowRequest) -> LineStream:
         return self._stream("/api/follow", req)
 
     def cancel(self, submission: str) -> None:
