@@ -252,9 +252,7 @@ def test_submit_follow_through_a_cut_ssh_connection(e2e: Env, ssh_testbed: SshTe
     assert sub2["code"]["uploaded_bytes"] == 0
 
 
-def test_submits_reuse_the_daemons_warm_ssh_connection(
-    e2e: Env, ssh_testbed: SshTestbed
-) -> None:
+def test_submits_reuse_the_daemons_warm_ssh_connection(e2e: Env, ssh_testbed: SshTestbed) -> None:
     """`tcl submit` runs in the `tcl serve` daemon, which keeps the host's SSH connection (and
     its forwards) open between commands: later submits open no new connection."""
     e2e.tcl_json("submit", "--chip", "h100", "-n", "1", "-d", "--", "true")  # warm
