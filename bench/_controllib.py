@@ -27,6 +27,9 @@ VENV = str(Path(sys.executable).parent.parent)
 SSH_BASE = "/tmp/tcl-bench-control"
 
 
+from tcl.control.daemon.client import stop_daemon  # noqa: E402 (after the path is set)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -95,6 +98,7 @@ def testbed() -> Iterator[Bed]:
         try:
             bed.cleanup_runs()
         finally:
+            stop_daemon(bed.home / "state" / "serve")
             pid = bed.shim_dir / "shim.pid"
             if pid.exists():
                 with suppress(ProcessLookupError):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,3 +20,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.unit)
         elif _TESTS / "integration" in path.parents:
             item.add_marker(pytest.mark.integration)
+
+
+# `tcl submit` hands its work to a `tcl serve` daemon it starts when none answers (one per
+# state dir, so one per test's HOME). In tests they go soon after their last request, and
+# whatever is left when the session ends is stopped here.
+os.environ.setdefault("TCL_SERVE_IDLE_EXIT_S", "20")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _stop_serve_daemons(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    yield
+    from tcl.control.daemon.client import stop_daemon
+
+    for record in tmp_path_factory.getbasetemp().glob("**/serve/daemon.json"):
+        stop_daemon(record.parent)

@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sys
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
-from tcl.control.config import Config, load_config
 from tcl.control.errors import TclError
-from tcl.control.service import Control
 
 T = TypeVar("T")
 
@@ -23,12 +20,18 @@ T = TypeVar("T")
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
+if TYPE_CHECKING:
+    from tcl.control.config import Config
+    from tcl.control.service import Control
+
 
 @dataclass
 class Globals:
     config_path: str | None = None
 
     def config(self) -> Config:
+        from tcl.control.config import load_config  # pydantic models: only when needed
+
         return load_config(self.config_path)
 
 
@@ -45,6 +48,8 @@ def fail(message: str, code: int = 1) -> typer.Exit:
 
 def run(coro: Coroutine[Any, Any, T]) -> T:
     """Run a coroutine; a ``TclError`` becomes a one-line message and a non-zero exit."""
+    import asyncio  # only when it runs: a fast CLI start
+
     try:
         return asyncio.run(coro)
     except TclError as e:
@@ -56,6 +61,8 @@ def with_control(ctx: typer.Context, body: Callable[[Control], Awaitable[T]]) ->
     g = globals_of(ctx)
 
     async def go() -> T:
+        from tcl.control.service import Control
+
         ctl = Control(g.config())
         try:
             return await body(ctl)

@@ -6,30 +6,37 @@ from typing import TYPE_CHECKING
 
 from tcl.cli._common import err
 from tcl.cli.render import print_event
-from tcl.control.follow import follow
-from tcl.control.service import Control
 from tcl.control.states import RunState
 
 if TYPE_CHECKING:
+    from tcl.control.service import Control
     from tcl.control.store import Run
 
 
-def exit_code_of(run: Run) -> int:
-    if run.state is RunState.SUCCEEDED:
+def exit_code_of(state: RunState, exit_code: int | None) -> int:
+    if state is RunState.SUCCEEDED:
         return 0
-    if run.exit_code:
-        return run.exit_code
+    if exit_code:
+        return exit_code
     return 1
 
 
 async def follow_with(ctl: Control, run_ref: str, timestamps: bool, after: int = 0) -> Run:
-    """Follow on an open :class:`Control` (``submit`` reuses its SSH connection)."""
+    """Follow on an open :class:`Control` (``submit`` reuses its SSH connection); the outcome
+    is printed as soon as the last line is (before the host has released the task)."""
+    from tcl.control.follow import follow  # the control plane: only where it runs in-process
+
+    def on_end(final: Run) -> None:
+        report_end(final.id, final.state, final.exit_code)
+
     run = ctl.store.resolve(run_ref)
+    return await follow(
+        ctl, run, lambda e: print_event(e, timestamps), reconnecting, after=after, on_end=on_end
+    )
 
-    def reconnecting(why: str) -> None:
-        err.print(f"[tcl] connection lost ({why}); reconnecting…", markup=False)
 
-    return await follow(ctl, run, lambda e: print_event(e, timestamps), reconnecting, after=after)
+def reconnecting(why: str) -> None:
+    err.print(f"[tcl] connection lost ({why}); reconnecting…", markup=False)
 
 
 def detached(run_ref: str) -> int:
@@ -38,7 +45,12 @@ def detached(run_ref: str) -> int:
 
 
 def finished(final: Run) -> int:
+    """The exit code for a followed run (its outcome was printed when it ended)."""
+    return exit_code_of(final.state, final.exit_code)
+
+
+def report_end(run_id: str, state: RunState, exit_code: int | None) -> int:
     """Print the outcome; return the exit code the CLI should exit with."""
-    detail = f" (exit code {final.exit_code})" if final.exit_code is not None else ""
-    err.print(f"[tcl] run {final.id} {final.state.value}{detail}", markup=False)
-    return exit_code_of(final)
+    detail = f" (exit code {exit_code})" if exit_code is not None else ""
+    err.print(f"[tcl] run {run_id} {state.value}{detail}", markup=False)
+    return exit_code_of(state, exit_code)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.table import Table
 
 from tcl.cli._common import err, fail, out, print_json, with_control
-from tcl.control.service import Control, HostStatus
+
+if TYPE_CHECKING:
+    from tcl.control.service import Control, HostStatus
 
 host_app = typer.Typer(help="Install the shim on a host.", no_args_is_help=True)
 
@@ -36,6 +37,8 @@ def cmd_hosts(
     if as_json:
         print_json([status_json(s) for s in statuses])
         return
+    from rich.table import Table
+
     t = Table(box=None, header_style="bold", pad_edge=False)
     for col in ("HOST", "TYPE", "ADDRESS", *(("STATUS", "OFFERS") if check else ())):
         t.add_column(col, overflow="fold")
@@ -65,10 +68,24 @@ def cmd_setup(
         return await setup_host(b, lambda m: err.print(f"{host}: {m}", markup=False))
 
     res = with_control(ctx, go)
+    _forget_in_daemon(host)
     if as_json:
         print_json(res)
     else:
         err.print(f"{host}: shim {res['version']} running as {res['started']}", markup=False)
+
+
+def _forget_in_daemon(host: str) -> None:
+    """A running ``tcl serve`` keeps the host's shim token: the setup may have made a new one."""
+    from tcl.control.daemon.client import running_daemon
+    from tcl.control.errors import DaemonError
+
+    client = running_daemon()
+    if client is not None:
+        try:
+            client.forget_host(host)
+        except DaemonError as e:  # it re-reads the token on its first refusal anyway
+            err.print(f"note: tcl serve did not take the new token: {e}", markup=False)
 
 
 @host_app.command("cloud-init")

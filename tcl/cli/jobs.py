@@ -12,7 +12,6 @@ from collections.abc import Iterator
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
 from tcl.cli._common import err, fail, out, print_json
 
@@ -32,6 +31,8 @@ def cmd_jobs(
     if as_json:
         print_json([{"key": j.key, "class": j.cls, "kind": j.kind, "doc": j.doc} for j in rows])
         return
+    from rich.table import Table  # only where a table is drawn: a fast CLI start
+
     t = Table(box=None, header_style="bold", pad_edge=False)
     for col in ("KEY", "KIND", "CLASS", "DESCRIPTION"):
         t.add_column(col, overflow="fold")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import re
 import time
 from datetime import datetime
@@ -14,12 +13,11 @@ from tcl.cli import follow as follow_cmd
 from tcl.cli._common import err, fail, globals_of
 from tcl.cli.render import print_event
 from tcl.control.errors import TclError
-from tcl.control.follow import pull
 from tcl.control.logcache import LogCache
-from tcl.control.service import Control
 from tcl.runner.api import Event, EventKind
 
 if TYPE_CHECKING:
+    from tcl.control.service import Control
     from tcl.control.store import Run
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
@@ -46,6 +44,8 @@ def _most_recent(ctl: Control) -> str:
 
 async def _sync(ctl: Control, ref: str) -> tuple[str, str | None]:
     """Pull what the runner has that we do not; return (run id, warning)."""
+    from tcl.control.follow import pull
+
     run = ctl.store.resolve(ref)
     if run.host is None:
         return run.id, None
@@ -89,6 +89,8 @@ def cmd_logs(
     state: dict[str, str] = {}
 
     async def go() -> Run | None:
+        from tcl.control.service import Control
+
         ctl = Control(g.config())
         try:
             ref = run_ref
@@ -106,6 +108,8 @@ def cmd_logs(
             return await follow_cmd.follow_with(ctl, run_id, timestamps, after=last)
         finally:
             await ctl.aclose()
+
+    import asyncio  # only when it runs: a fast CLI start
 
     try:
         final = asyncio.run(go())

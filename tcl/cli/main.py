@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from tcl.cli import checkpoints, hosts, jobs, logs, ps, ssh, stop, submit
+from tcl.cli import checkpoints, hosts, jobs, logs, ps, serve, ssh, stop, submit
 from tcl.cli._common import Globals
 
 app = typer.Typer(
@@ -58,6 +58,7 @@ stop.register(app)
 ssh.register(app)
 hosts.register(app)
 jobs.register(app)
+serve.register(app)
 checkpoints.register(app)
 
 

@@ -2,21 +2,19 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.live import Live
-from rich.table import Table
 
 from tcl.cli._common import err, out, print_json, with_control
 from tcl.cli.render import age, iso, run_json
-from tcl.control.follow import refresh
-from tcl.control.service import Control
 
 if TYPE_CHECKING:
+    from rich.table import Table
+
+    from tcl.control.service import Control
     from tcl.control.store import Run
 
 
@@ -27,7 +25,11 @@ class _Listing:
 
 
 async def _runs(ctl: Control, all_runs: bool) -> _Listing:
+    from tcl.control.follow import refresh
+
     runs = ctl.store.list_runs(include_final=all_runs)
+    import asyncio  # only when it runs: a fast CLI start
+
     fresh = await asyncio.gather(*(refresh(ctl, r) for r in runs))
     shown = fresh if all_runs else [r for r in fresh if not r.state.is_final]
     since = ctl.store.unreachable_since([r.id for r in shown if not r.state.is_final])
@@ -43,6 +45,8 @@ def state_text(r: Run, unreachable_since: float | None) -> str:
 
 
 def _table(listing: _Listing) -> Table:
+    from rich.table import Table
+
     t = Table(box=None, header_style="bold", pad_edge=False)
     for col in ("RUN", "NAME", "STATE", "HOST", "CHIPS", "CREATED", "COMMAND"):
         t.add_column(col, overflow="fold")
@@ -80,6 +84,8 @@ def cmd_ps(
             err.print("no runs" + ("" if all_runs else " running (tcl ps -a for all)"))
         return
     try:
+        from rich.live import Live
+
         with Live(console=out, auto_refresh=False) as live:
             while True:
                 listing = with_control(ctx, lambda ctl: _runs(ctl, all_runs))

@@ -8,13 +8,13 @@ import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
-from rich.status import Status
-
 from tcl.cli._common import err
 from tcl.runner.api import Event, EventKind, LogStream
 
 if TYPE_CHECKING:
+    from rich.progress import Progress
+    from rich.status import Status
+
     from tcl.control.store import Run
 
 
@@ -92,6 +92,8 @@ class RichObserver:
         if not self.enabled or total < 1 << 20:
             return
         if self._progress is None:
+            from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
+
             if self._status is not None:
                 self._status.stop()
                 self._status = None

@@ -5,18 +5,21 @@ from __future__ import annotations
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from tcl.cli._common import err, fail, out, with_control
-from tcl.control import sshconfig
-from tcl.control.config import SshHost
 from tcl.control.errors import TclError
-from tcl.control.service import Control
+
+if TYPE_CHECKING:
+    from tcl.control.service import Control
 
 
 async def _write_config(ctl: Control, run_ref: str) -> tuple[str, Path]:
+    from tcl.control import sshconfig
+    from tcl.control.config import SshHost
+
     run = ctl.store.resolve(run_ref)
     entries = {}
     includes: list[str] = []

@@ -7,10 +7,9 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from tcl.cli._common import err, with_control
-from tcl.control.follow import stop
-from tcl.control.service import Control
 
 if TYPE_CHECKING:
+    from tcl.control.service import Control
     from tcl.control.store import Run
 
 
@@ -24,6 +23,8 @@ def cmd_stop(
     """Stop a run."""
 
     async def go(ctl: Control) -> Run:
+        from tcl.control.follow import stop
+
         return await stop(ctl, ctl.store.resolve(run_ref), grace_s)
 
     run = with_control(ctx, go)

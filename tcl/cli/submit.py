@@ -1,8 +1,11 @@
-"""``tcl submit``: run a command on the best free host, then follow its logs."""
+"""``tcl submit``: run a command on the best free host, then follow its logs.
+
+By default the submit runs in the ``tcl serve`` daemon (started when none answers), which keeps
+SSH connections warm between commands; ``TCL_SERVE=0`` runs it in this process instead.
+"""
 
 from __future__ import annotations
 
-import asyncio
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -12,9 +15,9 @@ import typer
 from tcl.cli import follow as follow_cmd
 from tcl.cli._common import err, fail, globals_of, print_json
 from tcl.cli.render import RichObserver
-from tcl.control.errors import SubmitCancelled, TclError
-from tcl.control.service import Control
-from tcl.control.submit import Submission, SubmitResult, submit
+from tcl.control.daemon.api import SubmitRequest, SubmitResultWire
+from tcl.control.errors import DaemonError, SubmitCancelled, TclError
+from tcl.control.paths import config_path
 from tcl.runner.api import JobRef
 
 if TYPE_CHECKING:
@@ -64,7 +67,7 @@ def _job_ref(
     return JobRef(key=key, config_yaml=text, restore=restore)
 
 
-def result_json(r: SubmitResult) -> dict[str, object]:
+def result_json(r: SubmitResultWire) -> dict[str, object]:
     """The stable JSON form of a submit (documented in docs/cli.md)."""
     return {
         "run_id": r.run_id,
@@ -136,48 +139,101 @@ def cmd_submit(
     chips = n if n or chip is None else 1
     if code_dir is not None and not os.path.isdir(code_dir):
         raise fail(f"--dir {code_dir}: not a directory")
-    sub = Submission(
+    if job_ref is not None:
+        _check_job(job_ref.key, code_dir)
+    path, named = config_path(globals_of(ctx).config_path)
+    req = SubmitRequest(
+        config_path=str(path), config_named=named, cwd=os.getcwd(), code_dir=code_dir,
         argv=command, name=name, chip=chip, chips=chips, host=host, image=image,
         env=_pairs(env or []), secrets=_secrets(secret or []), job=job_ref,
-        code_dir=Path(code_dir) if code_dir is not None else None,
+        follow=(follow or not detach) and not (as_json and not follow),
     )  # fmt: skip
-    g = globals_of(ctx)
     obs = RichObserver(enabled=not as_json)
-    want_follow = follow or not detach
+    if os.environ.get("TCL_SERVE", "1") != "0":
+        code = _served(req, obs, as_json)
+        if code is not None:
+            raise typer.Exit(code)
+    raise typer.Exit(_in_process(req, obs, as_json))
+
+
+def _check_job(key: str, code_dir: str | None) -> None:
+    """Refuse an unknown ``--job`` key before anything ships (here: the user's environment),
+    against the jobs of the project being shipped (``tcl.control.jobcheck``)."""
+    from tcl.control.jobcheck import check_job_key, job_dirs
+
+    start, stop = job_dirs(Path.cwd(), Path(code_dir) if code_dir is not None else None)
+    try:
+        note = check_job_key(key, start, stop)
+    except TclError as e:
+        raise fail(str(e), e.exit_code) from None
+    if note:
+        err.print(f"note: {note}", markup=False)
+
+
+def _served(req: SubmitRequest, obs: RichObserver, as_json: bool) -> int | None:
+    """The submit, run by the daemon; None when no daemon can be had (then in-process)."""
+    from tcl.cli.served import submit_served
+    from tcl.control.daemon.client import ensure_daemon
+
+    try:
+        client = ensure_daemon()
+    except DaemonError as e:
+        err.print(f"note: {e}; submitting from this process", markup=False)
+        return None
+    try:
+        return submit_served(client, req, obs, lambda r: _announce(r, as_json))
+    except SubmitCancelled as e:  # Ctrl-C before the run started, all of it cleaned up
+        err.print(str(e), markup=False)
+        return e.exit_code
+    except TclError as e:
+        raise fail(str(e), e.exit_code) from None
+
+
+def _in_process(req: SubmitRequest, obs: RichObserver, as_json: bool) -> int:
+    from tcl.control.config import load_config_at
+    from tcl.control.service import Control
+    from tcl.control.submit import Submission, SubmitResult, submit
+
+    sub = Submission(
+        argv=req.argv, name=req.name, chip=req.chip, chips=req.chips, host=req.host,
+        image=req.image, env=req.env, secrets=req.secrets, job=req.job,
+        code_dir=Path(req.code_dir) if req.code_dir is not None else None,
+    )  # fmt: skip
     state: dict[str, SubmitResult] = {}
 
     async def go() -> Run | None:
-        ctl = Control(g.config())
+        ctl = Control(load_config_at(Path(req.config_path), req.config_named))
         try:
             try:
-                res = await submit(ctl, sub, obs)
+                res = await submit(ctl, sub, obs, check_job=False)
             finally:
                 obs.close()
             state["res"] = res
-            _announce(res, as_json)
-            if not want_follow or (as_json and not follow):
+            _announce(SubmitResultWire.of(res), as_json)
+            if not req.follow:
                 return None
             # same Control: the SSH connection and forwards made for the submit are reused
             return await follow_cmd.follow_with(ctl, res.run_id, timestamps=False)
         finally:
             await ctl.aclose()
 
+    import asyncio  # only when it runs: a fast CLI start
+
     try:
         final = asyncio.run(go())
     except KeyboardInterrupt:
         if "res" in state:
-            raise typer.Exit(follow_cmd.detached(state["res"].run_id)) from None
-        raise typer.Exit(130) from None
+            return follow_cmd.detached(state["res"].run_id)
+        return 130
     except SubmitCancelled as e:  # Ctrl-C before the run started, all of it cleaned up
         err.print(str(e), markup=False)
-        raise typer.Exit(e.exit_code) from None
+        return e.exit_code
     except TclError as e:
         raise fail(str(e), e.exit_code) from None
-    if final is not None:
-        raise typer.Exit(follow_cmd.finished(final))
+    return 0 if final is None else follow_cmd.finished(final)
 
 
-def _announce(res: SubmitResult, as_json: bool) -> None:
+def _announce(res: SubmitResultWire, as_json: bool) -> None:
     for h, why in res.skipped:
         err.print(f"skipped {h}: {why}", markup=False)
     if as_json:

@@ -24,8 +24,8 @@ from pydantic import (
 )
 
 from tcl.control.errors import ConfigError
+from tcl.control.paths import config_path
 
-DEFAULT_CONFIG_PATH = Path("~/.config/tcl/config.yaml")
 LOCAL_HOST_NAME = "local"
 
 
@@ -197,19 +197,13 @@ def default_config() -> Config:
     return Config(hosts={LOCAL_HOST_NAME: LocalHost(type="local")})
 
 
-def config_path(explicit: str | os.PathLike[str] | None = None) -> tuple[Path, bool]:
-    """The path to read and whether the user named it (then it must exist)."""
-    if explicit is not None:
-        return Path(explicit).expanduser(), True
-    env = os.environ.get("TCL_CONFIG")
-    if env:
-        return Path(env).expanduser(), True
-    return DEFAULT_CONFIG_PATH.expanduser(), False
-
-
 def load_config(explicit: str | os.PathLike[str] | None = None) -> Config:
     """Load and validate the config; no file at the default path → :func:`default_config`."""
-    path, named = config_path(explicit)
+    return load_config_at(*config_path(explicit))
+
+
+def load_config_at(path: Path, named: bool) -> Config:
+    """Load the config at ``path``; a missing file is an error only when the user ``named`` it."""
     try:
         text = path.read_text()
     except FileNotFoundError:

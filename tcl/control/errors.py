@@ -15,7 +15,8 @@
     │   └── SshCommandError       a remote command exited non-zero
     ├── AgentError                a shim or runner answered with an error (translated from httpx)
     │   ├── AgentUnreachableError the connection to it failed or dropped: re-resolve and retry
-    │   └── NoCapacityError       the shim's 409 no_capacity
+    │   ├── NoCapacityError       the shim's 409 no_capacity
+    │   └── DaemonError           the local `tcl serve` daemon cannot be started or reached
     ├── NoPlacementError          the solver found nothing: carries what each host offers
     ├── SubmitCancelled           Ctrl-C during a submit, once what it started is cleaned up
     └── HostSetupError            `tcl host setup` failed (names the step)
@@ -91,6 +92,10 @@ class AgentUnreachableError(AgentError):
 
 class NoCapacityError(AgentError):
     """The shim refused the task because the accelerators are not free."""
+
+
+class DaemonError(AgentError):
+    """The local ``tcl serve`` daemon could not be started, or its stream broke."""
 
 
 class NoPlacementError(TclError):

@@ -98,8 +98,9 @@ def _record_outcome(ctl: Control, run: Run, att: Attempt, task: TaskInfo) -> Run
     return state
 
 
-async def pull(ctl: Control, run: Run, wait_s: float = 0.0) -> PullResult:
-    """One page of new events from the runner, stored before being returned."""
+async def pull(ctl: Control, run: Run, wait_s: float = 0.0, release: bool = True) -> PullResult:
+    """One page of new events from the runner, stored before being returned. ``release``:
+    once the last event is kept, end the task here (else the caller does, :func:`release`)."""
     att = ctl.store.latest_attempt(run.id)
     if att is None or (att.handle.get("released") and run.state.is_final):
         return PullResult([], run.state, False)  # every event is kept locally already
@@ -124,7 +125,7 @@ async def pull(ctl: Control, run: Run, wait_s: float = 0.0) -> PullResult:
     state = _STATE_MAP[page.state]
     if not page.more or not state.is_final:
         _record_state(ctl, run, state, page.exit_code)
-    if state.is_final and not page.more:
+    if state.is_final and not page.more and release:
         await _release(ctl, att, state)
     return PullResult(fresh, state if not page.more else RunState.RUNNING, page.more)
 
@@ -159,14 +160,27 @@ async def _release(ctl: Control, att: Attempt, state: RunState) -> None:
     ctl.store.update_attempt(att.run_id, att.attempt, handle={**att.handle, "released": True})
 
 
+async def release(ctl: Control, run_id: str) -> None:
+    """End a final run's task and remove its runner once every event is kept (what a pull
+    with ``release`` does): the host frees its accelerators and files."""
+    run = ctl.store.get_run(run_id)
+    att = ctl.store.latest_attempt(run_id)
+    if att is not None and run.state.is_final:
+        await _release(ctl, att, run.state)
+
+
 async def follow(
     ctl: Control,
     run: Run,
     on_event: Callable[[Event], None],
     on_reconnect: Callable[[str], None] | None = None,
     after: int = 0,
+    on_end: Callable[[Run], None] | None = None,
 ) -> Run:
-    """Print kept events after ``after``, then new ones until the run ends; survives drops."""
+    """Print kept events after ``after``, then new ones until the run ends; survives drops.
+
+    ``on_end`` hears of the end as soon as the last event is printed, before the task is
+    released on its host (a docker task's stop takes about half a second)."""
     cache = LogCache(run.id)
     for e in cache.read(after):
         on_event(e)
@@ -175,9 +189,11 @@ async def follow(
     while True:
         current = ctl.store.get_run(run.id)
         if current.state.is_final and _has_final_event(cache):
+            if on_end is not None:
+                on_end(current)
             return current
         try:
-            res = await pull(ctl, current, wait_s=10.0)
+            res = await pull(ctl, current, wait_s=10.0, release=False)
         except _RETRYABLE as e:
             now = time.monotonic()
             failing_since = failing_since or now
@@ -195,6 +211,9 @@ async def follow(
         for ev in res.events:
             on_event(ev)
         if res.state.is_final and not res.more:
+            if on_end is not None:
+                on_end(ctl.store.get_run(run.id))
+            await release(ctl, run.id)
             return ctl.store.get_run(run.id)
 
 

@@ -15,7 +15,7 @@ from tcl.runner.api import EventsPage, JobSpec
 from tcl.runner.client import RunnerAPIError, RunnerClient, RunnerUnavailable
 from tcl.shim.api import HostInfo, TaskInfo, TaskSpec, TerminationReason
 from tcl.shim.client import ShimClient
-from tcl.shim.errors import NoCapacity, ShimError, ShimUnavailable
+from tcl.shim.errors import NoCapacity, ShimError, ShimUnavailable, Unauthorized
 
 T = TypeVar("T")
 
@@ -24,10 +24,13 @@ class HttpShim:
     """The shim's own typed client (``tcl.shim.client``) behind the ``ShimApi`` seam."""
 
     def __init__(
-        self, base_url: str, token: str, name: str = "shim", unreachable_hint: str = ""
-    ) -> None:
+        self, base_url: str, token: str, name: str = "shim", unreachable_hint: str = "",
+        on_unauthorized: Callable[[], None] | None = None,
+    ) -> None:  # fmt: skip
         self.name = name
         self.unreachable_hint = unreachable_hint  # appended when the shim does not answer
+        # a token that no longer matches (the host was set up again): the owner forgets it
+        self.on_unauthorized = on_unauthorized
         self._client = ShimClient(base_url, token)
 
     async def _call(self, coro: Awaitable[T]) -> T:
@@ -39,6 +42,10 @@ class HttpShim:
             raise AgentUnreachableError(f"{self.name}: {detail}{hint}") from None
         except NoCapacity as e:
             raise NoCapacityError(f"{self.name}: {e}") from None
+        except Unauthorized as e:
+            if self.on_unauthorized is not None:
+                self.on_unauthorized()
+            raise AgentError(f"{self.name}: {e.code}: {e}") from None
         except ShimError as e:
             raise AgentError(f"{self.name}: {e.code}: {e}") from None
 
@@ -93,13 +100,13 @@ class HttpRunner:
     async def upload_code(
         self, path: Path, sha256: str, progress: Callable[[int, int], None] | None = None
     ) -> None:
-        if not await self._from_code_cache(sha256):
+        if not await self.use_cached_code(sha256):
             await self._call(self._client.upload_code(path, sha256))
         if progress is not None:
             size = path.stat().st_size
             progress(size, size)
 
-    async def _from_code_cache(self, sha256: str) -> bool:
+    async def use_cached_code(self, sha256: str) -> bool:
         """Have the runner take the tree from its host's code cache (no upload, no extraction);
         False when the cache lacks it (404) or the runner predates the cache (405)."""
         try:

@@ -12,12 +12,9 @@ shim itself refuses a state dir that another shim holds (``tcl.shim.server.lock_
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
-import os
 import secrets
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -28,10 +25,10 @@ from typing import Any
 import httpx
 
 from tcl.atomic import write_atomic
+from tcl.control.detached import ensure_started, stop_pid
 from tcl.control.errors import AgentError
 
 STATE_VERSION = 1
-START_LOCK = "start.lock"
 
 
 def _free_port() -> int:
@@ -88,46 +85,19 @@ def _usable(base: Path, want: dict[str, Any]) -> tuple[int, str] | None:
 def ensure_local_shim(
     base: Path, executor: str, fake_accelerators: str | None, timeout_s: float = 30.0
 ) -> tuple[int, str]:
-    """Return (port, token) of a healthy local shim, starting one if needed.
-
-    Callers that find no usable shim take ``start.lock`` (``flock``; each call opens its own
-    file description, so threads of one process exclude each other too); the holder re-checks
-    and starts at most one daemon. The others keep checking while they wait, so they use the
-    new shim as soon as it answers instead of queueing behind the lock one by one.
-    """
-    base.mkdir(parents=True, exist_ok=True, mode=0o700)
+    """Return (port, token) of a healthy local shim, starting one if needed (at most one
+    however many callers ask at once: :func:`tcl.control.detached.ensure_started`)."""
     want = {"executor": executor, "fake_accelerators": fake_accelerators}
-    found = _usable(base, want)
-    if found is not None:
-        return found
-    lock = base / START_LOCK
-    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        # the holder waits for its shim up to timeout_s; outwait it
-        deadline = time.monotonic() + timeout_s + 30
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                pass
-            found = _usable(base, want)
-            if found is not None:
-                return found
-            if time.monotonic() > deadline:
-                raise AgentError(f"another tcl has held {lock} too long starting the local shim")
-            time.sleep(0.2)
-        found = _usable(base, want)  # started by the previous holder
-        if found is not None:
-            return found
+
+    def start() -> tuple[int, str]:
         if not (base / "token").exists():
             write_atomic(base / "token", secrets.token_urlsafe(32))
         rec = _recorded(base)
         if rec is not None and _healthy(int(rec[0]["port"]), rec[1]):
-            _stop_pid(int(rec[0]["pid"]))  # config changed: restart with the new flags
+            stop_pid(int(rec[0]["pid"]))  # config changed: restart with the new flags
         return _start(base, want, timeout_s)
-    finally:
-        os.close(fd)  # drops the lock
+
+    return ensure_started(base, lambda: _usable(base, want), start, "the local shim", timeout_s)
 
 
 def _start(base: Path, want: dict[str, Any], timeout_s: float) -> tuple[int, str]:
@@ -161,27 +131,10 @@ def _start(base: Path, want: dict[str, Any], timeout_s: float) -> tuple[int, str
     )
 
 
-def _stop_pid(pid: int) -> None:
-    """SIGTERM, then SIGKILL after 10 s: the next shim can only start once this one has
-    released the state dir's lock, that is, exited."""
-    for sig, wait_s in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
-        try:
-            os.kill(pid, sig)
-        except ProcessLookupError:
-            return
-        deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline:
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                return
-            time.sleep(0.1)
-
-
 def stop_local_shim(base: Path) -> None:
     """Stop the local shim daemon if one runs (tests, `tcl host stop-local`)."""
     state_file = base / "shim.json"
     if state_file.exists():
         with contextlib.suppress(ValueError, KeyError):
-            _stop_pid(int(json.loads(state_file.read_text())["pid"]))
+            stop_pid(int(json.loads(state_file.read_text())["pid"]))
         state_file.unlink(missing_ok=True)

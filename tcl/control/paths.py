@@ -5,6 +5,18 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+DEFAULT_CONFIG_PATH = Path("~/.config/tcl/config.yaml")
+
+
+def config_path(explicit: str | os.PathLike[str] | None = None) -> tuple[Path, bool]:
+    """The config file to read and whether the user named it (then it must exist)."""
+    if explicit is not None:
+        return Path(explicit).expanduser(), True
+    env = os.environ.get("TCL_CONFIG")
+    if env:
+        return Path(env).expanduser(), True
+    return DEFAULT_CONFIG_PATH.expanduser(), False
+
 
 def state_dir() -> Path:
     """``$TCL_STATE_DIR`` or ``~/.local/share/tcl``: the database, pulled logs, ssh files."""

@@ -32,10 +32,16 @@ class HostStatus:
 class Control:
     """Holds the connections of one CLI command; :meth:`aclose` releases them."""
 
-    def __init__(self, cfg: Config, store: Store | None = None) -> None:
+    def __init__(
+        self, cfg: Config, store: Store | None = None, pool: SshPool | None = None,
+        shared: bool = False,
+    ) -> None:  # fmt: skip
         self.cfg = cfg
         self._store = store
-        self._pool: SshPool | None = None
+        self._pool = pool
+        # shared: the store and pool belong to a longer-lived owner (the `tcl serve` daemon,
+        # one Control per request): :meth:`aclose` leaves them open
+        self._shared = shared
         self._backends: dict[str, Backend] = {}
 
     @property
@@ -143,6 +149,8 @@ class Control:
     async def aclose(self) -> None:
         for b in self._backends.values():
             await b.aclose()
+        if self._shared:
+            return
         if self._pool is not None:
             await self._pool.close()
         if self._store is not None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import os
 import posixpath
+import secrets
 import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -184,6 +185,9 @@ class SshPool:
     def __init__(self) -> None:
         self._hosts: dict[str, _HostState] = {}
         self.connects = 0  # how many connections were opened (tests, benchmarks)
+        # Facts a backend learned over a host's connection (its shim dir and token), kept while
+        # the connection lives: the `tcl serve` daemon's submits each make their own backend.
+        self.facts: dict[tuple[str, str], tuple[str, ...]] = {}
 
     def _state(self, target: SshTarget) -> _HostState:
         st = self._hosts.get(target.name)
@@ -230,6 +234,7 @@ class SshPool:
             raise last
 
     def _drop(self, st: _HostState) -> None:
+        self.facts = {k: v for k, v in self.facts.items() if k[0] not in self._names_of(st)}
         for listener in st.forwards.values():
             listener.close()
         st.forwards.clear()
@@ -237,6 +242,9 @@ class SshPool:
             if c is not None:
                 c.close()
         st.conn, st.hops = None, []
+
+    def _names_of(self, st: _HostState) -> set[str]:
+        return {name for name, s in self._hosts.items() if s is st}
 
     async def run(
         self,
@@ -340,7 +348,8 @@ class SshPool:
         conn = await self.connection(target)
         st = self._state(target)
         assert st.sessions is not None
-        tmp = f"{remote}.part-{os.getpid()}"
+        # unique per upload: one process (the `tcl serve` daemon) may upload the same file twice
+        tmp = f"{remote}.part-{os.getpid()}-{secrets.token_hex(4)}"
         handler = None
         if progress is not None:
 

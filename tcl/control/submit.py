@@ -91,9 +91,13 @@ class SubmitResult:
     ssh: bool  # whether `tcl ssh` can reach it
 
 
-async def submit(ctl: Control, sub: Submission, obs: Observer | None = None) -> SubmitResult:
+async def submit(
+    ctl: Control, sub: Submission, obs: Observer | None = None, check_job: bool = True
+) -> SubmitResult:
+    """``check_job=False``: the caller checked ``sub.job`` (the `tcl serve` daemon's client
+    does, in the user's own environment, before handing the submit over)."""
     obs = obs or _Silent()
-    if sub.job is not None:
+    if sub.job is not None and check_job:
         obs.status("checking the job key")
         note = await asyncio.to_thread(check_job_key, sub.job.key, *job_dirs(sub.cwd, sub.code_dir))
         if note:

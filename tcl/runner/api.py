@@ -48,8 +48,13 @@ class RunnerState(enum.StrEnum):
         return self in (RunnerState.SUCCEEDED, RunnerState.FAILED, RunnerState.TERMINATED)
 
 
+# defer_build: a model's validator is built on its first use, not at import; the CLI imports
+# this module for a few models and must start fast (a submit is timed from the keypress).
+_LAZY = ConfigDict(defer_build=True)
+
+
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
 # Numbers are ``strict``: JSON ``true`` is not 1 (pydantic's lax mode would take it). Integers
@@ -118,6 +123,8 @@ class LogStream(enum.StrEnum):
 
 
 class Event(BaseModel):
+    model_config = _LAZY
+
     seq: int  # strictly increasing from 1
     ts: float  # unix seconds
     kind: EventKind
@@ -145,6 +152,8 @@ class LogsQuery(_Strict):
 
 
 class EventsPage(BaseModel):
+    model_config = _LAZY
+
     events: list[Event]
     next: int  # pass as ``after`` to continue
     state: RunnerState
@@ -153,6 +162,8 @@ class EventsPage(BaseModel):
 
 
 class HealthInfo(BaseModel):
+    model_config = _LAZY
+
     """Open to anyone (no token): the shim's probe learns here that a job has ended."""
 
     service: Literal["tcl-runner"] = "tcl-runner"
@@ -163,6 +174,8 @@ class HealthInfo(BaseModel):
 
 
 class StateInfo(BaseModel):
+    model_config = _LAZY
+
     """The answer of submit, code, run and stop: where the runner is now."""
 
     state: RunnerState
@@ -177,6 +190,8 @@ class StopRequest(_Strict):
 
 
 class Metrics(BaseModel):
+    model_config = _LAZY
+
     """The job's process tree (all zero before it starts) and the accelerators the runner sees."""
 
     cpu_percent: float
@@ -186,5 +201,7 @@ class Metrics(BaseModel):
 
 
 class ErrorBody(BaseModel):
+    model_config = _LAZY
+
     error: str  # stable machine-readable code, e.g. "spec_conflict"
     detail: str | list[dict[str, object]]

@@ -107,6 +107,11 @@ class SshBackend(Backend):
         return self._shim_dir
 
     async def _dir_and_token(self) -> None:
+        key = (self.target.name, self.cfg.shim_dir)
+        known = self.pool.facts.get(key)  # learned by an earlier submit over this connection
+        if known is not None:
+            self._shim_dir, self._token = known
+            return
         res = await self.pool.run(
             self.target, ["sh", "-c", _DIR_AND_TOKEN, "sh", self.cfg.shim_dir], check=False
         )
@@ -114,10 +119,13 @@ class SshBackend(Backend):
         if lines:
             self._shim_dir = lines[0]
         self._token = lines[1].strip() if res.exit_code == 0 and len(lines) > 1 else None
+        if self._shim_dir is not None and self._token is not None:
+            self.pool.facts[key] = (self._shim_dir, self._token)
 
     def forget_token(self) -> None:
         """Read the token again on next use (``tcl host setup`` may have made a new one)."""
         self._token = None
+        self.pool.facts.pop((self.target.name, self.cfg.shim_dir), None)
 
     async def shim(self) -> ShimApi:
         port = await self.pool.forward(self.target, self.cfg.shim_port)
@@ -138,9 +146,15 @@ class SshBackend(Backend):
                 f"the shim on {self.name} does not answer (not running?): "
                 f"run `tcl host setup {self.name}`"
             ),
+            on_unauthorized=self._forget_shim,
         )  # fmt: skip
         self._shim_port = port
         return self._shim
+
+    def _forget_shim(self) -> None:
+        """The shim refused our token: read it again and make a new client on next use."""
+        self.forget_token()
+        self._shim_port = None
 
     async def runner(self, runner_port: int, token: str, label: str) -> RunnerApi:
         port = await self.pool.forward(self.target, runner_port)
@@ -193,6 +207,18 @@ class SshBackend(Backend):
     ) -> int:
         self.prestage_code(snap, progress)  # no-op when submit did it already
         staged = self._staged.pop(snap.sha256)
+        # A host that has the tree extracted already (any earlier run of this code) needs one
+        # request over the open forward: no hand-over process, no wait for the upload check.
+        try:
+            cached = await runner.use_cached_code(snap.sha256)
+        except BaseException:
+            await staged.aclose()
+            raise
+        if cached:
+            await staged.aclose()
+            if progress is not None:
+                progress(snap.size, snap.size)
+            return 0
         try:
             sent = await staged.upload
             proc = await staged.handover

@@ -252,6 +252,18 @@ def test_submit_follow_through_a_cut_ssh_connection(e2e: Env, ssh_testbed: SshTe
     assert sub2["code"]["uploaded_bytes"] == 0
 
 
+def test_submits_reuse_the_daemons_warm_ssh_connection(e2e: Env, ssh_testbed: SshTestbed) -> None:
+    """`tcl submit` runs in the `tcl serve` daemon, which keeps the host's SSH connection (and
+    its forwards) open between commands: later submits open no new connection."""
+    e2e.tcl_json("submit", "--chip", "h100", "-n", "1", "-d", "--", "true")  # warm
+    before = _accepted(ssh_testbed)
+    for i in range(3):
+        res = e2e.tcl("submit", "--chip", "h100", "-n", "1", "--", "python3", "-c",
+                      f"print('warm {i}')")  # fmt: skip
+        assert res.stdout.splitlines()[-1:] == [f"warm {i}"], res.stderr
+    assert _accepted(ssh_testbed) == before
+
+
 def test_ps_ssh_stop(e2e: Env, docker_client: Any) -> None:
     sub = e2e.tcl_json("submit", "--chip", "h100", "-n", "2", "-d", "--", "sleep", "300")
     run_id = sub["run_id"]

@@ -214,17 +214,18 @@ def test_ssh_print_config_after_the_run_prints_the_config(
 
 
 def test_chip_names_are_case_insensitive(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import tcl.cli.submit
+    import tcl.control.submit
     from tcl.control.config import parse_config
     from tcl.control.errors import TclError
 
     seen = []
 
-    async def submit(ctl: object, sub: Any, obs: object) -> None:
+    async def submit(ctl: object, sub: Any, obs: object, check_job: bool = True) -> None:
         seen.append(sub.chip)
         raise TclError("stop here")
 
-    monkeypatch.setattr(tcl.cli.submit, "submit", submit)
+    monkeypatch.setenv("TCL_SERVE", "0")  # the in-process submit, replaced here
+    monkeypatch.setattr(tcl.control.submit, "submit", submit)
     res = runner.invoke(app, ["submit", "--chip", "H100", "--", "true"])
     assert res.exit_code == 1 and seen == ["h100"]
     cfg = parse_config("hosts:\n  a: {type: local, chips: {H100: 8}}\n")
@@ -234,10 +235,11 @@ def test_chip_names_are_case_insensitive(home: Path, monkeypatch: pytest.MonkeyP
 def test_a_cancelled_submit_prints_one_line(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from tcl.control.errors import SubmitCancelled
 
-    async def cancelled(*_args: object) -> None:
+    async def cancelled(*_args: object, **_kwargs: object) -> None:
         raise SubmitCancelled("cancelled; nothing left on gpu1")
 
-    monkeypatch.setattr("tcl.cli.submit.submit", cancelled)
+    monkeypatch.setenv("TCL_SERVE", "0")
+    monkeypatch.setattr("tcl.control.submit.submit", cancelled)
     res = runner.invoke(app, ["submit", "--", "python", "x.py"])
     assert res.exit_code == 130
     assert res.stderr.strip() == "cancelled; nothing left on gpu1"

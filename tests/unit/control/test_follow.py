@@ -44,6 +44,9 @@ class FakeRunner:
     async def upload_code(self, path: Path, sha256: str, progress: Progress | None = None) -> None:
         return None
 
+    async def use_cached_code(self, sha256: str) -> bool:
+        return False
+
     async def run(self) -> None: ...
 
     async def events(self, after: int, wait_s: float = 0.0, limit: int = 1000) -> EventsPage:

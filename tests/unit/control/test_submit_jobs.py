@@ -74,25 +74,29 @@ async def test_an_import_error_in_the_users_job_module_is_shown(repo: Path, tmp_
     assert ctl.store.list_runs() == []
 
 
-def test_cli_submit_restore_goes_into_the_job_ref(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_cli_submit_checks_the_key_and_passes_restore_into_the_job_ref(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import tcl.cli.submit
+    import tcl.control.submit
 
     seen: list[Submission] = []
 
-    async def fake_submit(ctl: Any, sub: Submission, obs: Any) -> Any:
+    async def fake_submit(ctl: Any, sub: Submission, obs: Any, check_job: bool = True) -> Any:
         seen.append(sub)
         raise TclError("stop here")
 
-    monkeypatch.setenv("TCL_STATE_DIR", str(tmp_path / "state"))
     monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("TCL_SERVE", "0")  # the in-process submit, replaced here
     monkeypatch.delenv("TCL_CONFIG", raising=False)
-    monkeypatch.setattr(tcl.cli.submit, "submit", fake_submit)
+    monkeypatch.setattr(tcl.control.submit, "submit", fake_submit)
     cli = CliRunner()
-    res = cli.invoke(app, ["submit", "--job", "custom/my_job", "--restore", "p/g/n/step/7500"])
+    args = ["submit", "--job", "custom/my_job", "--restore", "p/g/n/step/7500"]
+    res = cli.invoke(app, args)
     assert res.exit_code != 0 and "stop here" in res.stderr
     [sub] = seen
     assert sub.job == JobRef(key="custom/my_job", restore="p/g/n/step/7500")
+    res = cli.invoke(app, ["submit", "--job", "custom/my_jb"])  # checked in this environment
+    assert res.exit_code == 1 and "did you mean custom/my_job" in res.stderr
+    assert len(seen) == 1
     res = cli.invoke(app, ["submit", "--restore", "p/g/n/step/7500", "--", "true"])
     assert res.exit_code == 1 and "--restore needs --job KEY" in res.stderr

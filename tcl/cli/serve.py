@@ -1,0 +1,41 @@
+"""``tcl serve``: the workstation's local agent, in the foreground (``tcl submit`` starts one
+in the background by itself when none runs)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from tcl.cli._common import err, fail, print_json
+
+
+def cmd_serve(
+    port: Annotated[int, typer.Option("--port", help="Loopback port (default: any free).")] = 0,
+    idle_exit_s: Annotated[
+        float, typer.Option("--idle-exit-s", min=0, help="Exit after this long idle (0: never).")
+    ] = 0.0,
+    stop: Annotated[bool, typer.Option("--stop", help="Stop the running daemon.")] = False,
+    status: Annotated[bool, typer.Option("--status", help="Print its status as JSON.")] = False,
+) -> None:
+    """Keep SSH connections warm and run submits for this state dir (one daemon per dir)."""
+    from tcl.control.daemon.client import running_daemon, stop_daemon
+
+    if stop:
+        err.print("stopped" if stop_daemon() else "no tcl serve was running", markup=False)
+        return
+    if status:
+        client = running_daemon()
+        if client is None:
+            raise fail("no tcl serve is running for this state dir")
+        print_json(client.status().model_dump(mode="json"))
+        return
+    from tcl.control.daemon.server import main
+
+    code = main(["--port", str(port), "--idle-exit-s", str(idle_exit_s)])
+    if code:
+        raise typer.Exit(code)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("serve")(cmd_serve)

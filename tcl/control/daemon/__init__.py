@@ -1,0 +1,1 @@
+"""``tcl serve``: the workstation's local agent (warm SSH connections, submits, follows)."""

@@ -1,0 +1,139 @@
+"""Wire schema of the ``tcl serve`` daemon: the workstation's local agent.
+
+The daemon keeps what makes a command slow warm between commands (SSH connections and their
+forwards, the state store, the shims' addresses and tokens), and runs ``tcl submit`` for the
+CLI: the CLI sends a :class:`SubmitRequest` and reads back a stream of :class:`Line` (one JSON
+object per line: what the submit is doing, its result, then the run's log events until it ends).
+
+Routes (all but the healthcheck need ``Authorization: Bearer <token>``):
+
+- ``GET  /api/healthcheck``                 -> :class:`Health`
+- ``POST /api/submit``                      :class:`SubmitRequest` -> stream of :class:`Line`
+- ``POST /api/submissions/{id}/cancel``     204; the submit's stream ends with its error line
+- ``POST /api/follow``                      :class:`FollowRequest` -> stream of :class:`Line`
+                                            (log events after ``after``, then ``end``)
+- ``POST /api/hosts/{name}/forget``         204; drop what is cached about a host
+- ``GET  /api/status``                      -> :class:`Status`
+- ``POST /api/shutdown``                    204; the daemon exits once its streams end
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import TYPE_CHECKING
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from tcl.runner.api import Event, JobRef
+
+if TYPE_CHECKING:
+    from tcl.control.submit import SubmitResult
+
+API_VERSION = 1
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Identity(_Strict):
+    """What a daemon was started with; a client whose own differs starts a new daemon (the
+    code changed, or the database or home it would work on is not the one it has)."""
+
+    version: str
+    source: str  # a fingerprint of the tcl package's files (an edited checkout differs)
+    db: str  # a hash of the state store's URL
+    home: str
+
+
+class Health(_Strict):
+    api_version: int
+    pid: int
+    identity: Identity
+
+
+class SubmitRequest(_Strict):
+    """``tcl submit``'s flags, resolved in the user's shell (secrets read from its environment,
+    the config file's path found); the daemon does the rest."""
+
+    config_path: str
+    config_named: bool  # the user named the file (then it must exist)
+    cwd: str
+    code_dir: str | None = None
+    argv: list[str] = Field(default_factory=list)
+    name: str = ""
+    chip: str | None = None
+    chips: int = Field(default=0, ge=0)
+    host: str | None = None
+    image: str | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+    secrets: dict[str, str] = Field(default_factory=dict, repr=False)  # never logged nor stored
+    max_duration_s: float | None = Field(default=None, gt=0)
+    job: JobRef | None = None
+    follow: bool = True
+
+
+class FollowRequest(_Strict):
+    """Follow a run's logs (a CLI whose stream dropped resumes after the last event it printed)."""
+
+    config_path: str
+    config_named: bool
+    run: str  # a run id or unique prefix or name
+    after: int = Field(default=0, ge=0)
+
+
+class LineKind(StrEnum):
+    ACCEPTED = "accepted"  # submission: its id (to cancel it)
+    STATUS = "status"  # text: what the submit waits for now
+    PROGRESS = "progress"  # done, total: code upload bytes
+    NOTE = "note"  # text: one line the user should read
+    SUBMITTED = "submitted"  # result: the run started
+    EVENT = "event"  # event: one of the run's log events
+    RECONNECTING = "reconnecting"  # text: the host's connection dropped; following resumes
+    END = "end"  # run: the run ended and every event was sent
+    ERROR = "error"  # text, exit_code: the submit or follow failed (cancelled: Ctrl-C)
+
+
+class SubmitResultWire(_Strict):
+    run_id: str
+    name: str
+    host: str
+    backend: str
+    task_id: str
+    accelerators: list[int]
+    code_sha256: str
+    code_bytes: int
+    uploaded_bytes: int
+    skipped: list[tuple[str, str]]
+    ssh: bool
+
+    @classmethod
+    def of(cls, res: SubmitResult) -> SubmitResultWire:
+        return cls(**{name: getattr(res, name) for name in cls.model_fields})
+
+
+class RunEnd(_Strict):
+    run_id: str
+    state: str
+    exit_code: int | None = None
+
+
+class Line(_Strict):
+    kind: LineKind
+    text: str = ""
+    done: int = 0
+    total: int = 0
+    submission: str | None = None
+    result: SubmitResultWire | None = None
+    event: Event | None = None
+    run: RunEnd | None = None
+    exit_code: int = 1
+    cancelled: bool = False
+
+
+class Status(_Strict):
+    pid: int
+    uptime_s: float
+    ssh_connects: int  # SSH connections opened since the daemon started
+    streams: int  # submits and follows being served now
+    submits: int  # submits served since start

@@ -1,0 +1,269 @@
+"""The ``tcl serve`` daemon's HTTP app: submits and follows served as streams of JSON lines.
+
+Each request gets its own :class:`~tcl.control.service.Control` over the daemon's shared SSH
+pool and store, so concurrent submits never share per-submit state (staged code, clients),
+while all of them reuse the warm connections. A stream whose client goes away (Ctrl-C twice,
+the terminal closed) cancels its work: a submit not finished yet cleans up as a cancelled
+``tcl submit`` does (its task terminated, partial uploads removed); a follow just stops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import secrets
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+from fastapi import FastAPI, HTTPException
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from tcl.control.config import load_config_at
+from tcl.control.daemon.api import (
+    API_VERSION,
+    FollowRequest,
+    Health,
+    Identity,
+    Line,
+    LineKind,
+    RunEnd,
+    Status,
+    SubmitRequest,
+    SubmitResultWire,
+)
+from tcl.control.errors import SubmitCancelled, TclError
+from tcl.control.follow import follow
+from tcl.control.service import Control
+from tcl.control.ssh import SshPool
+from tcl.control.store import Run, Store
+from tcl.control.submit import Submission, submit
+from tcl.runner.api import Event
+from tcl.tokenfile import bearer_matches
+
+log = logging.getLogger("tcl.serve")
+OPEN_PATHS = frozenset({"/api/healthcheck"})
+NDJSON = "application/x-ndjson"
+TRACE = os.environ.get("TCL_TRACE") == "1"  # inherited from the tcl that started the daemon
+
+
+class Daemon:
+    """What outlives a request: the SSH pool, the store, the streams being served."""
+
+    def __init__(self, identity: Identity, store: Store, idle_exit_s: float) -> None:
+        self.identity = identity
+        self.store = store
+        self.pool = SshPool()
+        self.idle_exit_s = idle_exit_s
+        self.started = time.monotonic()
+        self.last_active = time.monotonic()
+        self.streams = 0
+        self.submits = 0
+        self.submissions: dict[str, asyncio.Task[None]] = {}
+        self.shutdown = asyncio.Event()
+        self._work: set[asyncio.Task[None]] = set()
+
+    def control(self, config_path: str, config_named: bool) -> Control:
+        cfg = load_config_at(Path(config_path), config_named)  # read anew: the user may edit it
+        return Control(cfg, self.store, self.pool, shared=True)
+
+    def idle(self) -> bool:
+        quiet_s = time.monotonic() - self.last_active
+        return self.streams == 0 and self.idle_exit_s > 0 and quiet_s > self.idle_exit_s
+
+    def spawn(self, coro: Awaitable[None]) -> asyncio.Task[None]:
+        task: asyncio.Task[None] = asyncio.ensure_future(coro)
+        self._work.add(task)  # a strong reference until it ends, even once its stream is gone
+        task.add_done_callback(self._work.discard)
+        return task
+
+    async def aclose(self) -> None:
+        for task in list(self._work):
+            task.cancel()
+        if self._work:
+            await asyncio.wait(self._work, timeout=30.0)
+        await self.pool.close()
+        self.store.close()
+
+
+class _QueueObserver:
+    """The submit's progress, as lines of its stream."""
+
+    def __init__(self, queue: asyncio.Queue[Line | None]) -> None:
+        self.queue = queue
+
+    def status(self, text: str) -> None:
+        self.queue.put_nowait(Line(kind=LineKind.STATUS, text=text))
+
+    def progress(self, done: int, total: int) -> None:
+        self.queue.put_nowait(Line(kind=LineKind.PROGRESS, done=done, total=total))
+
+    def note(self, text: str) -> None:
+        self.queue.put_nowait(Line(kind=LineKind.NOTE, text=text))
+
+
+def _submission(req: SubmitRequest) -> Submission:
+    return Submission(
+        argv=req.argv, name=req.name, chip=req.chip, chips=req.chips, host=req.host,
+        image=req.image, env=req.env, secrets=req.secrets, cwd=Path(req.cwd),
+        code_dir=Path(req.code_dir) if req.code_dir is not None else None,
+        max_duration_s=req.max_duration_s, job=req.job,
+    )  # fmt: skip
+
+
+async def _follow_into(
+    ctl: Control, run_ref: str, after: int, queue: asyncio.Queue[Line | None]
+) -> None:
+    def on_event(e: Event) -> None:
+        queue.put_nowait(Line(kind=LineKind.EVENT, event=e))
+
+    def on_reconnect(why: str) -> None:
+        queue.put_nowait(Line(kind=LineKind.RECONNECTING, text=why))
+
+    def on_end(final: Run) -> None:  # sent before the task is released on its host
+        end = RunEnd(run_id=final.id, state=final.state.value, exit_code=final.exit_code)
+        queue.put_nowait(Line(kind=LineKind.END, run=end))
+
+    await follow(ctl, ctl.store.resolve(run_ref), on_event, on_reconnect, after=after,
+                 on_end=on_end)  # fmt: skip
+
+
+async def _reported(work: Callable[[], Awaitable[None]], queue: asyncio.Queue[Line | None]) -> None:
+    """Run ``work``; its failure becomes the stream's last line. The stream ends after it."""
+    try:
+        await work()
+    except SubmitCancelled as e:
+        queue.put_nowait(Line(kind=LineKind.ERROR, text=str(e), exit_code=e.exit_code,
+                              cancelled=True))  # fmt: skip
+    except TclError as e:
+        queue.put_nowait(Line(kind=LineKind.ERROR, text=str(e), exit_code=e.exit_code))
+    except asyncio.CancelledError:
+        raise
+    except Exception as e:  # a bug: the user sees one line, the daemon's log the traceback
+        log.exception("request failed")
+        text = f"tcl serve failed: {type(e).__name__}: {e} (see its log)"
+        queue.put_nowait(Line(kind=LineKind.ERROR, text=text))
+    finally:
+        queue.put_nowait(None)
+
+
+async def _stream(
+    d: Daemon, queue: asyncio.Queue[Line | None], task: asyncio.Task[None], first: Line | None
+) -> AsyncIterator[bytes]:
+    d.streams += 1
+    t0 = time.monotonic()
+    ended = False  # the run's end was sent: what the work does after it (releasing the
+    try:  # task on its host) must finish even when the client leaves at once
+        if first is not None:
+            yield first.model_dump_json(exclude_defaults=True).encode() + b"\n"
+        while (line := await queue.get()) is not None:
+            ended = ended or line.kind is LineKind.END
+            if TRACE and line.kind is not LineKind.EVENT:  # where does a submit's time go?
+                log.info("%6.3fs %s %s", time.monotonic() - t0, line.kind.value, line.text)
+            yield line.model_dump_json(exclude_defaults=True).encode() + b"\n"
+    finally:
+        # the client is gone (or everything was sent): stop the work; a submit not finished
+        # cleans up after itself (no await here: this generator is being cancelled)
+        if not task.done() and not ended:
+            task.cancel()
+        d.streams -= 1
+        d.last_active = time.monotonic()
+
+
+class BearerAuth:
+    """401 unless ``Authorization: Bearer <token>`` matches, before any route runs; each
+    request counts as activity (the idle limit runs from the last one)."""
+
+    def __init__(self, app: ASGIApp, token: str, d: Daemon) -> None:
+        self.app = app
+        self.token = token.encode()
+        self.d = d
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        self.d.last_active = time.monotonic()
+        if scope["type"] != "http" or scope["path"] in OPEN_PATHS:
+            await self.app(scope, receive, send)
+            return
+        if not bearer_matches(scope["headers"], self.token):
+            response = JSONResponse(
+                {"error": "unauthorized", "detail": "missing or wrong bearer token"},
+                status_code=401, headers={"WWW-Authenticate": "Bearer"},
+            )  # fmt: skip
+            await response(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
+def create_app(d: Daemon, token: str) -> ASGIApp:
+    app = FastAPI(title="tcl serve", version=d.identity.version, docs_url=None, redoc_url=None)
+
+    @app.get("/api/healthcheck")
+    async def healthcheck() -> Health:
+        return Health(api_version=API_VERSION, pid=os.getpid(), identity=d.identity)
+
+    @app.get("/api/status")
+    async def status() -> Status:
+        return Status(
+            pid=os.getpid(), uptime_s=time.monotonic() - d.started,
+            ssh_connects=d.pool.connects, streams=d.streams, submits=d.submits,
+        )  # fmt: skip
+
+    @app.post("/api/submit")
+    async def post_submit(req: SubmitRequest) -> StreamingResponse:
+        queue: asyncio.Queue[Line | None] = asyncio.Queue()
+        sid = secrets.token_hex(8)
+        d.submits += 1
+
+        async def work() -> None:
+            ctl = d.control(req.config_path, req.config_named)
+            try:
+                res = await submit(ctl, _submission(req), _QueueObserver(queue), check_job=False)
+                wire = SubmitResultWire.of(res)
+                queue.put_nowait(Line(kind=LineKind.SUBMITTED, result=wire))
+                d.submissions.pop(sid, None)  # started: nothing left to cancel
+                if req.follow:
+                    await _follow_into(ctl, res.run_id, 0, queue)
+            finally:
+                d.submissions.pop(sid, None)
+                await ctl.aclose()
+
+        task = d.spawn(_reported(work, queue))
+        d.submissions[sid] = task
+        first = Line(kind=LineKind.ACCEPTED, submission=sid)
+        return StreamingResponse(_stream(d, queue, task, first), media_type=NDJSON)
+
+    @app.post("/api/submissions/{sid}/cancel", status_code=204)
+    async def cancel(sid: str) -> Response:
+        task = d.submissions.pop(sid, None)
+        if task is None:
+            raise HTTPException(404, f"no submit {sid!r} under way (started or ended)")
+        task.cancel()
+        return Response(status_code=204)
+
+    @app.post("/api/follow")
+    async def post_follow(req: FollowRequest) -> StreamingResponse:
+        queue: asyncio.Queue[Line | None] = asyncio.Queue()
+
+        async def work() -> None:
+            ctl = d.control(req.config_path, req.config_named)
+            try:
+                await _follow_into(ctl, req.run, req.after, queue)
+            finally:
+                await ctl.aclose()
+
+        task = d.spawn(_reported(work, queue))
+        return StreamingResponse(_stream(d, queue, task, None), media_type=NDJSON)
+
+    @app.post("/api/hosts/{name}/forget", status_code=204)
+    async def forget(name: str) -> Response:
+        d.pool.facts = {k: v for k, v in d.pool.facts.items() if k[0] != name}
+        return Response(status_code=204)
+
+    @app.post("/api/shutdown", status_code=204)
+    async def shutdown() -> Response:
+        d.shutdown.set()
+        return Response(status_code=204)
+
+    return BearerAuth(app, token, d)

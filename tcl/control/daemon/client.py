@@ -1,0 +1,219 @@
+"""The ``tcl serve`` daemon's typed client, and starting the daemon when none answers.
+
+Synchronous and on the standard library's ``http.client``: the CLI's path to the daemon must
+start in tens of milliseconds, so it imports no asyncio HTTP stack; each stream is one request
+whose response is read a JSON line at a time.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from tcl.control.daemon.api import (
+    FollowRequest,
+    Health,
+    Identity,
+    Line,
+    Status,
+    SubmitRequest,
+)
+from tcl.control.daemon.identity import current_identity, daemon_dir
+from tcl.control.detached import ensure_started, stop_pid
+from tcl.control.errors import DaemonError
+
+RECORD = "daemon.json"  # written by tcl.control.daemon.server
+START_TIMEOUT_S = 30.0
+DEFAULT_IDLE_EXIT_S = 1800.0  # a daemon tcl started itself goes after 30 min with nothing to do
+
+
+class LineStream:
+    """The lines of one streamed response. An iterator object, not a generator: a Ctrl-C
+    (KeyboardInterrupt) while it waits for a line leaves it usable, so the CLI can ask for a
+    cancel and go on reading until the daemon says how the submit ended."""
+
+    def __init__(self, conn: http.client.HTTPConnection, resp: http.client.HTTPResponse) -> None:
+        self._conn = conn
+        self._resp = resp
+
+    def __iter__(self) -> LineStream:
+        return self
+
+    def __next__(self) -> Line:
+        try:
+            raw = self._resp.readline()
+        except (OSError, http.client.HTTPException) as e:
+            self.close()
+            raise DaemonError(f"the connection to tcl serve broke: {e}") from None
+        if not raw:
+            self.close()
+            raise StopIteration
+        return Line.model_validate_json(raw)
+
+    def close(self) -> None:
+        self._conn.close()
+
+
+class DaemonClient:
+    def __init__(self, port: int, token: str, pid: int) -> None:
+        self.port = port
+        self.pid = pid
+        self._headers = {"Authorization": f"Bearer {token}"}
+
+    def _conn(self, timeout_s: float | None) -> http.client.HTTPConnection:
+        return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout_s)
+
+    def _request(self, method: str, path: str, body: Any = None, timeout_s: float = 10.0) -> Any:
+        conn = self._conn(timeout_s)
+        try:
+            data, headers = self._body(body)
+            conn.request(method, path, body=data, headers=headers)
+            resp = conn.getresponse()
+            payload = resp.read()
+        except (OSError, http.client.HTTPException) as e:
+            raise DaemonError(f"tcl serve on port {self.port}: {e}") from None
+        finally:
+            conn.close()
+        if resp.status >= 400:
+            raise DaemonError(f"tcl serve: {method} {path}: {resp.status} {payload[:300]!r}")
+        return json.loads(payload) if payload else None
+
+    def _body(self, body: Any) -> tuple[bytes | None, dict[str, str]]:
+        if body is None:
+            return None, dict(self._headers)
+        data = body.model_dump_json().encode()
+        return data, {**self._headers, "Content-Type": "application/json"}
+
+    def _stream(self, path: str, body: SubmitRequest | FollowRequest) -> LineStream:
+        conn = self._conn(None)  # a follow may wait for hours between lines
+        data, headers = self._body(body)
+        try:
+            conn.request("POST", path, body=data, headers=headers)
+            resp = conn.getresponse()
+        except (OSError, http.client.HTTPException) as e:
+            conn.close()
+            raise DaemonError(f"tcl serve on port {self.port}: {e}") from None
+        if resp.status >= 400:
+            detail = resp.read()[:300]
+            conn.close()
+            raise DaemonError(f"tcl serve: {path}: {resp.status} {detail!r}")
+        return LineStream(conn, resp)
+
+    def submit(self, req: SubmitRequest) -> LineStream:
+        return self._stream("/api/submit", req)
+
+    def follow(self, req: FollowRequest) -> LineStream:
+        return self._stream("/api/follow", req)
+
+    def cancel(self, submission: str) -> None:
+        """Ask for a submit to be cancelled; its stream then ends with its ``error`` line.
+        Too late (it started, or ended) is not an error: the stream says what happened."""
+        try:
+            self._request("POST", f"/api/submissions/{submission}/cancel")
+        except DaemonError as e:
+            if " 404 " not in str(e):
+                raise
+
+    def status(self) -> Status:
+        return Status.model_validate(self._request("GET", "/api/status"))
+
+    def forget_host(self, name: str) -> None:
+        self._request("POST", f"/api/hosts/{name}/forget")
+
+    def shutdown(self) -> None:
+        self._request("POST", "/api/shutdown")
+
+
+def _health(port: int) -> Health | None:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2.0)
+    try:
+        conn.request("GET", "/api/healthcheck")
+        resp = conn.getresponse()
+        if resp.status != 200:
+            return None
+        return Health.model_validate_json(resp.read())
+    except (OSError, http.client.HTTPException, ValueError):
+        return None
+    finally:
+        conn.close()
+
+
+def _recorded(base: Path) -> tuple[dict[str, Any], str] | None:
+    try:
+        token = (base / "token").read_text().strip()
+        rec = json.loads((base / RECORD).read_text())
+        int(rec["pid"]), int(rec["port"])
+    except (ValueError, KeyError, TypeError, OSError):
+        return None
+    return rec, token
+
+
+def running_daemon(base: Path | None = None) -> DaemonClient | None:
+    """A client for the daemon of this state dir if one answers (whatever it runs)."""
+    base = base or daemon_dir()
+    rec = _recorded(base)
+    if rec is None or _health(int(rec[0]["port"])) is None:
+        return None
+    return DaemonClient(int(rec[0]["port"]), rec[1], int(rec[0]["pid"]))
+
+
+def _usable(base: Path, want: Identity) -> DaemonClient | None:
+    rec = _recorded(base)
+    if rec is None:
+        return None
+    health = _health(int(rec[0]["port"]))
+    if health is None or health.identity != want:
+        return None
+    return DaemonClient(int(rec[0]["port"]), rec[1], health.pid)
+
+
+def ensure_daemon(idle_exit_s: float | None = None) -> DaemonClient:
+    """A client for this state dir's daemon, starting one (detached) when none answers or the
+    one that does runs other code or another database (it is asked to exit first; its running
+    streams end and their CLIs reconnect to the new one)."""
+    base = daemon_dir()
+    want = current_identity()
+    if idle_exit_s is None:
+        idle_exit_s = float(os.environ.get("TCL_SERVE_IDLE_EXIT_S", DEFAULT_IDLE_EXIT_S))
+
+    def start() -> DaemonClient:
+        old = running_daemon(base)
+        if old is not None:  # another version, or started for another home or database
+            stop_pid(old.pid)
+        return _start(base, want, idle_exit_s)
+
+    return ensure_started(base, lambda: _usable(base, want), start, "tcl serve", START_TIMEOUT_S)
+
+
+def _start(base: Path, want: Identity, idle_exit_s: float) -> DaemonClient:
+    argv = [sys.executable, "-m", "tcl.control.daemon", "--idle-exit-s", str(idle_exit_s)]
+    with open(base / "serve.log", "ab") as log:
+        proc = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True
+        )
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            tail = (base / "serve.log").read_text(errors="replace").strip().splitlines()[-3:]
+            raise DaemonError(f"tcl serve exited ({proc.returncode}): {' / '.join(tail)}")
+        found = _usable(base, want)
+        if found is not None:
+            return found
+        time.sleep(0.02)
+    raise DaemonError(f"tcl serve did not answer within {START_TIMEOUT_S:.0f} s "
+                      f"(see {base}/serve.log)")  # fmt: skip
+
+
+def stop_daemon(base: Path | None = None) -> bool:
+    """Stop this state dir's daemon if one runs; whether one did."""
+    d = running_daemon(base)
+    if d is None:
+        return False
+    stop_pid(d.pid)
+    return True

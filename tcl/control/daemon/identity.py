@@ -1,0 +1,44 @@
+"""Where the daemon lives and what it was started with (cheap: the CLI checks it each call)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import tcl
+from tcl.control.daemon.api import Identity
+from tcl.control.paths import db_url, state_dir
+
+
+def daemon_dir() -> Path:
+    """``<state dir>/serve``: the daemon's record, token, lock and log (one daemon per state
+    dir, like the local shim)."""
+    path = state_dir() / "serve"
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return path
+
+
+def source_fingerprint() -> str:
+    """A hash of the tcl package's module files (path, size, mtime): a daemon started before
+    an upgrade or an edit of the checkout runs old code, and is replaced (about 1 ms)."""
+    root = Path(tcl.__file__).parent
+    h = hashlib.sha256()
+    stack = [root]
+    while stack:
+        for entry in sorted(os.scandir(stack.pop()), key=lambda e: e.name):
+            if entry.is_dir(follow_symlinks=False) and entry.name != "__pycache__":
+                stack.append(Path(entry.path))
+            elif entry.name.endswith(".py"):
+                st = entry.stat()
+                h.update(f"{entry.path}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()[:16]
+
+
+def current_identity() -> Identity:
+    return Identity(
+        version=tcl.__version__, source=source_fingerprint(),
+        # hashed: a PostgreSQL URL may hold a password, and the healthcheck is open
+        db=hashlib.sha256(db_url().encode()).hexdigest()[:16],
+        home=os.environ.get("HOME", ""),
+    )  # fmt: skip

@@ -1,0 +1,117 @@
+"""Running the ``tcl serve`` daemon: one per state dir, on loopback, with a token.
+
+``tcl serve`` runs it in the foreground (for as long as it is wanted); ``tcl submit`` starts it
+detached when none answers, with an idle limit, so nobody has to think about it. It holds
+``<state dir>/serve/daemon.lock`` while it lives (a second one refuses to start), keeps its
+token in ``token`` (0600) and its address in ``daemon.json`` (versioned, written atomically,
+removed on exit).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import fcntl
+import json
+import logging
+import os
+import socket
+import sys
+from pathlib import Path
+
+import uvicorn
+
+from tcl.atomic import write_atomic
+from tcl.control.daemon.app import Daemon, create_app
+from tcl.control.daemon.identity import current_identity, daemon_dir
+from tcl.control.paths import db_url
+from tcl.control.store import Store
+from tcl.tokenfile import new_token
+
+RECORD = "daemon.json"
+RECORD_VERSION = 1
+LOCK = "daemon.lock"
+
+
+class AlreadyRunning(Exception):
+    pass
+
+
+def lock_dir(base: Path) -> int:
+    """Hold ``daemon.lock`` for the life of the process (released by the kernel at exit)."""
+    fd = os.open(base / LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise AlreadyRunning(f"another tcl serve runs for {base.parent}") from None
+    return fd
+
+
+def ensure_token(base: Path) -> str:
+    path = base / "token"
+    try:
+        token = path.read_text().strip()
+    except FileNotFoundError:
+        token = ""
+    if not token:
+        token = new_token()
+        write_atomic(path, token)  # 0600
+    return token
+
+
+async def _watch_idle(d: Daemon, server: uvicorn.Server) -> None:
+    while not server.should_exit:
+        if d.idle() or d.shutdown.is_set():
+            server.should_exit = True
+            return
+        await asyncio.sleep(1.0)
+
+
+async def serve(base: Path, port: int, idle_exit_s: float) -> None:
+    token = ensure_token(base)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", port))  # loopback only; the token guards it from other users
+    identity = current_identity()
+    d = Daemon(identity, Store(db_url()), idle_exit_s)
+    config = uvicorn.Config(
+        create_app(d, token), log_level="warning", lifespan="off", timeout_graceful_shutdown=5
+    )
+    server = uvicorn.Server(config)
+    record = {
+        "version": RECORD_VERSION, "pid": os.getpid(), "port": sock.getsockname()[1],
+        "identity": identity.model_dump(),
+    }  # fmt: skip
+    # Listening already: a client that reads the record may connect before uvicorn accepts.
+    sock.listen(128)
+    write_atomic(base / RECORD, json.dumps(record))
+    watcher = asyncio.create_task(_watch_idle(d, server))
+    try:
+        await server.serve(sockets=[sock])
+    finally:
+        watcher.cancel()
+        with contextlib.suppress(OSError, ValueError):
+            if json.loads((base / RECORD).read_text()).get("pid") == os.getpid():
+                (base / RECORD).unlink()
+        await d.aclose()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="tcl serve", description=__doc__)
+    ap.add_argument("--port", type=int, default=0, help="loopback port (default: any free one)")
+    ap.add_argument("--idle-exit-s", type=float, default=0.0,
+                    help="exit after this long with nothing to do (0: never)")  # fmt: skip
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    for noisy in ("httpx", "asyncssh"):  # a line per request, per channel
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    base = daemon_dir()
+    try:
+        lock_dir(base)
+    except AlreadyRunning as e:
+        print(f"tcl serve: {e}", file=sys.stderr)
+        return 1
+    asyncio.run(serve(base, args.port, args.idle_exit_s))
+    return 0

@@ -1,0 +1,75 @@
+"""Starting a detached local agent once, however many ``tcl`` processes ask at the same time.
+
+Both local agents (the local shim, the ``tcl serve`` daemon) outlive the command that starts
+them and are found again through a small JSON record in their directory. Many ``tcl`` processes
+may want one at once (parallel ``tcl submit``, ``tcl ps`` over several runs), so starting is
+serialized by ``start.lock``: the holder re-checks and starts at most one; the others keep
+checking while they wait and use the new agent as soon as it answers.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+from tcl.control.errors import AgentError
+
+START_LOCK = "start.lock"
+T = TypeVar("T")
+
+
+def ensure_started(
+    base: Path, usable: Callable[[], T | None], start: Callable[[], T], what: str,
+    wait_s: float,
+) -> T:  # fmt: skip
+    """``usable()`` if it answers, else ``start()`` under ``base/start.lock`` (``flock``; each
+    call opens its own file description, so threads of one process exclude each other too).
+    ``wait_s``: how long a holder may take to start one (the others outwait it)."""
+    base.mkdir(parents=True, exist_ok=True, mode=0o700)
+    found = usable()
+    if found is not None:
+        return found
+    lock = base / START_LOCK
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        deadline = time.monotonic() + wait_s + 30
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                pass
+            found = usable()
+            if found is not None:
+                return found
+            if time.monotonic() > deadline:
+                raise AgentError(f"another tcl has held {lock} too long starting {what}")
+            time.sleep(0.05)
+        found = usable()  # started by the previous holder
+        if found is not None:
+            return found
+        return start()
+    finally:
+        os.close(fd)  # drops the lock
+
+
+def stop_pid(pid: int, grace_s: float = 10.0) -> None:
+    """SIGTERM, then SIGKILL after ``grace_s``; returns once the process is gone (the next
+    agent can only start once this one has released its directory's lock, that is, exited)."""
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.05)

@@ -1,0 +1,170 @@
+"""`tcl serve`: the daemon `tcl submit` hands its work to (real processes, the local default)."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tcl.control.daemon.client import stop_daemon
+from tcl.control.localshim import stop_local_shim
+
+TCL = str(Path(sys.executable).parent / "tcl")
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    (tmp_path / "work").mkdir()
+    return tmp_path
+
+
+def _env(home: Path, **extra: str) -> dict[str, str]:
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("TCL_CONFIG", "TCL_DB_URL", "TCL_SERVE")
+    }
+    env.update(HOME=str(home), TCL_STATE_DIR=str(home / "state"), NO_COLOR="1", **extra)
+    return env
+
+
+def _tcl(home: Path, *args: str, **extra: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([TCL, *args], cwd=home / "work", env=_env(home, **extra),
+                          capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+
+
+def _record(home: Path) -> dict[str, object]:
+    data = json.loads((home / "state" / "serve" / "daemon.json").read_text())
+    assert isinstance(data, dict)
+    return data
+
+
+def _get(home: Path, path: str, token: str | None) -> tuple[int, bytes]:
+    conn = http.client.HTTPConnection("127.0.0.1", int(str(_record(home)["port"])), timeout=5)
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    conn.request("GET", path, headers=headers)
+    resp = conn.getresponse()
+    return resp.status, resp.read()
+
+
+def _token(home: Path) -> str:
+    return (home / "state" / "serve" / "token").read_text().strip()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return (
+        Path(f"/proc/{pid}").exists()
+        and "Z" not in Path(f"/proc/{pid}/stat").read_text().split()[2]
+    )
+
+
+@pytest.fixture(autouse=True)
+def _cleanup(home: Path) -> object:
+    yield None
+    stop_daemon(home / "state" / "serve")
+    stop_local_shim(home / "state" / "local-shim")
+
+
+def test_submits_share_one_daemon_that_requires_its_token(home: Path) -> None:
+    res = _tcl(home, "submit", "--", "python3", "-c", "print('one')")
+    assert res.returncode == 0 and res.stdout == "one\n", res.stderr
+    pid = _record(home)["pid"]
+    res = _tcl(home, "submit", "--", "python3", "-c", "raise SystemExit(3)")
+    assert res.returncode == 3 and "failed (exit code 3)" in res.stderr
+    assert _record(home)["pid"] == pid  # the same daemon served both
+    status, body = _get(home, "/api/status", _token(home))
+    assert status == 200 and json.loads(body)["submits"] == 2
+    assert _get(home, "/api/status", None)[0] == 401
+    assert _get(home, "/api/status", "x" * 43)[0] == 401
+    mode = (home / "state" / "serve" / "token").stat().st_mode & 0o777
+    assert mode == 0o600
+
+
+def test_the_daemon_goes_when_idle(home: Path) -> None:
+    res = _tcl(home, "submit", "-d", "--", "true", TCL_SERVE_IDLE_EXIT_S="1")
+    assert res.returncode == 0, res.stderr
+    pid = int(str(_record(home)["pid"]))
+    deadline = time.monotonic() + 20
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _alive(pid)
+    assert not (home / "state" / "serve" / "daemon.json").exists()
+
+
+def test_a_daemon_started_for_another_home_is_replaced(home: Path, tmp_path: Path) -> None:
+    assert _tcl(home, "submit", "-d", "--", "true").returncode == 0
+    first = int(str(_record(home)["pid"]))
+    other_home = tmp_path / "other-home"
+    other_home.mkdir()
+    res = subprocess.run(
+        [TCL, "submit", "--", "python3", "-c", "print('here')"], cwd=home / "work",
+        env={**_env(home), "HOME": str(other_home)}, capture_output=True, text=True,
+        timeout=120, check=False,
+    )  # fmt: skip
+    assert res.returncode == 0 and res.stdout == "here\n", res.stderr
+    assert int(str(_record(home)["pid"])) != first and not _alive(first)
+
+
+def test_a_config_error_through_the_daemon_names_key_and_line(home: Path) -> None:
+    cfg = home / "bad.yaml"
+    cfg.write_text("hosts:\n  box:\n    type: local\n    executr: process\n")
+    res = _tcl(home, "-c", str(cfg), "submit", "--", "true")
+    assert res.returncode == 2
+    assert f"{cfg}:4: hosts.box.executr: unknown key" in res.stderr
+
+
+def test_follow_resumes_through_a_new_daemon_when_it_dies(home: Path) -> None:
+    """kill -9 of the daemon mid-follow: the CLI starts another and prints every line once."""
+    job = (
+        "import time\nfor i in range(30):\n    print('line', i, flush=True)\n    time.sleep(0.1)\n"
+    )
+    (home / "work" / "job.py").write_text(job)
+    proc = subprocess.Popen([TCL, "submit", "--", "python3", "job.py"], cwd=home / "work",
+                            env=_env(home), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)  # fmt: skip
+    assert proc.stdout is not None and proc.stderr is not None
+    seen = []
+    for line in proc.stdout:
+        seen.append(line.rstrip("\n"))
+        if len(seen) == 3:
+            os.kill(int(str(_record(home)["pid"])), signal.SIGKILL)
+    err = proc.stderr.read()
+    assert proc.wait(60) == 0, err
+    assert seen == [f"line {i}" for i in range(30)]
+    assert "reconnecting" in err
+
+
+def test_ctrl_c_before_the_run_starts_cancels_it_in_the_daemon(home: Path) -> None:
+    # A host that takes the TCP connection and never says a word of SSH: the submit waits in
+    # "finding hosts" (until the connect timeout).
+    mute = socket.socket()
+    mute.bind(("127.0.0.1", 0))
+    mute.listen(8)
+    cfg = home / "slow.yaml"
+    cfg.write_text(f"hosts:\n  far: {{type: ssh, ssh: 127.0.0.1, port: {mute.getsockname()[1]},"
+                   " connect_timeout_s: 60}\n")  # fmt: skip
+    proc = subprocess.Popen([TCL, "-c", str(cfg), "submit", "--", "true"], cwd=home / "work",
+                            env=_env(home), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)  # fmt: skip
+    deadline = time.monotonic() + 30
+    while not (home / "state" / "serve" / "daemon.json").exists():
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    time.sleep(1.0)  # the request is in the daemon now
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    assert "cancelled; nothing was placed" in err
+    _, body = _get(home, "/api/status", _token(home))
+    assert json.loads(body)["streams"] == 0
+    mute.close()
