@@ -1,8 +1,8 @@
 """``tcl checkpoints [RUN]``: the checkpoints under an output dir, as paths for ``--restore``.
 
 Reads the files only (``tcl.jobs.layout``): no JAX. The output dir is the one ``tcl run`` and
-``python -m tcl.jobs.launch`` were given (on a host: the job's ``$TCL_OUT_DIR``, else ``out``
-in its working dir, e.g. through ``tcl ssh RUN -- tcl checkpoints``).
+``python -m tcl.jobs.launch`` were given; a submitted job's is on its host (``$TCL_OUT_DIR``,
+else ``out`` in its working dir), so run this where that dir is.
 """
 
 from __future__ import annotations
