@@ -31,6 +31,7 @@ from tcl.control.shipping import Snapshot, snapshot
 from tcl.control.solver import Request, Solution, solve
 from tcl.control.sshconfig import public_key
 from tcl.control.states import RunState
+from tcl.control.submitted import SubmitResult
 from tcl.runner.api import CodeRef, JobRef, JobSpec
 from tcl.shim.api import ExecutorKind, TaskInfo, TaskSpec, TaskStatus, TerminationReason
 
@@ -74,21 +75,6 @@ class Submission:
     code_dir: Path | None = None  # ``--dir``: ship this directory (explicitly, even / or ~)
     max_duration_s: float | None = None
     job: JobRef | None = None  # a registered tcl.jobs job (key + config), instead of argv
-
-
-@dataclass(frozen=True)
-class SubmitResult:
-    run_id: str
-    name: str
-    host: str
-    backend: str
-    task_id: str
-    accelerators: list[int]
-    code_sha256: str
-    code_bytes: int
-    uploaded_bytes: int
-    skipped: list[tuple[str, str]]
-    ssh: bool  # whether `tcl ssh` can reach it
 
 
 async def submit(
