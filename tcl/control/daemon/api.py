@@ -41,6 +41,7 @@ class Identity(_Strict):
     source: str  # a fingerprint of the tcl package's files (an edited checkout differs)
     db: str  # a hash of the state store's URL
     home: str
+    ssh_agent: str  # $SSH_AUTH_SOCK
 
 
 class Health(_Strict):
