@@ -74,12 +74,18 @@ class Bed:
     def cleanup_runs(self) -> None:
         import docker
 
-        runs = json.loads(self.tcl("ps", "-a", "--json").stdout)
+        res = subprocess.run([TCL, "ps", "-a", "--json"], env=self.env(), cwd=self.root,
+                             capture_output=True, text=True, check=False)  # fmt: skip
+        if res.returncode != 0:
+            print(f"cleanup: tcl ps failed: {res.stderr.strip()}", file=sys.stderr)
+            return
+        runs = json.loads(res.stdout)
         ids = tuple(r["run_id"] for r in runs)
         client = docker.from_env()
         for c in client.containers.list(all=True, filters={"label": "tcl.shim.task-id"}):
             if ids and c.labels.get("tcl.shim.task-id", "").startswith(ids):
-                c.remove(force=True)
+                with suppress(docker.errors.APIError):  # the shim may be removing it already
+                    c.remove(force=True)
 
 
 @contextmanager

@@ -63,7 +63,6 @@ def main() -> None:
                 results.append(json.loads(res.stdout))
             assert results[0]["code"]["uploaded_bytes"] > 0, results[0]
             assert results[1]["code"]["uploaded_bytes"] == 0, results[1]
-            bed.cleanup_runs()
         mb = args.files * args.file_kib / 1024
         tar_mib = results[0]["code"]["bytes"] / 2**20
         first, second = statistics.median(firsts), statistics.median(seconds)

@@ -20,13 +20,13 @@ from tcl.control.daemon.api import (
     Line,
     LineKind,
     SubmitRequest,
-    SubmitResultWire,
 )
 from tcl.control.daemon.client import DaemonClient, LineStream, ensure_daemon
 from tcl.control.errors import DaemonError, SubmitCancelled, TclError
 from tcl.control.states import RunState
+from tcl.control.submitted import SubmitResult
 
-Announce = Callable[[SubmitResultWire], None]
+Announce = Callable[[SubmitResult], None]
 MAX_STREAM_BREAKS = 5
 
 

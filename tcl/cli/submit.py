@@ -15,9 +15,10 @@ import typer
 from tcl.cli import follow as follow_cmd
 from tcl.cli._common import err, fail, globals_of, print_json
 from tcl.cli.render import RichObserver
-from tcl.control.daemon.api import SubmitRequest, SubmitResultWire
+from tcl.control.daemon.api import SubmitRequest
 from tcl.control.errors import DaemonError, SubmitCancelled, TclError
 from tcl.control.paths import config_path
+from tcl.control.submitted import SubmitResult
 from tcl.runner.api import JobRef
 
 if TYPE_CHECKING:
@@ -67,7 +68,7 @@ def _job_ref(
     return JobRef(key=key, config_yaml=text, restore=restore)
 
 
-def result_json(r: SubmitResultWire) -> dict[str, object]:
+def result_json(r: SubmitResult) -> dict[str, object]:
     """The stable JSON form of a submit (documented in docs/cli.md)."""
     return {
         "run_id": r.run_id,
@@ -192,7 +193,7 @@ def _served(req: SubmitRequest, obs: RichObserver, as_json: bool) -> int | None:
 def _in_process(req: SubmitRequest, obs: RichObserver, as_json: bool) -> int:
     from tcl.control.config import load_config_at
     from tcl.control.service import Control
-    from tcl.control.submit import Submission, SubmitResult, submit
+    from tcl.control.submit import Submission, submit
 
     sub = Submission(
         argv=req.argv, name=req.name, chip=req.chip, chips=req.chips, host=req.host,
@@ -209,7 +210,7 @@ def _in_process(req: SubmitRequest, obs: RichObserver, as_json: bool) -> int:
             finally:
                 obs.close()
             state["res"] = res
-            _announce(SubmitResultWire.of(res), as_json)
+            _announce(res, as_json)
             if not req.follow:
                 return None
             # same Control: the SSH connection and forwards made for the submit are reused
@@ -233,7 +234,7 @@ def _in_process(req: SubmitRequest, obs: RichObserver, as_json: bool) -> int:
     return 0 if final is None else follow_cmd.finished(final)
 
 
-def _announce(res: SubmitResultWire, as_json: bool) -> None:
+def _announce(res: SubmitResult, as_json: bool) -> None:
     for h, why in res.skipped:
         err.print(f"skipped {h}: {why}", markup=False)
     if as_json:

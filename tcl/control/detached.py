@@ -12,6 +12,7 @@ from __future__ import annotations
 import fcntl
 import os
 import signal
+import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -56,6 +57,29 @@ def ensure_started(
         return start()
     finally:
         os.close(fd)  # drops the lock
+
+
+def spawn_until(
+    argv: list[str], log: Path, ready: Callable[[], T | None], what: str, timeout_s: float,
+    poll_s: float = 0.05,
+) -> tuple[T, int]:  # fmt: skip
+    """Start ``argv`` detached (own session, output appended to ``log``) and return what
+    ``ready()`` gives once it gives something, and the pid; an ``AgentError`` (naming the log's
+    last lines) when it exits first or stays silent for ``timeout_s``."""
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True
+        )
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            tail = log.read_text(errors="replace").strip().splitlines()[-3:]
+            raise AgentError(f"{what} exited ({proc.returncode}): {' / '.join(tail)}")
+        found = ready()
+        if found is not None:
+            return found, proc.pid
+        time.sleep(poll_s)
+    raise AgentError(f"{what} did not answer within {timeout_s:.0f} s (see {log})")
 
 
 def stop_pid(pid: int, grace_s: float = 10.0) -> None:

@@ -36,7 +36,7 @@ if [ -f "$d/shim.pid" ] && kill -0 "$(cat "$d/shim.pid")" 2>/dev/null; then
   while kill -0 "$(cat "$d/shim.pid")" 2>/dev/null && [ $i -lt 50 ]; do sleep 0.1; i=$((i+1)); done
 fi
 nohup setsid "$@" </dev/null >>"$d/shim.log" 2>&1 &
-echo $! > "$d/shim.pid.tmp" && mv "$d/shim.pid.tmp" "$d/shim.pid"
+echo $! > "$d/shim.pid.tmp.$$" && mv "$d/shim.pid.tmp.$$" "$d/shim.pid"
 """
 
 

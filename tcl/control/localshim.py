@@ -16,17 +16,14 @@ import json
 import secrets
 import shutil
 import socket
-import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import httpx
 
 from tcl.atomic import write_atomic
-from tcl.control.detached import ensure_started, stop_pid
-from tcl.control.errors import AgentError
+from tcl.control.detached import ensure_started, spawn_until, stop_pid
 
 STATE_VERSION = 1
 
@@ -112,23 +109,14 @@ def _start(base: Path, want: dict[str, Any], timeout_s: float) -> tuple[int, str
     ]  # fmt: skip
     if want["fake_accelerators"]:
         argv += ["--fake-accelerators", str(want["fake_accelerators"])]
-    with open(base / "shim.log", "ab") as log:
-        proc = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True
-        )
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            tail = (base / "shim.log").read_text(errors="replace").strip().splitlines()[-3:]
-            raise AgentError(f"the local shim exited ({proc.returncode}): {' / '.join(tail)}")
-        if _healthy(port, token):
-            state = {"version": STATE_VERSION, "pid": proc.pid, "port": port, **want}
-            write_atomic(base / "shim.json", json.dumps(state))
-            return port, token
-        time.sleep(0.1)
-    raise AgentError(
-        f"the local shim did not answer within {timeout_s:.0f} s (see {base}/shim.log)"
-    )
+
+    def healthy() -> bool | None:
+        return True if _healthy(port, token) else None
+
+    _, pid = spawn_until(argv, base / "shim.log", healthy, "the local shim", timeout_s, 0.1)
+    state = {"version": STATE_VERSION, "pid": pid, "port": port, **want}
+    write_atomic(base / "shim.json", json.dumps(state))
+    return port, token
 
 
 def stop_local_shim(base: Path) -> None:

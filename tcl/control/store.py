@@ -26,6 +26,7 @@ from sqlalchemy import (
     create_engine,
     event,
     select,
+    text,
 )
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
@@ -148,11 +149,23 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cur.close()
 
 
+_PG_SCHEMA_LOCK = 0x7C1_5C4E  # an advisory lock key of tcl's own ("tcl schema")
+
+
 @contextmanager
 def _schema_lock(engine: Engine) -> Iterator[None]:
-    """One schema creator at a time for a SQLite file: parallel first uses (many ``tcl`` commands
-    on a fresh HOME) would all see no tables and all try to create them (or insert the schema
-    version twice). Other databases are left to their own DDL locking."""
+    """One schema creator at a time: parallel first uses (many ``tcl`` commands on a fresh HOME,
+    a team's daemons on an empty PostgreSQL) would all see no tables and all try to create them
+    (PostgreSQL's DDL is not safe against that either), or insert the schema version twice. A
+    ``flock`` beside a SQLite file; a session advisory lock on PostgreSQL."""
+    if engine.dialect.name == "postgresql":
+        with engine.connect() as conn:
+            conn.execute(text("SELECT pg_advisory_lock(:key)"), {"key": _PG_SCHEMA_LOCK})
+            try:
+                yield
+            finally:
+                conn.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": _PG_SCHEMA_LOCK})
+        return
     db = engine.url.database
     if engine.dialect.name != "sqlite" or not db or db == ":memory:":
         yield

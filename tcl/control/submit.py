@@ -31,11 +31,12 @@ from tcl.control.shipping import Snapshot, snapshot
 from tcl.control.solver import Request, Solution, solve
 from tcl.control.sshconfig import public_key
 from tcl.control.states import RunState
+from tcl.control.submitted import SubmitResult
 from tcl.runner.api import CodeRef, JobRef, JobSpec
 from tcl.shim.api import ExecutorKind, TaskInfo, TaskSpec, TaskStatus, TerminationReason
 
 TASK_START_TIMEOUT_S = 600.0  # image pulls can be slow
-RUNNER_READY_TIMEOUT_S = 60.0
+RUNNER_READY_TIMEOUT_S = 150.0  # beyond the shim's start grace for a runner (probe.py)
 # Polls are one small request over an open forward; a container starts in ~0.3-0.5 s, so a
 # coarse interval would add a large share of it to every submit.
 POLL_INTERVAL_S = 0.02
@@ -74,21 +75,6 @@ class Submission:
     code_dir: Path | None = None  # ``--dir``: ship this directory (explicitly, even / or ~)
     max_duration_s: float | None = None
     job: JobRef | None = None  # a registered tcl.jobs job (key + config), instead of argv
-
-
-@dataclass(frozen=True)
-class SubmitResult:
-    run_id: str
-    name: str
-    host: str
-    backend: str
-    task_id: str
-    accelerators: list[int]
-    code_sha256: str
-    code_bytes: int
-    uploaded_bytes: int
-    skipped: list[tuple[str, str]]
-    ssh: bool  # whether `tcl ssh` can reach it
 
 
 async def submit(
@@ -327,12 +313,15 @@ async def _wait_task(backend: Backend, task: TaskInfo, obs: Observer) -> TaskInf
 
 
 async def _wait_runner(runner: RunnerApi) -> None:
-    deadline = time.monotonic() + RUNNER_READY_TIMEOUT_S
+    start = time.monotonic()
     while True:
         try:
             await runner.healthcheck()
             return
         except AgentError:
-            if time.monotonic() > deadline:
+            waited = time.monotonic() - start
+            if waited > RUNNER_READY_TIMEOUT_S:
                 raise
-            await asyncio.sleep(POLL_INTERVAL_S)
+            # quick polls while a runner normally starts; slower ones on a loaded host, where
+            # many submits of one `tcl serve` would otherwise spend its CPU on polling
+            await asyncio.sleep(POLL_INTERVAL_S if waited < 2.0 else 0.25)

@@ -39,11 +39,15 @@ class ProbeResult:
     silent_s: float = 0.0
 
 
+START_GRACE_S = 120.0
+
+
 class RunnerProbe:
     def __init__(self, silence_limit_s: float, timeout_s: float = PROBE_TIMEOUT_S) -> None:
         self.silence_limit_s = silence_limit_s
         self._http = httpx.AsyncClient(timeout=timeout_s, trust_env=False)
         self._silent_since: dict[str, float] = {}
+        self._answered: set[str] = set()  # runners that answered once (they are up)
 
     async def check(self, runners: Iterable[tuple[str, int]]) -> dict[str, ProbeResult]:
         """Probe ``(task id, runner port)`` pairs concurrently."""
@@ -52,6 +56,7 @@ class RunnerProbe:
         live = {t for t, _ in pairs}
         for gone in set(self._silent_since) - live:
             del self._silent_since[gone]
+        self._answered &= live
         return dict(zip((t for t, _ in pairs), results, strict=True))
 
     async def _one(self, task_id: str, port: int) -> ProbeResult:
@@ -64,9 +69,15 @@ class RunnerProbe:
         if not isinstance(body, dict) or body.get("service") != "tcl-runner":
             since = self._silent_since.setdefault(task_id, now)
             silent = now - since
-            job = JobState.SILENT if silent >= self.silence_limit_s else JobState.RUNNING
+            # A runner still booting (many at once on a loaded host) has never answered yet:
+            # it gets START_GRACE_S before its silence counts.
+            limit = self.silence_limit_s
+            if task_id not in self._answered:
+                limit = max(limit, START_GRACE_S)
+            job = JobState.SILENT if silent >= limit else JobState.RUNNING
             return ProbeResult(job, silent_s=silent)
         self._silent_since.pop(task_id, None)
+        self._answered.add(task_id)
         state = str(body.get("state", ""))
         code = body.get("exit_code")
         exit_code = code if isinstance(code, int) and not isinstance(code, bool) else None

@@ -98,6 +98,7 @@ class SshBackend(Backend):
         self._token: str | None = None
         self._shim_dir: str | None = None
         self._staged: dict[str, _Staged] = {}  # by code sha256
+        self._shim_lock = asyncio.Lock()
 
     async def shim_dir(self) -> str:
         """The shim directory on the host, with ``~`` resolved."""
@@ -128,6 +129,12 @@ class SshBackend(Backend):
         self.pool.facts.pop((self.target.name, self.cfg.shim_dir), None)
 
     async def shim(self) -> ShimApi:
+        # One at a time: concurrent callers (`tcl ps` refreshing many runs, the daemon's
+        # submits) would each make a client and close the one another caller is using.
+        async with self._shim_lock:
+            return await self._shim_locked()
+
+    async def _shim_locked(self) -> ShimApi:
         port = await self.pool.forward(self.target, self.cfg.shim_port)
         if self._shim is not None and port == self._shim_port:
             return self._shim

@@ -20,14 +20,11 @@ Routes (all but the healthcheck need ``Authorization: Bearer <token>``):
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from tcl.control.submitted import SubmitResult
 from tcl.runner.api import Event, JobRef
-
-if TYPE_CHECKING:
-    from tcl.control.submit import SubmitResult
 
 API_VERSION = 1
 
@@ -44,6 +41,7 @@ class Identity(_Strict):
     source: str  # a fingerprint of the tcl package's files (an edited checkout differs)
     db: str  # a hash of the state store's URL
     home: str
+    ssh_agent: str  # $SSH_AUTH_SOCK
 
 
 class Health(_Strict):
@@ -94,24 +92,6 @@ class LineKind(StrEnum):
     ERROR = "error"  # text, exit_code: the submit or follow failed (cancelled: Ctrl-C)
 
 
-class SubmitResultWire(_Strict):
-    run_id: str
-    name: str
-    host: str
-    backend: str
-    task_id: str
-    accelerators: list[int]
-    code_sha256: str
-    code_bytes: int
-    uploaded_bytes: int
-    skipped: list[tuple[str, str]]
-    ssh: bool
-
-    @classmethod
-    def of(cls, res: SubmitResult) -> SubmitResultWire:
-        return cls(**{name: getattr(res, name) for name in cls.model_fields})
-
-
 class RunEnd(_Strict):
     run_id: str
     state: str
@@ -124,7 +104,7 @@ class Line(_Strict):
     done: int = 0
     total: int = 0
     submission: str | None = None
-    result: SubmitResultWire | None = None
+    result: SubmitResult | None = None
     event: Event | None = None
     run: RunEnd | None = None
     exit_code: int = 1

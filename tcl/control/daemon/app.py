@@ -32,7 +32,6 @@ from tcl.control.daemon.api import (
     RunEnd,
     Status,
     SubmitRequest,
-    SubmitResultWire,
 )
 from tcl.control.errors import SubmitCancelled, TclError
 from tcl.control.follow import follow
@@ -220,8 +219,7 @@ def create_app(d: Daemon, token: str) -> ASGIApp:
             ctl = d.control(req.config_path, req.config_named)
             try:
                 res = await submit(ctl, _submission(req), _QueueObserver(queue), check_job=False)
-                wire = SubmitResultWire.of(res)
-                queue.put_nowait(Line(kind=LineKind.SUBMITTED, result=wire))
+                queue.put_nowait(Line(kind=LineKind.SUBMITTED, result=res))
                 d.submissions.pop(sid, None)  # started: nothing left to cancel
                 if req.follow:
                     await _follow_into(ctl, res.run_id, 0, queue)

@@ -10,9 +10,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
-import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +23,8 @@ from tcl.control.daemon.api import (
     SubmitRequest,
 )
 from tcl.control.daemon.identity import current_identity, daemon_dir
-from tcl.control.detached import ensure_started, stop_pid
-from tcl.control.errors import DaemonError
+from tcl.control.detached import ensure_started, spawn_until, stop_pid
+from tcl.control.errors import AgentError, DaemonError
 
 RECORD = "daemon.json"  # written by tcl.control.daemon.server
 START_TIMEOUT_S = 30.0
@@ -193,21 +191,12 @@ def ensure_daemon(idle_exit_s: float | None = None) -> DaemonClient:
 
 def _start(base: Path, want: Identity, idle_exit_s: float) -> DaemonClient:
     argv = [sys.executable, "-m", "tcl.control.daemon", "--idle-exit-s", str(idle_exit_s)]
-    with open(base / "serve.log", "ab") as log:
-        proc = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True
-        )
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            tail = (base / "serve.log").read_text(errors="replace").strip().splitlines()[-3:]
-            raise DaemonError(f"tcl serve exited ({proc.returncode}): {' / '.join(tail)}")
-        found = _usable(base, want)
-        if found is not None:
-            return found
-        time.sleep(0.02)
-    raise DaemonError(f"tcl serve did not answer within {START_TIMEOUT_S:.0f} s "
-                      f"(see {base}/serve.log)")  # fmt: skip
+    try:
+        client, _ = spawn_until(argv, base / "serve.log", lambda: _usable(base, want),
+                                "tcl serve", START_TIMEOUT_S, 0.02)  # fmt: skip
+    except AgentError as e:
+        raise DaemonError(str(e)) from None
+    return client
 
 
 def stop_daemon(base: Path | None = None) -> bool:

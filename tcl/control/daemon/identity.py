@@ -41,4 +41,6 @@ def current_identity() -> Identity:
         # hashed: a PostgreSQL URL may hold a password, and the healthcheck is open
         db=hashlib.sha256(db_url().encode()).hexdigest()[:16],
         home=os.environ.get("HOME", ""),
+        # a new login has a new agent socket: the daemon's SSH connections must use it
+        ssh_agent=os.environ.get("SSH_AUTH_SOCK", ""),
     )  # fmt: skip
