@@ -22,8 +22,8 @@ def exit_code_of(state: RunState, exit_code: int | None) -> int:
 
 
 async def follow_with(ctl: Control, run_ref: str, timestamps: bool, after: int = 0) -> Run:
-    """Follow on an open :class:`Control` (``submit`` reuses its SSH connection); the outcome
-    is printed as soon as the last line is (before the host has released the task)."""
+    """Follow on an open :class:`Control` (``submit`` reuses its SSH connection) and print the
+    outcome once the host has released the task."""
     from tcl.control.follow import follow  # the control plane: only where it runs in-process
 
     def on_end(final: Run) -> None:

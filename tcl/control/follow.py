@@ -179,8 +179,8 @@ async def follow(
 ) -> Run:
     """Print kept events after ``after``, then new ones until the run ends; survives drops.
 
-    ``on_end`` hears of the end as soon as the last event is printed, before the task is
-    released on its host (a docker task's stop takes about half a second)."""
+    ``on_end`` hears of the end once the task is released on its host: when a followed
+    ``tcl submit`` returns, its accelerators are free for the next one."""
     cache = LogCache(run.id)
     for e in cache.read(after):
         on_event(e)
@@ -211,10 +211,11 @@ async def follow(
         for ev in res.events:
             on_event(ev)
         if res.state.is_final and not res.more:
-            if on_end is not None:
-                on_end(ctl.store.get_run(run.id))
             await release(ctl, run.id)
-            return ctl.store.get_run(run.id)
+            final = ctl.store.get_run(run.id)
+            if on_end is not None:
+                on_end(final)
+            return final
 
 
 def _has_final_event(cache: LogCache) -> bool:

@@ -121,7 +121,7 @@ async def _follow_into(
     def on_reconnect(why: str) -> None:
         queue.put_nowait(Line(kind=LineKind.RECONNECTING, text=why))
 
-    def on_end(final: Run) -> None:  # sent before the task is released on its host
+    def on_end(final: Run) -> None:  # sent once the task is released on its host
         end = RunEnd(run_id=final.id, state=final.state.value, exit_code=final.exit_code)
         queue.put_nowait(Line(kind=LineKind.END, run=end))
 
