@@ -144,7 +144,9 @@ def cmd_submit(
         _check_job(job_ref.key, code_dir)
     path, named = config_path(globals_of(ctx).config_path)
     req = SubmitRequest(
-        config_path=str(path), config_named=named, cwd=os.getcwd(), code_dir=code_dir,
+        # absolute: the daemon that reads them runs in a directory of its own
+        config_path=os.path.abspath(path), config_named=named, cwd=os.getcwd(),
+        code_dir=os.path.abspath(code_dir) if code_dir is not None else None,
         argv=command, name=name, chip=chip, chips=chips, host=host, image=image,
         env=_pairs(env or []), secrets=_secrets(secret or []), job=job_ref,
         follow=(follow or not detach) and not (as_json and not follow),

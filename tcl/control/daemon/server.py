@@ -108,6 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     for noisy in ("httpx", "asyncssh"):  # a line per request, per channel
         logging.getLogger(noisy).setLevel(logging.WARNING)
     base = daemon_dir()
+    os.chdir(base)  # not the directory of the `tcl submit` that started it (a mount, a repo)
     try:
         lock_dir(base)
     except AlreadyRunning as e:

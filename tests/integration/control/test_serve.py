@@ -118,9 +118,19 @@ def test_a_daemon_started_for_another_home_is_replaced(home: Path, tmp_path: Pat
 def test_a_config_error_through_the_daemon_names_key_and_line(home: Path) -> None:
     cfg = home / "bad.yaml"
     cfg.write_text("hosts:\n  box:\n    type: local\n    executr: process\n")
-    res = _tcl(home, "-c", str(cfg), "submit", "--", "true")
+    assert _tcl(home, "submit", "-d", "--", "true").returncode == 0  # a daemon runs already
+    res = _tcl(home, "-c", "../bad.yaml", "submit", "--", "true")  # relative to the shell's cwd
     assert res.returncode == 2
     assert f"{cfg}:4: hosts.box.executr: unknown key" in res.stderr
+
+
+def test_relative_paths_are_the_shells_not_the_daemons(home: Path) -> None:
+    sub = home / "work" / "sub"
+    sub.mkdir()
+    (sub / "x.py").write_text("print('from sub')\n")
+    assert _tcl(home, "submit", "-d", "--", "true").returncode == 0  # a daemon runs already
+    res = _tcl(home, "submit", "--dir", "sub", "--", "python3", "x.py")
+    assert res.returncode == 0 and res.stdout == "from sub\n", res.stderr
 
 
 def test_follow_resumes_through_a_new_daemon_when_it_dies(home: Path) -> None:
