@@ -12,6 +12,7 @@ bash scripts/setup.sh >"$work/setup.log" 2>&1 || { cat "$work/setup.log" >&2; ex
 export TCL_STATE_DIR="$work/state" TCL_CONFIG="$work/config.yaml"
 : >"$TCL_CONFIG"   # an empty config = the local default
 cleanup() {
+  (cd "$repo" && uv run --locked tcl serve --stop >/dev/null 2>&1) || true  # the submits' daemon
   (cd "$repo" && uv run --locked python -c \
     'import os, pathlib; from tcl.control.localshim import stop_local_shim; stop_local_shim(pathlib.Path(os.environ["TCL_STATE_DIR"]) / "local-shim")') || true
   rm -rf "$work"
