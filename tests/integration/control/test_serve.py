@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import os
@@ -12,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tcl.control.daemon.client import stop_daemon
@@ -73,6 +75,11 @@ def _cleanup(home: Path) -> object:
     yield None
     stop_daemon(home / "state" / "serve")
     stop_local_shim(home / "state" / "local-shim")
+    # runners of `-d` runs nobody followed outlive their stopped shim (they keep their logs)
+    for p in psutil.process_iter(["cmdline"]):
+        if any(str(home) in a for a in p.info["cmdline"] or []):
+            with contextlib.suppress(psutil.NoSuchProcess):
+                p.kill()
 
 
 def test_submits_share_one_daemon_that_requires_its_token(home: Path) -> None:
