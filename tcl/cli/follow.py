@@ -26,13 +26,10 @@ async def follow_with(ctl: Control, run_ref: str, timestamps: bool, after: int =
     outcome once the host has released the task."""
     from tcl.control.follow import follow  # the control plane: only where it runs in-process
 
-    def on_end(final: Run) -> None:
-        report_end(final.id, final.state, final.exit_code)
-
     run = ctl.store.resolve(run_ref)
-    return await follow(
-        ctl, run, lambda e: print_event(e, timestamps), reconnecting, after=after, on_end=on_end
-    )
+    final = await follow(ctl, run, lambda e: print_event(e, timestamps), reconnecting, after=after)
+    report_end(final.id, final.state, final.exit_code)
+    return final
 
 
 def reconnecting(why: str) -> None:

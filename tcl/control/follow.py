@@ -175,12 +175,11 @@ async def follow(
     on_event: Callable[[Event], None],
     on_reconnect: Callable[[str], None] | None = None,
     after: int = 0,
-    on_end: Callable[[Run], None] | None = None,
 ) -> Run:
     """Print kept events after ``after``, then new ones until the run ends; survives drops.
 
-    ``on_end`` hears of the end once the task is released on its host: when a followed
-    ``tcl submit`` returns, its accelerators are free for the next one."""
+    Events are handed over as soon as they are pulled; the run is returned once its task is
+    released on its host, so when a followed ``tcl submit`` returns its accelerators are free."""
     cache = LogCache(run.id)
     for e in cache.read(after):
         on_event(e)
@@ -189,8 +188,6 @@ async def follow(
     while True:
         current = ctl.store.get_run(run.id)
         if current.state.is_final and _has_final_event(cache):
-            if on_end is not None:
-                on_end(current)
             return current
         try:
             res = await pull(ctl, current, wait_s=10.0, release=False)
@@ -212,10 +209,7 @@ async def follow(
             on_event(ev)
         if res.state.is_final and not res.more:
             await release(ctl, run.id)
-            final = ctl.store.get_run(run.id)
-            if on_end is not None:
-                on_end(final)
-            return final
+            return ctl.store.get_run(run.id)
 
 
 def _has_final_event(cache: LogCache) -> bool:

@@ -177,6 +177,9 @@ class _HostState:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     sessions: asyncio.Semaphore | None = None
     forwards: dict[tuple[str, int], asyncssh.SSHListener] = field(default_factory=dict)
+    # What a backend learned over this connection (the shim's dir and token, by configured
+    # shim dir), kept while it lives: the `tcl serve` daemon's submits each make a backend.
+    facts: dict[str, tuple[str, str]] = field(default_factory=dict)
 
 
 class SshPool:
@@ -185,9 +188,6 @@ class SshPool:
     def __init__(self) -> None:
         self._hosts: dict[str, _HostState] = {}
         self.connects = 0  # how many connections were opened (tests, benchmarks)
-        # Facts a backend learned over a host's connection (its shim dir and token), kept while
-        # the connection lives: the `tcl serve` daemon's submits each make their own backend.
-        self.facts: dict[tuple[str, str], tuple[str, ...]] = {}
 
     def _state(self, target: SshTarget) -> _HostState:
         st = self._hosts.get(target.name)
@@ -234,7 +234,7 @@ class SshPool:
             raise last
 
     def _drop(self, st: _HostState) -> None:
-        self.facts = {k: v for k, v in self.facts.items() if k[0] not in self._names_of(st)}
+        st.facts.clear()
         for listener in st.forwards.values():
             listener.close()
         st.forwards.clear()
@@ -243,8 +243,14 @@ class SshPool:
                 c.close()
         st.conn, st.hops = None, []
 
-    def _names_of(self, st: _HostState) -> set[str]:
-        return {name for name, s in self._hosts.items() if s is st}
+    def facts(self, target: SshTarget) -> dict[str, tuple[str, str]]:
+        """What backends learned over ``target``'s connection; emptied when it drops."""
+        return self._state(target).facts
+
+    def forget_facts(self, name: str) -> None:
+        st = self._hosts.get(name)
+        if st is not None:
+            st.facts.clear()
 
     async def run(
         self,

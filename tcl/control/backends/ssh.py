@@ -108,8 +108,7 @@ class SshBackend(Backend):
         return self._shim_dir
 
     async def _dir_and_token(self) -> None:
-        key = (self.target.name, self.cfg.shim_dir)
-        known = self.pool.facts.get(key)  # learned by an earlier submit over this connection
+        known = self.pool.facts(self.target).get(self.cfg.shim_dir)  # an earlier submit's
         if known is not None:
             self._shim_dir, self._token = known
             return
@@ -121,12 +120,12 @@ class SshBackend(Backend):
             self._shim_dir = lines[0]
         self._token = lines[1].strip() if res.exit_code == 0 and len(lines) > 1 else None
         if self._shim_dir is not None and self._token is not None:
-            self.pool.facts[key] = (self._shim_dir, self._token)
+            self.pool.facts(self.target)[self.cfg.shim_dir] = (self._shim_dir, self._token)
 
     def forget_token(self) -> None:
         """Read the token again on next use (``tcl host setup`` may have made a new one)."""
         self._token = None
-        self.pool.facts.pop((self.target.name, self.cfg.shim_dir), None)
+        self.pool.facts(self.target).pop(self.cfg.shim_dir, None)
 
     async def shim(self) -> ShimApi:
         # One at a time: concurrent callers (`tcl ps` refreshing many runs, the daemon's

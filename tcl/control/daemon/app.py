@@ -37,7 +37,7 @@ from tcl.control.errors import SubmitCancelled, TclError
 from tcl.control.follow import follow
 from tcl.control.service import Control
 from tcl.control.ssh import SshPool
-from tcl.control.store import Run, Store
+from tcl.control.store import Store
 from tcl.control.submit import Submission, submit
 from tcl.runner.api import Event
 from tcl.tokenfile import bearer_matches
@@ -121,12 +121,9 @@ async def _follow_into(
     def on_reconnect(why: str) -> None:
         queue.put_nowait(Line(kind=LineKind.RECONNECTING, text=why))
 
-    def on_end(final: Run) -> None:  # sent once the task is released on its host
-        end = RunEnd(run_id=final.id, state=final.state.value, exit_code=final.exit_code)
-        queue.put_nowait(Line(kind=LineKind.END, run=end))
-
-    await follow(ctl, ctl.store.resolve(run_ref), on_event, on_reconnect, after=after,
-                 on_end=on_end)  # fmt: skip
+    final = await follow(ctl, ctl.store.resolve(run_ref), on_event, on_reconnect, after=after)
+    end = RunEnd(run_id=final.id, state=final.state.value, exit_code=final.exit_code)
+    queue.put_nowait(Line(kind=LineKind.END, run=end))
 
 
 async def _reported(work: Callable[[], Awaitable[None]], queue: asyncio.Queue[Line | None]) -> None:
@@ -153,19 +150,17 @@ async def _stream(
 ) -> AsyncIterator[bytes]:
     d.streams += 1
     t0 = time.monotonic()
-    ended = False  # the run's end was sent: what the work does after it (releasing the
-    try:  # task on its host) must finish even when the client leaves at once
+    try:
         if first is not None:
             yield first.model_dump_json(exclude_defaults=True).encode() + b"\n"
         while (line := await queue.get()) is not None:
-            ended = ended or line.kind is LineKind.END
             if TRACE and line.kind is not LineKind.EVENT:  # where does a submit's time go?
                 log.info("%6.3fs %s %s", time.monotonic() - t0, line.kind.value, line.text)
             yield line.model_dump_json(exclude_defaults=True).encode() + b"\n"
     finally:
         # the client is gone (or everything was sent): stop the work; a submit not finished
         # cleans up after itself (no await here: this generator is being cancelled)
-        if not task.done() and not ended:
+        if not task.done():
             task.cancel()
         d.streams -= 1
         d.last_active = time.monotonic()
@@ -256,7 +251,7 @@ def create_app(d: Daemon, token: str) -> ASGIApp:
 
     @app.post("/api/hosts/{name}/forget", status_code=204)
     async def forget(name: str) -> Response:
-        d.pool.facts = {k: v for k, v in d.pool.facts.items() if k[0] != name}
+        d.pool.forget_facts(name)
         return Response(status_code=204)
 
     @app.post("/api/shutdown", status_code=204)

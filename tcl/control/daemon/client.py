@@ -67,7 +67,11 @@ class DaemonClient:
     def _conn(self, timeout_s: float | None) -> http.client.HTTPConnection:
         return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout_s)
 
-    def _request(self, method: str, path: str, body: Any = None, timeout_s: float = 10.0) -> Any:
+    def _request(
+        self, method: str, path: str, body: Any = None, timeout_s: float = 10.0,
+        ok: frozenset[int] = frozenset(),
+    ) -> Any:  # fmt: skip
+        """The JSON answer; a status of 400 or more not in ``ok`` is a ``DaemonError``."""
         conn = self._conn(timeout_s)
         try:
             data, headers = self._body(body)
@@ -78,9 +82,9 @@ class DaemonClient:
             raise DaemonError(f"tcl serve on port {self.port}: {e}") from None
         finally:
             conn.close()
-        if resp.status >= 400:
+        if resp.status >= 400 and resp.status not in ok:
             raise DaemonError(f"tcl serve: {method} {path}: {resp.status} {payload[:300]!r}")
-        return json.loads(payload) if payload else None
+        return json.loads(payload) if payload and resp.status < 400 else None
 
     def _body(self, body: Any) -> tuple[bytes | None, dict[str, str]]:
         if body is None:
@@ -112,11 +116,7 @@ class DaemonClient:
     def cancel(self, submission: str) -> None:
         """Ask for a submit to be cancelled; its stream then ends with its ``error`` line.
         Too late (it started, or ended) is not an error: the stream says what happened."""
-        try:
-            self._request("POST", f"/api/submissions/{submission}/cancel")
-        except DaemonError as e:
-            if " 404 " not in str(e):
-                raise
+        self._request("POST", f"/api/submissions/{submission}/cancel", ok=frozenset({404}))
 
     def status(self) -> Status:
         return Status.model_validate(self._request("GET", "/api/status"))
@@ -152,23 +152,20 @@ def _recorded(base: Path) -> tuple[dict[str, Any], str] | None:
     return rec, token
 
 
-def running_daemon(base: Path | None = None) -> DaemonClient | None:
-    """A client for the daemon of this state dir if one answers (whatever it runs)."""
-    base = base or daemon_dir()
-    rec = _recorded(base)
-    if rec is None or _health(int(rec[0]["port"])) is None:
-        return None
-    return DaemonClient(int(rec[0]["port"]), rec[1], int(rec[0]["pid"]))
-
-
-def _usable(base: Path, want: Identity) -> DaemonClient | None:
+def _answering(base: Path, want: Identity | None = None) -> DaemonClient | None:
+    """A client for the recorded daemon if it answers (and, given ``want``, runs with it)."""
     rec = _recorded(base)
     if rec is None:
         return None
     health = _health(int(rec[0]["port"]))
-    if health is None or health.identity != want:
+    if health is None or (want is not None and health.identity != want):
         return None
     return DaemonClient(int(rec[0]["port"]), rec[1], health.pid)
+
+
+def running_daemon(base: Path | None = None) -> DaemonClient | None:
+    """A client for the daemon of this state dir if one answers (whatever it runs)."""
+    return _answering(base or daemon_dir())
 
 
 def ensure_daemon(idle_exit_s: float | None = None) -> DaemonClient:
@@ -186,13 +183,13 @@ def ensure_daemon(idle_exit_s: float | None = None) -> DaemonClient:
             stop_pid(old.pid)
         return _start(base, want, idle_exit_s)
 
-    return ensure_started(base, lambda: _usable(base, want), start, "tcl serve", START_TIMEOUT_S)
+    return ensure_started(base, lambda: _answering(base, want), start, "tcl serve", START_TIMEOUT_S)
 
 
 def _start(base: Path, want: Identity, idle_exit_s: float) -> DaemonClient:
     argv = [sys.executable, "-m", "tcl.control.daemon", "--idle-exit-s", str(idle_exit_s)]
     try:
-        client, _ = spawn_until(argv, base / "serve.log", lambda: _usable(base, want),
+        client, _ = spawn_until(argv, base / "serve.log", lambda: _answering(base, want),
                                 "tcl serve", START_TIMEOUT_S, 0.02)  # fmt: skip
     except AgentError as e:
         raise DaemonError(str(e)) from None
