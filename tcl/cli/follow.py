@@ -9,6 +9,7 @@ from tcl.cli.render import print_event
 from tcl.control.states import RunState
 
 if TYPE_CHECKING:
+    from tcl.control.logcache import KeptEvent
     from tcl.control.service import Control
     from tcl.control.store import Run
 
@@ -21,13 +22,20 @@ def exit_code_of(state: RunState, exit_code: int | None) -> int:
     return 1
 
 
-async def follow_with(ctl: Control, run_ref: str, timestamps: bool, after: int = 0) -> Run:
+async def follow_with(
+    ctl: Control, run_ref: str, timestamps: bool, after: int = 0, node: int | None = None
+) -> Run:
     """Follow on an open :class:`Control` (``submit`` reuses its SSH connection) and print the
     outcome once the host has released the task."""
     from tcl.control.follow import follow  # the control plane: only where it runs in-process
 
     run = ctl.store.resolve(run_ref)
-    final = await follow(ctl, run, lambda e: print_event(e, timestamps), reconnecting, after=after)
+
+    def show(e: KeptEvent) -> None:
+        if node is None or e.node == node:
+            print_event(e, timestamps)
+
+    final = await follow(ctl, run, show, reconnecting, after=after)
     report_end(final.id, final.state, final.exit_code)
     return final
 

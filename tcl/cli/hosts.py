@@ -62,10 +62,10 @@ def cmd_setup(
     from tcl.control.hostsetup import setup_host
 
     async def go(ctl: Control) -> dict[str, str]:
-        b = ctl.backend(host)
-        if not isinstance(b, SshBackend):
+        b = ctl.backend_of(host)
+        if not isinstance(b, SshBackend):  # the command installs a shim over SSH: ssh hosts only
             raise fail(f"{host} is not an ssh host (type {ctl.cfg.hosts[host].type})")
-        return await setup_host(b, lambda m: err.print(f"{host}: {m}", markup=False))
+        return await setup_host(b.ssh_host(host), lambda m: err.print(f"{host}: {m}", markup=False))
 
     res = with_control(ctx, go)
     _forget_in_daemon(host)

@@ -69,6 +69,9 @@ def cmd_logs(
     since: Annotated[str | None, typer.Option("--since", help="10m, 2h or ISO time.")] = None,
     tail: Annotated[int | None, typer.Option("--tail", min=0, help="Last N lines.")] = None,
     timestamps: Annotated[bool, typer.Option("--timestamps", "-t", help="Prefix times.")] = False,
+    node: Annotated[
+        int | None, typer.Option("--node", min=0, help="Only this node of a multi-node run.")
+    ] = None,
 ) -> None:
     """Print a run's logs (kept locally, so they outlive the host)."""
     since_ts = parse_since(since) if since else None
@@ -79,6 +82,7 @@ def cmd_logs(
         events: list[Event] = [
             e for e in cache.read()
             if e.kind is EventKind.LOG and (since_ts is None or e.ts >= since_ts)
+            and (node is None or e.node == node)
         ]  # fmt: skip
         if tail is not None:
             events = events[-tail:] if tail else []
@@ -105,7 +109,7 @@ def cmd_logs(
             if not follow:
                 return None
             # one Control: the connection made for the catch-up is reused for following
-            return await follow_cmd.follow_with(ctl, run_id, timestamps, after=last)
+            return await follow_cmd.follow_with(ctl, run_id, timestamps, after=last, node=node)
         finally:
             await ctl.aclose()
 

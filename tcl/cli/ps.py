@@ -25,12 +25,10 @@ class _Listing:
 
 
 async def _runs(ctl: Control, all_runs: bool) -> _Listing:
-    from tcl.control.follow import refresh
+    from tcl.control.follow import refresh_many
 
     runs = ctl.store.list_runs(include_final=all_runs)
-    import asyncio  # only when it runs: a fast CLI start
-
-    fresh = await asyncio.gather(*(refresh(ctl, r) for r in runs))
+    fresh = await refresh_many(ctl, runs)
     shown = fresh if all_runs else [r for r in fresh if not r.state.is_final]
     since = ctl.store.unreachable_since([r.id for r in shown if not r.state.is_final])
     return _Listing(shown, since)

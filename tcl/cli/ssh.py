@@ -13,36 +13,70 @@ from tcl.cli._common import err, fail, out, with_control
 from tcl.control.errors import TclError
 
 if TYPE_CHECKING:
+    from tcl.control.backends.base import SshEndpoint
     from tcl.control.service import Control
 
 
-async def _write_config(ctl: Control, run_ref: str) -> tuple[str, Path]:
+def _endpoint(ctl: Control, run_id: str, node: int) -> SshEndpoint | None:
+    att = ctl.store.latest_attempt(run_id)
+    if att is None or not att.handle:
+        return None
+    handle = ctl.handle(att)
+    if node >= handle.node_count:
+        raise TclError(f"run {run_id} has {handle.node_count} node(s): no node {node}")
+    return ctl.backend_for(att).ssh_endpoint(handle, node)
+
+
+def _other_endpoint(ctl: Control, run_id: str) -> SshEndpoint | None:
+    """Another live run's entry for the same config file (so ``ssh OTHER`` keeps working)."""
+    try:
+        return _endpoint(ctl, run_id, 0)
+    except TclError:
+        return None
+
+
+async def _target(ctl: Control, run_ref: str, node: int) -> tuple[str, Path | SshEndpoint]:
+    """The ssh config's host name for the run's node and the file, or the endpoint that opens
+    the shell with a command on the host (a SLURM job: ``srun --overlap --pty``)."""
     from tcl.control import sshconfig
-    from tcl.control.config import SshHost
 
     run = ctl.store.resolve(run_ref)
-    entries = {}
-    includes: list[str] = []
-    for r in [run, *ctl.store.list_runs(include_final=False)]:
-        att = ctl.store.latest_attempt(r.id)
-        port = att.handle.get("ssh_port") if att else None
-        if att is None or not isinstance(port, int) or att.host not in ctl.cfg.hosts:
-            continue
-        ep = ctl.backend(att.host).ssh_endpoint(port)
-        if ep is None:
-            continue
-        entries[r.id] = (att.host, ep)
-        host = ctl.cfg.hosts[att.host]
-        if isinstance(host, SshHost) and host.ssh_config_file:
-            includes.append(host.ssh_config_file)
-    if run.id not in entries:
-        raise TclError(
-            f"run {run.id} has no ssh endpoint (only docker tasks on ssh hosts run an sshd)"
-        )
     if run.state.is_final:
         raise TclError(f"run {run.id} is {run.state.value}: its container is gone")
+    ep = _endpoint(ctl, run.id, node)
+    if ep is None:
+        raise TclError(
+            f"run {run.id} has no ssh endpoint (only docker tasks on ssh hosts run an sshd, "
+            "and SLURM jobs once they run)"
+        )
+    if ep.remote_argv:
+        return run.id, ep
+    name = run.id if node == 0 else f"{run.id}-node{node}"
+    entries: dict[str, tuple[str, SshEndpoint]] = {name: (run.host or "", ep)}
+    for r in ctl.store.list_runs(include_final=False):
+        other = _other_endpoint(ctl, r.id) if r.id != run.id else None
+        if other is not None and other.container_port is not None:
+            entries[r.id] = (r.host or "", other)
+    includes = [e.ssh_config_file for _, e in entries.values() if e.ssh_config_file]
     includes.append("~/.ssh/config")
-    return run.id, sshconfig.write(entries, sorted(set(includes), key=includes.index))
+    return name, sshconfig.write(entries, sorted(set(includes), key=includes.index))
+
+
+def _remote_argv(ep: SshEndpoint, command: list[str]) -> list[str]:
+    """``ssh [-F file] [opts] -t host -- REMOTE...`` for an endpoint that runs a command."""
+    import shlex
+
+    argv = ["-F", ep.ssh_config_file] if ep.ssh_config_file else []
+    for opt, val in (("-p", ep.port), ("-l", ep.user), ("-i", ep.identity_file),
+                     ("-J", ep.proxy_jump)):  # fmt: skip
+        if val is not None:
+            argv += [opt, str(val)]
+    if ep.known_hosts is not None:
+        argv += ["-o", f"UserKnownHostsFile={ep.known_hosts}"]
+    if not command:
+        argv.append("-t")
+    # ssh sends one string that the remote shell splits: quote every word
+    return [*argv, ep.host, "--", shlex.join([*ep.remote_argv, *command])]
 
 
 def cmd_ssh(
@@ -52,6 +86,7 @@ def cmd_ssh(
     print_config: Annotated[
         bool, typer.Option("--print-config", help="Only write the ssh config; print its path.")
     ] = False,
+    node: Annotated[int, typer.Option("--node", min=0, help="Node of a multi-node run.")] = 0,
 ) -> None:
     """Open a shell in the run's container (uses the host as ProxyJump)."""
     # Options stop at RUN (so `tcl ssh RUN ls -la` keeps its -la): the documented
@@ -62,15 +97,21 @@ def cmd_ssh(
         command = command[1:]
     if print_config and command:
         raise fail("--print-config writes the ssh config only: give it no COMMAND")
-    run_id, path = with_control(ctx, lambda ctl: _write_config(ctl, run_ref))
-    if print_config:
-        out.print(str(path), markup=False)
-        err.print(f"add `Include {path}` to ~/.ssh/config, then: ssh {run_id}", markup=False)
-        return
+    name, target = with_control(ctx, lambda ctl: _target(ctl, run_ref, node))
     ssh = shutil.which("ssh")
+    if isinstance(target, Path):
+        if print_config:
+            out.print(str(target), markup=False)
+            err.print(f"add `Include {target}` to ~/.ssh/config, then: ssh {name}", markup=False)
+            return
+        argv = [ssh or "ssh", "-F", str(target), name, *command]
+    else:
+        if print_config:
+            raise fail(f"run {name} is reached with a command on its host, not an ssh config")
+        argv = [ssh or "ssh", *_remote_argv(target, command)]
     if ssh is None:
         raise fail("no ssh client on PATH")
-    proc = subprocess.run([ssh, "-F", str(path), run_id, *command], check=False)
+    proc = subprocess.run(argv, check=False)
     raise typer.Exit(proc.returncode)
 
 

@@ -8,7 +8,8 @@
     │   └── CodeTooLargeError     over the size limit: names the limit and the largest files
     ├── UnknownHostError          a run's host is not in the config and it kept no record
     ├── StoreError                the state store refuses (unknown run, schema, ...)
-    │   └── RunNotFoundError
+    │   ├── RunNotFoundError
+    │   └── IllegalMoveError      a state writer refused a move its table does not allow
     ├── SshError                  translated from asyncssh / OSError at the pool
     │   ├── SshConnectError       cannot connect (refused, timeout, DNS): retried with backoff
     │   ├── SshAuthError          key refused / host key mismatch: never retried
@@ -59,6 +60,10 @@ class StoreError(TclError):
 
 class RunNotFoundError(StoreError):
     """No run with that id (or unique id prefix / name)."""
+
+
+class IllegalMoveError(StoreError):
+    """A run or attempt writer was asked for a move ``tcl.control.states`` does not allow."""
 
 
 class SshError(TclError):

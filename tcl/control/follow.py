@@ -1,185 +1,167 @@
-"""Pulling events from a run's runner into the local log cache; follow, refresh, stop.
+"""Pulling a run's events into the local log cache; follow, refresh, stop: through its backend.
 
-The local cache is the cursor: a pull asks for ``after = last seq kept`` and appends only newer
-events, so a follow that loses its SSH connection reconnects (jittered backoff) and continues
-with no lost and no repeated line.
+The local cache is the cursor: a pull asks each node for ``after = last seq kept of it`` and
+appends only newer events, so a follow that loses its connection reconnects (jittered backoff)
+and continues with no lost and no repeated line.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from tcl.control.agents import RunnerApi
+from tcl.control.backends.base import Backend, Handle, NodePage, worst_state
 from tcl.control.backoff import backoff_s
-from tcl.control.errors import (
-    AgentError,
-    AgentUnreachableError,
-    SshConnectError,
-    TclError,
-    UnknownHostError,
-)
-from tcl.control.logcache import LogCache
+from tcl.control.errors import AgentUnreachableError, SshConnectError, TclError
+from tcl.control.logcache import KeptEvent, LogCache
 from tcl.control.service import Control
-from tcl.control.states import RunState
-from tcl.runner.api import Event, EventKind, RunnerState
-from tcl.shim.api import TaskInfo, TaskStatus, TerminationReason
+from tcl.control.states import Move, RunState, move
+from tcl.runner.api import EventKind
 
 if TYPE_CHECKING:
     from tcl.control.store import Attempt, Run
 
 RECONNECT_DEADLINE_S = 300.0
+# A long-poll answered by one node: how long the others may still answer before their polls
+# are cancelled (their events come with the next pull).
+SIBLING_GRACE_S = 0.05
 _RETRYABLE = (AgentUnreachableError, SshConnectError)
-
-_STATE_MAP = {
-    RunnerState.WAITING_SPEC: RunState.PROVISIONING,
-    RunnerState.WAITING_CODE: RunState.PROVISIONING,
-    RunnerState.READY: RunState.PROVISIONING,
-    RunnerState.RUNNING: RunState.RUNNING,
-    RunnerState.SUCCEEDED: RunState.SUCCEEDED,
-    RunnerState.FAILED: RunState.FAILED,
-    RunnerState.TERMINATED: RunState.TERMINATED,
-}
 
 
 @dataclass(frozen=True)
 class PullResult:
-    events: list[Event]  # new events, in order, already stored locally
+    events: list[KeptEvent]  # new events, in order, already stored locally
     state: RunState
     more: bool
 
 
-class RunnerGone(AgentError):
-    """The task ended and the host removed its runner (its retention ran out): ``task`` holds
-    the outcome the shim kept."""
-
-    def __init__(self, message: str, task: TaskInfo) -> None:
-        super().__init__(message)
-        self.task = task
-
-
-async def _runner(ctl: Control, att: Attempt) -> RunnerApi:
-    """A client for the attempt's runner. Its port and bearer token come from the host's shim
-    (the token is never stored on this side)."""
-    task_id = att.handle.get("task_id")
-    if not isinstance(task_id, str):
-        raise TclError(f"run {att.run_id} has no task (attempt {att.attempt})")
-    backend = ctl.backend_for(att)
-    task = await _task(ctl, att)
-    if task.ports.runner is None or not task.runner_token:
-        if task.status is TaskStatus.TERMINATED:
-            raise RunnerGone(f"run {att.run_id}: the host removed its runner", task)
-        raise AgentError(f"run {att.run_id}: task {task_id} has no runner now ({task.status})")
-    return await backend.runner(task.ports.runner, task.runner_token, att.run_id)
-
-
-async def _task(ctl: Control, att: Attempt) -> TaskInfo:
-    return await (await ctl.backend_for(att).shim()).get_task(str(att.handle["task_id"]))
-
-
-_OUTCOME = {
-    TerminationReason.DONE: RunState.SUCCEEDED,
-    TerminationReason.STOPPED_BY_USER: RunState.TERMINATED,
-}
-
-
-def _record_outcome(ctl: Control, run: Run, att: Attempt, task: TaskInfo) -> RunState:
-    """The run's end as the shim kept it, for a runner (and the logs it had) already gone."""
-    state = _OUTCOME.get(task.termination_reason or TerminationReason.FAILED, RunState.FAILED)
-    if state != run.state:
-        ctl.store.set_state(
-            run.id, state, exit_code=task.exit_code,
-            message=f"{task.message}; logs not fetched before the host's retention are gone",
-        )  # fmt: skip
-    ctl.store.update_attempt(run.id, att.attempt, handle={**att.handle, "released": True})
-    return state
+async def _pages(
+    backend: Backend, handle: Handle, att: Attempt, cache: LogCache, wait_s: float
+) -> dict[int, NodePage]:
+    """One page from each node that answers: the first answer ends every node's long-poll."""
+    polls = {
+        asyncio.ensure_future(backend.events(handle, n, cache.node_last(att.attempt, n), wait_s)): n
+        for n in range(handle.node_count)
+    }
+    try:
+        done, pending = await asyncio.wait(polls, return_when=asyncio.FIRST_COMPLETED)
+        if pending and len(polls) > 1:
+            more_done, pending = await asyncio.wait(pending, timeout=SIBLING_GRACE_S)
+            done |= more_done
+    finally:
+        for t in polls:
+            if not t.done():
+                t.cancel()
+        await asyncio.gather(*polls, return_exceptions=True)
+    for t in done:
+        t.result()  # the first failure propagates
+    return {polls[t]: t.result() for t in done}
 
 
 async def pull(ctl: Control, run: Run, wait_s: float = 0.0, release: bool = True) -> PullResult:
-    """One page of new events from the runner, stored before being returned. ``release``:
-    once the last event is kept, end the task here (else the caller does, :func:`release`)."""
+    """New events from every node, stored before being returned. ``release``: once the last
+    event is kept, free the run's host resources here (else the caller does, :func:`release`)."""
     att = ctl.store.latest_attempt(run.id)
-    if att is None or (att.handle.get("released") and run.state.is_final):
+    if att is None or not att.handle:
+        return PullResult([], run.state, False)
+    backend = ctl.backend_for(att)
+    handle = ctl.handle(att)
+    if handle.released and run.state.is_final:
         return PullResult([], run.state, False)  # every event is kept locally already
     cache = LogCache(run.id)
-    try:
-        runner = await _runner(ctl, att)
-    except RunnerGone as gone:
-        return PullResult([], _record_outcome(ctl, run, att, gone.task), False)
-    try:
-        page = await runner.events(after=cache.last_seq(), wait_s=wait_s)
-    except AgentUnreachableError:
-        # A runner that does not answer while the shim says its task ended (its process
-        # died, the task vanished): the shim's outcome is the run's.
-        task = await _task(ctl, att)
-        if task.status is not TaskStatus.TERMINATED:
-            raise
-        return PullResult([], _record_outcome(ctl, run, att, task), False)
-    finally:
-        await runner.aclose()
-    fresh = cache.append(page.events)
+    pages = await _pages(backend, handle, att, cache, wait_s)
+    fresh: list[KeptEvent] = []
+    for node in sorted(pages):
+        fresh += cache.append(pages[node].events, att.attempt, node, handle.node_count)
     ctl.store.update_attempt(run.id, att.attempt, log_cursor=cache.last_seq())
-    state = _STATE_MAP[page.state]
-    if not page.more or not state.is_final:
-        _record_state(ctl, run, state, page.exit_code)
-    if state.is_final and not page.more and release:
+    requeued = next((p.next_attempt for p in pages.values() if p.next_attempt), None)
+    if requeued is not None:
+        _next_attempt(ctl, run, att, requeued, pages)
+        return PullResult(fresh, RunState.QUEUED, True)
+    # a node whose poll was cut short is still live as far as this pull knows
+    states = [pages[n].state if n in pages else RunState.RUNNING for n in range(handle.node_count)]
+    state = worst_state(states)
+    more = any(p.more for p in pages.values())
+    if not more or not state.is_final:
+        codes = [p.exit_code for p in pages.values() if p.exit_code]
+        code = codes[0] if codes else next((p.exit_code for p in pages.values()), None)
+        why = next((p.message for p in pages.values() if p.message), "")
+        _record_state(ctl, ctl.store.get_run(run.id), att, state, code, why)
+    if state.is_final and not more and release:
         await _release(ctl, att, state)
-    return PullResult(fresh, state if not page.more else RunState.RUNNING, page.more)
+    return PullResult(fresh, state if not more else RunState.RUNNING, more)
 
 
-def _record_state(ctl: Control, run: Run, state: RunState, exit_code: int | None) -> None:
-    if state is RunState.PROVISIONING or state == run.state:
+def _next_attempt(
+    ctl: Control, run: Run, att: Attempt, handle: Handle, pages: dict[int, NodePage]
+) -> None:
+    """The scheduler put the run back in its queue (preemption, requeue): a new attempt with
+    the backend's new handle; the old one ends ``terminated``."""
+    ctl.store.update_attempt(run.id, att.attempt, state=RunState.TERMINATED)
+    new = ctl.store.add_attempt(run.id, att.host, att.backend, handle.model_dump(mode="json"))
+    ctl.store.update_attempt(run.id, new.attempt, state=RunState.QUEUED)
+    why = next((p.message for p in pages.values() if p.message), "requeued")
+    current = ctl.store.get_run(run.id)
+    if move(current.state, RunState.QUEUED) is Move.APPLY:
+        ctl.store.set_state(run.id, RunState.QUEUED, message=why)
+
+
+def _record_state(
+    ctl: Control, run: Run, att: Attempt, state: RunState, exit_code: int | None, why: str
+) -> None:
+    """Write what the host says when it moves the run on; a late or stale page (a node still
+    provisioning, a run stopped here already) changes nothing."""
+    if state == run.state and not (state is RunState.QUEUED and why and why != run.message):
         return
-    msg = f"exit code {exit_code}" if exit_code is not None else None
+    if move(run.state, state) is not Move.APPLY:
+        return
+    if state.is_final:
+        msg: str | None = why or (f"exit code {exit_code}" if exit_code is not None else None)
+    else:
+        msg = why or None
     ctl.store.set_state(run.id, state, exit_code=exit_code, message=msg)
-
-
-_REASON = {
-    RunState.SUCCEEDED: TerminationReason.DONE,
-    RunState.FAILED: TerminationReason.FAILED,
-    RunState.TERMINATED: TerminationReason.STOPPED_BY_USER,
-}
+    if move(att.state, state) is Move.APPLY:
+        ctl.store.update_attempt(run.id, att.attempt, state=state)
 
 
 async def _release(ctl: Control, att: Attempt, state: RunState) -> None:
-    """Once every event is kept locally: end the task (the shim has usually freed its
-    accelerators already, when the job ended) and remove its lingering runner and files."""
-    if att.handle.get("released"):
+    """Once every event is kept locally: free what the run holds on its host."""
+    handle = ctl.handle(att)
+    if handle.released:
         return
     try:
-        shim = await ctl.backend_for(att).shim()
-        reason = _REASON.get(state, TerminationReason.DONE)
-        task_id = str(att.handle["task_id"])
-        await shim.terminate_task(task_id, reason, f"run {state.value}")
-        await shim.remove_task(task_id)
+        await ctl.backend_for(att).release(handle, state)
     except TclError:
-        return  # the host is gone or the task already is: nothing to free
-    ctl.store.update_attempt(att.run_id, att.attempt, handle={**att.handle, "released": True})
+        return  # the host is gone: nothing to free that can be reached
+    released = handle.model_copy(update={"released": True})
+    ctl.store.update_attempt(att.run_id, att.attempt, handle=released.model_dump(mode="json"))
 
 
 async def release(ctl: Control, run_id: str) -> None:
-    """End a final run's task and remove its runner once every event is kept (what a pull
-    with ``release`` does): the host frees its accelerators and files."""
+    """Free a final run's host resources once every event is kept (what a pull with
+    ``release`` does): the host frees its accelerators and files."""
     run = ctl.store.get_run(run_id)
     att = ctl.store.latest_attempt(run_id)
-    if att is not None and run.state.is_final:
+    if att is not None and att.handle and run.state.is_final:
         await _release(ctl, att, run.state)
 
 
 async def follow(
     ctl: Control,
     run: Run,
-    on_event: Callable[[Event], None],
+    on_event: Callable[[KeptEvent], None],
     on_reconnect: Callable[[str], None] | None = None,
     after: int = 0,
 ) -> Run:
     """Print kept events after ``after``, then new ones until the run ends; survives drops.
 
-    Events are handed over as soon as they are pulled; the run is returned once its task is
-    released on its host, so when a followed ``tcl submit`` returns its accelerators are free."""
+    Events are handed over as soon as they are pulled; the run is returned once its resources
+    are released on its host, so when a followed ``tcl submit`` returns its accelerators are
+    free."""
     cache = LogCache(run.id)
     for e in cache.read(after):
         on_event(e)
@@ -187,7 +169,7 @@ async def follow(
     attempt = 0
     while True:
         current = ctl.store.get_run(run.id)
-        if current.state.is_final and _has_final_event(cache):
+        if current.state.is_final and _has_final_event(ctl, cache, run.id):
             return current
         try:
             res = await pull(ctl, current, wait_s=10.0, release=False)
@@ -199,8 +181,8 @@ async def follow(
             if on_reconnect is not None:
                 on_reconnect(str(e).splitlines()[0])
             att = ctl.store.latest_attempt(run.id)
-            if att is not None:
-                await ctl.backend_for(att).reset()
+            if att is not None and att.handle:
+                await ctl.backend_for(att).reset(ctl.handle(att))
             await asyncio.sleep(backoff_s(attempt, base_s=0.2, cap_s=3.0))
             attempt += 1
             continue
@@ -210,66 +192,94 @@ async def follow(
         if res.state.is_final and not res.more:
             await release(ctl, run.id)
             return ctl.store.get_run(run.id)
+        if not res.events and res.state is RunState.QUEUED:
+            await asyncio.sleep(1.0)  # a queued run's backend may answer without waiting
 
 
-def _has_final_event(cache: LogCache) -> bool:
-    # a run whose events were never pulled (e.g. stopped before it started) counts as drained
-    last = None
+def _has_final_event(ctl: Control, cache: LogCache, run_id: str) -> bool:
+    """Every node of the latest attempt has its final state kept (a run whose events were
+    never pulled, e.g. stopped before it started, counts as drained)."""
+    att = ctl.store.latest_attempt(run_id)
+    nodes = ctl.handle(att).node_count if att is not None and att.handle else 1
+    last: dict[int, KeptEvent] = {}
+    seen = False
     for e in cache.read():
-        if e.kind is EventKind.STATE:
-            last = e
-    return last is None or (last.state is not None and last.state.is_final)
+        seen = True
+        if e.kind is EventKind.STATE and (att is None or e.attempt == att.attempt):
+            last[e.node] = e
+    if not seen:
+        return True
+    return len(last) == nodes and all(
+        e.state is not None and e.state.is_final for e in last.values()
+    )
+
+
+async def refresh_many(ctl: Control, runs: Sequence[Run], timeout_s: float = 5.0) -> list[Run]:
+    """Bring non-final runs' states up to date: one batched status call per backend (a SLURM
+    host answers all its runs in one round trip); runs that ended are then drained and
+    released. A run whose host cannot be reached is left as it was (`tcl ps`: unknown)."""
+    live = [r for r in runs if not r.state.is_final and r.host is not None]
+    groups: dict[str, list[tuple[Run, Attempt]]] = {}
+    for r in live:
+        att = ctl.store.latest_attempt(r.id)
+        if att is not None and att.handle:
+            groups.setdefault(att.backend, []).append((r, att))
+
+    async def one_backend(kind: str, items: list[tuple[Run, Attempt]]) -> None:
+        try:
+            backend = ctl.backend_for_kind(kind)
+            handles = [ctl.handle(att) for _, att in items]
+            answers = await asyncio.wait_for(backend.statuses(handles), timeout_s)
+        except (TclError, TimeoutError):
+            for r, _ in items:
+                ctl.store.note_unreachable(r.id)
+            return
+        for (r, att), ans in zip(items, answers, strict=True):
+            if isinstance(ans, Exception):
+                if isinstance(ans, (*_RETRYABLE, TimeoutError)):
+                    ctl.store.note_unreachable(r.id)
+                continue
+            ctl.store.clear_unreachable(r.id)
+            if ans.state.is_final or ans.state != r.state:
+                with contextlib.suppress(TclError, TimeoutError):
+                    await asyncio.wait_for(pull(ctl, ctl.store.get_run(r.id)), timeout_s)
+            _record_state(ctl, ctl.store.get_run(r.id), att, ans.state, ans.exit_code,
+                          ans.message)  # fmt: skip
+
+    await asyncio.gather(*(one_backend(k, items) for k, items in groups.items()))
+    return [ctl.store.get_run(r.id) for r in runs]
 
 
 async def refresh(ctl: Control, run: Run, timeout_s: float = 5.0) -> Run:
-    """Bring a non-final run's state up to date (one quick pull); unchanged if unreachable."""
-    if run.state.is_final or run.host is None:
-        return run
-    try:
-        await asyncio.wait_for(pull(ctl, run), timeout_s)
-    except (*_RETRYABLE, TimeoutError):
-        ctl.store.note_unreachable(run.id)  # `tcl ps` shows it `unknown` since the first
-        return run
-    except TclError:
-        return run
-    ctl.store.clear_unreachable(run.id)
-    return ctl.store.get_run(run.id)
+    """One run's state brought up to date (see :func:`refresh_many`)."""
+    return (await refresh_many(ctl, [run], timeout_s))[0]
 
 
 async def stop(ctl: Control, run: Run, grace_s: float = 10.0) -> Run:
-    """Stop the job (SIGTERM, SIGKILL after ``grace_s``), keep its last logs, free the task."""
+    """Stop the job on every node (SIGTERM, SIGKILL after ``grace_s``), keep its last logs,
+    free what it holds."""
     if run.state.is_final:
         return run
     att = ctl.store.latest_attempt(run.id)
-    if att is None:
+    if att is None or not att.handle:
         ctl.store.set_state(run.id, RunState.TERMINATED, message="stopped before placement")
         return ctl.store.get_run(run.id)
     try:
-        ctl.backend_for(att)
-    except UnknownHostError as e:  # a run from before placement records: end it here only
+        backend = ctl.backend_for(att)
+        handle = ctl.handle(att)
+        await backend.stop(handle, grace_s)
+    except TclError as e:  # its host cannot be reached or is unknown: end it here only
         ctl.store.set_state(
-            run.id, RunState.TERMINATED, message=f"stopped here only, its task not reached: {e}"
+            run.id, RunState.TERMINATED, message=f"stopped here only, its host not reached: {e}"
         )
         return ctl.store.get_run(run.id)
-    try:
-        runner = await _runner(ctl, att)
-        try:
-            await runner.stop(grace_s)
-        finally:
-            await runner.aclose()
-        deadline = time.monotonic() + grace_s + 10.0
+    deadline = time.monotonic() + grace_s + 10.0
+    with contextlib.suppress(TclError):
         while time.monotonic() < deadline:
-            res = await pull(ctl, ctl.store.get_run(run.id), wait_s=1.0)
+            res = await pull(ctl, ctl.store.get_run(run.id), wait_s=1.0, release=False)
             if res.state.is_final and not res.more:
                 break
-    except AgentError:
-        pass  # the runner is gone already: terminate the task below
     ctl.store.set_state(run.id, RunState.TERMINATED, message="stopped by user")
-    try:
-        shim = await ctl.backend_for(att).shim()
-        await shim.terminate_task(
-            str(att.handle["task_id"]), TerminationReason.STOPPED_BY_USER, "stopped by user"
-        )
-    except TclError:
-        pass
+    with contextlib.suppress(TclError):
+        await _release(ctl, ctl.store.latest_attempt(run.id) or att, RunState.TERMINATED)
     return ctl.store.get_run(run.id)

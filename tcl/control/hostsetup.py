@@ -18,7 +18,7 @@ from pathlib import Path
 from string import Template
 
 from tcl import DISTRIBUTION, __version__
-from tcl.control.backends.ssh import SshBackend
+from tcl.control.backends.ssh import SshShimHost
 from tcl.control.config import SshHost
 from tcl.control.errors import HostSetupError, TclError
 from tcl.control.httpagents import HttpShim
@@ -116,7 +116,7 @@ def build_wheel(dest: Path) -> Path:
 
 
 async def setup_host(
-    backend: SshBackend, say: Callable[[str], None] = lambda _m: None
+    backend: SshShimHost, say: Callable[[str], None] = lambda _m: None
 ) -> dict[str, str]:
     """Install and start the shim on ``backend``'s host; return what was done."""
     cfg: SshHost = backend.cfg
@@ -182,7 +182,7 @@ async def setup_host(
             "version": version}  # fmt: skip
 
 
-async def _healthcheck(backend: SshBackend) -> str:
+async def _healthcheck(backend: SshShimHost) -> str:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + HEALTH_TIMEOUT_S
     last = ""

@@ -1,8 +1,12 @@
 """Local copies of run events (``<state-dir>/logs/<run>.jsonl``), the cursor for following.
 
-Every event pulled from a runner is appended here before it is shown, and the last ``seq`` in
-the file is where the next pull starts. So ``tcl logs`` works after the host is gone, and a
-follow that loses its connection resumes with no lost and no repeated line.
+Every event pulled from a runner is appended here before it is shown. A run may have several
+nodes and attempts, each with its own runner and its own ``seq`` from 1: the kept copy numbers
+them again into one run-wide ``seq`` (the cursor ``tcl logs -f`` resumes from) and remembers
+each event's ``node``, ``attempt`` and ``node_seq`` (where the next pull of that node starts).
+So ``tcl logs`` works after the host is gone, and a follow that loses its connection resumes
+with no lost and no repeated line. Files written before nodes existed read as node 0,
+attempt 0.
 """
 
 from __future__ import annotations
@@ -11,14 +15,32 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+from pydantic import model_validator
+
 from tcl.control.paths import logs_dir
 from tcl.runner.api import Event
+
+
+class KeptEvent(Event):
+    """An event as kept locally: ``seq`` is run-wide; the node's own is ``node_seq``."""
+
+    node: int = 0
+    nodes: int = 1  # how many nodes its attempt has (a log line is prefixed when > 1)
+    attempt: int = 0
+    node_seq: int = 0
+
+    @model_validator(mode="after")
+    def _legacy(self) -> KeptEvent:
+        if self.node_seq == 0:  # kept before nodes existed: one runner, its own seq
+            self.node_seq = self.seq
+        return self
 
 
 class LogCache:
     def __init__(self, run_id: str, directory: Path | None = None) -> None:
         self.path = (directory or logs_dir()) / f"{run_id}.jsonl"
         self._last: int | None = None
+        self._node_last: dict[tuple[int, int], int] | None = None
 
     def last_seq(self) -> int:
         """The highest ``seq`` stored (0 when nothing is)."""
@@ -27,19 +49,34 @@ class LogCache:
             line = _last_line(self.path)
             if line:
                 try:
-                    self._last = Event.model_validate_json(line).seq
+                    self._last = KeptEvent.model_validate_json(line).seq
                 except ValueError:  # a torn last line (crash mid-write): rescan
                     self._last = max((e.seq for e in self.read()), default=0)
         return self._last
 
-    def append(self, events: list[Event]) -> list[Event]:
-        """Store the events newer than what is kept; return exactly those, in order."""
+    def node_last(self, attempt: int, node: int) -> int:
+        """The highest ``seq`` of that node's runner kept (0 when none): where its pull starts."""
+        if self._node_last is None:
+            self._node_last = {}
+            for e in self.read():
+                key = (e.attempt, e.node)
+                self._node_last[key] = max(self._node_last.get(key, 0), e.node_seq)
+        return self._node_last.get((attempt, node), 0)
+
+    def append(
+        self, events: list[Event], attempt: int = 0, node: int = 0, nodes: int = 1
+    ) -> list[KeptEvent]:
+        """Store the node's events newer than what is kept; return exactly those, in order."""
         last = self.last_seq()
+        node_last = self.node_last(attempt, node)
         fresh = []
         for e in sorted(events, key=lambda e: e.seq):
-            if e.seq > last:
-                fresh.append(e)
-                last = e.seq
+            if e.seq > node_last:
+                last += 1
+                kept = {"seq": last, "node": node, "nodes": nodes, "attempt": attempt,
+                        "node_seq": e.seq}  # fmt: skip
+                fresh.append(KeptEvent(**{**e.model_dump(), **kept}))
+                node_last = e.seq
         if fresh:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with open(self.path, "a", encoding="utf-8") as f:
@@ -47,15 +84,17 @@ class LogCache:
                 f.flush()
                 os.fsync(f.fileno())
             self._last = last
+            assert self._node_last is not None
+            self._node_last[(attempt, node)] = node_last
         return fresh
 
-    def read(self, after: int = 0) -> Iterator[Event]:
+    def read(self, after: int = 0) -> Iterator[KeptEvent]:
         if not self.path.exists():
             return
         with open(self.path, encoding="utf-8") as f:
             for line in f:
                 try:
-                    e = Event.model_validate_json(line)
+                    e = KeptEvent.model_validate_json(line)
                 except ValueError:
                     continue
                 if e.seq > after:

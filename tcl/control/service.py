@@ -4,19 +4,16 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from tcl.control.backends.base import Backend
-from tcl.control.config import Config, LocalHost, SshHost
-from tcl.control.errors import AgentError, TclError, UnknownHostError
-from tcl.shim.api import HostInfo
+from tcl.control.backends.base import Backend, BackendInputs, Handle
+from tcl.control.backends.table import backend_class
+from tcl.control.config import Config
+from tcl.control.errors import TclError
 
 if TYPE_CHECKING:
-    from tcl.control.placement import LocalPlacement, SshPlacement
     from tcl.control.ssh import SshPool
     from tcl.control.store import Attempt, Store
-
-PROBE_TIMEOUT_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -26,7 +23,7 @@ class HostStatus:
     address: str
     reachable: bool | None  # None: not checked
     detail: str  # what it offers, or why it cannot be used
-    info: HostInfo | None = None
+    info: Any = None  # the host's own report (a shim's HostInfo)
 
 
 class Control:
@@ -42,7 +39,7 @@ class Control:
         # shared: the store and pool belong to a longer-lived owner (the `tcl serve` daemon,
         # one Control per request): :meth:`aclose` leaves them open
         self._shared = shared
-        self._backends: dict[str, Backend] = {}
+        self._backends: dict[str, Backend] = {}  # by kind
 
     @property
     def store(self) -> Store:
@@ -64,85 +61,50 @@ class Control:
             self._pool = SshPool()
         return self._pool
 
-    def backend(self, name: str) -> Backend:
-        b = self._backends.get(name)
-        if b is not None:
-            return b
-        host = self.cfg.hosts.get(name)
-        if host is None:
-            raise TclError(f"host {name!r} is not in the config (see `tcl hosts`)")
-        if isinstance(host, LocalHost):
-            from tcl.control.backends.local import LocalBackend
-
-            b = LocalBackend(name, host)
-        elif isinstance(host, SshHost):
-            from tcl.control.backends.ssh import SshBackend
-
-            b = SshBackend(name, host, self.pool)
-        else:
-            raise TclError(f"host {name!r}: type {host.type} has no backend in this version")
-        self._backends[name] = b
+    def _backend_of_class(self, cls: type[Backend]) -> Backend:
+        b = self._backends.get(cls.kind)
+        if b is None:
+            hosts = {
+                n: h for n, h in self.cfg.hosts.items() if _class_or_none(h.type) is cls
+            }  # the config's hosts this backend serves, in file order
+            inputs = BackendInputs(
+                hosts=hosts, clusters=self.cfg.clusters, gres_mapping=self.cfg.gres_mapping,
+                ssh_pool=lambda: self.pool,
+            )  # fmt: skip
+            b = self._backends[cls.kind] = cls(inputs)
         return b
+
+    def backend_of(self, host: str) -> Backend:
+        """The backend of a config host."""
+        cfg = self.cfg.hosts.get(host)
+        if cfg is None:
+            raise TclError(f"host {host!r} is not in the config (see `tcl hosts`)")
+        return self._backend_of_class(backend_class(cfg.type))
+
+    def backend_for_kind(self, kind: str) -> Backend:
+        """A backend by its kind (a key of the table)."""
+        return self._backend_of_class(backend_class(kind))
 
     def backend_for(self, att: Attempt) -> Backend:
-        """The backend of an attempt's host: from the config while the host is in it, else
-        from the placement record the attempt kept (a host renamed or removed since)."""
-        if att.host in self._backends or att.host in self.cfg.hosts:
-            return self.backend(att.host)
-        rec = att.placement
-        if rec is None:
-            raise UnknownHostError(
-                f"host {att.host!r} is not in the config (see `tcl hosts`) and run "
-                f"{att.run_id} kept no record of how to reach it"
-            )
-        b = self._from_placement(att.host, rec)
-        self._backends[att.host] = b
-        return b
+        """The backend an attempt was launched with."""
+        return self.backend_for_kind(att.backend)
 
-    def _from_placement(self, name: str, rec: LocalPlacement | SshPlacement) -> Backend:
-        from tcl.control.placement import LocalPlacement
-
-        if isinstance(rec, LocalPlacement):
-            from pathlib import Path
-
-            from tcl.control.backends.local import LocalBackend
-
-            host = LocalHost(
-                type="local", executor=rec.executor, fake_accelerators=rec.fake_accelerators
-            )
-            return LocalBackend(name, host, Path(rec.shim_state_dir))
-        from tcl.control.backends.ssh import SshBackend
-
-        ssh = SshHost(
-            type="ssh", ssh=rec.ssh, port=rec.port, user=rec.user, proxy_jump=rec.proxy_jump,
-            identity_file=rec.identity_file, known_hosts=rec.known_hosts,
-            ssh_config_file=rec.ssh_config_file, shim_port=rec.shim_port, shim_dir=rec.shim_dir,
-            shim_venv=rec.shim_venv, executor=rec.executor,
-        )  # fmt: skip
-        return SshBackend(name, ssh, self.pool)
-
-    async def probe(self, name: str) -> HostInfo:
-        """What the host's shim reports now (``GET /api/host``)."""
-        b = self.backend(name)
-        try:
-            shim = await asyncio.wait_for(b.shim(), PROBE_TIMEOUT_S)
-            return await asyncio.wait_for(shim.host(), PROBE_TIMEOUT_S)
-        except TimeoutError:
-            raise AgentError(f"{name}: no answer within {PROBE_TIMEOUT_S:.0f} s") from None
+    def handle(self, att: Attempt) -> Handle:
+        """The attempt's typed handle (``host``: for handles stored before the contract)."""
+        return self.backend_for(att).load_handle({"host": att.host, **att.handle})
 
     async def host_statuses(self, check: bool) -> list[HostStatus]:
-        from tcl.control.solver import offer
-
         async def one(name: str) -> HostStatus:
             host = self.cfg.hosts[name]
-            addr = getattr(host, "ssh", "") or ("this machine" if host.type == "local" else "")
+            try:
+                b = self.backend_of(name)
+            except TclError as e:
+                return HostStatus(name, host.type, "", False if check else None, str(e))
+            addr = b.address(name)
             if not check:
                 return HostStatus(name, host.type, addr, None, "")
-            try:
-                info = await self.probe(name)
-            except TclError as e:
-                return HostStatus(name, host.type, addr, False, str(e).splitlines()[0])
-            return HostStatus(name, host.type, addr, True, offer(info), info)
+            res = await b.check(name)
+            return HostStatus(name, host.type, addr, res.reachable, res.detail, res.info)
 
         return list(await asyncio.gather(*(one(n) for n in self.cfg.ordered_hosts())))
 
@@ -155,3 +117,10 @@ class Control:
             await self._pool.close()
         if self._store is not None:
             self._store.close()
+
+
+def _class_or_none(host_type: str) -> type[Backend] | None:
+    try:
+        return backend_class(host_type)
+    except TclError:
+        return None

@@ -1,130 +1,129 @@
-"""The hardware solver (seed 000's strategy for ``local`` and ``ssh`` hosts).
+"""The hardware solver (seed 000's strategy), generic over backends.
 
 Hosts are tried in ``priority`` order, then the rest in file order. Cluster filters and a
-``--host`` pin narrow the list; a host whose configured ``chips`` cannot hold the requested chip
-type is skipped without being contacted. The others are probed in parallel: free accelerators
-come from each shim's ``/api/host`` (held by no task and not busy outside tcl). The result is an
-ordered list of candidates, so a ``no_capacity`` at launch moves on to the next one; when nothing
-fits, :class:`NoPlacementError` lists what every host offers right now.
+``--host`` pin narrow the list; a host whose configured ``chips`` cannot hold the request is
+skipped without being contacted. Every backend is then asked, in parallel, what its remaining
+hosts can place (:meth:`Backend.offers`: a shim's free accelerators, a SLURM partition's idle
+GRES, several hosts of one cluster for a multi-node request). The result is an ordered list of
+offers that start now, so a ``no_capacity`` at launch moves on to the next one; when none does,
+the seed's fallback: the queueing offer with the most free chips (a SLURM host). When nothing
+fits at all, :class:`NoPlacementError` lists what every host offers right now.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from tcl.control.config import Config, LocalHost, SshHost
+from tcl.control.config import Config
 from tcl.control.errors import NoPlacementError, TclError
-from tcl.shim.api import HostInfo
 
-Probe = Callable[[str], Awaitable[HostInfo]]
+if TYPE_CHECKING:
+    from tcl.control.backends.base import Backend, Offer, Offers
 
 
 @dataclass(frozen=True)
 class Request:
     chip: str | None = None  # None: any chip type (or CPU only when chips == 0)
-    chips: int = 0
-    host: str | None = None  # pin to one host
+    chips: int = 0  # in all, over every node
+    nodes: int = 0  # 0: as many as the chips need (one when they fit on one node)
+    host: str | None = None  # pin to one host (or one cluster of hosts)
     preferred_clusters: tuple[str, ...] = ()
     forbidden_clusters: tuple[str, ...] = ()
 
     def describe(self) -> str:
+        nodes = f" on {self.nodes} nodes" if self.nodes > 1 else ""
         if self.chips == 0:
-            return "a CPU-only job"
-        return f"{self.chips} x {self.chip or 'any accelerator'}"
-
-
-@dataclass(frozen=True)
-class Candidate:
-    host: str
-    free: tuple[int, ...]  # free accelerator indices of the requested type
-    chip: str | None
+            return f"a CPU-only job{nodes}"
+        return f"{self.chips} x {self.chip or 'any accelerator'}{nodes}"
 
 
 @dataclass
 class Solution:
-    candidates: list[Candidate]
+    candidates: list[Offer]  # start now, best first
+    queue: Offer | None = None  # nothing starts now: where to queue instead
     skipped: list[tuple[str, str]] = field(default_factory=list)  # host, reason
 
-
-def offer(info: HostInfo) -> str:
-    """What a host offers now, e.g. ``h100: 6 of 8 free``."""
-    if not info.accelerators:
-        return f"no accelerators ({info.cpus} CPUs)"
-    total = Counter(a.chip for a in info.accelerators)
-    free = Counter(a.chip for a in info.accelerators if a.task_id is None and not a.busy_outside)
-    return ", ".join(f"{chip}: {free[chip]} of {n} free" for chip, n in sorted(total.items()))
+    @property
+    def plans(self) -> list[Offer]:
+        return self.candidates or ([self.queue] if self.queue is not None else [])
 
 
-def _free(info: HostInfo, chip: str | None) -> tuple[int, ...]:
-    return tuple(
-        a.index
-        for a in info.accelerators
-        if a.task_id is None and not a.busy_outside and (chip is None or a.chip == chip)
-    )
+BackendOf = Callable[[str], "Backend"]
 
 
 def _static_reason(name: str, cfg: Config, req: Request) -> str | None:
-    """Why a host is out without contacting it (None: it must be probed)."""
+    """Why a host is out without contacting it (None: its backend must be asked)."""
     host = cfg.hosts[name]
-    if not isinstance(host, LocalHost | SshHost):
-        return f"type {host.type} is not handled by this solver yet"
     if req.preferred_clusters and host.cluster not in req.preferred_clusters:
         return f"cluster {host.cluster} not preferred"
     if host.cluster is not None and host.cluster in req.forbidden_clusters:
         return f"cluster {host.cluster} forbidden"
     if req.chips and req.chip and host.chips and req.chip not in host.chips:
         return f"configured chips: {', '.join(f'{k}:{v}' for k, v in host.chips.items())}"
-    if req.chips and req.chip and host.chips and host.chips[req.chip] < req.chips:
-        return f"configured {req.chip}: {host.chips[req.chip]}"
     return None
 
 
-async def solve(cfg: Config, req: Request, probe: Probe) -> Solution:
-    """Ordered candidates for ``req``; raises :class:`NoPlacementError` when nothing fits."""
-    names = cfg.ordered_hosts()
-    if req.host is not None:
-        if req.host not in cfg.hosts:
-            known = [(n, "configured") for n in names]
-            raise NoPlacementError(f"no host named {req.host!r}", known)
-        names = [req.host]
+def _pinned(cfg: Config, names: list[str], pin: str) -> list[str]:
+    if pin in cfg.hosts:
+        return [pin]
+    members = [n for n in names if cfg.hosts[n].cluster == pin]
+    if members:
+        return members
+    raise NoPlacementError(f"no host named {pin!r}", [(n, "configured") for n in names])
+
+
+async def solve(cfg: Config, req: Request, backend_of: BackendOf) -> Solution:
+    """Ordered offers for ``req``; raises :class:`NoPlacementError` when nothing fits."""
+    order = cfg.ordered_hosts()
+    names = order if req.host is None else _pinned(cfg, order, req.host)
     reasons: dict[str, str] = {}
-    to_probe = []
+    by_backend: dict[int, tuple[Backend, list[str]]] = {}
     for name in names:
         why = _static_reason(name, cfg, req)
         if why is None:
-            to_probe.append(name)
-        else:
+            try:
+                b = backend_of(name)
+            except TclError as e:
+                why = str(e)
+            else:
+                by_backend.setdefault(id(b), (b, []))[1].append(name)
+        if why is not None:
             reasons[name] = why
 
-    async def one(name: str) -> HostInfo | str:
+    async def ask(b: Backend, hosts: list[str]) -> Offers:
         try:
-            return await probe(name)
+            return await b.offers(req, hosts)
         except TclError as e:
-            return f"unreachable: {e}"
+            from tcl.control.backends.base import Offers
 
-    results = dict(zip(to_probe, await asyncio.gather(*(one(n) for n in to_probe)), strict=True))
-    candidates: list[Candidate] = []
-    for name in names:
-        res = results.get(name)
-        if res is None:
-            continue
-        if isinstance(res, str):
-            reasons[name] = res
-            continue
-        free = _free(res, req.chip) if req.chips else ()
-        if len(free) >= req.chips:
-            candidates.append(Candidate(name, free, req.chip))
-        else:
-            reasons[name] = offer(res)
-    skipped = [(n, reasons[n]) for n in names if n in reasons]
-    if not candidates:
-        down = [n for n in to_probe if isinstance(results[n], str)]
-        if req.host is not None and down:  # "nothing fits" would blame the request
-            raise NoPlacementError(f"host {req.host} is {reasons[req.host]}", [])
-        if down and len(down) == len(names):
-            raise NoPlacementError("no host can be reached; hosts now:", skipped)
-        raise NoPlacementError(f"nothing fits {req.describe()}; hosts now:", skipped)
-    return Solution(candidates, skipped)
+            return Offers(refused=[(h, f"unreachable: {e}") for h in hosts])
+
+    answers = await asyncio.gather(*(ask(b, hs) for b, hs in by_backend.values()))
+    offers: list[Offer] = []
+    for ans in answers:
+        offers.extend(ans.offers)
+        for host, why in ans.refused:
+            reasons.setdefault(host, why)
+
+    def rank(o: Offer) -> int:
+        idx = [order.index(n.host) for n in o.nodes if n.host in order]
+        return min(idx) if idx else len(order)
+
+    offers.sort(key=rank)
+    placed = {n.host for o in offers for n in o.nodes} | {o.host for o in offers}
+    skipped = [(n, reasons[n]) for n in names if n in reasons and n not in placed]
+    now = [o for o in offers if o.starts_now]
+    waiting = [o for o in offers if not o.starts_now]
+    if now:
+        return Solution(now, None, skipped)
+    if waiting:
+        return Solution([], max(waiting, key=lambda o: o.free), skipped)
+    down = [n for n in names if reasons.get(n, "").startswith("unreachable")]
+    if req.host is not None and down and len(names) == 1:  # "nothing fits" would blame the request
+        raise NoPlacementError(f"host {req.host} is {reasons[req.host]}", [])
+    if down and len(down) == len(names):
+        raise NoPlacementError("no host can be reached; hosts now:", skipped)
+    raise NoPlacementError(f"nothing fits {req.describe()}; hosts now:", skipped)

@@ -1,7 +1,9 @@
 """The state store: runs and their attempts (SQLAlchemy 2; SQLite WAL or PostgreSQL).
 
-One guarded writer (:meth:`Store.set_state`) moves a run between states, checking
-``tcl.control.states.TRANSITIONS``; a refused move leaves the row untouched and returns False.
+Two guarded writers (:meth:`Store.set_state`, :meth:`Store.update_attempt`) move a run and an
+attempt between states, checking ``tcl.control.states.TRANSITIONS``: an illegal move raises
+:class:`IllegalMoveError` and leaves the row untouched; a final state met again keeps the first
+outcome. The store is the one source of attempt numbers (:meth:`Store.add_attempt`).
 The schema uses only portable types, so the same code runs on SQLite and PostgreSQL.
 """
 
@@ -31,9 +33,8 @@ from sqlalchemy import (
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
-from tcl.control.errors import RunNotFoundError, StoreError
-from tcl.control.placement import LocalPlacement, SshPlacement, load_placement
-from tcl.control.states import RunState, allowed
+from tcl.control.errors import IllegalMoveError, RunNotFoundError, StoreError
+from tcl.control.states import Move, RunState, move
 
 SCHEMA_VERSION = 1
 
@@ -110,14 +111,9 @@ class Attempt:
     attempt: int
     host: str
     backend: str
-    handle: dict[str, Any]
+    handle: dict[str, Any]  # the backend's typed handle as JSON (``Control.handle`` reads it)
     state: RunState
     log_cursor: int
-
-    @property
-    def placement(self) -> LocalPlacement | SshPlacement | None:
-        """How its host was reached at placement (``handle["placement"]``), if recorded."""
-        return load_placement(self.handle.get("placement"))
 
 
 def _run(row: RunRow) -> Run:
@@ -276,16 +272,18 @@ class Store:
         message: str | None = None,
         exit_code: int | None = None,
     ) -> bool:
-        """The one writer of run state; False (and no change) when the move is illegal."""
+        """The one writer of run state: True when applied, False when a final state is met
+        again (the first outcome is kept); raises :class:`IllegalMoveError` otherwise."""
         with self._session() as s:
             row = s.get(RunRow, run_id, with_for_update=True)
             if row is None:
                 raise RunNotFoundError(f"no run {run_id!r}")
             current = RunState(row.state)
-            if not allowed(current, state):
+            verdict = move(current, state)
+            if verdict is Move.ILLEGAL:
+                raise IllegalMoveError(f"run {run_id}: {current} → {state} is not allowed")
+            if verdict is Move.KEEP:
                 return False
-            if current.is_final:  # a terminal self-loop: keep the first outcome
-                return True
             row.state = state.value
             row.updated_at = time.time()
             if message is not None:
@@ -339,7 +337,10 @@ class Store:
 
     # attempts ---------------------------------------------------------------------------
 
-    def add_attempt(self, run_id: str, host: str, backend: str, handle: dict[str, Any]) -> Attempt:
+    def add_attempt(
+        self, run_id: str, host: str, backend: str, handle: dict[str, Any] | None = None
+    ) -> Attempt:
+        """A new attempt, numbered here (0, then one more than the last)."""
         with self._session() as s:
             last = s.scalars(
                 select(AttemptRow.attempt)
@@ -348,7 +349,7 @@ class Store:
             ).first()
             row = AttemptRow(
                 run_id=run_id, attempt=0 if last is None else last + 1, host=host,
-                backend=backend, handle=handle, state=RunState.PROVISIONING.value,
+                backend=backend, handle=handle or {}, state=RunState.PROVISIONING.value,
                 log_cursor=0, created_at=time.time(),
             )  # fmt: skip
             s.add(row)
@@ -371,9 +372,22 @@ class Store:
             if handle is not None:
                 row.handle = handle
             if state is not None:
-                row.state = state.value
+                verdict = move(RunState(row.state), state)
+                if verdict is Move.ILLEGAL:
+                    raise IllegalMoveError(
+                        f"run {run_id} attempt {attempt}: {row.state} → {state} is not allowed"
+                    )
+                if verdict is Move.APPLY:
+                    row.state = state.value
             if log_cursor is not None and log_cursor > row.log_cursor:
                 row.log_cursor = log_cursor
+
+    def discard_attempt(self, run_id: str, attempt: int) -> None:
+        """Remove an attempt whose launch left nothing on its host (no capacity, refused)."""
+        with self._session() as s:
+            row = s.get(AttemptRow, (run_id, attempt))
+            if row is not None:
+                s.delete(row)
 
     def latest_attempt(self, run_id: str) -> Attempt | None:
         with self._session() as s:

@@ -9,45 +9,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
 
-from tcl.control.agents import RunnerApi, ShimApi
-from tcl.control.backends.base import Backend
-from tcl.control.errors import (
-    AgentError,
-    NoCapacityError,
-    NoPlacementError,
-    SubmitCancelled,
-    TclError,
-)
+from tcl.control.backends.base import Handle, Observer
+from tcl.control.errors import NoCapacityError, NoPlacementError, SubmitCancelled
 from tcl.control.jobcheck import check_job_key, job_dirs
 from tcl.control.paths import cache_dir
-from tcl.control.placement import dump_placement
 from tcl.control.service import Control
 from tcl.control.shipping import Snapshot, snapshot
 from tcl.control.solver import Request, Solution, solve
-from tcl.control.sshconfig import public_key
 from tcl.control.states import RunState
 from tcl.control.submitted import SubmitResult
 from tcl.runner.api import CodeRef, JobRef, JobSpec
-from tcl.shim.api import ExecutorKind, TaskInfo, TaskSpec, TaskStatus, TerminationReason
 
-TASK_START_TIMEOUT_S = 600.0  # image pulls can be slow
-RUNNER_READY_TIMEOUT_S = 150.0  # beyond the shim's start grace for a runner (probe.py)
-# Polls are one small request over an open forward; a container starts in ~0.3-0.5 s, so a
-# coarse interval would add a large share of it to every submit.
-POLL_INTERVAL_S = 0.02
-
-
-class Observer(Protocol):
-    def status(self, text: str) -> None: ...
-
-    def progress(self, done: int, total: int) -> None: ...
-
-    def note(self, text: str) -> None: ...  # one line the user should read (not a status)
+__all__ = ["Observer", "Submission", "submit"]
 
 
 class _Silent:
@@ -67,6 +43,7 @@ class Submission:
     name: str = ""
     chip: str | None = None
     chips: int = 0
+    nodes: int = 0  # 0: as many as the chips need
     host: str | None = None
     image: str | None = None
     env: dict[str, str] = field(default_factory=dict)
@@ -89,10 +66,10 @@ async def submit(
         if note:
             obs.note(note)
     obs.status("snapshotting code, finding hosts")
-    req = Request(chip=sub.chip, chips=sub.chips, host=sub.host)
+    req = Request(chip=sub.chip, chips=sub.chips, nodes=sub.nodes, host=sub.host)
     # The solver's probes open the SSH connections while the code is hashed and the store's
     # module (SQLAlchemy) is imported: both would otherwise wait on each other's idle time.
-    solving = asyncio.create_task(solve(ctl.cfg, req, ctl.probe))
+    solving = asyncio.create_task(solve(ctl.cfg, req, ctl.backend_of))
     try:
         snap, _ = await asyncio.gather(
             asyncio.to_thread(
@@ -119,7 +96,8 @@ async def submit(
 
     run_id = new_run_id(sub.name)
     request = {
-        "argv": sub.argv, "chip": sub.chip, "chips": sub.chips, "host": sub.host,
+        "argv": sub.argv, "chip": sub.chip, "chips": sub.chips, "nodes": sub.nodes,
+        "host": sub.host,
         "image": sub.image, "env": sub.env, "secret_names": sorted(sub.secrets),
         "job": sub.job.key if sub.job else None,
     }  # fmt: skip
@@ -174,89 +152,57 @@ async def _place_and_start(
 ) -> SubmitResult:  # fmt: skip
     obs.status("finding hosts")
     sol = await solving
-    order = ctl.cfg.ordered_hosts()
-    first = order.index(sol.candidates[0].host) if sol.candidates else len(order)
-    skipped = [(h, why) for h, why in sol.skipped if order.index(h) < first]
-    for cand in sol.candidates:
-        backend = ctl.backend(cand.host)
-        attempt_no = 0
-        task_id = f"{run_id}-{attempt_no}"
-        spec = _task_spec(ctl, backend, sub, task_id, run_id, snap.sha256)
-        if sub.image and backend.executor is not ExecutorKind.DOCKER:
-            obs.note(
-                f"warning: --image {sub.image} is ignored: {cand.host} runs jobs with the "
-                f"{backend.executor.value} executor, not in a container"
-            )
-        obs.status(f"launching on {cand.host}")
-        shim = await backend.shim()
+    skipped = list(sol.skipped)
+    if sol.queue is not None:
+        obs.note(f"nothing can start now; queueing on {sol.queue.host}: {sol.queue.queue_reason}")
+    for plan in sol.plans:
+        backend = ctl.backend_for_kind(plan.backend)
+        att = ctl.store.add_attempt(run_id, plan.host, backend.kind)
+        job = JobSpec(
+            run_id=run_id, attempt=att.attempt, name=sub.name, argv=sub.argv or None,
+            env=dict(sub.env), secrets=sub.secrets, cwd=job_cwd(sub.cwd, snap.root),
+            code=CodeRef(sha256=snap.sha256, size=snap.size), max_duration_s=sub.max_duration_s,
+            job=sub.job,
+        )  # fmt: skip
+        recorded: list[Handle] = []
+
+        def on_handle(
+            h: Handle, att_no: int = att.attempt, rec: list[Handle] = recorded,
+            host: str = plan.host,
+        ) -> None:  # fmt: skip
+            rec.append(h)
+            tried.host = host  # something exists there: a cancel cleans it up
+            ctl.store.update_attempt(run_id, att_no, handle=h.model_dump(mode="json"))
+
         try:
-            task = await shim.create_task(spec)
-            tried.host = cand.host  # a task exists there: a cancel cleans it up
+            launched = await backend.launch(plan, job, snap, sub.image, obs, on_handle)
         except NoCapacityError as e:
-            skipped.append((cand.host, f"no capacity at launch: {e}"))
-            continue
-        backend.prestage_code(
-            snap, obs.progress
-        )  # e.g. start the host's code hand-over during the start
-        try:
-            task = await _wait_task(backend, task, obs)
-            if task.ports.runner is None or not task.runner_token:
-                raise AgentError(
-                    f"task {task.id} reports no runner port or token (upgrade the "
-                    f"shim on {cand.host}: tcl host setup)"
-                )
-            ctl.store.set_state(run_id, RunState.PROVISIONING)
-            ctl.store.set_placement(run_id, cand.host, backend.kind, snap.sha256)
-            handle: dict[str, object] = {"task_id": task.id, "runner_port": task.ports.runner,
-                                         "ssh_port": task.ports.ssh}  # fmt: skip
-            placement = backend.placement()
-            if placement is not None:  # reach the host again even once it leaves the config
-                handle["placement"] = dump_placement(placement)
-            att = ctl.store.add_attempt(run_id, cand.host, backend.kind, handle)
-            sent = await _start_job(ctl, backend, sub, snap, task.ports.runner,
-                                    task.runner_token, run_id, att.attempt, obs)  # fmt: skip
-        except NoCapacityError as e:
-            skipped.append((cand.host, f"no capacity at launch: {e}"))
+            ctl.store.discard_attempt(run_id, att.attempt)
+            skipped.append((plan.host, f"no capacity at launch: {e}"))
             continue
         except BaseException:
-            # Ctrl-C or a failure after the task exists: never leave it holding accelerators,
-            # nor a partial upload on the host
-            await asyncio.shield(_terminate_quietly(shim, task.id))
-            await asyncio.shield(backend.discard_staged())
+            if not recorded:  # nothing reached the host: no attempt to show
+                ctl.store.discard_attempt(run_id, att.attempt)
             raise
-        ctl.store.set_state(run_id, RunState.RUNNING)
-        ctl.store.update_attempt(run_id, att.attempt, state=RunState.RUNNING)
+        ctl.store.update_attempt(
+            run_id, att.attempt, handle=launched.handle.model_dump(mode="json")
+        )
+        ctl.store.set_placement(run_id, plan.host, backend.kind, snap.sha256)
+        if launched.state is RunState.QUEUED:
+            ctl.store.set_state(run_id, RunState.QUEUED, message=plan.queue_reason or None)
+        else:
+            ctl.store.set_state(run_id, RunState.PROVISIONING)
+            ctl.store.set_state(run_id, launched.state)
+        ctl.store.update_attempt(run_id, att.attempt, state=launched.state)
         return SubmitResult(
-            run_id=run_id, name=sub.name, host=cand.host, backend=backend.kind, task_id=task.id,
-            accelerators=task.accelerators, code_sha256=snap.sha256, code_bytes=snap.size,
-            uploaded_bytes=sent, skipped=skipped, ssh=task.ports.ssh is not None,
+            run_id=run_id, name=sub.name, host=plan.host, backend=backend.kind,
+            task_id=launched.handle.task_label(),
+            accelerators=launched.accelerators[0] if launched.accelerators else [],
+            code_sha256=snap.sha256, code_bytes=snap.size, uploaded_bytes=launched.uploaded_bytes,
+            skipped=skipped, ssh=launched.ssh, nodes=launched.handle.node_count,
+            state=launched.state.value,
         )  # fmt: skip
     raise NoPlacementError(f"nothing fits {req.describe()} at launch; hosts now:", skipped)
-
-
-async def _start_job(
-    ctl: Control, backend: Backend, sub: Submission, snap: Snapshot, runner_port: int,
-    runner_token: str, run_id: str, attempt: int, obs: Observer,
-) -> int:  # fmt: skip
-    """Spec, code, run; return how many code bytes crossed the network."""
-    runner = await backend.runner(runner_port, runner_token, run_id)
-    try:
-        obs.status("waiting for the runner")
-        await _wait_runner(runner)
-        spec_job = JobSpec(
-            run_id=run_id, attempt=attempt, name=sub.name, argv=sub.argv or None,
-            env={**_host_env(ctl, backend.name), **sub.env}, secrets=sub.secrets,
-            code=CodeRef(sha256=snap.sha256, size=snap.size), cwd=job_cwd(sub.cwd, snap.root),
-            max_duration_s=sub.max_duration_s, job=sub.job,
-        )  # fmt: skip
-        await runner.submit(spec_job)
-        obs.status(f"shipping code ({snap.files} files)")
-        sent = await backend.ship_code(snap, runner_port, runner_token, runner, obs.progress)
-        obs.status("starting the job")
-        await runner.run()
-        return sent
-    finally:
-        await runner.aclose()
 
 
 def job_cwd(cwd: Path, root: Path) -> str:
@@ -267,61 +213,3 @@ def job_cwd(cwd: Path, root: Path) -> str:
     except ValueError:
         return ""
     return "" if rel == Path() else rel.as_posix()
-
-
-async def _terminate_quietly(shim: ShimApi, task_id: str) -> None:
-    with contextlib.suppress(TclError):
-        await shim.terminate_task(task_id, TerminationReason.FAILED, "submit did not finish")
-
-
-def _host_env(ctl: Control, host: str) -> dict[str, str]:
-    return dict(ctl.cfg.hosts[host].env)
-
-
-def _task_spec(
-    ctl: Control, backend: Backend, sub: Submission, task_id: str, run_id: str, code_sha256: str
-) -> TaskSpec:
-    image = sub.image or ctl.cfg.hosts[backend.name].image or ""
-    if backend.executor is ExecutorKind.DOCKER and not image:
-        raise TclError(
-            f"host {backend.name} runs jobs in docker: set `image:` for it in the config "
-            "or pass --image (an image with tcl-runner, see Dockerfile.runner)"
-        )
-    return TaskSpec(
-        id=task_id, name=sub.name or run_id, image=image, executor=backend.executor,
-        accelerators=sub.chips, ssh_keys=[public_key()], code_sha256=code_sha256,
-    )  # fmt: skip
-
-
-async def _wait_task(backend: Backend, task: TaskInfo, obs: Observer) -> TaskInfo:
-    shim = await backend.shim()
-    deadline = time.monotonic() + TASK_START_TIMEOUT_S
-    while True:
-        if task.status is TaskStatus.RUNNING and task.ports.runner is not None:
-            return task
-        if task.status is TaskStatus.TERMINATED:
-            if task.termination_reason is TerminationReason.NO_CAPACITY:
-                raise NoCapacityError(task.message or "no capacity")
-            reason = task.termination_reason.value if task.termination_reason else "terminated"
-            raise AgentError(f"task {task.id} on {backend.name} failed: {reason}: {task.message}")
-        if time.monotonic() > deadline:
-            raise AgentError(f"task {task.id} did not start within {TASK_START_TIMEOUT_S:.0f} s")
-        detail = f" {task.pull_progress:.0%}" if task.pull_progress is not None else ""
-        obs.status(f"{backend.name}: {task.status.value}{detail}")
-        await asyncio.sleep(POLL_INTERVAL_S)
-        task = await shim.get_task(task.id)
-
-
-async def _wait_runner(runner: RunnerApi) -> None:
-    start = time.monotonic()
-    while True:
-        try:
-            await runner.healthcheck()
-            return
-        except AgentError:
-            waited = time.monotonic() - start
-            if waited > RUNNER_READY_TIMEOUT_S:
-                raise
-            # quick polls while a runner normally starts; slower ones on a loaded host, where
-            # many submits of one `tcl serve` would otherwise spend its CPU on polling
-            await asyncio.sleep(POLL_INTERVAL_S if waited < 2.0 else 0.25)

@@ -19,3 +19,5 @@ class SubmitResult:
     uploaded_bytes: int
     skipped: list[tuple[str, str]]
     ssh: bool  # whether `tcl ssh` can reach it
+    nodes: int = 1
+    state: str = "running"  # "queued": a scheduler holds it until nodes free up

@@ -1,27 +1,158 @@
-"""The backend interface: a shim to place tasks on, a runner per task, a way to get code there.
+"""The backend contract: a run's whole lifecycle on one host type.
 
-Implementations answer four questions (cf. submitit's executor hooks): how to reach the shim,
-how to reach a task's runner, how the code tarball reaches the runner, and where ``tcl ssh``
-should connect. Everything else (solving, states, logs) lives in the orchestrator.
+Generic code (submit, follow, solver, CLI) talks to hosts only through :class:`Backend`, picked
+from :data:`tcl.control.backends.table.BACKENDS` by the config's host ``type`` (or an attempt's
+recorded backend kind). A backend gets narrow inputs (:class:`BackendInputs`: its hosts' config,
+the clusters, the GRES mapping, the shared SSH pool), never the whole control plane.
+
+The lifecycle (cf. dstack's Compute and SkyPilot's provisioner):
+
+``offers(request)``  what it can place now, or queue (a batch scheduler)
+``launch(plan, job, snapshot, observer) -> Handle``  every node started, or none (all or nothing)
+``events(handle, node, after, wait_s)``  the runner's seq'd events of one node
+``status(handle)`` / ``statuses(handles)``  the run's state now (batched where the host can)
+``stop(handle, grace_s)``, ``release(handle)``, ``ssh_endpoint(handle, node)``
+
+A handle is the backend's own typed, versioned pydantic model, stored as JSON in the attempt.
 """
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
-from tcl.control.agents import RunnerApi, ShimApi
-from tcl.control.placement import LocalPlacement, SshPlacement
-from tcl.control.shipping import Snapshot
-from tcl.shim.api import ExecutorKind
+from pydantic import BaseModel, ConfigDict
+
+from tcl.control.states import RunState
+
+if TYPE_CHECKING:
+    from tcl.control.config import ClusterConfig, HostConfig
+    from tcl.control.shipping import Snapshot
+    from tcl.control.solver import Request
+    from tcl.control.ssh import SshPool
+    from tcl.runner.api import Event, JobSpec
 
 Progress = Callable[[int, int], None]
+
+HANDLE_VERSION = 1
+
+
+class Observer(Protocol):
+    """What a launch reports while it works (the CLI draws spinners and an upload bar)."""
+
+    def status(self, text: str) -> None: ...
+
+    def progress(self, done: int, total: int) -> None: ...
+
+    def note(self, text: str) -> None: ...  # one line the user should read (not a status)
+
+
+class Handle(BaseModel):
+    """How to reach a launched run again: each backend's model extends this one."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    version: int = HANDLE_VERSION
+    kind: str
+    released: bool = False  # the host's resources are freed and every event is kept
+
+    @property
+    def node_count(self) -> int:
+        return 1
+
+    def task_label(self) -> str:
+        """What the host calls the run (a task id, a SLURM job id), for the CLI."""
+        return ""
+
+
+@dataclass(frozen=True)
+class BackendInputs:
+    """What a backend may use. ``hosts``: the config's hosts of its types, in solver order."""
+
+    hosts: Mapping[str, HostConfig]
+    clusters: Mapping[str, ClusterConfig]
+    gres_mapping: Mapping[str, str]
+    ssh_pool: Callable[[], SshPool]  # the shared pool, made on first use
+
+
+@dataclass(frozen=True)
+class NodeOffer:
+    host: str  # the config host that runs this node (a SLURM host: its login node's name)
+    free: tuple[int, ...] = ()  # free accelerator indices there, when the host tells
+
+
+@dataclass(frozen=True)
+class Offer:
+    """One way to place a request: ``nodes`` nodes of ``chips_per_node`` chips each.
+
+    ``host`` is the config host (or, for several SSH hosts of one cluster, the cluster's name)
+    the run is recorded on. ``starts_now`` is False for a scheduler that would queue it
+    (``queue_reason`` says why); ``free`` ranks queueing hosts (most free chips first)."""
+
+    backend: str
+    host: str
+    nodes: tuple[NodeOffer, ...]
+    chip: str | None
+    chips_per_node: int
+    starts_now: bool = True
+    queue_reason: str = ""
+    free: int = 0
+    order: int = 0  # solver order of the host (priority first, then file order)
+    params: Mapping[str, str] = field(default_factory=dict)  # backend-specific (partition, ...)
+
+    @property
+    def node_count(self) -> int:
+        return len(self.nodes)
+
+    def describe(self) -> str:
+        chips = f"{self.chips_per_node} x {self.chip or 'chip'}" if self.chips_per_node else "CPU"
+        nodes = f"{self.node_count} nodes" if self.node_count > 1 else "1 node"
+        extra = "".join(f", {k} {v}" for k, v in self.params.items())
+        return f"{self.host}: {nodes}, {chips} per node{extra}"
+
+
+@dataclass
+class Offers:
+    offers: list[Offer] = field(default_factory=list)
+    refused: list[tuple[str, str]] = field(default_factory=list)  # host, why not
+
+
+@dataclass(frozen=True)
+class Launched:
+    handle: Handle
+    accelerators: list[list[int]]  # per node, the indices held (empty when unknown)
+    uploaded_bytes: int = 0
+    ssh: bool = False  # whether `tcl ssh` can reach it
+    state: RunState = RunState.RUNNING  # QUEUED: a scheduler holds it until nodes free up
+
+
+@dataclass(frozen=True)
+class NodePage:
+    """A page of one node's events and that node's state (already in the run's terms)."""
+
+    events: list[Event]
+    state: RunState
+    more: bool = False
+    exit_code: int | None = None
+    message: str = ""  # why it waits (a queue's reason) or how it ended when no event says
+    # The scheduler put the run back in its queue (preemption, requeue): the handle of its
+    # next attempt, which the store numbers.
+    next_attempt: Handle | None = None
+
+
+@dataclass(frozen=True)
+class RunStatus:
+    state: RunState
+    exit_code: int | None = None
+    message: str = ""
 
 
 @dataclass(frozen=True)
 class SshEndpoint:
-    """Where ``tcl ssh`` lands: the container sshd, reached through the host as ProxyJump."""
+    """Where ``tcl ssh`` lands: the container sshd, reached through the host as ProxyJump;
+    or, with ``remote_argv``, a command run on the host that opens the shell (``srun --pty``)."""
 
     host: str  # HostName of the jump host
     port: int | None
@@ -29,58 +160,99 @@ class SshEndpoint:
     identity_file: str | None
     known_hosts: str | None
     proxy_jump: str | None  # further hops before the host
-    container_port: int  # the container sshd's port on the host's loopback
+    container_port: int | None = None  # the container sshd's port on the host's loopback
+    ssh_config_file: str | None = None
+    remote_argv: tuple[str, ...] = ()  # run on the host (with the user's command appended)
+
+
+@dataclass(frozen=True)
+class HostCheck:
+    reachable: bool
+    detail: str  # what it offers, or why it cannot be used
+    info: Any = None  # the host's own report (a shim's HostInfo), for `tcl hosts --json`
 
 
 class Backend(abc.ABC):
-    kind: str
-    name: str
-    executor: ExecutorKind
+    kind: ClassVar[str]
+    handle_model: ClassVar[type[Handle]]
+
+    def __init__(self, inputs: BackendInputs) -> None:
+        self.inputs = inputs
 
     @abc.abstractmethod
-    async def shim(self) -> ShimApi:
-        """A client for the host's shim (connecting/starting as needed; cached)."""
+    async def offers(self, req: Request, hosts: Sequence[str]) -> Offers:
+        """What ``hosts`` (of this backend) can place now (or queue), and why others cannot."""
 
     @abc.abstractmethod
-    async def runner(self, runner_port: int, token: str, label: str) -> RunnerApi:
-        """A fresh client for the runner on the host's ``runner_port`` with its bearer ``token``
-        (re-resolve after drops)."""
+    async def launch(
+        self, plan: Offer, job: JobSpec, snap: Snapshot, image: str | None, obs: Observer,
+        on_handle: Callable[[Handle], None],
+    ) -> Launched:  # fmt: skip
+        """Start ``job`` (``cluster`` filled per node here) on every node of ``plan``: all or
+        nothing. ``on_handle`` is called as soon as something exists on the host (so a crash
+        later still finds it); on any failure what was started is stopped and released before
+        the error propagates. Raises ``NoCapacityError`` when the host refused for capacity."""
 
     @abc.abstractmethod
-    async def ship_code(
-        self,
-        snap: Snapshot,
-        runner_port: int,
-        runner_token: str,
-        runner: RunnerApi,
-        progress: Progress | None,
-    ) -> int:
-        """Get the tarball to the runner; return how many bytes crossed the network."""
+    async def events(self, handle: Handle, node: int, after: int, wait_s: float) -> NodePage:
+        """Events of ``node`` after seq ``after`` (long-polls up to ``wait_s``)."""
 
-    def prestage_code(self, snap: Snapshot, progress: Progress | None = None) -> None:
-        """Start whatever :meth:`ship_code` can do before the runner exists (default: nothing).
+    @abc.abstractmethod
+    async def status(self, handle: Handle) -> RunStatus:
+        """The run's state now, without its events."""
 
-        Called once the task is accepted, while its container starts; must not block.
-        """
+    async def statuses(self, handles: Sequence[Handle]) -> list[RunStatus | Exception]:
+        """Many runs' states (``tcl ps``): one round trip per host where the host allows."""
+        out: list[RunStatus | Exception] = []
+        for h in handles:
+            try:
+                out.append(await self.status(h))
+            except Exception as e:
+                out.append(e)
+        return out
+
+    @abc.abstractmethod
+    async def stop(self, handle: Handle, grace_s: float) -> None:
+        """Ask every node's job to end (SIGTERM, SIGKILL after ``grace_s``)."""
+
+    @abc.abstractmethod
+    async def release(self, handle: Handle, state: RunState) -> None:
+        """Free what the run holds on the host (its accelerators, runner, files): called once
+        every event is kept locally and the run is final."""
+
+    def ssh_endpoint(self, handle: Handle, node: int) -> SshEndpoint | None:
+        """Where ``tcl ssh`` connects for ``node`` of the run (None: not possible)."""
         return None
 
-    def placement(self) -> LocalPlacement | SshPlacement | None:
-        """How to reach this host's shim again without the config (kept in each attempt)."""
-        return None
+    def load_handle(self, raw: Mapping[str, Any]) -> Handle:
+        return self.handle_model.model_validate(dict(raw))
 
-    def ssh_endpoint(self, task_ssh_port: int) -> SshEndpoint | None:
-        """Where ``tcl ssh`` connects for a task whose container sshd is on ``task_ssh_port``."""
-        return None
+    @abc.abstractmethod
+    async def check(self, host: str) -> HostCheck:
+        """``tcl hosts --check``: can the host be reached and what does it offer now."""
 
-    async def discard_staged(self) -> None:
-        """Cancel what :meth:`prestage_code` started and remove what it left (a submit gave
-        up); returns once nothing of it is left on the host."""
-        return None
+    def address(self, host: str) -> str:
+        """How ``tcl hosts`` names where a host is."""
+        return str(getattr(self.inputs.hosts.get(host), "ssh", "") or "")
 
-    async def reset(self) -> None:
+    async def reset(self, handle: Handle | None = None) -> None:
         """Forget connections after an error, so the next call reconnects."""
         return None
 
     async def aclose(self) -> None:
-        """Release connections (never stops remote tasks)."""
+        """Release connections (never stops remote work)."""
         return None
+
+
+def worst_state(states: Sequence[RunState]) -> RunState:
+    """A multi-node run's state from its nodes': all final → the worst outcome; else the least
+    advanced live state (queued < provisioning < running)."""
+    if all(s.is_final for s in states):
+        for s in (RunState.FAILED, RunState.TERMINATED):
+            if s in states:
+                return s
+        return RunState.SUCCEEDED
+    for s in (RunState.QUEUED, RunState.PENDING, RunState.PROVISIONING, RunState.RUNNING):
+        if s in states:
+            return s
+    return RunState.RUNNING

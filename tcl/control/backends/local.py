@@ -6,19 +6,19 @@ import asyncio
 from pathlib import Path
 
 from tcl.control.agents import RunnerApi, ShimApi
-from tcl.control.backends.base import Backend, Progress
+from tcl.control.backends.base import Progress
+from tcl.control.backends.shim import ShimBackend
+from tcl.control.backends.shimhost import ShimHost
 from tcl.control.config import LocalHost
 from tcl.control.httpagents import HttpRunner, HttpShim
 from tcl.control.localshim import ensure_local_shim
 from tcl.control.paths import state_dir
-from tcl.control.placement import LocalPlacement
+from tcl.control.placement import LocalPlacement, SshPlacement
 from tcl.control.shipping import Snapshot
 from tcl.shim.api import ExecutorKind
 
 
-class LocalBackend(Backend):
-    kind = "local"
-
+class LocalShimHost(ShimHost):
     def __init__(self, name: str, cfg: LocalHost, shim_state_dir: Path | None = None) -> None:
         self.name = name
         self.cfg = cfg
@@ -43,6 +43,9 @@ class LocalBackend(Backend):
             fake_accelerators=self.cfg.fake_accelerators,
         )  # fmt: skip
 
+    def peer_address(self) -> str:
+        return "127.0.0.1"
+
     async def runner(self, runner_port: int, token: str, label: str) -> RunnerApi:
         return HttpRunner(f"http://127.0.0.1:{runner_port}", token, name=f"runner {label}")
 
@@ -64,3 +67,19 @@ class LocalBackend(Backend):
         if self._shim is not None:
             await self._shim.aclose()
             self._shim = None
+
+
+class LocalBackend(ShimBackend):
+    kind = "local"
+
+    def _make_host(self, name: str, record: LocalPlacement | SshPlacement | None) -> ShimHost:
+        cfg = self.inputs.hosts.get(name)
+        if isinstance(cfg, LocalHost):
+            return LocalShimHost(name, cfg)
+        if isinstance(record, LocalPlacement):  # a host renamed or removed since
+            host = LocalHost(
+                type="local", executor=record.executor,
+                fake_accelerators=record.fake_accelerators,
+            )  # fmt: skip
+            return LocalShimHost(name, host, Path(record.shim_state_dir))
+        raise self.unknown_host(name)

@@ -15,11 +15,13 @@ import contextlib
 from dataclasses import dataclass
 
 from tcl.control.agents import RunnerApi, ShimApi
-from tcl.control.backends.base import Backend, Progress, SshEndpoint
+from tcl.control.backends.base import Progress, SshEndpoint
+from tcl.control.backends.shim import ShimBackend
+from tcl.control.backends.shimhost import ShimHost
 from tcl.control.config import SshHost
 from tcl.control.errors import AgentError
 from tcl.control.httpagents import HttpRunner, HttpShim
-from tcl.control.placement import SshPlacement
+from tcl.control.placement import LocalPlacement, SshPlacement
 from tcl.control.shipping import Snapshot
 from tcl.control.ssh import RemoteProcess, SshPool, SshTarget
 from tcl.shim.api import ExecutorKind
@@ -84,9 +86,7 @@ class _Staged:
             (await self.handover).close()
 
 
-class SshBackend(Backend):
-    kind = "ssh"
-
+class SshShimHost(ShimHost):
     def __init__(self, name: str, cfg: SshHost, pool: SshPool) -> None:
         self.name = name
         self.cfg = cfg
@@ -161,6 +161,9 @@ class SshBackend(Backend):
         """The shim refused our token: read it again and make a new client on next use."""
         self.forget_token()
         self._shim_port = None
+
+    def peer_address(self) -> str:
+        return self.target.host
 
     async def runner(self, runner_port: int, token: str, label: str) -> RunnerApi:
         port = await self.pool.forward(self.target, runner_port)
@@ -250,6 +253,7 @@ class SshBackend(Backend):
         return SshEndpoint(
             host=t.host, port=t.port, user=t.user, identity_file=t.identity_file,
             known_hosts=t.known_hosts, proxy_jump=t.proxy_jump, container_port=task_ssh_port,
+            ssh_config_file=self.cfg.ssh_config_file,
         )  # fmt: skip
 
     async def discard_staged(self) -> None:
@@ -272,3 +276,27 @@ class SshBackend(Backend):
         if self._shim is not None:
             await self._shim.aclose()
             self._shim = None
+
+
+class SshBackend(ShimBackend):
+    kind = "ssh"
+
+    def ssh_host(self, name: str) -> SshShimHost:
+        h = self.host(name)
+        assert isinstance(h, SshShimHost)
+        return h
+
+    def _make_host(self, name: str, record: LocalPlacement | SshPlacement | None) -> ShimHost:
+        cfg = self.inputs.hosts.get(name)
+        if isinstance(cfg, SshHost):
+            return SshShimHost(name, cfg, self.inputs.ssh_pool())
+        if isinstance(record, SshPlacement):  # a host renamed or removed since
+            r = record
+            ssh = SshHost(
+                type="ssh", ssh=r.ssh, port=r.port, user=r.user, proxy_jump=r.proxy_jump,
+                identity_file=r.identity_file, known_hosts=r.known_hosts,
+                ssh_config_file=r.ssh_config_file, shim_port=r.shim_port, shim_dir=r.shim_dir,
+                shim_venv=r.shim_venv, executor=r.executor,
+            )  # fmt: skip
+            return SshShimHost(name, ssh, self.inputs.ssh_pool())
+        raise self.unknown_host(name)

@@ -196,13 +196,13 @@ def test_ssh_print_config_after_the_run_prints_the_config(
 
     import tcl.cli.ssh
 
-    async def write_config(ctl: object, run_ref: str) -> tuple[str, Path]:
+    async def write_config(ctl: object, run_ref: str, node: int) -> tuple[str, Path]:
         return run_ref, home / "ssh" / "config"
 
     def no_ssh(*args: object, **kwargs: object) -> None:
         raise AssertionError("--print-config must not start ssh")
 
-    monkeypatch.setattr(tcl.cli.ssh, "_write_config", write_config)
+    monkeypatch.setattr(tcl.cli.ssh, "_target", write_config)
     monkeypatch.setattr(subprocess, "run", no_ssh)
     for argv in (["ssh", "--print-config", "r-1"], ["ssh", "r-1", "--print-config"]):
         res = runner.invoke(app, argv)

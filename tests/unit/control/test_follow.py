@@ -7,7 +7,10 @@ from typing import Any
 
 import pytest
 
-from tcl.control.backends.base import Backend, Progress
+from tcl.control.backends.base import Progress
+from tcl.control.backends.shim import ShimBackend
+from tcl.control.backends.shimhost import ShimHost
+from tcl.control.backends.table import BACKENDS
 from tcl.control.config import default_config
 from tcl.control.errors import AgentUnreachableError
 from tcl.control.follow import follow, refresh, stop
@@ -37,7 +40,9 @@ class FakeRunner:
         self.stopped = False
 
     async def healthcheck(self) -> dict[str, Any]:
-        return {}
+        if self.stopped:
+            return {"state": "terminated"}
+        return {"state": "succeeded" if self.calls and max(self.calls) >= N else "running"}
 
     async def submit(self, spec: JobSpec) -> None: ...
 
@@ -100,14 +105,18 @@ class FakeShim:
     async def aclose(self) -> None: ...
 
 
-class FakeBackend(Backend):
-    kind = "fake"
+class FakeBackend(ShimHost):
+    """One host of the shim-based backend, with a fake shim and runner."""
+
     executor = ExecutorKind.PROCESS
 
     def __init__(self, runner: FakeRunner, shim: FakeShim) -> None:
         self.name = "local"
         self._runner, self._shim = runner, shim
         self.resets = 0
+
+    def peer_address(self) -> str:
+        return "127.0.0.1"
 
     async def shim(self) -> Any:
         return self._shim
@@ -124,22 +133,39 @@ class FakeBackend(Backend):
         self.resets += 1
 
 
+def use_hosts(monkeypatch: pytest.MonkeyPatch, **hosts: ShimHost) -> None:
+    """Put a shim-based backend whose hosts are these fakes in the backend table."""
+
+    class Fakes(ShimBackend):
+        kind = "local"
+
+        def _make_host(self, name: str, record: Any) -> ShimHost:
+            if name not in hosts:
+                raise self.unknown_host(name)
+            hosts[name].name = name
+            return hosts[name]
+
+    monkeypatch.setitem(BACKENDS, "local", Fakes)
+
+
 @pytest.fixture
 def ctl(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Control:
     monkeypatch.setenv("TCL_STATE_DIR", str(tmp_path))
     c = Control(default_config(), Store(f"sqlite:///{tmp_path / 'tcl.db'}"))
     c.store.create_run("r-1", "", {"argv": ["x"]})
     c.store.set_state("r-1", RunState.PROVISIONING)
-    c.store.set_placement("r-1", "local", "fake", None)
-    c.store.add_attempt("r-1", "local", "fake", {"task_id": "r-1-0", "runner_port": 1})
+    c.store.set_placement("r-1", "local", "local", None)
+    c.store.add_attempt("r-1", "local", "local", {"task_id": "r-1-0", "runner_port": 1})
     c.store.set_state("r-1", RunState.RUNNING)
     return c
 
 
-async def test_follow_survives_a_drop_without_loss_or_repeat(ctl: Control) -> None:
+async def test_follow_survives_a_drop_without_loss_or_repeat(
+    ctl: Control, monkeypatch: pytest.MonkeyPatch
+) -> None:
     runner, shim = FakeRunner(drop_at_call=2), FakeShim()
     backend = FakeBackend(runner, shim)
-    ctl._backends["local"] = backend
+    use_hosts(monkeypatch, local=backend)
     seen: list[str] = []
     drops: list[str] = []
     final = await follow(ctl, ctl.store.get_run("r-1"),
@@ -161,9 +187,11 @@ async def test_follow_survives_a_drop_without_loss_or_repeat(ctl: Control) -> No
     assert LogCache("r-1").last_seq() == N + 1
 
 
-async def test_stop_keeps_the_first_outcome_and_frees_the_task(ctl: Control) -> None:
+async def test_stop_keeps_the_first_outcome_and_frees_the_task(
+    ctl: Control, monkeypatch: pytest.MonkeyPatch
+) -> None:
     runner, shim = FakeRunner(drop_at_call=None), FakeShim()
-    ctl._backends["local"] = FakeBackend(runner, shim)
+    use_hosts(monkeypatch, local=FakeBackend(runner, shim))
     run = await stop(ctl, ctl.store.get_run("r-1"), grace_s=0)
     assert runner.stopped
     assert run.state is RunState.TERMINATED and run.exit_code == -15
@@ -182,9 +210,11 @@ class ExpiredShim(FakeShim):
                         created_at=0, updated_at=0)  # fmt: skip
 
 
-async def test_a_run_whose_runner_the_host_removed_gets_its_outcome(ctl: Control) -> None:
+async def test_a_run_whose_runner_the_host_removed_gets_its_outcome(
+    ctl: Control, monkeypatch: pytest.MonkeyPatch
+) -> None:
     runner = FakeRunner(drop_at_call=None)
-    ctl._backends["local"] = FakeBackend(runner, ExpiredShim())
+    use_hosts(monkeypatch, local=FakeBackend(runner, ExpiredShim()))
     final = await follow(ctl, ctl.store.get_run("r-1"), lambda e: None)
     assert (final.state, final.exit_code) == (RunState.FAILED, 3)
     assert "retention" in (final.message or "") and runner.calls == []
@@ -204,6 +234,9 @@ class DeadRunner(FakeRunner):
     async def events(self, after: int, wait_s: float = 0.0, limit: int = 1000) -> EventsPage:
         raise AgentUnreachableError("runner: connection refused")
 
+    async def healthcheck(self) -> dict[str, Any]:
+        raise AgentUnreachableError("runner: connection refused")
+
 
 class VanishedShim(FakeShim):
     """The task ended `vanished` (its runner died) but the shim still lists its port."""
@@ -216,9 +249,9 @@ class VanishedShim(FakeShim):
 
 
 async def test_refresh_settles_a_run_whose_task_ended_without_a_reachable_runner(
-    ctl: Control,
+    ctl: Control, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    ctl._backends["local"] = FakeBackend(DeadRunner(None), VanishedShim())
+    use_hosts(monkeypatch, local=FakeBackend(DeadRunner(None), VanishedShim()))
     run = await refresh(ctl, ctl.store.get_run("r-1"))
     assert run.state is RunState.FAILED and "runner gone" in run.message
 
@@ -228,11 +261,13 @@ class UnreachableShim(FakeShim):
         raise AgentUnreachableError("shim local: connection refused")
 
 
-async def test_an_unreachable_host_shows_unknown_since_the_first_failure(ctl: Control) -> None:
+async def test_an_unreachable_host_shows_unknown_since_the_first_failure(
+    ctl: Control, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from tcl.cli.ps import state_text
 
     backend = FakeBackend(FakeRunner(None), UnreachableShim())
-    ctl._backends["local"] = backend
+    use_hosts(monkeypatch, local=backend)
     run = await refresh(ctl, ctl.store.get_run("r-1"))
     assert run.state is RunState.RUNNING  # not a new terminal state
     (first,) = ctl.store.unreachable_since(["r-1"]).values()
@@ -247,8 +282,9 @@ async def test_an_unreachable_host_shows_unknown_since_the_first_failure(ctl: Co
 def test_a_host_gone_from_the_config_is_reached_through_the_attempts_record(
     ctl: Control,
 ) -> None:
-    from tcl.control.backends.local import LocalBackend
-    from tcl.control.backends.ssh import SshBackend
+    from tcl.control.backends.local import LocalShimHost
+    from tcl.control.backends.shim import ShimBackend
+    from tcl.control.backends.ssh import SshShimHost
     from tcl.control.placement import LocalPlacement, SshPlacement, dump_placement
 
     rec = SshPlacement(
@@ -256,12 +292,14 @@ def test_a_host_gone_from_the_config_is_reached_through_the_attempts_record(
         proxy_jump="bastion", shim_dir="/home/me/.tcl-shim", shim_port=11000,
     )  # fmt: skip
     ctl.store.create_run("r-2", "", {"argv": ["x"]})
-    handle = {"task_id": "r-2-0", "placement": dump_placement(rec)}
+    handle = {"task_id": "r-2-0", "placement": dump_placement(rec)}  # stored before nodes
     ctl.store.add_attempt("r-2", "gone", "ssh", handle)
     att = ctl.store.latest_attempt("r-2")
-    assert att is not None and att.placement == rec
-    b = ctl.backend_for(att)
-    assert isinstance(b, SshBackend) and b.name == "gone"
+    assert att is not None
+    sb, h = ctl.backend_for(att), ctl.handle(att)
+    assert isinstance(sb, ShimBackend) and h.node_count == 1
+    b = sb._node_host(h.nodes[0])  # type: ignore[attr-defined]
+    assert isinstance(b, SshShimHost) and b.name == "gone"
     assert (b.target.host, b.target.port, b.target.user, b.target.proxy_jump) == (
         "gpu1.example", 2222, "me", "bastion",
     )  # fmt: skip
@@ -271,8 +309,9 @@ def test_a_host_gone_from_the_config_is_reached_through_the_attempts_record(
     ctl.store.add_attempt("r-2", "old-local", "local", handle)
     att = ctl.store.latest_attempt("r-2")
     assert att is not None
-    lb = ctl.backend_for(att)
-    assert isinstance(lb, LocalBackend) and str(lb.shim_state_dir) == "/x/local-shim"
+    lsb, lh = ctl.backend_for(att), ctl.handle(att)
+    lb = lsb._node_host(lh.nodes[0])  # type: ignore[attr-defined]
+    assert isinstance(lb, LocalShimHost) and str(lb.shim_state_dir) == "/x/local-shim"
 
 
 async def test_a_run_with_no_way_to_its_host_can_still_be_stopped(ctl: Control) -> None:
@@ -283,3 +322,18 @@ async def test_a_run_with_no_way_to_its_host_can_still_be_stopped(ctl: Control) 
     ctl.store.set_state("r-3", RunState.RUNNING)
     run = await stop(ctl, ctl.store.get_run("r-3"), grace_s=0)
     assert run.state is RunState.TERMINATED and "not in the config" in run.message
+
+
+def test_run_writers_refuse_illegal_moves(ctl: Control) -> None:
+    from tcl.control.errors import IllegalMoveError
+
+    ctl.store.set_state("r-1", RunState.SUCCEEDED)
+    with pytest.raises(IllegalMoveError, match="succeeded → running"):
+        ctl.store.set_state("r-1", RunState.RUNNING)
+    assert ctl.store.set_state("r-1", RunState.FAILED) is False  # the first outcome is kept
+    assert ctl.store.get_run("r-1").state is RunState.SUCCEEDED
+    ctl.store.update_attempt("r-1", 0, state=RunState.SUCCEEDED)
+    with pytest.raises(IllegalMoveError, match="attempt 0"):
+        ctl.store.update_attempt("r-1", 0, state=RunState.PROVISIONING)
+    # the store numbers attempts: a second one is 1, whatever the caller thinks
+    assert ctl.store.add_attempt("r-1", "local", "local").attempt == 1

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from tcl.control.backends.ssh import SshBackend
+from tcl.control.backends.ssh import SshShimHost
 from tcl.control.config import SshHost
 from tcl.control.ssh import RemoteResult, SshPool
 
@@ -30,7 +30,7 @@ class SlowPool(SshPool):
 def test_concurrent_callers_share_one_open_shim_client() -> None:
     async def go() -> None:
         pool = SlowPool()
-        backend = SshBackend("gpu1", SshHost(type="ssh", ssh="gpu1"), pool)
+        backend = SshShimHost("gpu1", SshHost(type="ssh", ssh="gpu1"), pool)
         clients = await asyncio.gather(*(backend.shim() for _ in range(8)))
         assert all(c is clients[0] for c in clients)
         assert pool.runs == 1  # the shim dir and token were read once

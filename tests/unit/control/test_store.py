@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tcl.control.errors import RunNotFoundError
+from tcl.control.errors import IllegalMoveError, RunNotFoundError
 from tcl.control.states import RunState
 from tcl.control.store import Store
 
@@ -21,7 +21,8 @@ def exercise_store(store: Store) -> None:
     with pytest.raises(RunNotFoundError):
         store.resolve("zzz")
     # the guarded writer refuses an illegal move and keeps the row as it was
-    assert store.set_state(run.id, RunState.RUNNING) is False
+    with pytest.raises(IllegalMoveError):  # pending → running skips provisioning
+        store.set_state(run.id, RunState.RUNNING)
     assert store.get_run(run.id).state is RunState.PENDING
     assert store.set_state(run.id, RunState.PROVISIONING)
     store.set_placement(run.id, "gpu1", "ssh", "ab" * 32)
@@ -35,7 +36,7 @@ def exercise_store(store: Store) -> None:
     assert store.set_state(run.id, RunState.SUCCEEDED, exit_code=0)
     # a late TERMINATED after the outcome is refused; the first outcome is kept
     assert store.set_state(run.id, RunState.TERMINATED) is False
-    assert store.set_state(run.id, RunState.SUCCEEDED, exit_code=9)
+    assert store.set_state(run.id, RunState.SUCCEEDED, exit_code=9) is False
     final = store.get_run(run.id)
     assert final.state is RunState.SUCCEEDED and final.exit_code == 0 and final.host == "gpu1"
     assert [r.id for r in store.list_runs(include_final=False)] == ["eval-def456"]

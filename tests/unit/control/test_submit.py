@@ -35,7 +35,7 @@ from tcl.shim.api import (
     TaskStatus,
     TerminationReason,
 )
-from tests.unit.control.test_follow import FakeBackend, FakeRunner
+from tests.unit.control.test_follow import FakeBackend, FakeRunner, use_hosts
 
 CFG = parse_config("""
 hosts:
@@ -91,11 +91,14 @@ def ctl(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Control:
     return Control(CFG, Store(f"sqlite:///{tmp_path / 'tcl.db'}"))
 
 
-async def test_no_capacity_at_launch_moves_to_the_next_host(ctl: Control) -> None:
+async def test_no_capacity_at_launch_moves_to_the_next_host(
+    ctl: Control, monkeypatch: pytest.MonkeyPatch
+) -> None:
     racy, spare = Shim(racy=True), Shim(racy=False)
-    ctl._backends["racy"] = FakeBackend(FakeRunner(None), racy)  # type: ignore[arg-type]
-    ctl._backends["spare"] = FakeBackend(FakeRunner(None), spare)  # type: ignore[arg-type]
-    ctl._backends["racy"].name, ctl._backends["spare"].name = "racy", "spare"
+    use_hosts(
+        monkeypatch, racy=FakeBackend(FakeRunner(None), racy),  # type: ignore[arg-type]
+        spare=FakeBackend(FakeRunner(None), spare),  # type: ignore[arg-type]
+    )  # fmt: skip
     res = await submit(ctl, Submission(argv=["python", "job.py"], chip="h100", chips=2))
     assert res.host == "spare" and res.accelerators == [0, 1]
     assert res.skipped == [("racy", "no capacity at launch: shim: no capacity: 0 of 2 free")]
@@ -104,10 +107,11 @@ async def test_no_capacity_at_launch_moves_to_the_next_host(ctl: Control) -> Non
     assert run.state is RunState.RUNNING and run.host == "spare"
 
 
-async def test_a_failed_start_terminates_the_task_and_fails_the_run(ctl: Control) -> None:
+async def test_a_failed_start_terminates_the_task_and_fails_the_run(
+    ctl: Control, monkeypatch: pytest.MonkeyPatch
+) -> None:
     shim = Shim(racy=False)
-    ctl._backends["racy"] = FakeBackend(BrokenRunner(None), shim)  # type: ignore[arg-type]
-    ctl._backends["racy"].name = "racy"
+    use_hosts(monkeypatch, racy=FakeBackend(BrokenRunner(None), shim))  # type: ignore[arg-type]
     with pytest.raises(AgentError, match="argv is empty"):
         await submit(ctl, Submission(argv=["x"], host="racy"))
     ((task_id, reason),) = shim.terminated
@@ -128,9 +132,8 @@ class Notes:
         self.notes.append(text)
 
 
-def _racy(ctl: Control, runner: FakeRunner) -> None:
-    ctl._backends["racy"] = FakeBackend(runner, Shim(racy=False))  # type: ignore[arg-type]
-    ctl._backends["racy"].name = "racy"
+def _racy(monkeypatch: pytest.MonkeyPatch, runner: FakeRunner) -> None:
+    use_hosts(monkeypatch, racy=FakeBackend(runner, Shim(racy=False)))  # type: ignore[arg-type]
 
 
 class SpecRunner(FakeRunner):
@@ -141,7 +144,7 @@ class SpecRunner(FakeRunner):
 async def test_outside_git_says_what_it_ships_and_refuses_home(
     ctl: Control, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _racy(ctl, FakeRunner(None))
+    _racy(monkeypatch, FakeRunner(None))
     obs = Notes()
     await submit(ctl, Submission(argv=["python", "job.py"], host="racy"), obs)
     code = (tmp_path / "code").resolve()
@@ -156,7 +159,7 @@ async def test_the_job_starts_in_the_submit_directory(
     ctl: Control, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     runner = SpecRunner(None)
-    _racy(ctl, runner)
+    _racy(monkeypatch, runner)
     (tmp_path / "code" / "sub" / "deeper").mkdir(parents=True)
     subprocess.run(["git", "init", "-q", str(tmp_path / "code")], check=True)
     monkeypatch.chdir(tmp_path / "code" / "sub" / "deeper")
@@ -167,16 +170,20 @@ async def test_the_job_starts_in_the_submit_directory(
     assert runner.spec.cwd == ""
 
 
-async def test_an_unknown_job_key_is_refused_before_anything_ships(ctl: Control) -> None:
-    _racy(ctl, FakeRunner(None))
+async def test_an_unknown_job_key_is_refused_before_anything_ships(
+    ctl: Control, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _racy(monkeypatch, FakeRunner(None))
     with pytest.raises(TclError, match=r"no job registered as 'gpt/trian'; did you mean gpt/train"):
         await submit(ctl, Submission(argv=[], host="racy", job=JobRef(key="gpt/trian")))
     assert ctl.store.list_runs() == []  # no run recorded, no snapshot made
     assert not (cache_dir() / "index").exists()
 
 
-async def test_an_image_on_a_process_executor_host_is_warned_about(ctl: Control) -> None:
-    _racy(ctl, FakeRunner(None))
+async def test_an_image_on_a_process_executor_host_is_warned_about(
+    ctl: Control, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _racy(monkeypatch, FakeRunner(None))
     obs = Notes()
     await submit(ctl, Submission(argv=["x"], host="racy", image="ghcr.io/me/img:1"), obs)
     assert (
@@ -185,12 +192,15 @@ async def test_an_image_on_a_process_executor_host_is_warned_about(ctl: Control)
     )
 
 
-async def test_a_submit_that_placed_nothing_leaves_no_run(ctl: Control) -> None:
+async def test_a_submit_that_placed_nothing_leaves_no_run(
+    ctl: Control, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Nothing fits (both hosts full): the error says why, `tcl ps` shows nothing."""
     full = Shim(racy=True)
-    for name in ("racy", "spare"):
-        ctl._backends[name] = FakeBackend(FakeRunner(None), full)  # type: ignore[arg-type]
-        ctl._backends[name].name = name
+    use_hosts(
+        monkeypatch, racy=FakeBackend(FakeRunner(None), full),  # type: ignore[arg-type]
+        spare=FakeBackend(FakeRunner(None), full),  # type: ignore[arg-type]
+    )  # fmt: skip
     with pytest.raises(NoPlacementError, match="nothing fits"):
         await submit(ctl, Submission(argv=["x"], chip="h100", chips=2))
     assert ctl.store.list_runs() == []
@@ -212,11 +222,11 @@ async def test_a_down_shim_names_its_host_and_the_fix() -> None:
 
 
 def test_the_ssh_backend_hints_host_setup_when_its_shim_is_down() -> None:
-    from tcl.control.backends.ssh import SshBackend
+    from tcl.control.backends.ssh import SshShimHost
     from tcl.control.config import SshHost
     from tcl.control.ssh import SshPool
 
-    b = SshBackend("gpu1", SshHost(type="ssh", ssh="gpu1"), SshPool())
+    b = SshShimHost("gpu1", SshHost(type="ssh", ssh="gpu1"), SshPool())
     b._token, b._shim_dir = "t" * 43, "/x"
 
     class _Pool:
@@ -251,11 +261,12 @@ class CancellingBackend(FakeBackend):
         self.discarded = True
 
 
-async def test_ctrl_c_during_the_upload_cleans_up_and_says_so(ctl: Control) -> None:
+async def test_ctrl_c_during_the_upload_cleans_up_and_says_so(
+    ctl: Control, monkeypatch: pytest.MonkeyPatch
+) -> None:
     shim = Shim(racy=False)
     b = CancellingBackend(FakeRunner(None), shim)  # type: ignore[arg-type]
-    b.name = "racy"
-    ctl._backends["racy"] = b
+    use_hosts(monkeypatch, racy=b)
     with pytest.raises(SubmitCancelled, match=r"^cancelled; nothing left on racy$"):
         await submit(ctl, Submission(argv=["x"], host="racy"))
     assert b.discarded and shim.terminated[0][1] is TerminationReason.FAILED

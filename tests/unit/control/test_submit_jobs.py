@@ -17,7 +17,7 @@ from tcl.control.service import Control
 from tcl.control.store import Store
 from tcl.control.submit import Submission, submit
 from tcl.runner.api import JobRef
-from tests.unit.control.test_follow import FakeBackend, FakeRunner
+from tests.unit.control.test_follow import FakeBackend, FakeRunner, use_hosts
 from tests.unit.control.test_submit import Shim
 
 USER_REPO = Path(__file__).resolve().parents[2] / "fixtures" / "userrepo"
@@ -38,34 +38,37 @@ def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return dest
 
 
-def _ctl(tmp_path: Path, runner: FakeRunner) -> Control:
+def _ctl(tmp_path: Path, runner: FakeRunner, monkeypatch: pytest.MonkeyPatch) -> Control:
     ctl = Control(CFG, Store(f"sqlite:///{tmp_path / 'tcl.db'}"))
-    ctl._backends["racy"] = FakeBackend(runner, Shim(racy=False))  # type: ignore[arg-type]
-    ctl._backends["racy"].name = "racy"
+    use_hosts(monkeypatch, racy=FakeBackend(runner, Shim(racy=False)))  # type: ignore[arg-type]
     return ctl
 
 
 async def test_a_job_the_repo_declares_ships_with_its_restore_path(
-    repo: Path, tmp_path: Path
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     runner = SpecRunner(None)
-    ctl = _ctl(tmp_path, runner)
+    ctl = _ctl(tmp_path, runner, monkeypatch)
     ref = JobRef(key="custom/my_job", restore="default/default/custom-my_job/r1/step/7500")
     await submit(ctl, Submission(argv=[], host="racy", job=ref))
     assert runner.spec.job == ref
 
 
-async def test_an_unknown_key_is_refused_naming_the_repos_jobs(repo: Path, tmp_path: Path) -> None:
-    ctl = _ctl(tmp_path, FakeRunner(None))
+async def test_an_unknown_key_is_refused_naming_the_repos_jobs(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ctl = _ctl(tmp_path, FakeRunner(None), monkeypatch)
     expected = r"no job registered as 'custom/my_jb'; did you mean custom/my_job"
     with pytest.raises(TclError, match=expected):
         await submit(ctl, Submission(argv=[], host="racy", job=JobRef(key="custom/my_jb")))
     assert ctl.store.list_runs() == []
 
 
-async def test_an_import_error_in_the_users_job_module_is_shown(repo: Path, tmp_path: Path) -> None:
+async def test_an_import_error_in_the_users_job_module_is_shown(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     (repo / "myjobs" / "custom.py").write_text("import no_such_module_anywhere\n")
-    ctl = _ctl(tmp_path, FakeRunner(None))
+    ctl = _ctl(tmp_path, FakeRunner(None), monkeypatch)
     with pytest.raises(TclError) as e:
         await submit(ctl, Submission(argv=[], host="racy", job=JobRef(key="custom/my_job")))
     text = str(e.value)

@@ -1,0 +1,541 @@
+"""The shim-based backend: a shim per host places tasks, a runner per task runs the job.
+
+``local`` and ``ssh`` extend it with how they reach one host (:class:`ShimHost`); a TPU pod's
+workers will too. A multi-node run is one task per node, on hosts of one ``cluster``, each
+runner told its rank and the coordinator (node 0's address).
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import contextlib
+import math
+import time
+import zlib
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from tcl.control.agents import RunnerApi
+from tcl.control.backends.base import (
+    Backend,
+    HostCheck,
+    Launched,
+    NodeOffer,
+    NodePage,
+    Observer,
+    Offer,
+    Offers,
+    RunStatus,
+    SshEndpoint,
+    worst_state,
+)
+from tcl.control.backends.base import (
+    Handle as BaseHandle,
+)
+from tcl.control.backends.shimhost import ShimHost
+from tcl.control.errors import (
+    AgentError,
+    AgentUnreachableError,
+    NoCapacityError,
+    TclError,
+    UnknownHostError,
+)
+from tcl.control.placement import Placement
+from tcl.control.shipping import Snapshot
+from tcl.control.solver import Request
+from tcl.control.sshconfig import public_key
+from tcl.control.states import RunState
+from tcl.runner.api import ClusterInfo, JobSpec, RunnerState
+from tcl.shim.api import (
+    ExecutorKind,
+    HostInfo,
+    TaskInfo,
+    TaskSpec,
+    TaskStatus,
+    TerminationReason,
+)
+
+TASK_START_TIMEOUT_S = 600.0  # image pulls can be slow
+RUNNER_READY_TIMEOUT_S = 150.0  # beyond the shim's start grace for a runner (probe.py)
+# Polls are one small request over an open forward; a container starts in ~0.3-0.5 s, so a
+# coarse interval would add a large share of it to every submit.
+POLL_INTERVAL_S = 0.02
+PROBE_TIMEOUT_S = 30.0
+# jax.distributed's coordinator port range under SLURM; a run's port is fixed by its id
+COORDINATOR_PORT_BASE = 61440
+
+RUNNER_STATES = {
+    RunnerState.WAITING_SPEC: RunState.PROVISIONING,
+    RunnerState.WAITING_CODE: RunState.PROVISIONING,
+    RunnerState.READY: RunState.PROVISIONING,
+    RunnerState.RUNNING: RunState.RUNNING,
+    RunnerState.SUCCEEDED: RunState.SUCCEEDED,
+    RunnerState.FAILED: RunState.FAILED,
+    RunnerState.TERMINATED: RunState.TERMINATED,
+}
+_OUTCOME = {
+    TerminationReason.DONE: RunState.SUCCEEDED,
+    TerminationReason.STOPPED_BY_USER: RunState.TERMINATED,
+}
+_REASON = {
+    RunState.SUCCEEDED: TerminationReason.DONE,
+    RunState.FAILED: TerminationReason.FAILED,
+    RunState.TERMINATED: TerminationReason.STOPPED_BY_USER,
+}
+
+
+class ShimNode(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    host: str
+    # How the host was reached at placement, so a run outlives the config line that placed it.
+    placement: Placement | None = None
+    task_id: str
+    runner_port: int | None = None
+    ssh_port: int | None = None
+
+
+class ShimHandle(BaseHandle):
+    kind: Literal["local", "ssh"]
+    nodes: list[ShimNode] = Field(min_length=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_v0(cls, data: Any) -> Any:
+        """Attempts stored before the contract: ``{task_id, runner_port, ssh_port, placement,
+        released}`` with the host and kind in the attempt's columns (added by the loader)."""
+        if isinstance(data, dict) and "nodes" not in data and "task_id" in data:
+            node = {k: data.get(k) for k in ("task_id", "runner_port", "ssh_port", "placement")}
+            node["host"] = data.get("host", "")
+            return {"kind": data.get("kind"), "released": bool(data.get("released")),
+                    "nodes": [node]}  # fmt: skip
+        return data
+
+    @property
+    def node_count(self) -> int:
+        return len(self.nodes)
+
+    def task_label(self) -> str:
+        return self.nodes[0].task_id
+
+
+def offer_text(info: HostInfo) -> str:
+    """What a host offers now, e.g. ``h100: 6 of 8 free``."""
+    if not info.accelerators:
+        return f"no accelerators ({info.cpus} CPUs)"
+    total = Counter(a.chip for a in info.accelerators)
+    free = Counter(a.chip for a in info.accelerators if a.task_id is None and not a.busy_outside)
+    return ", ".join(f"{chip}: {free[chip]} of {n} free" for chip, n in sorted(total.items()))
+
+
+def free_chips(info: HostInfo, chip: str | None) -> tuple[int, ...]:
+    return tuple(
+        a.index
+        for a in info.accelerators
+        if a.task_id is None and not a.busy_outside and (chip is None or a.chip == chip)
+    )
+
+
+def node_size(info: HostInfo, chip: str | None) -> int:
+    return sum(1 for a in info.accelerators if chip is None or a.chip == chip)
+
+
+class ShimBackend(Backend):
+    handle_model = ShimHandle
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._hosts: dict[str, ShimHost] = {}
+
+    # hosts --------------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def _make_host(self, name: str, record: Any) -> ShimHost:
+        """How to reach host ``name``: from the config, else from the placement record."""
+
+    def host(self, name: str, record: Any = None) -> ShimHost:
+        h = self._hosts.get(name)
+        if h is None:
+            h = self._hosts[name] = self._make_host(name, record)
+        return h
+
+    def unknown_host(self, name: str) -> UnknownHostError:
+        return UnknownHostError(
+            f"host {name!r} is not in the config (see `tcl hosts`) and the run kept no record "
+            "of how to reach it"
+        )
+
+    def _node_host(self, node: ShimNode) -> ShimHost:
+        return self.host(node.host, node.placement)
+
+    def load_handle(self, raw: Any) -> ShimHandle:
+        data = dict(raw)
+        data.setdefault("kind", self.kind)
+        return ShimHandle.model_validate(data)
+
+    async def probe(self, name: str) -> HostInfo:
+        """What the host's shim reports now (``GET /api/host``)."""
+        h = self.host(name)
+        try:
+            shim = await asyncio.wait_for(h.shim(), PROBE_TIMEOUT_S)
+            return await asyncio.wait_for(shim.host(), PROBE_TIMEOUT_S)
+        except TimeoutError:
+            raise AgentError(f"{name}: no answer within {PROBE_TIMEOUT_S:.0f} s") from None
+
+    async def check(self, host: str) -> HostCheck:
+        try:
+            info = await self.probe(host)
+        except TclError as e:
+            return HostCheck(False, str(e).splitlines()[0])
+        return HostCheck(True, offer_text(info), info)
+
+    # offers -------------------------------------------------------------------------------
+
+    async def offers(self, req: Request, hosts: Sequence[str]) -> Offers:
+        async def one(name: str) -> HostInfo | str:
+            try:
+                return await self.probe(name)
+            except TclError as e:
+                return f"unreachable: {e}"
+
+        infos = dict(zip(hosts, await asyncio.gather(*(one(n) for n in hosts)), strict=True))
+        out = Offers()
+        for name in hosts:
+            info = infos[name]
+            if isinstance(info, str):
+                out.refused.append((name, info))
+                continue
+            single = req.nodes <= 1 and (req.chips == 0 or node_size(info, req.chip) >= req.chips)
+            free = free_chips(info, req.chip) if req.chips else ()
+            if single and len(free) >= req.chips:
+                out.offers.append(Offer(
+                    backend=self.kind, host=name, nodes=(NodeOffer(name, free),), chip=req.chip,
+                    chips_per_node=req.chips, free=len(free),
+                ))  # fmt: skip
+            else:
+                out.refused.append((name, offer_text(info)))
+        out.offers.extend(self._group_offers(req, hosts, infos))
+        return out
+
+    def _group_offers(
+        self, req: Request, hosts: Sequence[str], infos: dict[str, HostInfo | str]
+    ) -> list[Offer]:
+        """Multi-node offers: hosts of one ``cluster`` whose nodes can each take a share."""
+        answered = {n: i for n, i in infos.items() if isinstance(i, HostInfo)}
+        clusters: dict[str, list[str]] = {}
+        for name in hosts:
+            cluster = getattr(self.inputs.hosts.get(name), "cluster", None)
+            if cluster is not None and name in answered:
+                clusters.setdefault(cluster, []).append(name)
+        out = []
+        for cluster, members in clusters.items():
+            sizes = [node_size(answered[m], req.chip) for m in members]
+            per_node = min(sizes) if req.chips else 0
+            if req.nodes > 1:
+                nodes = req.nodes
+            elif req.chips and per_node and req.chips > per_node:
+                nodes = math.ceil(req.chips / per_node)
+            else:
+                continue  # one node suffices: the single-host offers cover it
+            chips_per_node = math.ceil(req.chips / nodes) if req.chips else 0
+            if chips_per_node > per_node and req.chips:
+                continue
+            fits = []
+            for m in members:
+                free = free_chips(answered[m], req.chip) if req.chips else ()
+                if len(free) >= chips_per_node:
+                    fits.append(NodeOffer(m, free))
+            if len(fits) >= nodes:
+                out.append(Offer(
+                    backend=self.kind, host=cluster, nodes=tuple(fits[:nodes]), chip=req.chip,
+                    chips_per_node=chips_per_node,
+                    free=sum(len(n.free) for n in fits[:nodes]),
+                ))  # fmt: skip
+        return out
+
+    # launch -------------------------------------------------------------------------------
+
+    async def launch(
+        self, plan: Offer, job: JobSpec, snap: Snapshot, image: str | None, obs: Observer,
+        on_handle: Callable[[BaseHandle], None],
+    ) -> Launched:  # fmt: skip
+        hosts = [self.host(n.host) for n in plan.nodes]
+        multi = len(hosts) > 1
+        base_id = f"{job.run_id}-{job.attempt}"
+        specs = [
+            self._task_spec(h, job, image, f"{base_id}-n{i}" if multi else base_id, plan, multi)
+            for i, h in enumerate(hosts)
+        ]
+        for h in hosts:
+            if image and h.executor is not ExecutorKind.DOCKER:
+                obs.note(
+                    f"warning: --image {image} is ignored: {h.name} runs jobs with the "
+                    f"{h.executor.value} executor, not in a container"
+                )
+        nodes: list[ShimNode | None] = [None] * len(hosts)
+        tasks: list[TaskInfo | None] = [None] * len(hosts)
+
+        def record() -> None:
+            made = [n for n in nodes if n is not None]
+            if made:
+                on_handle(ShimHandle(kind=self.kind, nodes=made))
+
+        async def create(i: int) -> None:
+            shim = await hosts[i].shim()
+            tasks[i] = await shim.create_task(specs[i])
+            nodes[i] = ShimNode(host=hosts[i].name, placement=hosts[i].placement(),
+                                task_id=specs[i].id)  # fmt: skip
+            record()
+            hosts[i].prestage_code(snap, obs.progress)
+
+        try:
+            obs.status(f"launching on {plan.host}")
+            await _all_or_raise([create(i) for i in range(len(hosts))])
+            started = await _all_or_raise(
+                [self._wait_task(h, t, obs) for h, t in zip(hosts, tasks, strict=True) if t]
+            )
+            for i, t in enumerate(started):
+                if t.ports.runner is None or not t.runner_token:
+                    raise AgentError(
+                        f"task {t.id} reports no runner port or token (upgrade the "
+                        f"shim on {hosts[i].name}: tcl host setup)"
+                    )
+                nodes[i] = ShimNode(
+                    host=hosts[i].name, placement=hosts[i].placement(), task_id=t.id,
+                    runner_port=t.ports.runner, ssh_port=t.ports.ssh,
+                )  # fmt: skip
+            record()
+            coordinator = None
+            if multi:
+                port = COORDINATOR_PORT_BASE + zlib.crc32(base_id.encode()) % 4096
+                coordinator = f"{hosts[0].peer_address()}:{port}"
+            sent = await _all_or_raise([
+                self._start_job(hosts[i], t, job.model_copy(update={"cluster": ClusterInfo(
+                    node_rank=i, nodes=len(hosts), coordinator=coordinator)}), snap, obs)
+                for i, t in enumerate(started)
+            ])  # fmt: skip
+        except BaseException:
+            # Ctrl-C or a failure after a task exists: never leave one holding accelerators,
+            # nor a partial upload on a host
+            await asyncio.shield(self._undo(hosts, tasks))
+            raise
+        return Launched(
+            handle=ShimHandle(kind=self.kind, nodes=[n for n in nodes if n]),
+            accelerators=[list(t.accelerators) for t in started], uploaded_bytes=sum(sent),
+            ssh=started[0].ports.ssh is not None,
+        )  # fmt: skip
+
+    def _task_spec(
+        self, host: ShimHost, job: JobSpec, image: str | None, task_id: str, plan: Offer,
+        multi: bool,
+    ) -> TaskSpec:  # fmt: skip
+        cfg = self.inputs.hosts.get(host.name)
+        image = image or getattr(cfg, "image", None) or ""
+        if host.executor is ExecutorKind.DOCKER and not image:
+            raise TclError(
+                f"host {host.name} runs jobs in docker: set `image:` for it in the config "
+                "or pass --image (an image with tcl-runner, see Dockerfile.runner)"
+            )
+        return TaskSpec(
+            id=task_id, name=job.name or job.run_id, image=image, executor=host.executor,
+            accelerators=plan.chips_per_node, ssh_keys=[public_key()],
+            code_sha256=job.code.sha256 if job.code else None, multinode=multi,
+        )  # fmt: skip
+
+    async def _undo(self, hosts: list[ShimHost], tasks: list[TaskInfo | None]) -> None:
+        for h, t in zip(hosts, tasks, strict=True):
+            if t is not None:
+                with contextlib.suppress(TclError):
+                    shim = await h.shim()
+                    await shim.terminate_task(
+                        t.id, TerminationReason.FAILED, "submit did not finish"
+                    )
+            await h.discard_staged()
+
+    async def _wait_task(self, host: ShimHost, task: TaskInfo, obs: Observer) -> TaskInfo:
+        shim = await host.shim()
+        deadline = time.monotonic() + TASK_START_TIMEOUT_S
+        while True:
+            if task.status is TaskStatus.RUNNING and task.ports.runner is not None:
+                return task
+            if task.status is TaskStatus.TERMINATED:
+                if task.termination_reason is TerminationReason.NO_CAPACITY:
+                    raise NoCapacityError(task.message or "no capacity")
+                why = task.termination_reason.value if task.termination_reason else "terminated"
+                raise AgentError(f"task {task.id} on {host.name} failed: {why}: {task.message}")
+            if time.monotonic() > deadline:
+                raise AgentError(
+                    f"task {task.id} did not start within {TASK_START_TIMEOUT_S:.0f} s"
+                )
+            detail = f" {task.pull_progress:.0%}" if task.pull_progress is not None else ""
+            obs.status(f"{host.name}: {task.status.value}{detail}")
+            await asyncio.sleep(POLL_INTERVAL_S)
+            task = await shim.get_task(task.id)
+
+    async def _start_job(
+        self, host: ShimHost, task: TaskInfo, job: JobSpec, snap: Snapshot, obs: Observer
+    ) -> int:
+        """Spec, code, run; return how many code bytes crossed the network."""
+        assert task.ports.runner is not None and task.runner_token
+        cfg = self.inputs.hosts.get(host.name)
+        job = job.model_copy(update={"env": {**getattr(cfg, "env", {}), **job.env}})
+        runner = await host.runner(task.ports.runner, task.runner_token, job.run_id)
+        try:
+            obs.status("waiting for the runner")
+            await _wait_runner(runner)
+            await runner.submit(job)
+            obs.status(f"shipping code ({snap.files} files)")
+            sent = await host.ship_code(
+                snap, task.ports.runner, task.runner_token, runner, obs.progress
+            )
+            obs.status("starting the job")
+            await runner.run()
+            return sent
+        finally:
+            await runner.aclose()
+
+    # a launched run -----------------------------------------------------------------------
+
+    async def _task(self, node: ShimNode) -> TaskInfo:
+        return await (await self._node_host(node).shim()).get_task(node.task_id)
+
+    async def _runner(self, node: ShimNode) -> RunnerApi | TaskInfo:
+        """A client for the node's runner, or the task when the host removed its runner (its
+        port and bearer token come from the shim: the token is never stored on this side)."""
+        task = await self._task(node)
+        if task.ports.runner is None or not task.runner_token:
+            if task.status is TaskStatus.TERMINATED:
+                return task
+            raise AgentError(f"task {node.task_id} has no runner now ({task.status})")
+        return await self._node_host(node).runner(
+            task.ports.runner, task.runner_token, node.task_id
+        )
+
+    async def events(self, handle: BaseHandle, node: int, after: int, wait_s: float) -> NodePage:
+        assert isinstance(handle, ShimHandle)
+        n = handle.nodes[node]
+        runner = await self._runner(n)
+        if isinstance(runner, TaskInfo):
+            return _outcome_page(runner)
+        try:
+            page = await runner.events(after=after, wait_s=wait_s)
+        except AgentUnreachableError:
+            # A runner that does not answer while the shim says its task ended (its process
+            # died, the task vanished): the shim's outcome is the node's.
+            task = await self._task(n)
+            if task.status is not TaskStatus.TERMINATED:
+                raise
+            return _outcome_page(task)
+        finally:
+            await runner.aclose()
+        return NodePage(page.events, RUNNER_STATES[page.state], page.more, page.exit_code)
+
+    async def status(self, handle: BaseHandle) -> RunStatus:
+        assert isinstance(handle, ShimHandle)
+
+        async def one(n: ShimNode) -> RunState:
+            runner = await self._runner(n)
+            if isinstance(runner, TaskInfo):
+                return _outcome_page(runner).state
+            try:
+                health = await runner.healthcheck()
+            except AgentUnreachableError:
+                task = await self._task(n)  # its runner died: the shim's outcome, if it ended
+                if task.status is not TaskStatus.TERMINATED:
+                    raise
+                return _outcome_page(task).state
+            finally:
+                await runner.aclose()
+            return RUNNER_STATES[RunnerState(health["state"])]
+
+        states = await asyncio.gather(*(one(n) for n in handle.nodes))
+        return RunStatus(worst_state(states))
+
+    async def stop(self, handle: BaseHandle, grace_s: float) -> None:
+        assert isinstance(handle, ShimHandle)
+
+        async def one(n: ShimNode) -> None:
+            try:
+                runner = await self._runner(n)
+            except AgentError:
+                return  # gone already: release terminates the task
+            if isinstance(runner, TaskInfo):
+                return
+            try:
+                await runner.stop(grace_s)
+            except AgentError:
+                pass
+            finally:
+                await runner.aclose()
+
+        await asyncio.gather(*(one(n) for n in handle.nodes))
+
+    async def release(self, handle: BaseHandle, state: RunState) -> None:
+        assert isinstance(handle, ShimHandle)
+        reason = _REASON.get(state, TerminationReason.DONE)
+        for n in handle.nodes:
+            try:
+                shim = await self._node_host(n).shim()
+                await shim.terminate_task(n.task_id, reason, f"run {state.value}")
+                await shim.remove_task(n.task_id)
+            except TclError:
+                continue  # the host is gone or the task already is: nothing to free
+
+    def ssh_endpoint(self, handle: BaseHandle, node: int) -> SshEndpoint | None:
+        assert isinstance(handle, ShimHandle)
+        n = handle.nodes[node]
+        return None if n.ssh_port is None else self._node_host(n).ssh_endpoint(n.ssh_port)
+
+    def address(self, host: str) -> str:
+        return "this machine" if self.kind == "local" else super().address(host)
+
+    async def reset(self, handle: BaseHandle | None = None) -> None:
+        hosts = (
+            [self._node_host(n) for n in handle.nodes]
+            if isinstance(handle, ShimHandle)
+            else list(self._hosts.values())
+        )
+        for h in hosts:
+            await h.reset()
+
+    async def aclose(self) -> None:
+        for h in self._hosts.values():
+            await h.aclose()
+
+
+def _outcome_page(task: TaskInfo) -> NodePage:
+    """The node's end as the shim kept it, for a runner (and the logs it had) already gone."""
+    state = _OUTCOME.get(task.termination_reason or TerminationReason.FAILED, RunState.FAILED)
+    msg = f"{task.message}; logs not fetched before the host's retention are gone"
+    return NodePage([], state, False, task.exit_code, msg)
+
+
+async def _all_or_raise(coros: list[Any]) -> list[Any]:
+    """Run concurrently; on the first failure cancel the rest and raise it."""
+    tasks = [asyncio.ensure_future(c) for c in coros]
+    try:
+        return list(await asyncio.gather(*tasks))
+    except BaseException:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+
+
+async def _wait_runner(runner: RunnerApi) -> None:
+    start = time.monotonic()
+    while True:
+        try:
+            await runner.healthcheck()
+            return
+        except AgentError:
+            waited = time.monotonic() - start
+            if waited > RUNNER_READY_TIMEOUT_S:
+                raise
+            # quick polls while a runner normally starts; slower ones on a loaded host, where
+            # many submits of one `tcl serve` would otherwise spend its CPU on polling
+            await asyncio.sleep(POLL_INTERVAL_S if waited < 2.0 else 0.25)
