@@ -2,18 +2,22 @@
 
 Each fixture calls the project's own scripts in ``scripts/testbed`` (the same ones ``.ci/run``
 uses), so a test run on a fresh machine installs and starts what it needs by itself. Nothing
-here is mocked: dockerd, sshd and PostgreSQL are the real daemons from Debian's packages.
+here is mocked: dockerd, sshd, PostgreSQL and SLURM are the real daemons from Debian's packages.
+This module is a pytest plugin (``tests/conftest.py``), so its fixtures serve every test folder.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import os
 import shutil
 import subprocess
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import pytest
 
@@ -23,10 +27,10 @@ DOCKER_CLI = "/usr/bin/docker"
 BASE_IMAGE = os.environ.get("TCL_TEST_BASE_IMAGE", "tcl-pybase:bookworm")
 
 
-def run_script(name: str, env: dict[str, str] | None = None) -> str:
+def run_script(name: str, env: dict[str, str] | None = None, *args: str) -> str:
     """Run one testbed script; fail the test with its output when it fails."""
     proc = subprocess.run(
-        ["bash", str(SCRIPTS / name)],
+        ["bash", str(SCRIPTS / name), *args],
         capture_output=True,
         text=True,
         env={**os.environ, **(env or {})},
@@ -121,3 +125,124 @@ def postgres_url() -> Iterator[str]:
         yield url.replace("postgresql://", "postgresql+psycopg://", 1)
     finally:
         run_script("pg-down.sh", env)
+
+
+def charliecloud_image(image: str, dest: Path) -> Path:
+    """A Charliecloud image directory (``ch-run DEST -- CMD``) made from the local docker
+    ``image``; rebuilt only when the image id changed (scripts/testbed/charliecloud-image.sh)."""
+    out = run_script("charliecloud-image.sh", None, image, str(dest))
+    return Path(out.strip().splitlines()[-1])
+
+
+@dataclass(frozen=True)
+class SlurmCluster:
+    """The SLURM testbed of scripts/testbed/slurm-up.sh: slurmctld and two slurmd on this machine,
+    and a key-only sshd login node on 127.0.0.1 that shares this machine's filesystem (the
+    cluster's shared filesystem: anything under ``base`` is visible to jobs at the same path).
+
+    ``ssh -F ssh_config host CMD`` (or asyncssh with ``config=[ssh_config]``) runs CMD on the login
+    node with ``SLURM_CONF`` set and sinfo/squeue/sbatch/scancel/scontrol/srun/sacct, python3 (the
+    project's 3.11), uv and ch-run on PATH. There is no accounting (sacct answers "disabled"):
+    finished jobs stay visible to ``squeue -t all`` and ``scontrol show job`` for 5 minutes.
+    ``slurmctld -c`` starts every session afresh, so job ids restart at 1: name files uniquely.
+    """
+
+    ssh_config: Path  # the ssh config file in which the login node is ``host``
+    host: str  # "slurm-login"
+    slurm_conf: Path
+    base: Path  # the cluster dir (config, logs, keys); ``base / "jobs"`` is free for tests
+    partitions: tuple[str, ...]  # ("gpu", "preempt", "urgent"); gpu is the default
+    nodes: tuple[str, ...]  # ("node1", "node2")
+    gres: str  # per node: "gpu:h100:4"
+    login_port: int
+
+    @property
+    def identity_file(self) -> Path:
+        return self.base / "login" / "id_ed25519"
+
+    @property
+    def known_hosts(self) -> Path:
+        return self.base / "login" / "known_hosts"
+
+    def ssh(self, command: str, timeout_s: float = 60.0) -> subprocess.CompletedProcess[str]:
+        """Run ``command`` on the login node with the ssh binary (not checked)."""
+        return subprocess.run(
+            ["ssh", "-F", str(self.ssh_config), self.host, command],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=False,
+        )
+
+
+# A session takes the first free slot (a lock file held while it runs), so two sessions on one
+# machine (two worktrees) get separate clusters instead of stopping each other's. A slot's lock
+# goes with its holder, even a killed one; its next holder's slurm-up.sh clears what is left.
+_SLURM_SLOTS = 8
+
+
+def _slurm_slot_env(slot: int) -> dict[str, str]:
+    root = os.environ.get("TCL_TEST_SLURM_BASE", "/tmp/tcl-testbed-slurm")
+    return {
+        "BASE": root if slot == 0 else f"{root}-{slot}",
+        "LOGIN_PORT": str(2230 + slot),
+        "SLURMCTLD_PORT": str(16817 + 10 * slot),
+        "SLURMD_PORT": str(17001 + 10 * slot),
+    }
+
+
+def _slurm_query(slurm_conf: Path, fmt: str, *args: str) -> list[str]:
+    proc = subprocess.run(
+        ["sinfo", "-h", "-o", fmt, *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "SLURM_CONF": str(slurm_conf)},
+        check=True,
+    )
+    return list(dict.fromkeys(line.strip() for line in proc.stdout.splitlines() if line.strip()))
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster() -> Iterator[SlurmCluster]:
+    """A running SLURM testbed for the session (slurm-up.sh; slurm-down.sh at the end)."""
+    if not Path("/usr/sbin/slurmctld").exists() or shutil.which("ch-run") is None:
+        run_script("install.sh")
+    with contextlib.ExitStack() as stack:
+        failures = []
+        for slot in range(_SLURM_SLOTS):
+            env = _slurm_slot_env(slot)
+            lock: IO[str] = stack.enter_context(open(env["BASE"] + ".lock", "a"))
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue  # another session's cluster
+            proc = subprocess.run(
+                ["bash", str(SCRIPTS / "slurm-up.sh")],
+                capture_output=True,
+                text=True,
+                env={**os.environ, **env},
+                check=False,
+            )
+            if proc.returncode == 0:
+                break
+            failures.append(f"slot {slot}: {proc.stdout}\n{proc.stderr}")
+            run_script("slurm-down.sh", env)
+            if "is taken by another process" not in proc.stderr:
+                pytest.fail(f"slurm-up.sh failed ({proc.returncode}):\n{failures[-1]}")
+        else:
+            pytest.fail("no SLURM testbed slot could start:\n" + "\n".join(failures))
+        stack.callback(run_script, "slurm-down.sh", env)
+        ssh_config = Path(proc.stdout.strip().splitlines()[-1])
+        base = ssh_config.parent
+        slurm_conf = base / "slurm.conf"
+        (base / "jobs").mkdir(exist_ok=True)
+        yield SlurmCluster(
+            ssh_config=ssh_config,
+            host="slurm-login",
+            slurm_conf=slurm_conf,
+            base=base,
+            partitions=tuple(_slurm_query(slurm_conf, "%R")),
+            nodes=tuple(_slurm_query(slurm_conf, "%N", "-N")),
+            gres=_slurm_query(slurm_conf, "%G")[0],
+            login_port=int(env["LOGIN_PORT"]),
+        )

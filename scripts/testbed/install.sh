@@ -12,6 +12,9 @@ have ip || need+=(iproute2)
 have iptables || need+=(iptables)
 have curl || need+=(curl)
 have /usr/lib/postgresql/15/bin/initdb || need+=(postgresql-15)
+{ have /usr/sbin/slurmctld && have /usr/sbin/slurmd && have sbatch; } || need+=(slurm-wlm)
+have /usr/sbin/munged || need+=(munge)
+have ch-run || need+=(charliecloud-runtime)
 if [ "${#need[@]}" -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
