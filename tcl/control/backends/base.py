@@ -194,6 +194,11 @@ class Backend(abc.ABC):
         the error propagates. Raises ``NoCapacityError`` when the host refused for capacity."""
 
     @abc.abstractmethod
+    def dry_run(self, plan: Offer, job: JobSpec, image: str | None) -> str:
+        """What :meth:`launch` would send for ``plan`` (a batch script, task specs, a manifest),
+        with no side effect and no secret value in it (``tcl submit --dry-run``)."""
+
+    @abc.abstractmethod
     async def events(self, handle: Handle, node: int, after: int, wait_s: float) -> NodePage:
         """Events of ``node`` after seq ``after`` (long-polls up to ``wait_s``)."""
 

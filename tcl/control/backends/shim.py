@@ -329,6 +329,25 @@ class ShimBackend(Backend):
             ssh=started[0].ports.ssh is not None,
         )  # fmt: skip
 
+    def dry_run(self, plan: Offer, job: JobSpec, image: str | None) -> str:
+        hosts = [self.host(n.host) for n in plan.nodes]
+        multi = len(hosts) > 1
+        base_id = f"{job.run_id}-{job.attempt}"
+        out = []
+        for i, h in enumerate(hosts):
+            spec = self._task_spec(h, job, image, f"{base_id}-n{i}" if multi else base_id, plan,
+                                   multi)  # fmt: skip
+            node_job = job.model_copy(update={
+                "secrets": dict.fromkeys(job.secrets, "***"),
+                "cluster": ClusterInfo(node_rank=i, nodes=len(hosts),
+                                       coordinator=f"{hosts[0].name}:<port>" if multi else None),
+            })  # fmt: skip
+            out.append(f"# node {i}: POST /api/tasks on the shim of {h.name}\n")
+            out.append(spec.model_dump_json(indent=2, exclude={"ssh_keys"}) + "\n")
+            out.append(f"# node {i}: POST /api/submit to its runner\n")
+            out.append(node_job.model_dump_json(indent=2, exclude_none=True) + "\n")
+        return "".join(out)
+
     def _task_spec(
         self, host: ShimHost, job: JobSpec, image: str | None, task_id: str, plan: Offer,
         multi: bool,
