@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from tcl.cli import follow as follow_cmd
-from tcl.cli._common import err, fail, globals_of, print_json
+from tcl.cli._common import err, fail, globals_of, out, print_json
 from tcl.cli.render import RichObserver
 from tcl.control.daemon.api import SubmitRequest
 from tcl.control.errors import DaemonError, SubmitCancelled, TclError
@@ -23,6 +23,7 @@ from tcl.runner.api import JobRef
 
 if TYPE_CHECKING:
     from tcl.control.store import Run
+    from tcl.control.submit import Submission
 
 
 def _pairs(values: list[str]) -> dict[str, str]:
@@ -76,7 +77,9 @@ def result_json(r: SubmitResult) -> dict[str, object]:
         "host": r.host,
         "backend": r.backend,
         "task_id": r.task_id,
-        "accelerators": r.accelerators,
+        "accelerators": r.accelerators,  # node 0's indices
+        "nodes": r.nodes,
+        "state": r.state,  # running, or queued (a scheduler holds it)
         "code": {
             "sha256": r.code_sha256,
             "bytes": r.code_bytes,
@@ -98,7 +101,15 @@ def cmd_submit(
     ] = None,
     name: Annotated[str, typer.Option("--name", help="A name for the run.")] = "",
     chip: Annotated[str | None, typer.Option("--chip", help="Chip type, e.g. h100.")] = None,
-    n: Annotated[int, typer.Option("-n", "--chips", min=0, help="How many chips.")] = 0,
+    n: Annotated[int, typer.Option("-n", "--chips", min=0, help="How many chips (in all).")] = 0,
+    nodes: Annotated[
+        int,
+        typer.Option(
+            "--nodes",
+            min=0,
+            help="Nodes of one host group (default: as many as the chips need).",
+        ),
+    ] = 0,
     host: Annotated[str | None, typer.Option("--host", help="Only this host.")] = None,
     image: Annotated[str | None, typer.Option("--image", help="Container image.")] = None,
     env: Annotated[list[str] | None, typer.Option("--env", help="KEY=VALUE (repeatable).")] = None,
@@ -130,6 +141,14 @@ def cmd_submit(
             "--dir", help="Ship this directory (default: the current git repo, else the cwd)."
         ),
     ] = None,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run",
+            help="Print the plan (host, nodes, chips per node) and what would be sent; "
+            "start nothing.",
+        ),
+    ] = False,
 ) -> None:
     """Run COMMAND on the best free host: tcl submit --chip h100 -n 2 -- python train.py"""
     command = command or []
@@ -147,10 +166,12 @@ def cmd_submit(
         # absolute: the daemon that reads them runs in a directory of its own
         config_path=os.path.abspath(path), config_named=named, cwd=os.getcwd(),
         code_dir=os.path.abspath(code_dir) if code_dir is not None else None,
-        argv=command, name=name, chip=chip, chips=chips, host=host, image=image,
+        argv=command, name=name, chip=chip, chips=chips, nodes=nodes, host=host, image=image,
         env=_pairs(env or []), secrets=_secrets(secret or []), job=job_ref,
         follow=(follow or not detach) and not (as_json and not follow),
     )  # fmt: skip
+    if dry_run:
+        raise typer.Exit(_dry_run(req))
     obs = RichObserver(enabled=not as_json)
     if os.environ.get("TCL_SERVE", "1") != "0":
         code = _served(req, obs, as_json)
@@ -192,16 +213,44 @@ def _served(req: SubmitRequest, obs: RichObserver, as_json: bool) -> int | None:
         raise fail(str(e), e.exit_code) from None
 
 
+def _submission(req: SubmitRequest) -> Submission:
+    from tcl.control.submit import Submission
+
+    return Submission(
+        argv=req.argv, name=req.name, chip=req.chip, chips=req.chips, nodes=req.nodes,
+        host=req.host, image=req.image, env=req.env, secrets=req.secrets, job=req.job,
+        code_dir=Path(req.code_dir) if req.code_dir is not None else None,
+    )  # fmt: skip
+
+
+def _dry_run(req: SubmitRequest) -> int:
+    """Solve and print what each plan would send; nothing is started or recorded."""
+    from tcl.control.config import load_config_at
+    from tcl.control.service import Control
+    from tcl.control.submit import dry_run
+
+    async def go() -> str:
+        ctl = Control(load_config_at(Path(req.config_path), req.config_named))
+        try:
+            return await dry_run(ctl, _submission(req))
+        finally:
+            await ctl.aclose()
+
+    import asyncio
+
+    try:
+        out.print(asyncio.run(go()), markup=False, highlight=False, end="")
+    except TclError as e:
+        raise fail(str(e), e.exit_code) from None
+    return 0
+
+
 def _in_process(req: SubmitRequest, obs: RichObserver, as_json: bool) -> int:
     from tcl.control.config import load_config_at
     from tcl.control.service import Control
-    from tcl.control.submit import Submission, submit
+    from tcl.control.submit import submit
 
-    sub = Submission(
-        argv=req.argv, name=req.name, chip=req.chip, chips=req.chips, host=req.host,
-        image=req.image, env=req.env, secrets=req.secrets, job=req.job,
-        code_dir=Path(req.code_dir) if req.code_dir is not None else None,
-    )  # fmt: skip
+    sub = _submission(req)
     state: dict[str, SubmitResult] = {}
 
     async def go() -> Run | None:
@@ -243,7 +292,9 @@ def _announce(res: SubmitResult, as_json: bool) -> None:
         print_json(result_json(res))
         return
     acc = f" (accelerators {','.join(map(str, res.accelerators))})" if res.accelerators else ""
-    err.print(f"run {res.run_id} started on {res.host}{acc}", markup=False)
+    nodes = f", {res.nodes} nodes" if res.nodes > 1 else ""
+    verb = "queued on" if res.state == "queued" else "started on"
+    err.print(f"run {res.run_id} {verb} {res.host}{nodes}{acc}", markup=False)
     err.print(f"  logs: tcl logs -f {res.run_id}", markup=False)
     if res.ssh:
         err.print(f"  ssh:  tcl ssh {res.run_id}", markup=False)

@@ -23,7 +23,7 @@ from tcl.control.states import RunState
 from tcl.control.submitted import SubmitResult
 from tcl.runner.api import CodeRef, JobRef, JobSpec
 
-__all__ = ["Observer", "Submission", "submit"]
+__all__ = ["Observer", "Submission", "dry_run", "submit"]
 
 
 class _Silent:
@@ -203,6 +203,31 @@ async def _place_and_start(
             state=launched.state.value,
         )  # fmt: skip
     raise NoPlacementError(f"nothing fits {req.describe()} at launch; hosts now:", skipped)
+
+
+async def dry_run(ctl: Control, sub: Submission) -> str:
+    """The plan (host, nodes, chips per node) and what its backend would send, for every offer
+    the solver would try in order; nothing is started or recorded (the code is only hashed)."""
+    req = Request(chip=sub.chip, chips=sub.chips, nodes=sub.nodes, host=sub.host)
+    sol = await solve(ctl.cfg, req, ctl.backend_of)
+    snap = await asyncio.to_thread(
+        snapshot, sub.code_dir or sub.cwd, cache_dir(), ctl.cfg.shipping.max_bytes,
+        ctl.cfg.shipping.cache_max_bytes, explicit=sub.code_dir is not None,
+    )  # fmt: skip
+    job = JobSpec(
+        run_id="dry-run", name=sub.name, argv=sub.argv or None, env=dict(sub.env),
+        secrets=dict.fromkeys(sub.secrets, "***"), cwd=job_cwd(sub.cwd, snap.root),
+        code=CodeRef(sha256=snap.sha256, size=snap.size), max_duration_s=sub.max_duration_s,
+        job=sub.job,
+    )  # fmt: skip
+    out = [f"code: {snap.files} files, {snap.size} bytes, sha256 {snap.sha256[:12]}\n"]
+    for host, why in sol.skipped:
+        out.append(f"skipped {host}: {why}\n")
+    for i, plan in enumerate(sol.plans):
+        when = "starts now" if plan.starts_now else f"queues: {plan.queue_reason}"
+        out.append(f"\nplan {i + 1} ({plan.backend}, {when}): {plan.describe()}\n")
+        out.append(ctl.backend_for_kind(plan.backend).dry_run(plan, job, sub.image))
+    return "".join(out)
 
 
 def job_cwd(cwd: Path, root: Path) -> str:

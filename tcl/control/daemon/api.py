@@ -62,6 +62,7 @@ class SubmitRequest(_Strict):
     name: str = ""
     chip: str | None = None
     chips: int = Field(default=0, ge=0)
+    nodes: int = Field(default=0, ge=0)  # 0: as many as the chips need
     host: str | None = None
     image: str | None = None
     env: dict[str, str] = Field(default_factory=dict)

@@ -105,8 +105,8 @@ class _QueueObserver:
 
 def _submission(req: SubmitRequest) -> Submission:
     return Submission(
-        argv=req.argv, name=req.name, chip=req.chip, chips=req.chips, host=req.host,
-        image=req.image, env=req.env, secrets=req.secrets, cwd=Path(req.cwd),
+        argv=req.argv, name=req.name, chip=req.chip, chips=req.chips, nodes=req.nodes,
+        host=req.host, image=req.image, env=req.env, secrets=req.secrets, cwd=Path(req.cwd),
         code_dir=Path(req.code_dir) if req.code_dir is not None else None,
         max_duration_s=req.max_duration_s, job=req.job,
     )  # fmt: skip

@@ -272,3 +272,38 @@ async def test_ctrl_c_during_the_upload_cleans_up_and_says_so(
     assert b.discarded and shim.terminated[0][1] is TerminationReason.FAILED
     (run,) = ctl.store.list_runs()
     assert run.state is RunState.TERMINATED
+
+
+class RefusingRunner(FakeRunner):
+    async def submit(self, spec: Any) -> None:
+        raise AgentError("runner: spec_invalid: no such working dir")
+
+
+async def test_multi_node_launch_is_all_or_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Node 1's runner refuses the job after node 0 started: both tasks are terminated, the
+    run fails, and nothing holds accelerators; each node got its rank and the coordinator."""
+    cfg = parse_config("""
+clusters: {pod: {}}
+hosts:
+  a: {type: local, cluster: pod}
+  b: {type: local, cluster: pod}
+""")
+    ctl = Control(cfg, Store(f"sqlite:///{tmp_path / 'tcl.db'}"))
+    shim_a, shim_b = Shim(racy=False), Shim(racy=False)
+    good = SpecRunner(None)
+    use_hosts(
+        monkeypatch, a=FakeBackend(good, shim_a),  # type: ignore[arg-type]
+        b=FakeBackend(RefusingRunner(None), shim_b),  # type: ignore[arg-type]
+    )  # fmt: skip
+    with pytest.raises(AgentError, match="no such working dir"):
+        await submit(ctl, Submission(argv=["x"], chip="h100", chips=4))
+    assert [t for t, _ in shim_a.terminated] == [shim_a.created[0].id]
+    assert [t for t, _ in shim_b.terminated] == [shim_b.created[0].id]
+    assert shim_a.created[0].multinode and shim_a.created[0].accelerators == 2
+    (run,) = ctl.store.list_runs()
+    assert run.state is RunState.FAILED and "no such working dir" in run.message
+    cluster = good.spec.cluster
+    assert (cluster.node_rank, cluster.nodes) == (0, 2)
+    assert cluster.coordinator is not None and cluster.coordinator.startswith("127.0.0.1:")
