@@ -1,7 +1,7 @@
 #!/bin/bash
 BASE=${BASE:-/tmp/tcl-testbed}; D=$BASE/ssh; BR=br-infra
 for p in $D/sshd_*.pid; do [ -f "$p" ] && kill "$(cat "$p")" 2>/dev/null; rm -f "$p"; done
-for ns in $(ip netns list | awk '/^infra-h/{print $1}'); do ip netns pids $ns | xargs -r kill; ip netns del $ns; done
+for ns in $(ip netns list | awk '/^infra-h/{print $1}'); do ip netns pids $ns | xargs -r kill; ip netns del $ns; rm -rf /etc/netns/$ns; done
 iptables -D FORWARD -i $BR -o $BR -j ACCEPT 2>/dev/null
 ip link del $BR 2>/dev/null   # also removes the root-side veths
 true

@@ -37,6 +37,12 @@ ip addr replace $NET.1/24 dev $BR; ip link set $BR up
 iptables -C FORWARD -i $BR -o $BR -j ACCEPT 2>/dev/null || iptables -I FORWARD -i $BR -o $BR -j ACCEPT
 for i in $(seq 1 $N); do
   ns=infra-h$i; ip=$NET.$((10+i))
+  # `ip netns exec` bind-mounts /etc/netns/NS/hosts over /etc/hosts: inside a host, its own
+  # hostname resolves to its own address, as on a real machine (gloo, used by jax.distributed
+  # on CPU, announces the address its hostname resolves to).
+  mkdir -p /etc/netns/$ns
+  { grep -v -w -e "$(hostname)" -e "$(hostname -s)" /etc/hosts || true
+    echo "$ip $(hostname) $(hostname -s)"; } > /etc/netns/$ns/hosts
   ip netns add $ns
   ip link add veth-h$i type veth peer name eth0 netns $ns
   ip link set veth-h$i master $BR up

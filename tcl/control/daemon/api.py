@@ -23,8 +23,9 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from tcl.control.logcache import KeptEvent
 from tcl.control.submitted import SubmitResult
-from tcl.runner.api import Event, JobRef
+from tcl.runner.api import JobRef
 
 API_VERSION = 1
 
@@ -106,7 +107,7 @@ class Line(_Strict):
     total: int = 0
     submission: str | None = None
     result: SubmitResult | None = None
-    event: Event | None = None
+    event: KeptEvent | None = None  # as kept locally: run-wide seq, node, attempt
     run: RunEnd | None = None
     exit_code: int = 1
     cancelled: bool = False

@@ -35,11 +35,11 @@ from tcl.control.daemon.api import (
 )
 from tcl.control.errors import SubmitCancelled, TclError
 from tcl.control.follow import follow
+from tcl.control.logcache import KeptEvent
 from tcl.control.service import Control
 from tcl.control.ssh import SshPool
 from tcl.control.store import Store
 from tcl.control.submit import Submission, submit
-from tcl.runner.api import Event
 from tcl.tokenfile import bearer_matches
 
 log = logging.getLogger("tcl.serve")
@@ -115,7 +115,7 @@ def _submission(req: SubmitRequest) -> Submission:
 async def _follow_into(
     ctl: Control, run_ref: str, after: int, queue: asyncio.Queue[Line | None]
 ) -> None:
-    def on_event(e: Event) -> None:
+    def on_event(e: KeptEvent) -> None:
         queue.put_nowait(Line(kind=LineKind.EVENT, event=e))
 
     def on_reconnect(why: str) -> None:
