@@ -25,7 +25,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -107,6 +107,15 @@ def _cleanup(env: Env, docker_client: Any) -> None:
             c.remove(force=True)
 
 
+def stop_shims(shim_dirs: Iterable[Path]) -> None:
+    """Stop the daemon shims `tcl host setup` started (pid files in their dirs)."""
+    for d in shim_dirs:
+        pid_file = d / "shim.pid"
+        if pid_file.exists():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid_file.read_text()), signal.SIGTERM)
+
+
 def _git(repo: Path, *args: str) -> None:
     subprocess.run(
         ["git", "-C", str(repo), "-c", "user.email=t@t", "-c", "user.name=t", *args],
@@ -161,11 +170,7 @@ priority: [dead, gpu-a100, gpu-h100]
         yield env
     finally:
         _cleanup(env, docker_client)
-        for d in shim_dirs.values():
-            pid_file = d / "shim.pid"
-            if pid_file.exists():
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(int(pid_file.read_text()), signal.SIGTERM)
+        stop_shims(shim_dirs.values())
 
 
 def test_hosts_check_lists_offers_and_unreachable(e2e: Env) -> None:

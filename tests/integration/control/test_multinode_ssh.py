@@ -8,10 +8,7 @@ node 1 reaches it across the bridge, as two machines on a LAN would.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import signal
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +17,14 @@ from typing import Any
 import pytest
 
 from tests.integration.control.conftest import SshTestbed
-from tests.integration.control.test_e2e_ssh import VENV, Env, _cleanup, _free_port, _git
+from tests.integration.control.test_e2e_ssh import (
+    VENV,
+    Env,
+    _cleanup,
+    _free_port,
+    _git,
+    stop_shims,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -75,11 +79,7 @@ hosts:
         yield env
     finally:
         _cleanup(env, docker_client)
-        for d in shim_dirs.values():
-            pid_file = d / "shim.pid"
-            if pid_file.exists():
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(int(pid_file.read_text()), signal.SIGTERM)
+        stop_shims(shim_dirs.values())
 
 
 def test_two_nodes_one_job_psum_across_hosts(pair: Env) -> None:
