@@ -326,6 +326,9 @@ def summary(rows: list[parse.NodeRow]) -> str:
     return "; ".join(out)
 
 
+_STOPPED = {"CANCELLED", "PREEMPTED", "TIMEOUT", "DEADLINE", "COMPLETING", "REQUEUED"}
+
+
 def _node_state(
     h: SlurmHandle, node: int, row: parse.JobRow | None, status: dict[str, Any] | None
 ) -> tuple[RunState, int | None, str]:
@@ -339,6 +342,12 @@ def _node_state(
             rstate = None
         code = status.get("exit_code")
     if rstate is not None and rstate.is_final:
+        ended = row.state if row is not None else ""
+        stopped = ended in _STOPPED and (ended != "COMPLETING" or code == 143)
+        if rstate is RunState.FAILED and stopped:
+            # scancel, preemption, time limit: SLURM's SIGTERM ended the job (the runner
+            # reports the job's 143 as a failure)
+            return RunState.TERMINATED, code, f"SLURM job {h.job_id} {ended.lower()}"
         return rstate, code, ""
     if row is None:
         return (
