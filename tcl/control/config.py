@@ -65,10 +65,9 @@ class LocalHost(_HostBase):
     fake_accelerators: str | None = None
 
 
-class SshHost(_HostBase):
-    """A plain host over SSH with a shim installed by ``tcl host setup``."""
+class SshOptions(_HostBase):
+    """How a host is reached over SSH (``ssh`` and ``slurm`` hosts take the same keys)."""
 
-    type: Literal["ssh", "plain"]
     ssh: str  # an alias from ~/.ssh/config, or a hostname
     port: int | None = Field(default=None, ge=1, le=65535)
     user: str | None = None
@@ -79,6 +78,12 @@ class SshHost(_HostBase):
     connect_timeout_s: float = Field(default=10.0, gt=0)
     keepalive_s: float = Field(default=15.0, gt=0)
     max_sessions: int = Field(default=4, ge=1)  # concurrent SSH channels to this host
+
+
+class SshHost(SshOptions):
+    """A plain host over SSH with a shim installed by ``tcl host setup``."""
+
+    type: Literal["ssh", "plain"]
     shim_port: int = Field(default=10998, ge=1, le=65535)
     shim_dir: str = "~/.local/share/tcl-shim"  # venv, token, state (on the host)
     executor: Literal["docker", "process"] = "docker"
@@ -96,15 +101,37 @@ class SlurmPartition(_Model):
     default: bool = False
 
 
-class SlurmHost(_HostBase):
+class SlurmHost(SshOptions):
+    """A SLURM cluster reached over SSH to its login node (``ssh``: the login node).
+
+    Runs live under ``clusters.<cluster>.work`` on the shared filesystem: the code tarballs,
+    tcl's runner venv (one per tcl version) and each run's spec, script and event logs."""
+
     type: Literal["slurm"]
-    ssh: str
-    partitions: list[SlurmPartition] = Field(default_factory=list)
+    partitions: list[SlurmPartition] = Field(default_factory=list)  # empty: every partition
     account: str | None = None
     qos: str | None = None
-    mem: str | None = None
+    mem: str | None = None  # sbatch --mem, e.g. "64G"
     uv_groups: list[str] = Field(default_factory=list)
-    exclude: list[str] = Field(default_factory=list)
+    exclude: list[str] = Field(default_factory=list)  # node names never used
+    # --time when the job gives no max duration (SLURM's partition default when None)
+    time_limit_s: int | None = Field(default=None, gt=0)
+    signal_before_s: int = Field(default=120, ge=0)  # --signal=USR1@N (checkpoint request)
+    # none: tcl-runner runs on the node itself; otherwise it runs inside container_image
+    # (charliecloud: an image directory for ch-run; pyxis, apptainer: untested here)
+    container: Literal["none", "charliecloud", "pyxis", "apptainer"] = "none"
+    container_image: str | None = None
+    python: str = "python3"  # on the login node and nodes: makes the runner venv
+    # What the runner venv pip-installs (default: a wheel of this tcl, uploaded once).
+    tcl_package: str | None = None
+    # An existing venv on the shared filesystem with tcl installed: used instead of making one.
+    runner_venv: str | None = None
+
+    @model_validator(mode="after")
+    def _check_container(self) -> SlurmHost:
+        if self.container != "none" and not self.container_image:
+            raise ValueError(f"container {self.container} needs container_image")
+        return self
 
 
 class TpuHost(_HostBase):

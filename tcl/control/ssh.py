@@ -26,13 +26,13 @@ from typing import Any
 import asyncssh
 
 from tcl.control.backoff import backoff_s
-from tcl.control.config import SshHost
+from tcl.control.config import SshOptions
 from tcl.control.errors import SshAuthError, SshCommandError, SshConnectError, SshError
 
 
 @dataclass(frozen=True)
 class SshTarget:
-    """Everything needed to reach one host (built from an :class:`SshHost`)."""
+    """Everything needed to reach one host (built from an ``ssh`` or ``slurm`` host)."""
 
     name: str
     host: str
@@ -48,7 +48,7 @@ class SshTarget:
     connect_attempts: int = 3
 
     @classmethod
-    def from_config(cls, name: str, host: SshHost) -> SshTarget:
+    def from_config(cls, name: str, host: SshOptions) -> SshTarget:
         return cls(
             name=name, host=host.ssh, port=host.port, user=host.user, proxy_jump=host.proxy_jump,
             identity_file=host.identity_file, known_hosts=host.known_hosts,

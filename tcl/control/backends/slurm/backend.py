@@ -1,0 +1,366 @@
+"""The ``slurm`` backend: a run is one batch job; ``srun`` starts ``tcl-runner batch`` per node.
+
+Everything goes through one SSH connection to the login node (the pool's): ``sinfo`` for offers
+(one command per solve), uploads to the cluster's shared ``work`` dir, ``sbatch``, and small
+``python -c`` scripts (:mod:`.remote`) that read each node's event log and ``status.json`` there
+together with the job's ``squeue`` row. The job's nodes are never reached directly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import posixpath
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from tcl.control.backends.base import (
+    Backend,
+    HostCheck,
+    Launched,
+    NodeOffer,
+    NodePage,
+    Observer,
+    Offer,
+    Offers,
+    RunStatus,
+    SshEndpoint,
+    worst_state,
+)
+from tcl.control.backends.base import Handle as BaseHandle
+from tcl.control.backends.shim import RUNNER_STATES
+from tcl.control.backends.slurm import parse, remote
+from tcl.control.backends.slurm.handle import SlurmHandle, SlurmLogin
+from tcl.control.backends.slurm.script import BatchScript, render
+from tcl.control.backends.slurm.venv import ensure_runner, runner_program
+from tcl.control.config import SlurmHost
+from tcl.control.errors import AgentError, ConfigError, TclError
+from tcl.control.shipping import Snapshot
+from tcl.control.solver import Request
+from tcl.control.ssh import SshTarget
+from tcl.control.states import RunState
+from tcl.runner.api import Event, JobSpec, RunnerState
+
+PAGE_LIMIT = 5000
+
+
+class SlurmBackend(Backend):
+    kind = "slurm"
+    handle_model = SlurmHandle
+
+    # config --------------------------------------------------------------------------------
+
+    def _cfg(self, name: str) -> SlurmHost:
+        cfg = self.inputs.hosts.get(name)
+        if not isinstance(cfg, SlurmHost):
+            raise TclError(f"host {name!r} is not a slurm host in the config")
+        return cfg
+
+    def _work(self, name: str, cfg: SlurmHost) -> str:
+        cluster = self.inputs.clusters.get(cfg.cluster or "")
+        if cfg.cluster is None or cluster is None or not cluster.work:
+            key = f"clusters.{cfg.cluster}.work" if cfg.cluster else f"hosts.{name}.cluster"
+            raise ConfigError(
+                f"{key}: a slurm host needs a cluster whose `work` is a directory on the "
+                "cluster's shared filesystem (runs, code and tcl's runner venv go there)"
+            )
+        return cluster.work.rstrip("/")
+
+    def _target(self, name: str, login: SlurmLogin | None = None) -> SshTarget:
+        cfg = self.inputs.hosts.get(name)
+        if isinstance(cfg, SlurmHost):
+            return SshTarget.from_config(name, cfg)
+        if login is not None:  # a host renamed or removed since the run was placed
+            return SshTarget.from_config(name, login.host_config())
+        raise TclError(f"host {name!r} is not in the config and the run kept no record of it")
+
+    def _handle_target(self, h: SlurmHandle) -> SshTarget:
+        return self._target(h.host, h.login)
+
+    # offers --------------------------------------------------------------------------------
+
+    async def _sinfo(self, name: str) -> list[parse.NodeRow]:
+        res = await self.inputs.ssh_pool().run(self._target(name), parse.SINFO_ARGV)
+        return parse.parse_sinfo(res.stdout)
+
+    async def offers(self, req: Request, hosts: Sequence[str]) -> Offers:
+        async def one(name: str) -> list[parse.NodeRow] | str:
+            try:
+                return await self._sinfo(name)
+            except TclError as e:
+                return f"unreachable: {e}"
+
+        answers = await asyncio.gather(*(one(n) for n in hosts))
+        out = Offers()
+        for name, rows in zip(hosts, answers, strict=True):
+            if isinstance(rows, str):
+                out.refused.append((name, rows))
+                continue
+            cfg = self._cfg(name)
+            placed = parse.place(
+                rows, req.chip, req.chips, req.nodes, dict(self.inputs.gres_mapping),
+                [p.name for p in _ordered(cfg)], list(cfg.exclude),
+            )  # fmt: skip
+            if isinstance(placed, str):
+                out.refused.append((name, placed))
+                continue
+            out.offers.append(Offer(
+                backend=self.kind, host=name,
+                nodes=tuple(NodeOffer(name) for _ in range(placed.nodes)),
+                chip=placed.chip if req.chips else None, chips_per_node=placed.chips_per_node,
+                starts_now=placed.starts_now, queue_reason=placed.reason, free=placed.free,
+                params={"partition": placed.partition},
+            ))  # fmt: skip
+        return out
+
+    # launch --------------------------------------------------------------------------------
+
+    def _script(
+        self, plan: Offer, job: JobSpec, cfg: SlurmHost, work: str, run_dir: str,
+        code: str | None, runner: str,
+    ) -> BatchScript:  # fmt: skip
+        gres = None
+        if plan.chips_per_node and plan.chip:
+            kind = self.inputs.gres_mapping.get(plan.chip, f"gpu:{plan.chip}")
+            gres = f"{kind}:{plan.chips_per_node}"
+        return BatchScript(
+            job_name=f"tcl-{job.run_id}", nodes=plan.node_count,
+            partition=plan.params.get("partition"), gres=gres, run_dir=run_dir,
+            spec=f"{run_dir}/spec.json", code=code, runner=[runner], python=cfg.python,
+            time_s=job.max_duration_s or cfg.time_limit_s, account=cfg.account, qos=cfg.qos,
+            mem=cfg.mem, exclude=tuple(cfg.exclude), signal_before_s=cfg.signal_before_s,
+            container=cfg.container, container_image=cfg.container_image, work=work,
+        )  # fmt: skip
+
+    def dry_run(self, plan: Offer, job: JobSpec, image: str | None) -> str:
+        cfg = self._cfg(plan.host)
+        work = self._work(plan.host, cfg)
+        run_dir = f"{work}/tcl/runs/{job.run_id}/{job.attempt}"
+        code = f"{work}/tcl/code/{job.code.sha256}.tar.gz" if job.code else None
+        script = self._script(plan, job, cfg, work, run_dir, code, runner_program(cfg, work))
+        return (
+            f"# sbatch on {plan.host} ({cfg.ssh}); the spec goes to {run_dir}/spec.json "
+            "(mode 0600, not shown)\n" + render(script)
+        )
+
+    async def launch(
+        self, plan: Offer, job: JobSpec, snap: Snapshot, image: str | None, obs: Observer,
+        on_handle: Callable[[BaseHandle], None],
+    ) -> Launched:  # fmt: skip
+        name = plan.host
+        cfg = self._cfg(name)
+        work = self._work(name, cfg)
+        if image:
+            obs.note(f"warning: --image {image} is ignored on {name}: set container_image")
+        pool = self.inputs.ssh_pool()
+        target = self._target(name)
+        run_dir = f"{work}/tcl/runs/{job.run_id}/{job.attempt}"
+        obs.status(f"preparing tcl's runner on {name}")
+        runner = await ensure_runner(pool, target, cfg, work)
+        code = None
+        uploaded = 0
+        if job.code is not None:
+            code = f"{work}/tcl/code/{snap.sha256}.tar.gz"
+            obs.status(f"shipping code ({snap.files} files)")
+            if await pool.ensure_file(target, snap.tarball, code, obs.progress):
+                uploaded = snap.size
+        job = job.model_copy(update={"env": {**cfg.env, **job.env}})
+        text = render(self._script(plan, job, cfg, work, run_dir, code, runner))
+        obs.status(f"sbatch on {name}")
+        # the spec (secrets) over stdin into a 0600 file; then the script, then sbatch
+        await pool.run(target, ["sh", "-c", _WRITE_SPEC, "sh", run_dir],
+                       input=job.model_dump_json())  # fmt: skip
+        res = await pool.run(target, ["sh", "-c", _SUBMIT, "sh", run_dir], input=text)
+        job_id = res.stdout.strip().split(";")[0]
+        if not job_id.isdigit():
+            raise AgentError(f"{name}: sbatch answered {res.stdout.strip()!r}")
+        handle = SlurmHandle(
+            host=name, login=SlurmLogin.of(cfg), job_id=job_id, run_dir=run_dir,
+            nodes=plan.node_count,
+        )  # fmt: skip
+        on_handle(handle)
+        return Launched(handle=handle, accelerators=[], uploaded_bytes=uploaded, ssh=True,
+                        state=RunState.QUEUED)  # fmt: skip
+
+    # a launched run ------------------------------------------------------------------------
+
+    async def events(self, handle: BaseHandle, node: int, after: int, wait_s: float) -> NodePage:
+        assert isinstance(handle, SlurmHandle)
+        argv = [
+            handle.login.python, "-c", remote.EVENTS_PY, handle.state_dir(node), str(after),
+            str(PAGE_LIMIT), f"{max(0.0, wait_s):.1f}", handle.job_id, parse.SQUEUE_FIELDS,
+        ]  # fmt: skip
+        res = await self.inputs.ssh_pool().run(
+            self._handle_target(handle), argv, timeout_s=wait_s + 60
+        )
+        try:
+            answer = json.loads(res.stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            why = res.stderr[-300:]
+            raise AgentError(f"{handle.host}: unreadable events answer: {why}") from None
+        events = [Event.model_validate_json(line) for line in answer["events"]]
+        more = int(answer["last"]) > (events[-1].seq if events else after)
+        row = parse.parse_squeue(answer["squeue"]).get(handle.job_id)
+        if row is not None and row.restarts > handle.restart and not events and not more:
+            nxt = handle.model_copy(update={"restart": row.restarts})
+            why = f"requeued by SLURM (restart {row.restarts}): {row.reason}"
+            return NodePage([], RunState.QUEUED, False, None, why, next_attempt=nxt)
+        state, code, msg = _node_state(handle, node, row, answer["status"])
+        return NodePage(events, state, more, code, msg)
+
+    async def status(self, handle: BaseHandle) -> RunStatus:
+        (one,) = await self.statuses([handle])
+        if isinstance(one, Exception):
+            raise one
+        return one
+
+    async def statuses(self, handles: Sequence[BaseHandle]) -> list[RunStatus | Exception]:
+        by_host: dict[str, list[int]] = {}
+        for i, h in enumerate(handles):
+            assert isinstance(h, SlurmHandle)
+            by_host.setdefault(h.host, []).append(i)
+        out: list[RunStatus | Exception] = [AgentError("not asked")] * len(handles)
+
+        async def host(indices: list[int]) -> None:
+            hs = [handles[i] for i in indices]
+            assert all(isinstance(h, SlurmHandle) for h in hs)
+            slurm = [h for h in hs if isinstance(h, SlurmHandle)]
+            req = {
+                "jobs": sorted({h.job_id for h in slurm}),
+                "dirs": [h.state_dir(n) for h in slurm for n in range(h.nodes)],
+            }
+            try:
+                res = await self.inputs.ssh_pool().run(
+                    self._handle_target(slurm[0]),
+                    [slurm[0].login.python, "-c", remote.STATUSES_PY, parse.SQUEUE_FIELDS],
+                    input=json.dumps(req),
+                )
+                answer = json.loads(res.stdout.strip().splitlines()[-1])
+            except (TclError, ValueError, IndexError) as e:
+                for i in indices:
+                    out[i] = e if isinstance(e, TclError) else AgentError(str(e))
+                return
+            rows = parse.parse_squeue(answer["squeue"])
+            for i, h in zip(indices, slurm, strict=True):
+                row = rows.get(h.job_id)
+                nodes = [
+                    _node_state(h, n, row, answer["status"].get(h.state_dir(n)))
+                    for n in range(h.nodes)
+                ]
+                state = worst_state([s for s, _, _ in nodes])
+                code = next((c for _, c, _ in nodes if c), None)
+                msg = next((m for _, _, m in nodes if m), "")
+                if row is not None and row.restarts > h.restart:
+                    state, msg = RunState.QUEUED, f"requeued by SLURM: {row.reason}"
+                out[i] = RunStatus(state, code, msg)
+
+        await asyncio.gather(*(host(ix) for ix in by_host.values()))
+        return out
+
+    async def stop(self, handle: BaseHandle, grace_s: float) -> None:
+        """``scancel``: SLURM sends SIGTERM to every task, SIGKILL after its ``KillWait`` (the
+        cluster's grace, not ``grace_s``); each runner forwards TERM to its job."""
+        assert isinstance(handle, SlurmHandle)
+        await self.inputs.ssh_pool().run(
+            self._handle_target(handle), ["scancel", handle.job_id], check=False
+        )
+
+    async def release(self, handle: BaseHandle, state: RunState) -> None:
+        """Nothing to free: SLURM ended the job; the run dir (logs) stays on the cluster."""
+        return None
+
+    def ssh_endpoint(self, handle: BaseHandle, node: int) -> SshEndpoint | None:
+        assert isinstance(handle, SlurmHandle)
+        t = self._handle_target(handle)
+        return SshEndpoint(
+            host=t.host, port=t.port, user=t.user, identity_file=t.identity_file,
+            known_hosts=t.known_hosts, proxy_jump=t.proxy_jump, ssh_config_file=t.config_file,
+            remote_argv=("srun", f"--jobid={handle.job_id}", "--overlap", "--pty",
+                         "--nodes=1", "--ntasks=1", f"--relative={node}", "bash", "-c",
+                         _SSH_SHELL, "tcl-ssh"),
+        )  # fmt: skip
+
+    def load_handle(self, raw: Any) -> SlurmHandle:
+        return SlurmHandle.model_validate(dict(raw))
+
+    async def check(self, host: str) -> HostCheck:
+        try:
+            rows = await self._sinfo(host)
+        except TclError as e:
+            return HostCheck(False, str(e).splitlines()[0])
+        return HostCheck(True, summary(rows))
+
+    async def reset(self, handle: BaseHandle | None = None) -> None:
+        if isinstance(handle, SlurmHandle):
+            await self.inputs.ssh_pool().disconnect(self._handle_target(handle))
+
+
+_WRITE_SPEC = (
+    'set -e; umask 077; mkdir -p "$1"; cat > "$1/spec.json.part"; '
+    'mv "$1/spec.json.part" "$1/spec.json"'
+)
+# `tcl ssh RUN`: a login shell on the node; `tcl ssh RUN -- CMD`: CMD run by a shell there (like
+# ssh's own `ssh host CMD`: the words are joined and the shell evaluates them)
+_SSH_SHELL = '[ "${1-}" = -- ] && shift; [ "$#" -gt 0 ] && exec bash -lc "$*"; exec bash -l'
+_SUBMIT = 'set -e; cat > "$1/job.sh"; cd "$1"; sbatch --parsable "$1/job.sh"'
+
+
+def _ordered(cfg: SlurmHost) -> list[Any]:
+    return sorted(cfg.partitions, key=lambda p: not p.default)
+
+
+def summary(rows: list[parse.NodeRow]) -> str:
+    """``tcl hosts --check``: per partition, its GRES free of total."""
+    parts: dict[str, list[parse.NodeRow]] = {}
+    for r in rows:
+        parts.setdefault(r.partition, []).append(r)
+    out = []
+    for p, rs in parts.items():
+        kinds = sorted({g for r in rs for g in r.gres})
+        free = ", ".join(
+            f"{g.split(':', 1)[-1]}: {sum(r.free(g) for r in rs)} of "
+            f"{sum(r.gres.get(g, 0) for r in rs)} free"
+            for g in kinds
+        )
+        out.append(f"{p} ({len(rs)} nodes{': ' + free if free else ''})")
+    return "; ".join(out)
+
+
+_STOPPED = {"CANCELLED", "PREEMPTED", "TIMEOUT", "DEADLINE", "COMPLETING", "REQUEUED"}
+
+
+def _node_state(
+    h: SlurmHandle, node: int, row: parse.JobRow | None, status: dict[str, Any] | None
+) -> tuple[RunState, int | None, str]:
+    """One node's state from its ``status.json`` and the job's squeue row."""
+    rstate = None
+    code = None
+    if isinstance(status, dict):
+        try:
+            rstate = RUNNER_STATES[RunnerState(str(status.get("state")))]
+        except ValueError:
+            rstate = None
+        code = status.get("exit_code")
+    if rstate is not None and rstate.is_final:
+        ended = row.state if row is not None else ""
+        stopped = ended in _STOPPED and (ended != "COMPLETING" or code == 143)
+        if rstate is RunState.FAILED and stopped:
+            # scancel, preemption, time limit: SLURM's SIGTERM ended the job (the runner
+            # reports the job's 143 as a failure)
+            return RunState.TERMINATED, code, f"SLURM job {h.job_id} {ended.lower()}"
+        return rstate, code, ""
+    if row is None:
+        return (
+            RunState.FAILED,
+            code,
+            (
+                f"SLURM no longer knows job {h.job_id} and node {node} left no final status in "
+                f"{posixpath.join(h.state_dir(node), 'status.json')}"
+            ),
+        )
+    if row.state in parse.PENDING:
+        return RunState.QUEUED, None, f"{row.state.lower()}: {row.reason}"
+    if row.state in parse.LIVE:
+        return rstate or RunState.PROVISIONING, None, ""
+    ended = parse.ended_state(row.state)
+    return ended, code, f"SLURM job {h.job_id} {row.state} ({row.reason})"

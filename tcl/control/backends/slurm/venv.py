@@ -1,0 +1,87 @@
+"""tcl's runner on the cluster: one venv per tcl build on the shared filesystem, made once.
+
+``<work>/tcl/runner/<version>-<source hash>/venv``, with a ``complete`` marker written last; a
+``flock`` on ``lock`` keeps concurrent launches from making it twice. It is made from a wheel of
+this installation (uploaded once), or from the host's ``tcl_package``, with the ``jobs`` extra so
+that ``tcl.jobs`` specs run (a plain argv job runs with the node's own PATH, never this venv).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import hashlib
+import tempfile
+from pathlib import Path
+
+import tcl
+from tcl import __version__
+from tcl.control.config import SlurmHost
+from tcl.control.ssh import SshPool, SshTarget
+
+# $1 dir, $2 python, $3 requirement; uv when the login node has it, else venv + pip
+_MAKE = r"""set -eu
+d="$1"; py="$2"; req="$3"
+mkdir -p "$d"
+exec 9>"$d/lock"
+flock 9
+[ -f "$d/complete" ] && exit 0
+rm -rf "$d/venv"
+if command -v uv >/dev/null 2>&1; then
+  UV_PYTHON_DOWNLOADS=never uv venv -q --python "$py" "$d/venv"
+  UV_PYTHON_DOWNLOADS=never uv pip install -q --python "$d/venv/bin/python" "$req"
+else
+  "$py" -m venv "$d/venv"
+  "$d/venv/bin/pip" install -q "$req"
+fi
+"$d/venv/bin/tcl-runner" --help >/dev/null
+touch "$d/complete"
+"""
+
+
+@functools.cache
+def build_id() -> str:
+    """This installation's version and a hash of its source (a dev checkout changes it)."""
+    h = hashlib.sha256()
+    root = Path(tcl.__file__).parent
+    for p in sorted(root.rglob("*.py")):
+        h.update(str(p.relative_to(root)).encode())
+        h.update(p.read_bytes())
+    return f"{__version__}-{h.hexdigest()[:12]}"
+
+
+def runner_dir(work: str) -> str:
+    return f"{work}/tcl/runner/{build_id()}"
+
+
+def runner_program(cfg: SlurmHost, work: str) -> str:
+    if cfg.runner_venv:
+        return f"{cfg.runner_venv.rstrip('/')}/bin/tcl-runner"
+    return f"{runner_dir(work)}/venv/bin/tcl-runner"
+
+
+async def ensure_runner(
+    pool: SshPool, target: SshTarget, cfg: SlurmHost, work: str, say: object = None
+) -> str:
+    """The runner program's path on the cluster, making its venv first when needed."""
+    program = runner_program(cfg, work)
+    if cfg.runner_venv:
+        return program
+    d = runner_dir(work)
+    facts = pool.facts(target)
+    if facts.get(f"runner:{d}"):
+        return program
+    done = await pool.run(target, ["test", "-f", f"{d}/complete"], check=False)
+    if done.exit_code != 0:
+        requirement = cfg.tcl_package
+        if requirement is None:
+            from tcl.control.hostsetup import build_wheel
+
+            with tempfile.TemporaryDirectory() as tmp:
+                wheel = await asyncio.to_thread(build_wheel, Path(tmp))
+                remote = f"{d}/{wheel.name}"
+                await pool.ensure_file(target, wheel, remote)
+            requirement = f"{remote}[jobs]"
+        await pool.run(target, ["sh", "-c", _MAKE, "sh", d, cfg.python, requirement], timeout_s=900)
+    facts[f"runner:{d}"] = ("1", "")
+    return program

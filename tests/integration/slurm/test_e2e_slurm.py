@@ -1,0 +1,178 @@
+"""End to end through the real `tcl` command on the SLURM testbed (`slurm_cluster`).
+
+The config is what a user writes: a `slurm` host reached over SSH to the login node, a cluster
+whose `work` is on the shared filesystem. tcl's runner on the cluster is this checkout's venv
+(`runner_venv`, the filesystem is shared, like `shim_venv` in the ssh tests); the job's own
+python is named in its argv (this checkout's, which has JAX): a plain argv job runs with the
+node's PATH, never inside the runner's venv.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.testbed import SlurmCluster
+
+pytestmark = [pytest.mark.integration, pytest.mark.slurm]
+
+TCL = str(Path(sys.executable).parent / "tcl")
+VENV = str(Path(sys.executable).parent.parent)
+PY = sys.executable
+
+PSUM = """
+import os, jax, jax.numpy as jnp
+jax.config.update("jax_num_cpu_devices", 1)
+jax.distributed.initialize(coordinator_address=os.environ["TCL_COORDINATOR"],
+                           num_processes=int(os.environ["TCL_NODES"]),
+                           process_id=int(os.environ["TCL_NODE_RANK"]), initialization_timeout=60)
+rank = jax.process_index()
+f = jax.pmap(lambda x: jax.lax.psum(x, "i"), axis_name="i")
+print(f"rank {rank}/{jax.process_count()} psum={float(f(jnp.array([float(rank + 1)]))[0])}",
+      flush=True)
+jax.distributed.shutdown()
+"""
+
+
+@dataclass
+class Env:
+    home: Path
+    config: Path
+    repo: Path
+    cluster: SlurmCluster
+
+    def env(self) -> dict[str, str]:
+        return {
+            **os.environ,
+            "HOME": str(self.home),
+            "TCL_STATE_DIR": str(self.home / "state"),
+            "TCL_CONFIG": str(self.config),
+            "NO_COLOR": "1",
+            "COLUMNS": "200",
+        }
+
+    def tcl(
+        self, *args: str, check: bool = True, timeout: float = 180
+    ) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run(
+            [TCL, *args], cwd=self.repo, env=self.env(), capture_output=True, text=True,
+            timeout=timeout, check=False,
+        )  # fmt: skip
+        if check and proc.returncode != 0:
+            pytest.fail(f"tcl {' '.join(args)} -> {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
+        return proc
+
+    def tcl_json(self, *args: str) -> Any:
+        cut = args.index("--") if "--" in args else len(args)
+        return json.loads(self.tcl(*args[:cut], "--json", *args[cut:]).stdout)
+
+    def squeue(self) -> list[str]:
+        out = self.cluster.ssh("squeue -h -o '%i %T %j'").stdout
+        return [line for line in out.splitlines() if line.strip()]
+
+    def wait_state(self, run_id: str, states: set[str], timeout_s: float = 60) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            runs = {r["run_id"]: r for r in self.tcl_json("ps", "-a")}
+            if runs[run_id]["state"] in states or time.monotonic() > deadline:
+                assert runs[run_id]["state"] in states, runs[run_id]
+                return runs[run_id]
+            time.sleep(0.5)
+
+
+def _config(c: SlurmCluster, work: Path, extra: str = "") -> str:
+    return f"""
+clusters:
+  ci: {{work: {work}}}
+hosts:
+  hpc:
+    type: slurm
+    ssh: {c.host}
+    ssh_config_file: {c.ssh_config}
+    cluster: ci
+    runner_venv: {VENV}
+    connect_timeout_s: 5
+    partitions: [{{name: gpu, default: true}}]
+{extra}"""
+
+
+@pytest.fixture(scope="module")
+def e2e(slurm_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+    root = tmp_path_factory.mktemp("slurm-e2e")
+    home, repo = root / "home", root / "repo"
+    home.mkdir()
+    repo.mkdir()
+    (repo / "psum.py").write_text(PSUM)
+    (repo / "hello.py").write_text("import sys\nprint('hello from slurm', sys.argv[1:])\n")
+    work = slurm_cluster.base / "jobs" / f"work-{uuid.uuid4().hex[:8]}"
+    config = root / "config.yaml"
+    config.write_text(_config(slurm_cluster, work))
+    env = Env(home, config, repo, slurm_cluster)
+    yield env
+    runs = json.loads(env.tcl("ps", "-a", "--json", check=False).stdout or "[]")
+    for r in runs:
+        if r["state"] not in ("succeeded", "failed", "terminated"):
+            env.tcl("stop", r["run_id"], check=False)
+
+
+def test_two_nodes_one_jax_job_psum(e2e: Env) -> None:
+    proc = e2e.tcl("submit", "--chip", "h100", "-n", "8", "--", PY, "psum.py", timeout=240)
+    out = proc.stdout + proc.stderr
+    assert "rank 0/2 psum=3.0" in out and "rank 1/2 psum=3.0" in out, out
+    runs = e2e.tcl_json("ps", "-a")
+    assert runs[0]["state"] == "succeeded", runs[0]
+    logs = e2e.tcl("logs", runs[0]["run_id"]).stdout
+    assert "[node 0] rank 0/2 psum=3.0" in logs and "[node 1] rank 1/2 psum=3.0" in logs, logs
+    assert e2e.tcl("logs", "--node", "1", runs[0]["run_id"]).stdout.count("psum=") == 1
+
+
+def test_bad_partition_or_gres_is_one_clear_error_and_no_job(e2e: Env) -> None:
+    before = e2e.squeue()
+    proc = e2e.tcl("submit", "--chip", "a100", "-n", "1", "--", "true", check=False)
+    assert proc.returncode != 0
+    assert "gpu:a100" in proc.stderr and "gpu:h100:4 per node" in proc.stderr, proc.stderr
+    bad = e2e.config.with_name("bad.yaml")
+    bad.write_text(e2e.config.read_text().replace("{name: gpu, default: true}", "{name: 'gpu x'}"))
+    proc = subprocess.run(
+        [TCL, "submit", "--chip", "h100", "-n", "1", "--", "true"], cwd=e2e.repo,
+        env={**e2e.env(), "TCL_CONFIG": str(bad)}, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert proc.returncode != 0
+    assert "partition gpu x not on this cluster (it has: gpu, preempt, urgent)" in proc.stderr
+    assert e2e.squeue() == before
+
+
+def test_full_cluster_queues_then_starts_and_stop_ssh_ps(e2e: Env) -> None:
+    c = e2e.cluster
+    hold = c.ssh("sbatch --parsable -p gpu -N 2 --gres=gpu:h100:4 --wrap 'sleep 300'")
+    holder = hold.stdout.strip()
+    assert holder.isdigit(), hold.stderr
+    try:
+        res = e2e.tcl_json("submit", "-d", "--chip", "h100", "-n", "4", "--", PY, "hello.py", "x")
+        run_id = res["run_id"]
+        run = e2e.wait_state(run_id, {"queued"})
+        assert "Resources" in (run["message"] or ""), run
+    finally:
+        c.ssh(f"scancel {holder}")
+    e2e.wait_state(run_id, {"succeeded"})
+    assert "hello from slurm ['x']" in e2e.tcl("logs", run_id).stdout
+    # a long job: ssh onto its node, then stop it
+    res = e2e.tcl_json("submit", "-d", "--chip", "h100", "-n", "2", "--", "sleep", "300")
+    run_id = res["run_id"]
+    e2e.wait_state(run_id, {"running"})
+    out = e2e.tcl("ssh", run_id, "--", "echo", "on", "$SLURMD_NODENAME", timeout=60).stdout
+    assert "on node" in out, out
+    e2e.tcl("stop", run_id)
+    run = e2e.wait_state(run_id, {"terminated"})
+    assert run["state"] == "terminated"
+    assert not [line for line in e2e.squeue() if "RUNNING" in line and f"tcl-{run_id}" in line]
