@@ -16,12 +16,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from tcl.atomic import write_json_atomic
 from tcl.jobs.errors import BatchSizeError
+from tcl.runner import nodeenv
 
 CANDIDATES: tuple[int, ...] = (1024, 512, 256, 128, 64, 32, 16, 10, 8, 4, 3, 2, 1)
 OOM_MARKERS = ("RESOURCE_EXHAUSTED", "Out of memory while trying to allocate")
@@ -84,7 +85,7 @@ def subprocess_probe(
                 *overrides,
             ]
             env = {
-                **os.environ,
+                **single_process_env(os.environ),
                 BATCH_SIZE_ENV: str(batch_size),
                 "TCL_DISPATCH_ROOT_OVERRIDE": root,
             }
@@ -99,6 +100,15 @@ def subprocess_probe(
             return classify(done.returncode, done.stdout + done.stderr)
 
     return probe
+
+
+def single_process_env(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` for a probe: a job of one process, whatever this one is part of (a probe that
+    joined the multi-node job would take a rank a live process holds)."""
+    drop = {nodeenv.COORDINATOR, nodeenv.JAX_COORDINATOR_ADDRESS}
+    single = {k: v for k, v in env.items() if k not in drop}
+    single.update({nodeenv.NODES: "1", nodeenv.NODE_RANK: "0"})
+    return single
 
 
 # -- cache -------------------------------------------------------------------------------------

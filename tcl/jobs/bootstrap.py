@@ -1,7 +1,11 @@
 """What `python -m tcl.jobs.launch` does: status + heartbeat, signals, resume, outcome.
 
-1. Build the config (YAML ⊕ overrides ⊕ env overrides); resolve `per_device_batch_size: -1`.
-2. Write metadata.json `running` and start the 30 s heartbeat.
+0. With more than one node (`TCL_NODES`), join JAX's distributed runtime (tcl.jobs.distributed)
+   before anything touches a device.
+1. Build the config (YAML ⊕ overrides ⊕ env overrides); resolve `per_device_batch_size: -1`
+   (every process probes its own node; all take the smallest size found).
+2. Write metadata.json `running` (process 0; process N writes metadata.node-N.json) and start
+   the 30 s heartbeat.
 3. SIGTERM/SIGINT: ask the job to stop; a trainer checkpoints and raises JobPreempted; a job
    that cannot checkpoint is interrupted at once. Status `preempted`, exit PREEMPTED_EXIT.
 4. If this run (same run id) already has a `latest` checkpoint, resume from it (`--fresh`
@@ -26,14 +30,14 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from tcl.jobs import batchsize
+from tcl.jobs import batchsize, distributed
 from tcl.jobs.config import configuration, schema_of
 from tcl.jobs.errors import ConfigError, JobPreempted, JobsError
 from tcl.jobs.job import BasicJob, RestoreableJob, is_done
 from tcl.jobs.registry import get_job
 from tcl.jobs.run import load_config, make_job
 from tcl.jobs.spec import ExecutionSpec
-from tcl.jobs.status import Heartbeat, RunStatus, StatusFile
+from tcl.jobs.status import Heartbeat, RunStatus, StatusFile, status_file_name
 
 log = logging.getLogger("tcl.jobs.launch")
 PREEMPTED_EXIT = 143  # 128 + SIGTERM, what a scheduler expects from a preempted job
@@ -111,7 +115,9 @@ def _model_key(key: str, full: DictConfig) -> str:
     return json.dumps({"model": name, **values}, sort_keys=True, default=str)
 
 
-def _resolve_batch_size(opts: LaunchOptions, full: DictConfig, overrides: list[str]) -> list[str]:
+def _resolve_batch_size(
+    opts: LaunchOptions, full: DictConfig, overrides: list[str], topology: distributed.Topology
+) -> list[str]:
     training = full.get("training")
     if training is None or training.get("per_device_batch_size") != -1:
         return overrides
@@ -127,6 +133,12 @@ def _resolve_batch_size(opts: LaunchOptions, full: DictConfig, overrides: list[s
     key = batchsize.cache_key(model, chip_name(), jax.device_count(), extra)
     probe = batchsize.subprocess_probe(opts.key, opts.config_path, list(opts.overrides))
     size, from_cache = batchsize.resolve(key, probe, chip_name())
+    if topology.num_processes > 1:
+        # Each node searched (or cached) on its own devices; one batch for all: the smallest.
+        import numpy as np
+        from jax.experimental import multihost_utils
+
+        size = int(np.min(multihost_utils.process_allgather(np.int32(size))))
     print(
         f"tcl.jobs: per_device_batch_size = {size} ({'cached' if from_cache else 'searched'})",
         flush=True,
@@ -136,6 +148,7 @@ def _resolve_batch_size(opts: LaunchOptions, full: DictConfig, overrides: list[s
 
 def launch(opts: LaunchOptions) -> int:
     """Run one job under the launcher's protocol; returns the process exit code."""
+    topology = distributed.initialize()
     overrides = list(opts.overrides)
     env_bs = os.environ.get(batchsize.BATCH_SIZE_ENV)
     if env_bs:
@@ -148,7 +161,7 @@ def launch(opts: LaunchOptions) -> int:
     if opts.probe:
         overrides += _probe_overrides(batchsize.PROBE_STEPS)
     full, _ = load_config(opts.key, opts.config_path, overrides)
-    overrides = _resolve_batch_size(opts, full, overrides)
+    overrides = _resolve_batch_size(opts, full, overrides, topology)
     full, explicit = load_config(opts.key, opts.config_path, overrides)
 
     run_id = opts.run_id or os.environ.get(RUN_ID_ENV) or default_run_id()
@@ -159,7 +172,7 @@ def launch(opts: LaunchOptions) -> int:
         opts.group,
         run_id=run_id,
     )
-    status = StatusFile(spec.status_dir / "metadata.json")
+    status = StatusFile(spec.status_dir / status_file_name(topology.process_id))
     status.set(RunStatus.RUNNING, run_id=run_id, key=opts.key, attempt_started_at=time.time())
     heartbeat = Heartbeat(status)
     heartbeat.start()
@@ -167,7 +180,7 @@ def launch(opts: LaunchOptions) -> int:
     stopper.install()
     try:
         try:
-            restore = _pick_restore(opts, spec)
+            restore = _pick_restore(opts, spec, topology)
             if restore is not None:
                 print(f"tcl.jobs: restoring from {restore}", flush=True)
             job, cfg = make_job(opts.key, spec, full, explicit, restore)
@@ -199,13 +212,21 @@ def launch(opts: LaunchOptions) -> int:
     return 0
 
 
-def _pick_restore(opts: LaunchOptions, spec: ExecutionSpec) -> str | None:
+def _pick_restore(
+    opts: LaunchOptions, spec: ExecutionSpec, topology: distributed.Topology
+) -> str | None:
     job_cls = get_job(opts.key)
     if not issubclass(job_cls, RestoreableJob):
         return opts.restore
     scope = spec.checkpoints_dir / spec.scope
-    if opts.fresh and scope.exists():
-        shutil.rmtree(scope)
+    if opts.fresh:
+        if topology.main_process and scope.exists():
+            shutil.rmtree(scope)
+        if topology.num_processes > 1:
+            # No process may read `latest` before process 0 deleted it: all must start alike.
+            from jax.experimental import multihost_utils
+
+            multihost_utils.sync_global_devices("tcl.jobs.fresh")
     latest = job_cls.latest(spec)
     if latest is not None:
         return str(Path(spec.scope) / latest)

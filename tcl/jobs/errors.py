@@ -6,6 +6,7 @@ JobsError
 │   └── JobModuleError   a module declared to hold jobs could not be imported (traceback kept)
 ├── CheckpointError      a checkpoint is missing, incomplete or would be clobbered
 ├── BatchSizeError       the auto batch-size search could not finish
+├── DistributedError     a multi-node job's environment is missing or wrong, or JAX cannot join
 └── JobPreempted         the job stopped on SIGTERM/SIGINT (after checkpointing, if it can)
 """
 
@@ -48,6 +49,12 @@ class CheckpointError(JobsError):
 
 class BatchSizeError(JobsError):
     """The auto batch-size search failed for a reason other than running out of memory."""
+
+
+class DistributedError(JobsError):
+    """A multi-node job cannot start its JAX distributed runtime: a variable of its environment
+    (``TCL_NODES``, ``TCL_NODE_RANK``, ``TCL_COORDINATOR``...) is missing or invalid, named in
+    the message, or JAX refused to join."""
 
 
 class JobPreempted(JobsError):

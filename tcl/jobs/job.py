@@ -192,6 +192,7 @@ class RestoreableJob(CheckpointedJob[C]):
     """Adds the restore protocol: restore_from_path, register/latest, from_checkpoint_path."""
 
     restored_from: dict[str, Any] | None = None  # job.json of the checkpoint restored, if any
+    _registered: str | None = None  # what this job's register() last named (see registered())
     # True for jobs that only make sense on a checkpoint (InferenceJob): started without a
     # restore they stop with one line saying so.
     NEEDS_RESTORE: ClassVar[bool] = False
@@ -207,6 +208,16 @@ class RestoreableJob(CheckpointedJob[C]):
         """Point `latest` at `suffix` (main process only); call after each resumable save."""
         if self.main_process():
             ckpt.register(self.spec.checkpoints_dir / self.spec.scope, str(suffix))
+        self._registered = str(suffix)
+
+    def registered(self) -> str | None:
+        """The checkpoint `latest` names, the same on every process of a multi-host job: what
+        this job registered last, else `latest` on disk, which only a register() changes.
+
+        Deciding on a save from the `latest` file itself would not be: process 0 writes it after
+        the save's last sync, so another process may still read the old one, skip or repeat a
+        save that is collective, and stop the job (or a shared disk may show it late)."""
+        return self._registered if self._registered is not None else self.latest(self.spec)
 
     @classmethod
     def latest(cls, spec: ExecutionSpec) -> str | None:

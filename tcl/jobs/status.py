@@ -42,6 +42,13 @@ TRANSITIONS: dict[RunStatus | None, frozenset[RunStatus]] = {
 }
 
 
+def status_file_name(process_id: int) -> str:
+    """Process 0 keeps the run's record, `metadata.json`; in a multi-node job each other process
+    keeps its own (`metadata.node-N.json`: its pid, host, heartbeat and outcome), so a failure
+    on any node shows without processes overwriting each other's record."""
+    return "metadata.json" if process_id == 0 else f"metadata.node-{process_id}.json"
+
+
 class StatusFile:
     """The one writer of a run's metadata.json."""
 

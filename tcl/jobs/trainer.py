@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from flax.training import train_state
+from jax.experimental import multihost_utils
 
 from tcl.jobs.config import configure, field
 from tcl.jobs.data import DataConfig, TokenDataset, make_dataset
@@ -278,9 +279,9 @@ class BaseTrainer(RestoreableJob[C], Generic[C, M]):
         try:
             with jax.set_mesh(self.mesh), nn.logical_axis_rules(self.rules):
                 while self.global_step_counter_ < a.total_steps:
-                    if self.stop_requested():
+                    if self._stop_agreed(self.global_step_counter_):
                         suffix = step_suffix(self.global_step_counter_)
-                        if self.latest(self.spec) != suffix:
+                        if self.registered() != suffix:
                             self.save(suffix)
                         raise JobPreempted(suffix)
                     step = self.global_step_counter_
@@ -312,12 +313,23 @@ class BaseTrainer(RestoreableJob[C], Generic[C, M]):
                         self._validate(writer, step)
                     if a.checkpoint_interval and step % a.checkpoint_interval == 0:
                         self.save(step_suffix(step))
-                if a.checkpoint_at_end and self.latest(self.spec) != step_suffix(
+                if a.checkpoint_at_end and self.registered() != step_suffix(
                     self.global_step_counter_
                 ):
                     self.save(step_suffix(self.global_step_counter_))
         finally:
             writer.close()
+
+    def _stop_agreed(self, step: int) -> bool:
+        """Whether to checkpoint and stop before `step`. A save is collective, so in a
+        multi-process job every process stops at the same step: at report steps (where the host
+        waits for the device anyway), when any process was asked to."""
+        if jax.process_count() == 1:
+            return self.stop_requested()
+        if step % self.args.report_interval != 0:
+            return False
+        asked = multihost_utils.process_allgather(np.int32(self.stop_requested()))
+        return bool(np.any(asked))
 
     def _validate(self, writer: MetricsWriter, step: int) -> None:
         val_loss = self.evaluate()

@@ -10,7 +10,9 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from tcl.atomic import write_atomic
-from tcl.runner.api import JobSpec
+from tcl.runner import nodeenv
+from tcl.runner.api import ClusterInfo, JobSpec
+from tcl.runner.cluster import resolve_placement
 from tcl.runner.errors import InvalidSpec
 
 # Variables of the runner itself that the job must not inherit.
@@ -38,24 +40,46 @@ _SESSION_INHERITED = ("PATH", "PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "LD_LIB
 def public_env(
     spec: JobSpec, workdir: Path, base: Mapping[str, str] | None = None
 ) -> dict[str, str]:
-    """What tcl adds to the job's environment, secrets excluded. ``base``: the runner's own
-    environment (default ``os.environ``)."""
+    """What tcl adds to the job's environment, secrets excluded; the spec's ``env`` wins over
+    each of tcl's variables. ``base``: the runner's own environment (default ``os.environ``),
+    where the scheduler says which node this is (``tcl.runner.cluster``)."""
     base = os.environ if base is None else base
+    placement = resolve_placement(spec, base)
     env = {
         "PYTHONUNBUFFERED": "1",
         "TCL_RUN_ID": spec.run_id,
-        "TCL_ATTEMPT": str(spec.attempt),
+        nodeenv.ATTEMPT: str(placement.attempt),
         "TCL_WORKING_DIR": str(workdir),
-        "TCL_NODE_RANK": str(spec.cluster.node_rank),
-        "TCL_NODES": str(spec.cluster.nodes),
+        **placement_env(placement.cluster, base),
     }
-    if spec.cluster.coordinator:
-        env["TCL_COORDINATOR"] = spec.cluster.coordinator
     tcl_path = base.get(JOB_TCL_PATH_VAR)
     if spec.job is not None and tcl_path:
         # Only for ``job`` specs: an argv job sees the image's imports and nothing of tcl's.
         env["PYTHONPATH"] = os.pathsep.join(p for p in (tcl_path, base.get("PYTHONPATH")) if p)
     env.update(spec.env)
+    return env
+
+
+def placement_env(cluster: ClusterInfo, base: Mapping[str, str]) -> dict[str, str]:
+    """Where the job sits (``TCL_NODES``, ``TCL_NODE_RANK``, ``TCL_COORDINATOR``) and, with more
+    than one node, what ``jax.distributed.initialize`` reads itself.
+
+    ``JAX_LOCAL_DEVICE_IDS``: given a coordinator, num_processes and process_id but no device
+    ids, JAX still runs its cluster auto-detection, and under SLURM that limits each process to
+    the one GPU numbered ``SLURM_LOCALID`` (jax-ml/jax#16788): with one process per node, every
+    node would use GPU 0 only. The ids are CUDA's 0..n-1 numbering of the GPUs
+    ``CUDA_VISIBLE_DEVICES`` lets through (not their host indices), so they are set only where
+    that variable says how many there are; JAX reads them only to restrict its CUDA/ROCm
+    devices, so on a CPU or TPU host they change nothing."""
+    env = {nodeenv.NODES: str(cluster.nodes), nodeenv.NODE_RANK: str(cluster.node_rank)}
+    if cluster.coordinator:
+        env[nodeenv.COORDINATOR] = cluster.coordinator
+    if cluster.nodes > 1:
+        if cluster.coordinator:
+            env[nodeenv.JAX_COORDINATOR_ADDRESS] = cluster.coordinator
+        gpus = nodeenv.visible_gpu_count(base)
+        if gpus:
+            env[nodeenv.JAX_LOCAL_DEVICE_IDS] = ",".join(str(i) for i in range(gpus))
     return env
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
 import threading
 import time
@@ -20,6 +21,7 @@ from tcl.atomic import write_atomic
 from tcl.runner import code as codemod
 from tcl.runner import jobenv
 from tcl.runner.api import EventsPage, HealthInfo, JobSpec, LogStream, RunnerState
+from tcl.runner.cluster import resolve_placement
 from tcl.runner.codecache import CodeCache
 from tcl.runner.errors import (
     CodeHashMismatch,
@@ -116,6 +118,7 @@ class Runner:
                 raise InvalidSpec("working_dir", "working_dir must be an absolute path")
             if spec.argv is None and spec.job is None:
                 raise InvalidSpec("argv", "neither argv nor job is given: nothing to run")
+            resolve_placement(spec, os.environ)  # a scheduler env that makes no sense: 422 now
             self.machine.move(
                 S.WAITING_CODE if spec.code else S.READY, expect=frozenset({S.WAITING_SPEC})
             )
@@ -256,6 +259,9 @@ class Runner:
                 limit_grace_s=self.config.stop_grace_s,
             )
             self.machine.move(S.RUNNING)
+            placement = resolve_placement(spec, os.environ)
+            if placement.cluster.nodes > 1 or placement.attempt != spec.attempt:
+                self.say(placement.describe())
             if self.config.ssh_env_file is not None:
                 try:
                     jobenv.write_ssh_snippet(self.config.ssh_env_file, spec, workdir)

@@ -60,3 +60,50 @@ def test_ssh_sessions_start_where_the_job_started(tmp_path: Path) -> None:
     assert snippet.rstrip().endswith(
         f"cd {tmp_path / 'work' / 'sub' / 'deeper'} 2>/dev/null || true"
     )
+
+
+# -- where the job sits (multi-node) ------------------------------------------------------------
+
+SLURM_TASK_1 = {
+    "SLURM_PROCID": "1",
+    "SLURM_NTASKS": "2",
+    "SLURM_RESTART_COUNT": "1",
+    "TCL_COORDINATOR": "10.0.0.1:61447",
+    "CUDA_VISIBLE_DEVICES": "4,5,6,7",
+}
+
+
+def test_each_node_learns_its_place_and_jax_its_coordinator(tmp_path: Path) -> None:
+    env = job_env(ARGV, tmp_path, SLURM_TASK_1)
+    placed = {k: env.get(k) for k in ("TCL_NODES", "TCL_NODE_RANK", "TCL_COORDINATOR")}
+    assert placed == {"TCL_NODES": "2", "TCL_NODE_RANK": "1", "TCL_COORDINATOR": "10.0.0.1:61447"}
+    assert env["JAX_COORDINATOR_ADDRESS"] == "10.0.0.1:61447"
+    assert env["TCL_ATTEMPT"] == "1"  # the requeue's restart count
+
+
+def test_jax_sees_every_gpu_of_the_node_by_its_cuda_number(tmp_path: Path) -> None:
+    # CUDA numbers the devices it lets through 0..n-1: host GPUs 4-7 are JAX's devices 0-3.
+    assert job_env(ARGV, tmp_path, SLURM_TASK_1)["JAX_LOCAL_DEVICE_IDS"] == "0,1,2,3"
+    for hidden in ("", "NoDevFiles", "-1"):
+        env = job_env(ARGV, tmp_path, {**SLURM_TASK_1, "CUDA_VISIBLE_DEVICES": hidden})
+        assert "JAX_LOCAL_DEVICE_IDS" not in env, hidden
+    no_gpus = {k: v for k, v in SLURM_TASK_1.items() if k != "CUDA_VISIBLE_DEVICES"}
+    assert "JAX_LOCAL_DEVICE_IDS" not in job_env(ARGV, tmp_path, no_gpus)
+
+
+def test_one_node_gets_no_jax_variables(tmp_path: Path) -> None:
+    env = job_env(ARGV, tmp_path, {"TCL_COORDINATOR": "h:1", "CUDA_VISIBLE_DEVICES": "0,1"})
+    assert (env["TCL_NODES"], env["TCL_NODE_RANK"], env["TCL_COORDINATOR"]) == ("1", "0", "h:1")
+    assert "JAX_COORDINATOR_ADDRESS" not in env and "JAX_LOCAL_DEVICE_IDS" not in env
+
+
+def test_the_users_own_values_win(tmp_path: Path) -> None:
+    own = {"JAX_LOCAL_DEVICE_IDS": "0", "JAX_COORDINATOR_ADDRESS": "mine:1", "TCL_ATTEMPT": "9"}
+    spec = ARGV.model_copy(update={"env": own})
+    env = job_env(spec, tmp_path, SLURM_TASK_1)
+    assert {k: env[k] for k in own} == own
+
+
+def test_ssh_sessions_see_the_same_place(tmp_path: Path) -> None:
+    snippet = ssh_snippet(ARGV, tmp_path, SLURM_TASK_1)
+    assert "export TCL_NODE_RANK=1\n" in snippet and "export TCL_NODES=2\n" in snippet
