@@ -15,12 +15,11 @@ import argparse
 import asyncio
 import os
 import statistics
-import subprocess
 import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
+from bench._slurmlib import slurm_testbed, work_dir
 from tcl.control.backends.slurm.handle import SlurmHandle, SlurmLogin
 from tcl.control.config import parse_config
 from tcl.control.follow import refresh_many
@@ -29,22 +28,14 @@ from tcl.control.ssh import SshTarget
 from tcl.control.states import RunState
 from tcl.control.store import Store
 
-ROOT = Path(__file__).resolve().parent.parent
-ENV = {"BASE": "/tmp/tcl-bench-slurm", "LOGIN_PORT": "2239", "SLURMCTLD_PORT": "16890",
-       "SLURMD_PORT": "17090"}  # fmt: skip
-
-
-def _script(name: str) -> str:
-    argv = ["bash", str(ROOT / "scripts" / "testbed" / name)]
-    res = subprocess.run(
-        argv, env={**os.environ, **ENV}, capture_output=True, text=True, check=True
-    )
-    return res.stdout.strip().splitlines()[-1] if res.stdout.strip() else ""
-
 
 async def main(runs: int, reps: int) -> None:
-    ssh_config = _script("slurm-up.sh")
-    work = Path(ENV["BASE"]) / "work"
+    with slurm_testbed() as ssh_config:
+        await _measure(ssh_config, runs, reps)
+
+
+async def _measure(ssh_config: str, runs: int, reps: int) -> None:
+    work = work_dir()
     cfg = parse_config(f"""
 clusters: {{c: {{work: {work}}}}}
 hosts:
@@ -90,7 +81,6 @@ hosts:
         finally:
             await ctl.pool.run(target, ["scancel", "--user", "root"], check=False)
             await ctl.aclose()
-            _script("slurm-down.sh")
 
 
 def _count_calls(ctl: Control) -> list[Any]:

@@ -1,0 +1,97 @@
+"""`tcl submit` → the job's first log line on the SLURM testbed, vs bare `sbatch --wrap`.
+
+Baseline (same run, same login node over SSH): `ssh slurm-login sbatch --wrap 'echo 1'`, then
+wait until the line is in its output file (read on the shared filesystem every 10 ms). tcl:
+`tcl submit -- echo 1` (through its `tcl serve` daemon, warm after a first submit), timed
+until `1` is printed. Target: ratio ≤ 1.5 (medians).
+
+    uv run python -m bench.slurm_submit_latency [--reps 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench._slurmlib import slurm_testbed, work_dir
+
+TCL = str(Path(sys.executable).parent / "tcl")
+VENV = str(Path(sys.executable).parent.parent)
+
+
+def _sbatch_once(ssh_config: str, out_dir: Path, i: int) -> float:
+    out = out_dir / f"wrap-{i}.out"
+    t0 = time.perf_counter()
+    subprocess.run(
+        ["ssh", "-F", ssh_config, "slurm-login", "sbatch", "--parsable", "-p", "gpu",
+         "-o", str(out), "--wrap", "'echo 1'"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    while True:
+        try:
+            if out.read_text().strip() == "1":
+                return time.perf_counter() - t0
+        except FileNotFoundError:
+            pass
+        time.sleep(0.01)
+
+
+def _tcl_once(env: dict[str, str], repo: Path) -> float:
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(
+        [TCL, "submit", "--", "echo", "1"], cwd=repo, env=env, stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL, text=True,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if line.strip() == "1":
+            took = time.perf_counter() - t0
+            proc.wait(60)
+            return took
+    raise RuntimeError(f"no line from tcl submit (exit {proc.wait()})")
+
+
+def main(reps: int) -> None:
+    with slurm_testbed() as ssh_config, tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        repo = root / "repo"
+        repo.mkdir()
+        subprocess.run(["git", "init", "-q", str(repo)], check=True)
+        config = root / "config.yaml"
+        config.write_text(f"""
+clusters: {{c: {{work: {work_dir()}}}}}
+hosts:
+  hpc: {{type: slurm, ssh: slurm-login, ssh_config_file: {ssh_config}, cluster: c,
+        runner_venv: {VENV}, partitions: [{{name: gpu, default: true}}]}}
+""")
+        env = {**os.environ, "HOME": str(root), "TCL_STATE_DIR": str(root / "state"),
+               "TCL_CONFIG": str(config), "NO_COLOR": "1"}  # fmt: skip
+        out_dir = work_dir() / "wrap"
+        out_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            _tcl_once(env, repo)  # warm: the daemon, its SSH connection, the code upload
+            _sbatch_once(ssh_config, out_dir, -1)
+            tcl, bare = [], []
+            for i in range(reps):
+                bare.append(_sbatch_once(ssh_config, out_dir, i))
+                tcl.append(_tcl_once(env, repo))
+        finally:
+            subprocess.run([TCL, "serve", "--stop"], env=env, capture_output=True, check=False)
+        t, b = statistics.median(tcl), statistics.median(bare)
+        print(f"tcl submit -> first line: {t:.2f} s (median of {reps}: "
+              f"{', '.join(f'{x:.2f}' for x in tcl)})")  # fmt: skip
+        print(f"ssh sbatch --wrap -> line in output: {b:.2f} s "
+              f"({', '.join(f'{x:.2f}' for x in bare)})")  # fmt: skip
+        print(f"ratio {t / b:.2f} (target <= 1.5)")
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser()
+    p.add_argument("--reps", type=int, default=5)
+    main(p.parse_args().reps)
