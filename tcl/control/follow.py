@@ -193,7 +193,7 @@ async def follow(
             await release(ctl, run.id)
             return ctl.store.get_run(run.id)
         if not res.events and res.state is RunState.QUEUED:
-            await asyncio.sleep(1.0)  # a queued run's backend may answer without waiting
+            await asyncio.sleep(0.2)  # a queued run's backend may answer without waiting
 
 
 def _has_final_event(ctl: Control, cache: LogCache, run_id: str) -> bool:

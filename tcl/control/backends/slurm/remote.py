@@ -14,6 +14,8 @@ import json, os, struct, subprocess, sys, time
 d, after, limit, wait_s, job, fields = sys.argv[1:7]
 after, limit, wait_s = int(after), int(limit), float(wait_s)
 MAX_BYTES = 2 * 1024 * 1024
+LIVE = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "REQUEUED", "REQUEUE_HOLD",
+        "REQUEUE_FED", "RESIZING", "SUSPENDED", "SIGNALING", "STAGE_OUT")
 
 def squeue():
     p = subprocess.run(["squeue", "-h", "-t", "all", "-j", job, "-O", fields],
@@ -55,13 +57,15 @@ while True:
     final = st is not None and st.get("state") in ("succeeded", "failed", "terminated")
     if events or final or time.monotonic() >= deadline:
         break
-    # the event file is polled often; slurmctld (shared by every user) only every 2 s
+    # the event file is polled often; slurmctld (shared by every user) only every 2 s. A
+    # pending job is waited on too (its first event comes soon after it starts); a job SLURM
+    # ended (or no longer lists) without a final status answers at once.
     if time.monotonic() - asked >= 2.0:
         asked = time.monotonic()
         q = squeue()
-        if "|RUNNING|" not in q and "|COMPLETING|" not in q and "|CONFIGURING|" not in q:
+        if not any(f"|{s}|" in q for s in LIVE):
             break
-    time.sleep(0.2)
+    time.sleep(0.05 if st is None else 0.2)
 print(json.dumps({"events": events, "last": last, "status": st, "squeue": squeue()}))
 """
 
