@@ -155,22 +155,23 @@ class SlurmBackend(Backend):
         pool = self.inputs.ssh_pool()
         target = self._target(name)
         run_dir = f"{work}/tcl/runs/{job.run_id}/{job.attempt}"
-        obs.status(f"preparing tcl's runner on {name}")
-        runner = await ensure_runner(pool, target, cfg, work)
-        code = None
-        uploaded = 0
-        if job.code is not None:
-            code = f"{work}/tcl/code/{snap.sha256}.tar.gz"
-            obs.status(f"shipping code ({snap.files} files)")
-            if await pool.ensure_file(target, snap.tarball, code, obs.progress):
-                uploaded = snap.size
+        obs.status(f"preparing tcl's runner and shipping code ({snap.files} files) to {name}")
+        code = f"{work}/tcl/code/{snap.sha256}.tar.gz" if job.code is not None else None
+
+        async def ship() -> int:
+            if code is None or not await pool.ensure_file(target, snap.tarball, code, obs.progress):
+                return 0
+            return snap.size
+
+        # both are a round trip when there is nothing to do: at once, not one after the other
+        runner, uploaded = await asyncio.gather(ensure_runner(pool, target, cfg, work), ship())
         job = job.model_copy(update={"env": {**cfg.env, **job.env}})
         text = render(self._script(plan, job, cfg, work, run_dir, code, runner))
         obs.status(f"sbatch on {name}")
-        # the spec (secrets) over stdin into a 0600 file; then the script, then sbatch
-        await pool.run(target, ["sh", "-c", _WRITE_SPEC, "sh", run_dir],
-                       input=job.model_dump_json())  # fmt: skip
-        res = await pool.run(target, ["sh", "-c", _SUBMIT, "sh", run_dir], input=text)
+        # one round trip: the spec (secrets; one JSON line) over stdin into a 0600 file, then
+        # the script, then sbatch
+        res = await pool.run(target, ["sh", "-c", _SUBMIT, "sh", run_dir],
+                             input=job.model_dump_json() + "\n" + text)  # fmt: skip
         job_id = res.stdout.strip().split(";")[0]
         if not job_id.isdigit():
             raise AgentError(f"{name}: sbatch answered {res.stdout.strip()!r}")
@@ -295,14 +296,14 @@ class SlurmBackend(Backend):
             await self.inputs.ssh_pool().disconnect(self._handle_target(handle))
 
 
-_WRITE_SPEC = (
-    'set -e; umask 077; mkdir -p "$1"; cat > "$1/spec.json.part"; '
-    'mv "$1/spec.json.part" "$1/spec.json"'
-)
 # `tcl ssh RUN`: a login shell on the node; `tcl ssh RUN -- CMD`: CMD run by a shell there (like
 # ssh's own `ssh host CMD`: the words are joined and the shell evaluates them)
 _SSH_SHELL = '[ "${1-}" = -- ] && shift; [ "$#" -gt 0 ] && exec bash -lc "$*"; exec bash -l'
-_SUBMIT = 'set -e; cat > "$1/job.sh"; cd "$1"; sbatch --parsable "$1/job.sh"'
+_SUBMIT = (
+    'set -e; umask 077; mkdir -p "$1"; IFS= read -r spec; '
+    'printf "%s\\n" "$spec" > "$1/spec.json.part"; mv "$1/spec.json.part" "$1/spec.json"; '
+    'cat > "$1/job.sh"; cd "$1"; sbatch --parsable "$1/job.sh"'
+)
 
 
 def _ordered(cfg: SlurmHost) -> list[Any]:
