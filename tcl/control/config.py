@@ -125,6 +125,7 @@ class SlurmHost(SshOptions):
     # What the runner venv pip-installs (default: a wheel of this tcl, uploaded once).
     tcl_package: str | None = None
     # An existing venv on the shared filesystem with tcl installed: used instead of making one.
+    # With a container neither is used: the runner is the image's /opt/tcl/bin/tcl-runner.
     runner_venv: str | None = None
 
     @model_validator(mode="after")

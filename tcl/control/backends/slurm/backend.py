@@ -32,7 +32,7 @@ from tcl.control.backends.shim import RUNNER_STATES
 from tcl.control.backends.slurm import parse, remote
 from tcl.control.backends.slurm.handle import SlurmHandle, SlurmLogin
 from tcl.control.backends.slurm.script import BatchScript, render
-from tcl.control.backends.slurm.venv import ensure_runner, runner_program
+from tcl.control.backends.slurm.venv import IMAGE_JOB_TCL_PATH, ensure_runner, runner_program
 from tcl.control.config import SlurmHost
 from tcl.control.errors import AgentError, ConfigError, TclError
 from tcl.control.shipping import Snapshot
@@ -40,6 +40,7 @@ from tcl.control.solver import Request
 from tcl.control.ssh import SshTarget
 from tcl.control.states import RunState
 from tcl.runner.api import Event, JobSpec, RunnerState
+from tcl.runner.jobenv import JOB_TCL_PATH_VAR
 
 PAGE_LIMIT = 5000
 
@@ -130,6 +131,9 @@ class SlurmBackend(Backend):
             time_s=job.max_duration_s or cfg.time_limit_s, account=cfg.account, qos=cfg.qos,
             mem=cfg.mem, exclude=tuple(cfg.exclude), signal_before_s=cfg.signal_before_s,
             container=cfg.container, container_image=cfg.container_image, work=work,
+            extra_env=(
+                () if cfg.container == "none" else ((JOB_TCL_PATH_VAR, IMAGE_JOB_TCL_PATH),)
+            ),
         )  # fmt: skip
 
     def dry_run(self, plan: Offer, job: JobSpec, image: str | None) -> str:

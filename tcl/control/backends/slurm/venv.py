@@ -54,7 +54,15 @@ def runner_dir(work: str) -> str:
     return f"{work}/tcl/runner/{build_id()}"
 
 
+# In a container the runner is the image's own (Dockerfile.runner), not a venv on the cluster:
+# neither runner_venv nor the work dir's venv is at its path inside the container.
+IMAGE_RUNNER = "/opt/tcl/bin/tcl-runner"
+IMAGE_JOB_TCL_PATH = "/src/tcl"  # the image's copy of the `tcl` package, for `job` specs
+
+
 def runner_program(cfg: SlurmHost, work: str) -> str:
+    if cfg.container != "none":
+        return IMAGE_RUNNER
     if cfg.runner_venv:
         return f"{cfg.runner_venv.rstrip('/')}/bin/tcl-runner"
     return f"{runner_dir(work)}/venv/bin/tcl-runner"
@@ -65,7 +73,7 @@ async def ensure_runner(
 ) -> str:
     """The runner program's path on the cluster, making its venv first when needed."""
     program = runner_program(cfg, work)
-    if cfg.runner_venv:
+    if cfg.runner_venv or cfg.container != "none":
         return program
     d = runner_dir(work)
     facts = pool.facts(target)
