@@ -273,6 +273,10 @@ class SshPool:
                 raise SshCommandError(f"{target.name}: `{argv[0]}` timed out") from None
             except (OSError, asyncssh.Error) as e:
                 raise translate(e, f"ssh {target.name}") from None
+        if res.exit_status is None and res.exit_signal is None:
+            # the channel closed with neither an exit status nor a signal: the connection
+            # dropped under the command (asyncssh returns instead of raising)
+            raise SshConnectError(f"ssh {target.name}: connection lost during `{argv[0]}`")
         code = res.exit_status if res.exit_status is not None else -1
         out = str(res.stdout or "")
         err = str(res.stderr or "")

@@ -338,6 +338,10 @@ def _node_state(
     h: SlurmHandle, node: int, row: parse.JobRow | None, status: dict[str, Any] | None
 ) -> tuple[RunState, int | None, str]:
     """One node's state from its ``status.json`` and the job's squeue row."""
+    if row is not None and row.restarts > h.restart:
+        # SLURM requeued the job (preemption, `scontrol requeue`): this attempt's runner ends
+        # (SIGTERM) but the run does not; its events are read, then the next attempt starts
+        return RunState.QUEUED, None, f"requeued by SLURM (restart {row.restarts}): {row.reason}"
     rstate = None
     code = None
     if isinstance(status, dict):

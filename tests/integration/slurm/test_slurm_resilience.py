@@ -1,0 +1,183 @@
+"""SLURM runs through trouble: the login node's SSH connection cut mid-follow, and a preempted
+(requeued) `tcl.jobs` trainer that resumes from its checkpoint as attempt 1 of the same run.
+
+Same setup as test_e2e_slurm.py (the `slurm_cluster` testbed, the real `tcl` command), with a
+host whose only partition is `preempt` (PreemptMode=REQUEUE).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tcl.control.store import Store
+from tests.integration.slurm.test_e2e_slurm import Env, _config
+from tests.testbed import SlurmCluster
+
+pytestmark = [pytest.mark.integration, pytest.mark.slurm]
+
+TCL = str(Path(sys.executable).parent / "tcl")
+PY = sys.executable
+
+N_LINES = 300
+SLOW = f"""
+import time
+for i in range({N_LINES}):
+    print(f"line {{i}}", flush=True)
+    time.sleep(0.05)
+"""
+
+TOTAL_STEPS = 600  # ~15 s of steps on CPU: room to requeue it after the first checkpoint
+GPT = f"""\
+job: gpt/train
+architecture: {{block_size: 32, n_layers: 2, d_model: 32, n_heads: 2}}
+training: {{per_device_batch_size: 4, total_steps: {TOTAL_STEPS}, lr: 0.003, warmup_steps: 5}}
+logging: {{report_interval: 5, validation_interval: 0, checkpoint_interval: 10}}
+data: {{max_bytes: 100000}}
+"""
+
+
+@pytest.fixture(scope="module")
+def env(slurm_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+    root = tmp_path_factory.mktemp("slurm-resilience")
+    home, repo = root / "home", root / "repo"
+    home.mkdir()
+    repo.mkdir()
+    (repo / "slow.py").write_text(SLOW)
+    (repo / "gpt.yaml").write_text(GPT)
+    work = slurm_cluster.base / "jobs" / f"work-{uuid.uuid4().hex[:8]}"
+    config = root / "config.yaml"
+    config.write_text(
+        _config(slurm_cluster, work).replace(
+            "{name: gpu, default: true}", "{name: preempt, default: true}"
+        )
+    )
+    e = Env(home, config, repo, slurm_cluster)
+    yield e
+    runs = json.loads(e.tcl("ps", "-a", "--json", check=False).stdout or "[]")
+    for r in runs:
+        if r["state"] not in ("succeeded", "failed", "terminated"):
+            e.tcl("stop", r["run_id"], check=False)
+
+
+def _kill_login_connections(c: SlurmCluster) -> int:
+    """Kill every per-connection child of the login node's sshd (this session's cluster only)."""
+    listener = int((c.base / "login" / "sshd.pid").read_text().strip())
+    out = subprocess.run(
+        ["ps", "-o", "pid=", "--ppid", str(listener)], capture_output=True, text=True, check=False
+    ).stdout.split()
+    for pid in out:
+        with contextlib.suppress(ProcessLookupError):  # it ended by itself
+            os.kill(int(pid), signal.SIGKILL)
+    return len(out)
+
+
+def test_logs_follow_through_a_cut_login_connection(env: Env) -> None:
+    run_id = env.tcl_json("submit", "-d", "--chip", "h100", "-n", "1", "--", PY, "slow.py")[
+        "run_id"
+    ]
+    follow = subprocess.Popen(
+        [TCL, "logs", "-f", run_id], cwd=env.repo, env=env.env(),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert follow.stdout is not None
+    seen: list[str] = []
+    cut = 0
+    try:
+        for line in follow.stdout:
+            seen.append(line.rstrip("\n"))
+            if not cut and sum(s.endswith("line 60") for s in seen):
+                cut = _kill_login_connections(env.cluster)
+        err = follow.stderr.read() if follow.stderr else ""
+        assert follow.wait(60) == 0, err
+    finally:
+        if follow.poll() is None:
+            follow.kill()
+    assert cut >= 1
+    lines = [m.group(1) for s in seen if (m := re.search(r"(line \d+)$", s))]
+    assert lines == [f"line {i}" for i in range(N_LINES)], (seen, err)  # none lost or repeated
+    assert env.wait_state(run_id, {"succeeded"})["state"] == "succeeded"
+
+
+def _job_id(env: Env, run_id: str) -> str:
+    out = env.cluster.ssh(f"squeue -h -t all -n tcl-{run_id} -o %i").stdout.split()
+    assert len(out) == 1, out
+    return out[0]
+
+
+def _job_state(env: Env, job_id: str) -> str:
+    return env.cluster.ssh(f"squeue -h -t all -j {job_id} -o %T").stdout.strip()
+
+
+def _latest(out: Path) -> str | None:
+    found = sorted(out.glob("checkpoints/**/latest"))
+    return found[0].read_text().strip() if found else None
+
+
+def _steps(out: Path) -> list[int]:
+    steps = []
+    for f in out.glob("logs/**/metrics.jsonl"):
+        steps += [json.loads(line)["step"] for line in f.read_text().splitlines() if line]
+    return steps
+
+
+def test_a_requeued_trainer_resumes_as_attempt_1_of_the_same_run(env: Env) -> None:
+    out = env.cluster.base / "jobs" / f"out-{uuid.uuid4().hex[:8]}"
+    res = env.tcl_json(
+        "submit", "-d", "--chip", "h100", "-n", "1", "--job", "gpt/train",
+        "--job-config", "gpt.yaml", "--env", f"TCL_OUT_DIR={out}",
+    )  # fmt: skip
+    run_id = res["run_id"]
+    deadline = time.monotonic() + 180
+    while _latest(out) is None:
+        assert time.monotonic() < deadline, env.tcl("logs", run_id).stdout
+        time.sleep(0.2)
+    job_id = _job_id(env, run_id)
+    req = env.cluster.ssh(f"scontrol requeue {job_id}")
+    assert req.returncode == 0, req.stderr
+    # requeued jobs wait ~120 s (BeginTime): once SLURM has it PENDING again, release it (the
+    # update is repeated until the job leaves PENDING: one sent while it completes is lost)
+    deadline = time.monotonic() + 90
+    pending = False
+    while True:
+        state = _job_state(env, job_id)
+        if pending and state != "PENDING":
+            break
+        assert time.monotonic() < deadline, state
+        if state == "PENDING":
+            pending = True
+            env.cluster.ssh(f"scontrol update jobid={job_id} StartTime=now")
+        time.sleep(0.5)
+    follow = env.tcl("logs", "-f", run_id, timeout=300)
+    logs = follow.stdout
+    assert _job_id(env, run_id) == job_id
+    runs = {r["run_id"]: r for r in env.tcl_json("ps", "-a")}
+    assert runs[run_id]["state"] == "succeeded", (runs[run_id], logs[-3000:])
+
+    store = Store(f"sqlite:///{env.home / 'state' / 'tcl.db'}")
+    try:
+        latest = store.latest_attempt(run_id)
+    finally:
+        store.close()
+    assert latest is not None and latest.attempt == 1, latest
+    assert latest.handle["restart"] == 1 and latest.handle["job_id"] == job_id, latest.handle
+
+    restored = re.findall(r"tcl\.jobs: restoring from \S+/step_(\d+)", logs)
+    assert len(restored) == 1, logs[-3000:]  # attempt 0 started fresh, attempt 1 resumed
+    resumed_at = int(restored[0])
+    assert 0 < resumed_at < TOTAL_STEPS
+    steps = _steps(out)
+    assert steps and max(steps) == TOTAL_STEPS, steps
+    assert [s for s in steps if s > resumed_at] == sorted({s for s in steps if s > resumed_at})
+    assert _latest(out) == f"step_{TOTAL_STEPS:08d}"
