@@ -169,6 +169,10 @@ async def test_a_killed_or_frozen_runner_takes_its_job_and_daemons_with_it(
         job = psutil.Process(daemon).ppid()  # the job: sleeping, in a session of its own
         assert os.getsid(job) == job != os.getsid(_runner_pid("victim"))
         runner_pid = _runner_pid("victim")
+        # The shim's probe must have seen this runner answer once (its reconcile pass runs
+        # every second): a runner that never answered gets the start grace (probe.py), and
+        # a loaded machine could freeze it before that first answer.
+        await asyncio.sleep(2.5)
         if how == "sigkill":
             os.kill(runner_pid, signal.SIGKILL)
         else:
