@@ -40,3 +40,8 @@ def visible_gpu_count(env: Mapping[str, str]) -> int | None:
             break
         count += 1
     return count
+
+
+# jax's convention under SLURM: the coordinator listens on 61440 + (a job number % 4096)
+COORDINATOR_PORT_BASE = 61440
+COORDINATOR_PORT_SPAN = 4096

@@ -77,6 +77,10 @@ class Runner:
         self._lock = threading.RLock()
         self._uploading = False
         self._code_sha256: str | None = None
+        # A stop signal reached the runner (scancel, preemption). SLURM signals every process
+        # of the step, so the job may exit of it before the runner's own stop reaches the
+        # executor: its exit is still the stop's outcome, not a failure.
+        self._stop_signalled = False
         self.cache = CodeCache(config.code_cache_dir) if config.code_cache_dir else None
         self.log.append_state(S.WAITING_SPEC)
 
@@ -275,8 +279,13 @@ class Runner:
                 self.machine.move(S.FAILED, exit_code=127)
             return self.state
 
+    def note_stop_signal(self) -> None:
+        """A stop signal arrived (called at once, before :meth:`stop` runs on its thread)."""
+        self._stop_signalled = True
+
     def _on_exit(self, exit_code: int, stopped: bool) -> None:
         with self._lock:
+            stopped = stopped or self._stop_signalled
             final = S.TERMINATED if stopped else S.SUCCEEDED if exit_code == 0 else S.FAILED
             self.machine.move(final, exit_code=exit_code)
 

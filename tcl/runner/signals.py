@@ -83,6 +83,7 @@ class StopOnSignals:
     def _on_signal(self, sig: signal.Signals) -> None:
         # On the loop, not in signal context; Runner.stop may wait for the runner's lock (a code
         # extraction), so it runs on the worker thread, never here.
+        self.runner.note_stop_signal()
         self._signals.put(sig)
         if self.received is None:
             self.received = sig

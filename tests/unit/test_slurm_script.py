@@ -91,6 +91,9 @@ def test_parse_sinfo_and_place() -> None:
     assert isinstance(gres, str) and "gpu:a100" in gres and "gpu:h100:4 per node" in gres
     mapped = parse.place(rows, "hopper", 1, 0, {"hopper": "gpu:h100"}, [], ["node2"])
     assert isinstance(mapped, parse.Placed) and mapped.starts_now
+    # without node2 (excluded) only node1's 2 free h100 are left: 4 of them must queue
+    excluded = parse.place(rows, "h100", 4, 0, {}, [], ["node2"])
+    assert isinstance(excluded, parse.Placed) and not excluded.starts_now
     too_big = parse.place(rows, "h100", 12, 0, {}, [], [])
     assert isinstance(too_big, str)
 

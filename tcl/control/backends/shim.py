@@ -10,21 +10,15 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
-import math
-import time
 import zlib
-from collections import Counter
 from collections.abc import Callable, Sequence
-from typing import Any, Literal
-
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from typing import Any
 
 from tcl.control.agents import RunnerApi
 from tcl.control.backends.base import (
     Backend,
     HostCheck,
     Launched,
-    NodeOffer,
     NodePage,
     Observer,
     Offer,
@@ -36,20 +30,22 @@ from tcl.control.backends.base import (
 from tcl.control.backends.base import (
     Handle as BaseHandle,
 )
+from tcl.control.backends.shimhandle import ShimHandle, ShimNode
 from tcl.control.backends.shimhost import ShimHost
+from tcl.control.backends.shimlaunch import all_or_raise, wait_runner, wait_task
+from tcl.control.backends.shimoffers import offer_text, shim_offers
 from tcl.control.errors import (
     AgentError,
     AgentUnreachableError,
-    NoCapacityError,
     TclError,
     UnknownHostError,
 )
-from tcl.control.placement import Placement
 from tcl.control.shipping import Snapshot
 from tcl.control.solver import Request
 from tcl.control.sshconfig import public_key
 from tcl.control.states import RunState
 from tcl.runner.api import ClusterInfo, JobSpec, RunnerState
+from tcl.runner.nodeenv import COORDINATOR_PORT_BASE, COORDINATOR_PORT_SPAN
 from tcl.shim.api import (
     ExecutorKind,
     HostInfo,
@@ -59,14 +55,7 @@ from tcl.shim.api import (
     TerminationReason,
 )
 
-TASK_START_TIMEOUT_S = 600.0  # image pulls can be slow
-RUNNER_READY_TIMEOUT_S = 150.0  # beyond the shim's start grace for a runner (probe.py)
-# Polls are one small request over an open forward; a container starts in ~0.3-0.5 s, so a
-# coarse interval would add a large share of it to every submit.
-POLL_INTERVAL_S = 0.02
 PROBE_TIMEOUT_S = 30.0
-# jax.distributed's coordinator port range under SLURM; a run's port is fixed by its id
-COORDINATOR_PORT_BASE = 61440
 
 RUNNER_STATES = {
     RunnerState.WAITING_SPEC: RunState.PROVISIONING,
@@ -86,62 +75,6 @@ _REASON = {
     RunState.FAILED: TerminationReason.FAILED,
     RunState.TERMINATED: TerminationReason.STOPPED_BY_USER,
 }
-
-
-class ShimNode(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True)
-
-    host: str
-    # How the host was reached at placement, so a run outlives the config line that placed it.
-    placement: Placement | None = None
-    task_id: str
-    runner_port: int | None = None
-    ssh_port: int | None = None
-
-
-class ShimHandle(BaseHandle):
-    kind: Literal["local", "ssh"]
-    nodes: list[ShimNode] = Field(min_length=1)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _from_v0(cls, data: Any) -> Any:
-        """Attempts stored before the contract: ``{task_id, runner_port, ssh_port, placement,
-        released}`` with the host and kind in the attempt's columns (added by the loader)."""
-        if isinstance(data, dict) and "nodes" not in data and "task_id" in data:
-            node = {k: data.get(k) for k in ("task_id", "runner_port", "ssh_port", "placement")}
-            node["host"] = data.get("host", "")
-            return {"kind": data.get("kind"), "released": bool(data.get("released")),
-                    "nodes": [node]}  # fmt: skip
-        return data
-
-    @property
-    def node_count(self) -> int:
-        return len(self.nodes)
-
-    def task_label(self) -> str:
-        return self.nodes[0].task_id
-
-
-def offer_text(info: HostInfo) -> str:
-    """What a host offers now, e.g. ``h100: 6 of 8 free``."""
-    if not info.accelerators:
-        return f"no accelerators ({info.cpus} CPUs)"
-    total = Counter(a.chip for a in info.accelerators)
-    free = Counter(a.chip for a in info.accelerators if a.task_id is None and not a.busy_outside)
-    return ", ".join(f"{chip}: {free[chip]} of {n} free" for chip, n in sorted(total.items()))
-
-
-def free_chips(info: HostInfo, chip: str | None) -> tuple[int, ...]:
-    return tuple(
-        a.index
-        for a in info.accelerators
-        if a.task_id is None and not a.busy_outside and (chip is None or a.chip == chip)
-    )
-
-
-def node_size(info: HostInfo, chip: str | None) -> int:
-    return sum(1 for a in info.accelerators if chip is None or a.chip == chip)
 
 
 class ShimBackend(Backend):
@@ -203,59 +136,8 @@ class ShimBackend(Backend):
                 return f"unreachable: {e}"
 
         infos = dict(zip(hosts, await asyncio.gather(*(one(n) for n in hosts)), strict=True))
-        out = Offers()
-        for name in hosts:
-            info = infos[name]
-            if isinstance(info, str):
-                out.refused.append((name, info))
-                continue
-            single = req.nodes <= 1 and (req.chips == 0 or node_size(info, req.chip) >= req.chips)
-            free = free_chips(info, req.chip) if req.chips else ()
-            if single and len(free) >= req.chips:
-                out.offers.append(Offer(
-                    backend=self.kind, host=name, nodes=(NodeOffer(name, free),), chip=req.chip,
-                    chips_per_node=req.chips, free=len(free),
-                ))  # fmt: skip
-            else:
-                out.refused.append((name, offer_text(info)))
-        out.offers.extend(self._group_offers(req, hosts, infos))
-        return out
-
-    def _group_offers(
-        self, req: Request, hosts: Sequence[str], infos: dict[str, HostInfo | str]
-    ) -> list[Offer]:
-        """Multi-node offers: hosts of one ``cluster`` whose nodes can each take a share."""
-        answered = {n: i for n, i in infos.items() if isinstance(i, HostInfo)}
-        clusters: dict[str, list[str]] = {}
-        for name in hosts:
-            cluster = getattr(self.inputs.hosts.get(name), "cluster", None)
-            if cluster is not None and name in answered:
-                clusters.setdefault(cluster, []).append(name)
-        out = []
-        for cluster, members in clusters.items():
-            sizes = [node_size(answered[m], req.chip) for m in members]
-            per_node = min(sizes) if req.chips else 0
-            if req.nodes > 1:
-                nodes = req.nodes
-            elif req.chips and per_node and req.chips > per_node:
-                nodes = math.ceil(req.chips / per_node)
-            else:
-                continue  # one node suffices: the single-host offers cover it
-            chips_per_node = math.ceil(req.chips / nodes) if req.chips else 0
-            if chips_per_node > per_node and req.chips:
-                continue
-            fits = []
-            for m in members:
-                free = free_chips(answered[m], req.chip) if req.chips else ()
-                if len(free) >= chips_per_node:
-                    fits.append(NodeOffer(m, free))
-            if len(fits) >= nodes:
-                out.append(Offer(
-                    backend=self.kind, host=cluster, nodes=tuple(fits[:nodes]), chip=req.chip,
-                    chips_per_node=chips_per_node,
-                    free=sum(len(n.free) for n in fits[:nodes]),
-                ))  # fmt: skip
-        return out
+        clusters = {n: getattr(self.inputs.hosts.get(n), "cluster", None) for n in hosts}
+        return shim_offers(self.kind, req, infos, clusters)
 
     # launch -------------------------------------------------------------------------------
 
@@ -294,9 +176,9 @@ class ShimBackend(Backend):
 
         try:
             obs.status(f"launching on {plan.host}")
-            await _all_or_raise([create(i) for i in range(len(hosts))])
-            started = await _all_or_raise(
-                [self._wait_task(h, t, obs) for h, t in zip(hosts, tasks, strict=True) if t]
+            await all_or_raise([create(i) for i in range(len(hosts))])
+            started = await all_or_raise(
+                [wait_task(h, t, obs) for h, t in zip(hosts, tasks, strict=True) if t]
             )
             for i, t in enumerate(started):
                 if t.ports.runner is None or not t.runner_token:
@@ -311,9 +193,9 @@ class ShimBackend(Backend):
             record()
             coordinator = None
             if multi:
-                port = COORDINATOR_PORT_BASE + zlib.crc32(base_id.encode()) % 4096
+                port = COORDINATOR_PORT_BASE + zlib.crc32(base_id.encode()) % COORDINATOR_PORT_SPAN
                 coordinator = f"{hosts[0].peer_address()}:{port}"
-            sent = await _all_or_raise([
+            sent = await all_or_raise([
                 self._start_job(hosts[i], t, job.model_copy(update={"cluster": ClusterInfo(
                     node_rank=i, nodes=len(hosts), coordinator=coordinator)}), snap, obs)
                 for i, t in enumerate(started)
@@ -375,26 +257,6 @@ class ShimBackend(Backend):
                     )
             await h.discard_staged()
 
-    async def _wait_task(self, host: ShimHost, task: TaskInfo, obs: Observer) -> TaskInfo:
-        shim = await host.shim()
-        deadline = time.monotonic() + TASK_START_TIMEOUT_S
-        while True:
-            if task.status is TaskStatus.RUNNING and task.ports.runner is not None:
-                return task
-            if task.status is TaskStatus.TERMINATED:
-                if task.termination_reason is TerminationReason.NO_CAPACITY:
-                    raise NoCapacityError(task.message or "no capacity")
-                why = task.termination_reason.value if task.termination_reason else "terminated"
-                raise AgentError(f"task {task.id} on {host.name} failed: {why}: {task.message}")
-            if time.monotonic() > deadline:
-                raise AgentError(
-                    f"task {task.id} did not start within {TASK_START_TIMEOUT_S:.0f} s"
-                )
-            detail = f" {task.pull_progress:.0%}" if task.pull_progress is not None else ""
-            obs.status(f"{host.name}: {task.status.value}{detail}")
-            await asyncio.sleep(POLL_INTERVAL_S)
-            task = await shim.get_task(task.id)
-
     async def _start_job(
         self, host: ShimHost, task: TaskInfo, job: JobSpec, snap: Snapshot, obs: Observer
     ) -> int:
@@ -405,7 +267,7 @@ class ShimBackend(Backend):
         runner = await host.runner(task.ports.runner, task.runner_token, job.run_id)
         try:
             obs.status("waiting for the runner")
-            await _wait_runner(runner)
+            await wait_runner(runner)
             await runner.submit(job)
             obs.status(f"shipping code ({snap.files} files)")
             sent = await host.ship_code(
@@ -531,30 +393,3 @@ def _outcome_page(task: TaskInfo) -> NodePage:
     state = _OUTCOME.get(task.termination_reason or TerminationReason.FAILED, RunState.FAILED)
     msg = f"{task.message}; logs not fetched before the host's retention are gone"
     return NodePage([], state, False, task.exit_code, msg)
-
-
-async def _all_or_raise(coros: list[Any]) -> list[Any]:
-    """Run concurrently; on the first failure cancel the rest and raise it."""
-    tasks = [asyncio.ensure_future(c) for c in coros]
-    try:
-        return list(await asyncio.gather(*tasks))
-    except BaseException:
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        raise
-
-
-async def _wait_runner(runner: RunnerApi) -> None:
-    start = time.monotonic()
-    while True:
-        try:
-            await runner.healthcheck()
-            return
-        except AgentError:
-            waited = time.monotonic() - start
-            if waited > RUNNER_READY_TIMEOUT_S:
-                raise
-            # quick polls while a runner normally starts; slower ones on a loaded host, where
-            # many submits of one `tcl serve` would otherwise spend its CPU on polling
-            await asyncio.sleep(POLL_INTERVAL_S if waited < 2.0 else 0.25)

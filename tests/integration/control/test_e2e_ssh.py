@@ -34,8 +34,8 @@ import docker.errors
 import pytest
 
 from tests.integration.control.conftest import SshTestbed
+from tests.integration.tclcli import TCL, TclEnv
 
-TCL = str(Path(sys.executable).parent / "tcl")
 VENV = str(Path(sys.executable).parent.parent)
 N_LINES = 400
 
@@ -57,42 +57,8 @@ def _free_port() -> int:
 
 
 @dataclass
-class Env:
-    home: Path
-    config: Path
-    repo: Path
+class Env(TclEnv):
     shim_dirs: dict[str, Path]
-
-    def env(self) -> dict[str, str]:
-        return {
-            **os.environ,
-            "HOME": str(self.home),
-            "TCL_STATE_DIR": str(self.home / "state"),
-            "TCL_CONFIG": str(self.config),
-            "NO_COLOR": "1",
-            "COLUMNS": "200",
-        }
-
-    def tcl(
-        self, *args: str, check: bool = True, timeout: float = 180
-    ) -> subprocess.CompletedProcess[str]:
-        proc = subprocess.run(
-            [TCL, *args],
-            cwd=self.repo,
-            env=self.env(),
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
-        if check and proc.returncode != 0:
-            pytest.fail(f"tcl {' '.join(args)} -> {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
-        return proc
-
-    def tcl_json(self, *args: str) -> Any:
-        # --json is an option of the command: it goes before a `--` that starts a job's argv
-        cut = args.index("--") if "--" in args else len(args)
-        return json.loads(self.tcl(*args[:cut], "--json", *args[cut:]).stdout)
 
 
 def _cleanup(env: Env, docker_client: Any) -> None:

@@ -10,7 +10,6 @@ node's PATH, never inside the runner's venv.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -22,11 +21,11 @@ from typing import Any
 
 import pytest
 
+from tests.integration.tclcli import TCL, TclEnv
 from tests.testbed import SlurmCluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.slurm]
 
-TCL = str(Path(sys.executable).parent / "tcl")
 VENV = str(Path(sys.executable).parent.parent)
 PY = sys.executable
 
@@ -45,36 +44,8 @@ jax.distributed.shutdown()
 
 
 @dataclass
-class Env:
-    home: Path
-    config: Path
-    repo: Path
+class Env(TclEnv):
     cluster: SlurmCluster
-
-    def env(self) -> dict[str, str]:
-        return {
-            **os.environ,
-            "HOME": str(self.home),
-            "TCL_STATE_DIR": str(self.home / "state"),
-            "TCL_CONFIG": str(self.config),
-            "NO_COLOR": "1",
-            "COLUMNS": "200",
-        }
-
-    def tcl(
-        self, *args: str, check: bool = True, timeout: float = 180
-    ) -> subprocess.CompletedProcess[str]:
-        proc = subprocess.run(
-            [TCL, *args], cwd=self.repo, env=self.env(), capture_output=True, text=True,
-            timeout=timeout, check=False,
-        )  # fmt: skip
-        if check and proc.returncode != 0:
-            pytest.fail(f"tcl {' '.join(args)} -> {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
-        return proc
-
-    def tcl_json(self, *args: str) -> Any:
-        cut = args.index("--") if "--" in args else len(args)
-        return json.loads(self.tcl(*args[:cut], "--json", *args[cut:]).stdout)
 
     def squeue(self) -> list[str]:
         out = self.cluster.ssh("squeue -h -o '%i %T %j'").stdout

@@ -23,11 +23,12 @@ import pytest
 
 from tcl.control.store import Store
 from tests.integration.slurm.test_e2e_slurm import Env, _config
+from tests.integration.tclcli import TCL
 from tests.testbed import SlurmCluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.slurm]
 
-TCL = str(Path(sys.executable).parent / "tcl")
+
 PY = sys.executable
 
 N_LINES = 300

@@ -127,7 +127,7 @@ class SlurmBackend(Backend):
         return BatchScript(
             job_name=f"tcl-{job.run_id}", nodes=plan.node_count,
             partition=plan.params.get("partition"), gres=gres, run_dir=run_dir,
-            spec=f"{run_dir}/spec.json", code=code, runner=[runner], python=cfg.python,
+            spec=f"{run_dir}/spec.json", code=code, runner=[runner],
             time_s=job.max_duration_s or cfg.time_limit_s, account=cfg.account, qos=cfg.qos,
             mem=cfg.mem, exclude=tuple(cfg.exclude), signal_before_s=cfg.signal_before_s,
             container=cfg.container, container_image=cfg.container_image, work=work,
@@ -255,8 +255,6 @@ class SlurmBackend(Backend):
                 state = worst_state([s for s, _, _ in nodes])
                 code = next((c for _, c, _ in nodes if c), None)
                 msg = next((m for _, _, m in nodes if m), "")
-                if row is not None and row.restarts > h.restart:
-                    state, msg = RunState.QUEUED, f"requeued by SLURM: {row.reason}"
                 out[i] = RunStatus(state, code, msg)
 
         await asyncio.gather(*(host(ix) for ix in by_host.values()))
@@ -284,9 +282,6 @@ class SlurmBackend(Backend):
                          "--nodes=1", "--ntasks=1", f"--relative={node}", "bash", "-c",
                          _SSH_SHELL, "tcl-ssh"),
         )  # fmt: skip
-
-    def load_handle(self, raw: Any) -> SlurmHandle:
-        return SlurmHandle.model_validate(dict(raw))
 
     async def check(self, host: str) -> HostCheck:
         try:

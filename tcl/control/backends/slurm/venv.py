@@ -68,13 +68,12 @@ def runner_program(cfg: SlurmHost, work: str) -> str:
     return f"{runner_dir(work)}/venv/bin/tcl-runner"
 
 
-async def ensure_runner(
-    pool: SshPool, target: SshTarget, cfg: SlurmHost, work: str, say: object = None
-) -> str:
+async def ensure_runner(pool: SshPool, target: SshTarget, cfg: SlurmHost, work: str) -> str:
     """The runner program's path on the cluster, making its venv first when needed."""
-    program = runner_program(cfg, work)
     if cfg.runner_venv or cfg.container != "none":
-        return program
+        return runner_program(cfg, work)
+    await asyncio.to_thread(build_id)  # reads the package's files once: not on the loop
+    program = runner_program(cfg, work)
     d = runner_dir(work)
     facts = pool.facts(target)
     if facts.get(f"runner:{d}"):
