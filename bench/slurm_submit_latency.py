@@ -3,7 +3,8 @@
 Baseline (same run, same login node over SSH): `ssh slurm-login sbatch --wrap 'echo 1'`, then
 wait until the line is in its output file (read on the shared filesystem every 10 ms). tcl:
 `tcl submit -- echo 1` (through its `tcl serve` daemon, warm after a first submit), timed
-until `1` is printed. Target: ratio ≤ 1.5 (medians).
+until `1` is printed. Target: ratio ≤ 1.5 (medians). Then, in-process (no CLI, no daemon),
+the time at which each step of one warm submit began, to show where the time goes.
 
     uv run python -m bench.slurm_submit_latency [--reps 5]
 """
@@ -11,6 +12,7 @@ until `1` is printed. Target: ratio ≤ 1.5 (medians).
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import statistics
 import subprocess
@@ -83,12 +85,59 @@ hosts:
                 tcl.append(_tcl_once(env, repo))
         finally:
             subprocess.run([TCL, "serve", "--stop"], env=env, capture_output=True, check=False)
+        phases = asyncio.run(_phases(config, repo, env))
         t, b = statistics.median(tcl), statistics.median(bare)
         print(f"tcl submit -> first line: {t:.2f} s (median of {reps}: "
               f"{', '.join(f'{x:.2f}' for x in tcl)})")  # fmt: skip
         print(f"ssh sbatch --wrap -> line in output: {b:.2f} s "
               f"({', '.join(f'{x:.2f}' for x in bare)})")  # fmt: skip
         print(f"ratio {t / b:.2f} (target <= 1.5)")
+        print("one warm submit in-process, each step's start (s):")
+        for at, what in phases:
+            print(f"  {at:6.3f}  {what}")
+
+
+async def _phases(config: Path, repo: Path, env: dict[str, str]) -> list[tuple[float, str]]:
+    """Submit twice in one process (the first warms the connection), timing the second's steps
+    up to its first log line."""
+    from tcl.control.config import load_config_at
+    from tcl.control.follow import follow
+    from tcl.control.service import Control
+    from tcl.control.submit import Submission, submit
+
+    os.environ["TCL_STATE_DIR"] = env["TCL_STATE_DIR"]
+
+    class Clock:
+        """The observer of one submit: when each step began, and the first log line."""
+
+        def __init__(self) -> None:
+            self.t0 = time.perf_counter()
+            self.marks: list[tuple[float, str]] = []
+
+        def mark(self, text: str) -> None:
+            self.marks.append((time.perf_counter() - self.t0, text))
+
+        def status(self, text: str) -> None:
+            self.mark(text)
+
+        def progress(self, done: int, total: int) -> None: ...
+
+        def note(self, text: str) -> None: ...
+
+        def event(self, e: object) -> None:
+            if getattr(e, "data", None) and not any(w == "first log line" for _, w in self.marks):
+                self.mark("first log line")
+
+    ctl = Control(load_config_at(config, True))
+    try:
+        for _ in range(2):
+            clock = Clock()
+            res = await submit(ctl, Submission(argv=["echo", "1"], cwd=repo), clock)
+            clock.mark(f"submitted ({res.state})")
+            await follow(ctl, ctl.store.get_run(res.run_id), clock.event)
+    finally:
+        await ctl.aclose()
+    return clock.marks
 
 
 if __name__ == "__main__":

@@ -9,3 +9,8 @@ from __future__ import annotations
 DEFAULT_GRACE_S = 10.0
 MAX_GRACE_S = 3600.0
 MAX_DURATION_S = 366 * 24 * 3600.0  # ``JobSpec.max_duration_s``: a year, leap day included
+
+# A served runner whose job has not started this long after the runner did was abandoned by
+# its submit (killed between creating the task and sending the job): it ends the run, so the
+# shim frees the task's accelerators. Long enough for a large code upload on a slow link.
+DEFAULT_START_TIMEOUT_S = 900.0

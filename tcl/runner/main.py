@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tcl.runner.limits import DEFAULT_GRACE_S, MAX_GRACE_S
+from tcl.runner.limits import DEFAULT_GRACE_S, DEFAULT_START_TIMEOUT_S, MAX_GRACE_S
 
 if TYPE_CHECKING:
     from tcl.runner.service import RunnerConfig
@@ -89,6 +89,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--port-file", type=Path, default=None, help="write the bound port here")
     s.add_argument(
+        "--start-timeout-s",
+        type=float,
+        default=float(os.environ.get("TCL_RUNNER_START_TIMEOUT_S") or DEFAULT_START_TIMEOUT_S),
+        help="end the run (terminated) when no job has started this long after the runner "
+        "did: the submit that started it is gone, and its task must not hold accelerators "
+        f"(default: $TCL_RUNNER_START_TIMEOUT_S or {DEFAULT_START_TIMEOUT_S:g})",
+    )
+    s.add_argument(
         "--linger-s",
         type=float,
         default=None,
@@ -156,7 +164,10 @@ def _serve(args: argparse.Namespace) -> int:
     token = _token(args.token_file)
     runner = Runner(_config(args))
     try:
-        return serve(runner, args.host, args.port, token, args.port_file, args.linger_s)
+        return serve(
+            runner, args.host, args.port, token, args.port_file, args.linger_s,
+            args.start_timeout_s,
+        )  # fmt: skip
     finally:
         runner.close()
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tcl.atomic import write_atomic
+from tcl.runner.api import RunnerState
 from tcl.runner.service import Runner
 
 if TYPE_CHECKING:
@@ -95,6 +96,7 @@ def serve(
     token: str,
     port_file: Path | None = None,
     linger_s: float | None = None,
+    start_timeout_s: float | None = None,
 ) -> int:
     """``tcl-runner serve``: serve until a stop signal has ended the job (``signals.py``) or,
     with ``linger_s``, until that long after the job has ended. Returns the exit status: 143
@@ -110,14 +112,25 @@ def serve(
         await asyncio.sleep(linger_s)  # followers and pollers read the last events
         server.shutdown()
 
+    async def abandon() -> None:
+        assert start_timeout_s is not None
+        await asyncio.sleep(start_timeout_s)
+        if runner.state in (RunnerState.WAITING_SPEC, RunnerState.WAITING_CODE, RunnerState.READY):
+            runner.say(f"no job started within {start_timeout_s:g} s: the submit is gone; ending")
+            await asyncio.to_thread(runner.stop, 0.0)
+
     async def go() -> None:
         async with stopper:
-            lingering = asyncio.create_task(linger()) if linger_s is not None else None
+            watchers = []
+            if linger_s is not None:
+                watchers.append(asyncio.create_task(linger()))
+            if start_timeout_s is not None:
+                watchers.append(asyncio.create_task(abandon()))
             try:
                 await server.serve()
             finally:
-                if lingering is not None:
-                    lingering.cancel()
+                for w in watchers:
+                    w.cancel()
 
     asyncio.run(go())
     return stopper.exit_status(default=0)

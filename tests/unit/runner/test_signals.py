@@ -205,3 +205,16 @@ async def test_batch_sigkills_a_job_that_ignores_sigterm(tmp_path: Path, state_d
     assert (status["state"], status["exit_code"]) == ("terminated", 128 + signal.SIGKILL)
     assert code == 143
     assert len(pids) == 2 and not any(alive(pid) for pid in pids)
+
+
+async def test_serve_ends_a_run_whose_job_never_came(tmp_path: Path, state_dir: Path) -> None:
+    """The submit that started this runner died before sending its job: the runner does not
+    wait forever (its task would hold accelerators); the shim's probe sees it final."""
+    async with serving(tmp_path, "--start-timeout-s", "0.5") as (proc, url):
+        async with RunnerClient(url, TOKEN) as client:
+            await client.wait_healthy()
+            async with asyncio.timeout(LIMIT_S):
+                while (await client.healthcheck()).state is not S.TERMINATED:
+                    await asyncio.sleep(0.05)
+        assert proc.returncode is None  # it still serves: the shim reads the outcome
+    assert "no job started within 0.5 s" in "".join(e.data or "" for e in read_events(state_dir))
