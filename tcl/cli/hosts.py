@@ -75,6 +75,19 @@ def cmd_setup(
         err.print(f"{host}: shim {res['version']} running as {res['started']}", markup=False)
 
 
+@host_app.command("down")
+def cmd_down(
+    ctx: typer.Context,
+    host: Annotated[str, typer.Argument(help="A host whose cloud node tcl created (tpu).")],
+) -> None:
+    """Delete the cloud node behind HOST (a TPU slice); the next submit creates it again."""
+
+    async def go(ctl: Control) -> str:
+        return await ctl.backend_of(host).teardown(host)
+
+    err.print(f"{host}: {with_control(ctx, go)}", markup=False)
+
+
 def _forget_in_daemon(host: str) -> None:
     """A running ``tcl serve`` keeps the host's shim token: the setup may have made a new one."""
     from tcl.control.daemon.client import running_daemon

@@ -16,7 +16,7 @@ from tcl.cli import follow as follow_cmd
 from tcl.cli._common import err, fail, globals_of, out, print_json
 from tcl.cli.render import RichObserver
 from tcl.control.daemon.api import SubmitRequest
-from tcl.control.errors import DaemonError, SubmitCancelled, TclError
+from tcl.control.errors import ConfirmationNeededError, DaemonError, SubmitCancelled, TclError
 from tcl.control.paths import config_path
 from tcl.control.submitted import SubmitResult
 from tcl.runner.api import JobRef
@@ -149,6 +149,24 @@ def cmd_submit(
             "start nothing.",
         ),
     ] = False,
+    yes: Annotated[
+        bool,
+        typer.Option("--yes", "-y", help="Create billed cloud resources (a TPU node) unasked."),
+    ] = False,
+    down: Annotated[
+        bool, typer.Option("--down", help="Delete a cloud node the run used when it ends.")
+    ] = False,
+    tpu_version: Annotated[
+        str | None, typer.Option("--tpu-version", help="TPU software version of a new node.")
+    ] = None,
+    tpu_spot: Annotated[
+        bool | None,
+        typer.Option("--tpu-spot/--tpu-on-demand", help="Spot pricing for a new TPU node."),
+    ] = None,
+    tpu_preemptible: Annotated[
+        bool | None,
+        typer.Option("--tpu-preemptible/--tpu-no-preemptible", help="A preemptible new TPU node."),
+    ] = None,
 ) -> None:
     """Run COMMAND on the best free host: tcl submit --chip h100 -n 2 -- python train.py"""
     command = command or []
@@ -169,15 +187,52 @@ def cmd_submit(
         argv=command, name=name, chip=chip, chips=chips, nodes=nodes, host=host, image=image,
         env=_pairs(env or []), secrets=_secrets(secret or []), job=job_ref,
         follow=(follow or not detach) and not (as_json and not follow),
+        options=_options(down, tpu_version, tpu_spot, tpu_preemptible), yes=yes,
     )  # fmt: skip
     if dry_run:
         raise typer.Exit(_dry_run(req))
+    try:
+        raise typer.Exit(_submit(req, as_json))
+    except _Unconfirmed as e:
+        if not _confirmed(str(e)):
+            why = f"{e}\nnot confirmed: nothing was created (--yes confirms ahead)"
+            raise fail(why, ConfirmationNeededError.exit_code) from None
+        raise typer.Exit(_submit(req.model_copy(update={"yes": True}), as_json)) from None
+
+
+class _Unconfirmed(Exception):
+    """The plan needs the user's confirmation (ConfirmationNeededError's text)."""
+
+
+def _confirmed(text: str) -> bool:
+    import sys
+
+    if not sys.stdin.isatty():
+        return False
+    return typer.confirm(f"{text}. Go ahead?", default=False, err=True)
+
+
+def _submit(req: SubmitRequest, as_json: bool) -> int:
     obs = RichObserver(enabled=not as_json)
     if os.environ.get("TCL_SERVE", "1") != "0":
         code = _served(req, obs, as_json)
         if code is not None:
-            raise typer.Exit(code)
-    raise typer.Exit(_in_process(req, obs, as_json))
+            return code
+    return _in_process(req, obs, as_json)
+
+
+def _options(
+    down: bool, tpu_version: str | None, tpu_spot: bool | None, tpu_preemptible: bool | None
+) -> dict[str, str]:
+    """Backend options as the backends read them (``tcl.control.backends.tpu.backend``)."""
+    opts = {"down": "1"} if down else {}
+    if tpu_version:
+        opts["tpu.version"] = tpu_version
+    if tpu_spot is not None:
+        opts["tpu.spot"] = "true" if tpu_spot else "false"
+    if tpu_preemptible is not None:
+        opts["tpu.preemptible"] = "true" if tpu_preemptible else "false"
+    return opts
 
 
 def _check_job(key: str, code_dir: str | None) -> None:
@@ -210,6 +265,8 @@ def _served(req: SubmitRequest, obs: RichObserver, as_json: bool) -> int | None:
         err.print(str(e), markup=False)
         return e.exit_code
     except TclError as e:
+        if e.exit_code == ConfirmationNeededError.exit_code and not req.yes:
+            raise _Unconfirmed(str(e)) from None
         raise fail(str(e), e.exit_code) from None
 
 
@@ -220,6 +277,7 @@ def _submission(req: SubmitRequest) -> Submission:
         argv=req.argv, name=req.name, chip=req.chip, chips=req.chips, nodes=req.nodes,
         host=req.host, image=req.image, env=req.env, secrets=req.secrets, job=req.job,
         code_dir=Path(req.code_dir) if req.code_dir is not None else None,
+        options=req.options, yes=req.yes,
     )  # fmt: skip
 
 
@@ -280,6 +338,8 @@ def _in_process(req: SubmitRequest, obs: RichObserver, as_json: bool) -> int:
     except SubmitCancelled as e:  # Ctrl-C before the run started, all of it cleaned up
         err.print(str(e), markup=False)
         return e.exit_code
+    except ConfirmationNeededError as e:
+        raise _Unconfirmed(str(e)) from None
     except TclError as e:
         raise fail(str(e), e.exit_code) from None
     return 0 if final is None else follow_cmd.finished(final)

@@ -135,19 +135,54 @@ class SlurmHost(SshOptions):
         return self
 
 
+def _known_accelerator_type(text: str) -> str:
+    from tcl.control.backends.tpu.accelerators import parse_accelerator_type
+
+    try:
+        return parse_accelerator_type(text).accelerator_type
+    except ConfigError as e:
+        raise ValueError(str(e)) from None
+
+
 class TpuHost(_HostBase):
+    """A Google Cloud TPU VM slice (a pod of workers), created on demand through the Cloud TPU
+    API v2. tcl reaches each worker over SSH at its network endpoint; the node's
+    ``startup-script`` installs a shim on every worker at first boot."""
+
     type: Literal["tpu"]
     zone: str
-    project: str | None = None
-    accelerator_type: str
-    version: str
+    project: str | None = None  # default: the project of the Application Default Credentials
+    accelerator_type: Annotated[str, AfterValidator(_known_accelerator_type)]
+    version: str  # runtimeVersion, e.g. tpu-ubuntu2204-base
     spot: bool = False
     preemptible: bool = False
     network: str | None = None
     subnetwork: str | None = None
     service_account: str | None = None
-    internal_ip: bool = False
-    metadata: dict[str, str] = Field(default_factory=dict)
+    internal_ip: bool = False  # reach workers at their internal address (a VPN, a bastion)
+    metadata: dict[str, str] = Field(default_factory=dict)  # a startup-script here is kept
+    node_id: str | None = None  # the TPU node's name (default: tcl-<host name>)
+    queued_resource: bool = False  # ask for capacity through queuedResources
+    labels: dict[str, str] = Field(default_factory=dict)
+    # Cloud TPU API endpoint (default Google's; TCL_TPU_API_ENDPOINT overrides) and credentials:
+    # "adc" (Application Default Credentials) or "anonymous" (an emulator; TCL_TPU_CREDENTIALS)
+    api_endpoint: str | None = None
+    credentials: Literal["adc", "anonymous"] = "adc"
+    # SSH to the workers (the user whose key the node's ssh-keys metadata carries)
+    ssh_user: str | None = None
+    ssh_port: int = Field(default=22, ge=1, le=65535)
+    identity_file: str | None = None
+    known_hosts: str | None = None
+    connect_timeout_s: float = Field(default=10.0, gt=0)
+    # The shim on each worker, installed by the startup-script
+    shim_port: int = Field(default=10998, ge=1, le=65535)
+    shim_dir: str = "/var/lib/tcl-shim"
+    shim_venv: str | None = None  # an existing venv with tcl (a custom image)
+    shim_package: str | None = None  # what pip installs (default: this tcl from PyPI)
+    python: str = "python3"
+    executor: Literal["process", "docker"] = "process"
+    fake_accelerators: str | None = None  # tests: CPU workers pretending to hold TPU chips
+    boot_timeout_s: float = Field(default=900.0, gt=0)  # create → every worker's shim answers
 
 
 class Toleration(_Model):

@@ -20,6 +20,7 @@
     │   └── DaemonError           the local `tcl serve` daemon cannot be started or reached
     ├── NoPlacementError          the solver found nothing: carries what each host offers
     ├── SubmitCancelled           Ctrl-C during a submit, once what it started is cleaned up
+    ├── ConfirmationNeededError   the plan creates something billed: the user must confirm
     └── HostSetupError            `tcl host setup` failed (names the step)
 
 Foreign exceptions (asyncssh, httpx, OSError, yaml, pydantic) are translated where they are
@@ -117,6 +118,13 @@ class SubmitCancelled(TclError):
     The message is the one line to print, e.g. ``cancelled; nothing left on gpu1``."""
 
     exit_code = 130
+
+
+class ConfirmationNeededError(TclError):
+    """The chosen plan creates something the user pays for (a cloud TPU node); the message is
+    what to confirm. ``tcl submit`` asks, then submits again with ``--yes``."""
+
+    exit_code = 3
 
 
 class HostSetupError(TclError):

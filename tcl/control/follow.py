@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from tcl.control.store import Attempt, Run
 
 RECONNECT_DEADLINE_S = 300.0
+STOP_GRACE_S = 10.0  # the watchdog's stop of a multi-node run's other nodes
 # A long-poll answered by one node: how long the others may still answer before their polls
 # are cancelled (their events come with the next pull).
 SIBLING_GRACE_S = 0.05
@@ -82,8 +83,24 @@ async def pull(ctl: Control, run: Run, wait_s: float = 0.0, release: bool = True
     if requeued is not None:
         _next_attempt(ctl, run, att, requeued, pages)
         return PullResult(fresh, RunState.QUEUED, True)
+    lost = next((p for p in pages.values() if p.lost), None)
+    if lost is not None:
+        await _relaunch(ctl, run, att, lost.message or "its host lost it")
+        return PullResult(fresh, ctl.store.get_run(run.id).state, True)
     # a node whose poll was cut short is still live as far as this pull knows
     states = [pages[n].state if n in pages else RunState.RUNNING for n in range(handle.node_count)]
+    failed = _failed_node(pages, states)
+    if failed is not None:
+        # Watchdog: one node's job failed while others still run. A multi-host job cannot go
+        # on without it (the others would hang in their next collective): stop them now.
+        node, code = failed
+        await backend.stop(handle, grace_s=STOP_GRACE_S)
+        if move(att.state, RunState.FAILED) is Move.APPLY:
+            ctl.store.update_attempt(run.id, att.attempt, state=RunState.FAILED)
+        why = f"node {node} failed" + (f" (exit code {code})" if code is not None else "")
+        ctl.store.set_state(run.id, RunState.FAILED, exit_code=code,
+                            message=f"{why}; the other nodes were stopped")  # fmt: skip
+        return PullResult(fresh, RunState.RUNNING, True)  # their last events come next
     state = worst_state(states)
     more = any(p.more for p in pages.values())
     if not more or not state.is_final:
@@ -94,6 +111,37 @@ async def pull(ctl: Control, run: Run, wait_s: float = 0.0, release: bool = True
     if state.is_final and not more and release:
         await _release(ctl, att, state)
     return PullResult(fresh, state if not more else RunState.RUNNING, more)
+
+
+def _failed_node(
+    pages: dict[int, NodePage], states: list[RunState]
+) -> tuple[int, int | None] | None:
+    """The first node whose job failed while another node is still live, if any."""
+    if len(states) < 2 or all(s.is_final for s in states):
+        return None
+    for n in sorted(pages):
+        if pages[n].state is RunState.FAILED:
+            return n, pages[n].exit_code
+    return None
+
+
+async def _relaunch(ctl: Control, run: Run, att: Attempt, why: str) -> None:
+    """The host lost the run (a preempted node): end this attempt, free what is left of it,
+    and place the run again as its next attempt; when that fails the run fails, saying why."""
+    from tcl.control.submit import relaunch
+
+    ctl.store.update_attempt(run.id, att.attempt, state=RunState.TERMINATED)
+    with contextlib.suppress(TclError):
+        await _release(ctl, att, RunState.TERMINATED)
+    current = ctl.store.get_run(run.id)
+    if move(current.state, RunState.QUEUED) is not Move.APPLY:
+        return  # stopped here meanwhile
+    ctl.store.set_state(run.id, RunState.QUEUED, message=f"{why}; placing it again")
+    try:
+        await relaunch(ctl, run.id)
+    except TclError as e:
+        why = f"{why}; placing it again failed: {str(e).splitlines()[0]}"
+        ctl.store.set_state(run.id, RunState.FAILED, message=why)
 
 
 def _next_attempt(

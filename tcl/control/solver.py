@@ -13,7 +13,7 @@ fits at all, :class:`NoPlacementError` lists what every host offers right now.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -32,6 +32,9 @@ class Request:
     host: str | None = None  # pin to one host (or one cluster of hosts)
     preferred_clusters: tuple[str, ...] = ()
     forbidden_clusters: tuple[str, ...] = ()
+    # backend options from the CLI (``tpu.version``, ``tpu.spot``, ``down``): each backend
+    # reads the keys it knows
+    options: Mapping[str, str] = field(default_factory=dict)
 
     def describe(self) -> str:
         nodes = f" on {self.nodes} nodes" if self.nodes > 1 else ""
@@ -109,7 +112,7 @@ async def solve(cfg: Config, req: Request, backend_of: BackendOf) -> Solution:
             reasons.setdefault(host, why)
 
     def rank(o: Offer) -> int:
-        idx = [order.index(n.host) for n in o.nodes if n.host in order]
+        idx = [order.index(n) for n in (o.host, *(n.host for n in o.nodes)) if n in order]
         return min(idx) if idx else len(order)
 
     offers.sort(key=rank)

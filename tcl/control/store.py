@@ -397,3 +397,11 @@ class Store:
                 .order_by(AttemptRow.attempt.desc())
             ).first()
             return None if row is None else _attempt(row)
+
+    def attempts(self, run_id: str) -> list[Attempt]:
+        """Every attempt of the run, oldest first."""
+        with self._session() as s:
+            rows = s.scalars(
+                select(AttemptRow).where(AttemptRow.run_id == run_id).order_by(AttemptRow.attempt)
+            ).all()
+            return [_attempt(r) for r in rows]

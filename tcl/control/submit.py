@@ -13,7 +13,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tcl.control.backends.base import Handle, Observer
-from tcl.control.errors import NoCapacityError, NoPlacementError, SubmitCancelled
+from tcl.control.errors import (
+    ConfirmationNeededError,
+    NoCapacityError,
+    NoPlacementError,
+    SubmitCancelled,
+)
 from tcl.control.jobcheck import check_job_key, job_dirs
 from tcl.control.paths import cache_dir
 from tcl.control.service import Control
@@ -52,6 +57,9 @@ class Submission:
     code_dir: Path | None = None  # ``--dir``: ship this directory (explicitly, even / or ~)
     max_duration_s: float | None = None
     job: JobRef | None = None  # a registered tcl.jobs job (key + config), instead of argv
+    options: dict[str, str] = field(default_factory=dict)  # backend options (tpu.version, down)
+    yes: bool = False  # the user confirmed a plan that creates something billed (--yes)
+    job_cwd: str | None = None  # where the job starts in the tree (a relaunch: as first placed)
 
 
 async def submit(
@@ -66,7 +74,7 @@ async def submit(
         if note:
             obs.note(note)
     obs.status("snapshotting code, finding hosts")
-    req = Request(chip=sub.chip, chips=sub.chips, nodes=sub.nodes, host=sub.host)
+    req = _request(sub)
     # The solver's probes open the SSH connections while the code is hashed and the store's
     # module (SQLAlchemy) is imported: both would otherwise wait on each other's idle time.
     solving = asyncio.create_task(solve(ctl.cfg, req, ctl.backend_of))
@@ -100,6 +108,10 @@ async def submit(
         "host": sub.host,
         "image": sub.image, "env": sub.env, "secret_names": sorted(sub.secrets),
         "job": sub.job.key if sub.job else None,
+        # what a relaunch (a lost node) needs to place the run again as it was submitted
+        "job_ref": sub.job.model_dump(mode="json") if sub.job else None,
+        "options": sub.options, "job_cwd": _job_cwd(sub, snap),
+        "max_duration_s": sub.max_duration_s,
     }  # fmt: skip
     tried = _Tried()
     try:
@@ -156,11 +168,13 @@ async def _place_and_start(
     if sol.queue is not None:
         obs.note(f"nothing can start now; queueing on {sol.queue.host}: {sol.queue.queue_reason}")
     for plan in sol.plans:
+        if plan.confirm and not sub.yes:
+            raise ConfirmationNeededError(plan.confirm)
         backend = ctl.backend_for_kind(plan.backend)
         att = ctl.store.add_attempt(run_id, plan.host, backend.kind)
         job = JobSpec(
             run_id=run_id, attempt=att.attempt, name=sub.name, argv=sub.argv or None,
-            env=dict(sub.env), secrets=sub.secrets, cwd=job_cwd(sub.cwd, snap.root),
+            env=dict(sub.env), secrets=sub.secrets, cwd=_job_cwd(sub, snap),
             code=CodeRef(sha256=snap.sha256, size=snap.size), max_duration_s=sub.max_duration_s,
             job=sub.job,
         )  # fmt: skip
@@ -208,7 +222,7 @@ async def _place_and_start(
 async def dry_run(ctl: Control, sub: Submission) -> str:
     """The plan (host, nodes, chips per node) and what its backend would send, for every offer
     the solver would try in order; nothing is started or recorded (the code is only hashed)."""
-    req = Request(chip=sub.chip, chips=sub.chips, nodes=sub.nodes, host=sub.host)
+    req = _request(sub)
     sol = await solve(ctl.cfg, req, ctl.backend_of)
     snap = await asyncio.to_thread(
         snapshot, sub.code_dir or sub.cwd, cache_dir(), ctl.cfg.shipping.max_bytes,
@@ -226,8 +240,19 @@ async def dry_run(ctl: Control, sub: Submission) -> str:
     for i, plan in enumerate(sol.plans):
         when = "starts now" if plan.starts_now else f"queues: {plan.queue_reason}"
         out.append(f"\nplan {i + 1} ({plan.backend}, {when}): {plan.describe()}\n")
+        if plan.confirm:
+            out.append(f"needs confirmation (--yes): {plan.confirm}\n")
         out.append(ctl.backend_for_kind(plan.backend).dry_run(plan, job, sub.image))
     return "".join(out)
+
+
+def _request(sub: Submission) -> Request:
+    return Request(chip=sub.chip, chips=sub.chips, nodes=sub.nodes, host=sub.host,
+                   options=dict(sub.options))  # fmt: skip
+
+
+def _job_cwd(sub: Submission, snap: Snapshot) -> str:
+    return sub.job_cwd if sub.job_cwd is not None else job_cwd(sub.cwd, snap.root)
 
 
 def job_cwd(cwd: Path, root: Path) -> str:
@@ -238,3 +263,43 @@ def job_cwd(cwd: Path, root: Path) -> str:
     except ValueError:
         return ""
     return "" if rel == Path() else rel.as_posix()
+
+
+async def relaunch(ctl: Control, run_id: str, obs: Observer | None = None) -> SubmitResult:
+    """Place a run whose host lost it (a preempted cloud node) again, as its next attempt:
+    the same request, code (from the local cache) and run id, so a ``tcl.jobs`` trainer
+    resumes from its checkpoints. Secrets are read again from this process's environment.
+    A plan that recreates a billed node needs no confirmation: the user's run asked for it."""
+    import os
+
+    from tcl.control.errors import TclError
+    from tcl.control.shipping import cached_snapshot
+
+    run = ctl.store.get_run(run_id)
+    r = run.request
+    if not run.code_sha256:
+        raise TclError(f"run {run_id} kept no code to place again")
+    missing = [n for n in r.get("secret_names") or [] if n not in os.environ]
+    if missing:
+        raise TclError(
+            f"cannot place run {run_id} again: secret {', '.join(missing)} is not in the "
+            "environment of the process following it"
+        )
+    job_ref = r.get("job_ref")
+    sub = Submission(
+        argv=list(r.get("argv") or []), name=run.name, chip=r.get("chip"),
+        chips=int(r.get("chips") or 0), nodes=int(r.get("nodes") or 0), host=r.get("host"),
+        image=r.get("image"), env=dict(r.get("env") or {}),
+        secrets={n: os.environ[n] for n in r.get("secret_names") or []},
+        job=JobRef.model_validate(job_ref) if job_ref else None,
+        options=dict(r.get("options") or {}), yes=True, job_cwd=str(r.get("job_cwd") or ""),
+        max_duration_s=r.get("max_duration_s"),
+    )  # fmt: skip
+    snap = await asyncio.to_thread(cached_snapshot, cache_dir(), run.code_sha256)
+    req = _request(sub)
+    solving = asyncio.create_task(solve(ctl.cfg, req, ctl.backend_of))
+    try:
+        return await _place_and_start(ctl, sub, snap, run_id, req, solving, obs or _Silent(),
+                                      _Tried())  # fmt: skip
+    finally:
+        await _cancel(solving)

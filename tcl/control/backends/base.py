@@ -101,6 +101,9 @@ class Offer:
     free: int = 0
     order: int = 0  # solver order of the host (priority first, then file order)
     params: Mapping[str, str] = field(default_factory=dict)  # backend-specific (partition, ...)
+    # Non-empty: taking this offer costs money or changes something the user owns (a cloud
+    # node created): the text the user confirms first (`tcl submit --yes` confirms ahead)
+    confirm: str = ""
 
     @property
     def node_count(self) -> int:
@@ -140,6 +143,9 @@ class NodePage:
     # The scheduler put the run back in its queue (preemption, requeue): the handle of its
     # next attempt, which the store numbers.
     next_attempt: Handle | None = None
+    # The host lost the run (a preempted cloud node): the control plane places it again as
+    # its next attempt (`message` says why).
+    lost: bool = False
 
 
 @dataclass(frozen=True)
@@ -235,6 +241,12 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     async def check(self, host: str) -> HostCheck:
         """``tcl hosts --check``: can the host be reached and what does it offer now."""
+
+    async def teardown(self, host: str) -> str:
+        """Delete what the backend created for ``host`` (a cloud node): ``tcl host down``."""
+        from tcl.control.errors import TclError
+
+        raise TclError(f"{host}: nothing to take down (its type creates nothing)")
 
     def address(self, host: str) -> str:
         """How ``tcl hosts`` names where a host is."""

@@ -164,7 +164,7 @@ class ShimBackend(Backend):
         def record() -> None:
             made = [n for n in nodes if n is not None]
             if made:
-                on_handle(ShimHandle(kind=self.kind, nodes=made))
+                on_handle(self._handle(plan, made))
 
         async def create(i: int) -> None:
             shim = await hosts[i].shim()
@@ -206,10 +206,14 @@ class ShimBackend(Backend):
             await asyncio.shield(self._undo(hosts, tasks))
             raise
         return Launched(
-            handle=ShimHandle(kind=self.kind, nodes=[n for n in nodes if n]),
+            handle=self._handle(plan, [n for n in nodes if n]),
             accelerators=[list(t.accelerators) for t in started], uploaded_bytes=sum(sent),
             ssh=started[0].ports.ssh is not None,
         )  # fmt: skip
+
+    def _handle(self, plan: Offer, nodes: list[ShimNode]) -> ShimHandle:
+        """The handle of a launch on ``plan`` with ``nodes`` placed so far."""
+        return ShimHandle(kind=self.kind, nodes=nodes)
 
     def dry_run(self, plan: Offer, job: JobSpec, image: str | None) -> str:
         hosts = [self.host(n.host) for n in plan.nodes]

@@ -291,12 +291,15 @@ class SshBackend(ShimBackend):
         if isinstance(cfg, SshHost):
             return SshShimHost(name, cfg, self.inputs.ssh_pool())
         if isinstance(record, SshPlacement):  # a host renamed or removed since
-            r = record
-            ssh = SshHost(
-                type="ssh", ssh=r.ssh, port=r.port, user=r.user, proxy_jump=r.proxy_jump,
-                identity_file=r.identity_file, known_hosts=r.known_hosts,
-                ssh_config_file=r.ssh_config_file, shim_port=r.shim_port, shim_dir=r.shim_dir,
-                shim_venv=r.shim_venv, executor=r.executor,
-            )  # fmt: skip
-            return SshShimHost(name, ssh, self.inputs.ssh_pool())
+            return SshShimHost(name, host_of_placement(record), self.inputs.ssh_pool())
         raise self.unknown_host(name)
+
+
+def host_of_placement(r: SshPlacement) -> SshHost:
+    """The host a placement record describes (its config line may be gone)."""
+    return SshHost(
+        type="ssh", ssh=r.ssh, port=r.port, user=r.user, proxy_jump=r.proxy_jump,
+        identity_file=r.identity_file, known_hosts=r.known_hosts,
+        ssh_config_file=r.ssh_config_file, shim_port=r.shim_port, shim_dir=r.shim_dir,
+        shim_venv=r.shim_venv, executor=r.executor,
+    )  # fmt: skip

@@ -20,6 +20,7 @@ BACKENDS: dict[str, str | type[Backend]] = {
     "ssh": "tcl.control.backends.ssh:SshBackend",
     "plain": "tcl.control.backends.ssh:SshBackend",
     "slurm": "tcl.control.backends.slurm:SlurmBackend",
+    "tpu": "tcl.control.backends.tpu.backend:TpuBackend",
 }
 
 

@@ -71,6 +71,8 @@ class SubmitRequest(_Strict):
     max_duration_s: float | None = Field(default=None, gt=0)
     job: JobRef | None = None
     follow: bool = True
+    options: dict[str, str] = Field(default_factory=dict)  # backend options (tpu.version, down)
+    yes: bool = False  # confirmed: a plan may create something billed (a TPU node)
 
 
 class FollowRequest(_Strict):

@@ -108,7 +108,7 @@ def _submission(req: SubmitRequest) -> Submission:
         argv=req.argv, name=req.name, chip=req.chip, chips=req.chips, nodes=req.nodes,
         host=req.host, image=req.image, env=req.env, secrets=req.secrets, cwd=Path(req.cwd),
         code_dir=Path(req.code_dir) if req.code_dir is not None else None,
-        max_duration_s=req.max_duration_s, job=req.job,
+        max_duration_s=req.max_duration_s, job=req.job, options=req.options, yes=req.yes,
     )  # fmt: skip
 
 

@@ -1,0 +1,143 @@
+"""The control plane's multi-node rules at the backend seam (a scripted backend, real store):
+a node whose job fails stops the others; a node the host lost is placed again as attempt + 1."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+
+from tcl.control.backends.base import (
+    Backend,
+    Handle,
+    HostCheck,
+    Launched,
+    NodeOffer,
+    NodePage,
+    Observer,
+    Offer,
+    Offers,
+    RunStatus,
+)
+from tcl.control.backends.table import BACKENDS
+from tcl.control.config import default_config
+from tcl.control.follow import pull
+from tcl.control.paths import cache_dir
+from tcl.control.service import Control
+from tcl.control.shipping import Snapshot
+from tcl.control.solver import Request
+from tcl.control.states import RunState
+from tcl.control.store import Store
+from tcl.runner.api import JobSpec
+
+
+class TwoNodes(Handle):
+    gen: int = 0
+
+    @property
+    def node_count(self) -> int:
+        return 2
+
+
+class Scripted(Backend):
+    """Two nodes whose pages the test sets; records stops, launches and releases."""
+
+    kind = "local"
+    handle_model = TwoNodes
+    pages: ClassVar[dict[int, NodePage]] = {}
+    stops: ClassVar[list[int]] = []
+    launched: ClassVar[list[JobSpec]] = []
+    released: ClassVar[list[int]] = []
+
+    async def offers(self, req: Request, hosts: Sequence[str]) -> Offers:
+        return Offers([Offer(backend="local", host="local", nodes=(NodeOffer("local"),) * 2,
+                             chip=None, chips_per_node=0)])  # fmt: skip
+
+    async def launch(
+        self, plan: Offer, job: JobSpec, snap: Snapshot, image: str | None, obs: Observer,
+        on_handle: Callable[[Handle], None],
+    ) -> Launched:  # fmt: skip
+        self.launched.append(job)
+        return Launched(TwoNodes(kind="local", gen=len(self.launched)), [[], []])
+
+    def dry_run(self, plan: Offer, job: JobSpec, image: str | None) -> str:
+        return ""
+
+    async def events(self, handle: Handle, node: int, after: int, wait_s: float) -> NodePage:
+        return self.pages[node]
+
+    async def status(self, handle: Handle) -> RunStatus:
+        return RunStatus(RunState.RUNNING)
+
+    async def stop(self, handle: Handle, grace_s: float) -> None:
+        assert isinstance(handle, TwoNodes)
+        self.stops.append(handle.gen)
+
+    async def release(self, handle: Handle, state: RunState) -> None:
+        assert isinstance(handle, TwoNodes)
+        self.released.append(handle.gen)
+
+    async def check(self, host: str) -> HostCheck:
+        return HostCheck(True, "")
+
+
+@pytest.fixture
+def ctl(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Control:
+    monkeypatch.setenv("TCL_STATE_DIR", str(tmp_path))
+    monkeypatch.setitem(BACKENDS, "local", Scripted)
+    Scripted.pages, Scripted.stops, Scripted.launched, Scripted.released = {}, [], [], []
+    (cache_dir() / f"{'a' * 64}.tar.gz").write_bytes(b"code")
+    c = Control(default_config(), Store(f"sqlite:///{tmp_path / 'tcl.db'}"))
+    c.store.create_run("r-1", "", {"argv": ["train"], "chips": 0, "job_cwd": "sub",
+                                   "env": {"A": "1"}})  # fmt: skip
+    c.store.set_state("r-1", RunState.PROVISIONING)
+    c.store.set_placement("r-1", "local", "local", "a" * 64)
+    c.store.add_attempt("r-1", "local", "local", {"kind": "local", "gen": 0})
+    c.store.set_state("r-1", RunState.RUNNING)
+    return c
+
+
+async def test_a_failed_node_stops_the_others_and_the_run_names_it(ctl: Control) -> None:
+    Scripted.pages = {0: NodePage([], RunState.RUNNING), 1: NodePage([], RunState.FAILED,
+                                                                     exit_code=3)}  # fmt: skip
+    await pull(ctl, ctl.store.get_run("r-1"))
+    assert Scripted.stops == [0]
+    run = ctl.store.get_run("r-1")
+    assert run.state is RunState.FAILED and run.exit_code == 3
+    assert run.message == "node 1 failed (exit code 3); the other nodes were stopped"
+
+
+async def test_a_node_failing_after_the_others_succeeded_stops_nothing(ctl: Control) -> None:
+    Scripted.pages = {0: NodePage([], RunState.SUCCEEDED, exit_code=0),
+                      1: NodePage([], RunState.FAILED, exit_code=3)}  # fmt: skip
+    await pull(ctl, ctl.store.get_run("r-1"))
+    assert Scripted.stops == []
+    assert ctl.store.get_run("r-1").state is RunState.FAILED
+
+
+async def test_a_lost_node_places_the_run_again_as_its_next_attempt(ctl: Control) -> None:
+    Scripted.pages = {0: NodePage([], RunState.TERMINATED, message="node tcl-x preempted",
+                                  lost=True), 1: NodePage([], RunState.RUNNING)}  # fmt: skip
+    await pull(ctl, ctl.store.get_run("r-1"))
+    assert Scripted.released == [0]  # what was left of attempt 1 is freed first
+    [job] = Scripted.launched
+    assert (job.run_id, job.attempt, job.argv, job.cwd, job.env) == (
+        "r-1", 1, ["train"], "sub", {"A": "1"})  # fmt: skip
+    assert job.code is not None and job.code.sha256 == "a" * 64
+    attempts = ctl.store.attempts("r-1")
+    assert [(a.attempt, a.state) for a in attempts] == [
+        (0, RunState.TERMINATED), (1, RunState.RUNNING)]  # fmt: skip
+    assert ctl.store.get_run("r-1").state is RunState.RUNNING
+
+
+async def test_a_lost_run_whose_code_left_the_cache_fails_saying_so(ctl: Control) -> None:
+    (cache_dir() / f"{'a' * 64}.tar.gz").unlink()
+    Scripted.pages = {0: NodePage([], RunState.TERMINATED, message="node tcl-x preempted",
+                                  lost=True), 1: NodePage([], RunState.RUNNING)}  # fmt: skip
+    await pull(ctl, ctl.store.get_run("r-1"))
+    run = ctl.store.get_run("r-1")
+    assert run.state is RunState.FAILED
+    assert run.message.startswith("node tcl-x preempted; placing it again failed: code aaaa")
+    assert Scripted.launched == []
