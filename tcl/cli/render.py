@@ -37,7 +37,7 @@ def print_event(e: Event, timestamps: bool = False) -> None:
     stream = sys.stderr if e.stream is LogStream.STDERR else sys.stdout
     text = e.data
     if getattr(e, "nodes", 1) > 1:  # a multi-node run's kept event: say whose line it is
-        prefix = f"[node {getattr(e, 'node', 0)}] "
+        prefix = f"[{getattr(e, 'noun', 'node')} {getattr(e, 'node', 0)}] "
         text = "".join(prefix + line for line in text.splitlines(keepends=True))
     if timestamps:
         stamp = iso(e.ts) + " "

@@ -77,7 +77,8 @@ async def pull(ctl: Control, run: Run, wait_s: float = 0.0, release: bool = True
     pages = await _pages(backend, handle, att, cache, wait_s)
     fresh: list[KeptEvent] = []
     for node in sorted(pages):
-        fresh += cache.append(pages[node].events, att.attempt, node, handle.node_count)
+        fresh += cache.append(pages[node].events, att.attempt, node, handle.node_count,
+                              handle.node_noun)  # fmt: skip
     ctl.store.update_attempt(run.id, att.attempt, log_cursor=cache.last_seq())
     requeued = next((p.next_attempt for p in pages.values() if p.next_attempt), None)
     if requeued is not None:
@@ -97,9 +98,10 @@ async def pull(ctl: Control, run: Run, wait_s: float = 0.0, release: bool = True
         await backend.stop(handle, grace_s=STOP_GRACE_S)
         if move(att.state, RunState.FAILED) is Move.APPLY:
             ctl.store.update_attempt(run.id, att.attempt, state=RunState.FAILED)
-        why = f"node {node} failed" + (f" (exit code {code})" if code is not None else "")
+        noun = handle.node_noun
+        why = f"{noun} {node} failed" + (f" (exit code {code})" if code is not None else "")
         ctl.store.set_state(run.id, RunState.FAILED, exit_code=code,
-                            message=f"{why}; the other nodes were stopped")  # fmt: skip
+                            message=f"{why}; the other {noun}s were stopped")  # fmt: skip
         return PullResult(fresh, RunState.RUNNING, True)  # their last events come next
     state = worst_state(states)
     more = any(p.more for p in pages.values())

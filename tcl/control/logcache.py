@@ -28,6 +28,7 @@ class KeptEvent(Event):
     nodes: int = 1  # how many nodes its attempt has (a log line is prefixed when > 1)
     attempt: int = 0
     node_seq: int = 0
+    noun: str = "node"  # what the host calls a node (a TPU pod: worker), for the log prefix
 
     @model_validator(mode="after")
     def _legacy(self) -> KeptEvent:
@@ -64,8 +65,9 @@ class LogCache:
         return self._node_last.get((attempt, node), 0)
 
     def append(
-        self, events: list[Event], attempt: int = 0, node: int = 0, nodes: int = 1
-    ) -> list[KeptEvent]:
+        self, events: list[Event], attempt: int = 0, node: int = 0, nodes: int = 1,
+        noun: str = "node",
+    ) -> list[KeptEvent]:  # fmt: skip
         """Store the node's events newer than what is kept; return exactly those, in order."""
         last = self.last_seq()
         node_last = self.node_last(attempt, node)
@@ -74,7 +76,7 @@ class LogCache:
             if e.seq > node_last:
                 last += 1
                 kept = {"seq": last, "node": node, "nodes": nodes, "attempt": attempt,
-                        "node_seq": e.seq}  # fmt: skip
+                        "node_seq": e.seq, "noun": noun}  # fmt: skip
                 fresh.append(KeptEvent(**{**e.model_dump(), **kept}))
                 node_last = e.seq
         if fresh:

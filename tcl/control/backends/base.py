@@ -62,6 +62,11 @@ class Handle(BaseModel):
     def node_count(self) -> int:
         return 1
 
+    @property
+    def node_noun(self) -> str:
+        """What the host calls one node (a TPU pod: a worker), in log prefixes and messages."""
+        return "node"
+
     def task_label(self) -> str:
         """What the host calls the run (a task id, a SLURM job id), for the CLI."""
         return ""

@@ -21,5 +21,9 @@ class TpuHandle(ShimHandle):
     def node_count(self) -> int:
         return max(1, len(self.nodes))
 
+    @property
+    def node_noun(self) -> str:
+        return "worker"
+
     def task_label(self) -> str:
         return self.node_id
