@@ -175,6 +175,7 @@ class TaskService:
                 network=rec.info.network,
                 task_dir=self.store.task_dir(task_id),
                 host_vendor=self.host_vendor,
+                host_accelerators=len(self.inventory.accelerators),
             )
             assert rec.info.runner_token is not None
             await asyncio.to_thread(
