@@ -52,3 +52,48 @@ def test_fake_tpu_chips_are_told_as_tpu_chips_and_fake_gpus_as_gpus() -> None:
     assert env["TPU_VISIBLE_CHIPS"] == "1" and "CUDA_VISIBLE_DEVICES" not in env
     env = accelerator_env(launch([1], 4, vendor="fake", chip="h100"))
     assert env == {"TCL_ACCELERATORS": "1", "CUDA_VISIBLE_DEVICES": "1"}
+
+
+class _Container:
+    id = "c1"
+    attrs: dict[str, object] = {}
+
+    def start(self) -> None: ...
+
+    def reload(self) -> None: ...
+
+
+class _Containers:
+    def __init__(self) -> None:
+        self.created: dict[str, object] = {}
+
+    def create(self, image: str, **kwargs: object) -> _Container:
+        self.created = kwargs
+        return _Container()
+
+
+class _Client:
+    def __init__(self) -> None:
+        self.containers = _Containers()
+
+    def info(self) -> dict[str, object]:
+        return {"Runtimes": {"runc": {}}}
+
+
+def test_a_docker_task_gets_only_its_own_chip_devices(tmp_path: Path) -> None:
+    from tcl.shim.executors.docker_executor import DockerExecutor
+
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    for i in range(4):
+        (dev / f"accel{i}").touch()
+    client = _Client()
+    ex = DockerExecutor(client, None, "inst", 60.0, dev_dir=dev)
+    task_dir = tmp_path / "task"
+    task_dir.mkdir()
+    base = launch([1, 2], 4)
+    ex._start(Launch(**{**base.__dict__, "task_dir": task_dir}))
+    created = client.containers.created
+    assert created["devices"] == [f"{dev}/accel{i}:{dev}/accel{i}:rwm" for i in (1, 2)]
+    env = created["environment"]
+    assert isinstance(env, dict) and env["TPU_VISIBLE_CHIPS"] == "1,2"
