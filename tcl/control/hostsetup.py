@@ -25,11 +25,12 @@ from tcl.control.httpagents import HttpShim
 
 HEALTH_TIMEOUT_S = 30.0
 
-# Run on the host with `sh -c SCRIPT sh ARGS...`: values arrive as $1.., never pasted in.
-_MAKE_TOKEN = (
+# Run on the host with `sh -c SCRIPT sh ARGS...`: values arrive as $1.., never pasted in. Shared
+# with the TPU worker bootstrap (tcl.control.backends.tpu.bootstrap), which runs them the same way.
+MAKE_TOKEN_SH = (
     'umask 077; [ -s "$1" ] || "$2" -c \'import secrets; print(secrets.token_urlsafe(32))\' > "$1"'
 )
-_START_DAEMON = """
+START_DAEMON_SH = """
 d="$1"; shift
 if [ -f "$d/shim.pid" ] && kill -0 "$(cat "$d/shim.pid")" 2>/dev/null; then
   kill "$(cat "$d/shim.pid")"; i=0
@@ -45,7 +46,10 @@ def images_dir() -> Path:
     return Path(__file__).resolve().parent / "templates"
 
 
-def shim_argv(venv: str, shim_dir: str, port: int, executor: str, fake: str | None) -> list[str]:
+def shim_argv(
+    venv: str, shim_dir: str, port: int, executor: str, fake: str | None,
+    tpu_chip: str | None = None,
+) -> list[str]:  # fmt: skip
     argv = [
         f"{venv}/bin/tcl-shim", "--host", "127.0.0.1", "--port", str(port),
         "--state-dir", f"{shim_dir}/state", "--token-file", f"{shim_dir}/token",
@@ -53,12 +57,17 @@ def shim_argv(venv: str, shim_dir: str, port: int, executor: str, fake: str | No
     ]  # fmt: skip
     if fake:
         argv += ["--fake-accelerators", fake]
+    if tpu_chip:
+        argv += ["--tpu-chip", tpu_chip]
     return argv
 
 
-def render_unit(venv: str, shim_dir: str, port: int, executor: str, fake: str | None,
-                wanted_by: str = "multi-user.target") -> str:  # fmt: skip
+def render_unit(
+    venv: str, shim_dir: str, port: int, executor: str, fake: str | None,
+    wanted_by: str = "multi-user.target", tpu_chip: str | None = None,
+) -> str:  # fmt: skip
     extra = f" --fake-accelerators {shlex.quote(fake)}" if fake else ""
+    extra += f" --tpu-chip {shlex.quote(tpu_chip)}" if tpu_chip else ""
     text = (images_dir() / "tcl-shim.service").read_text()
     return Template(text).substitute(
         venv=venv, port=port, shim_dir=shim_dir, executor=executor, extra=extra,
@@ -156,7 +165,7 @@ async def setup_host(
         say(f"installing {package}")
         await step("pip install", [f"{venv}/bin/pip", "install", "--quiet", package])
     say("making the token")
-    await step("token", ["sh", "-c", _MAKE_TOKEN, "sh", f"{shim_dir}/token", cfg.python])
+    await step("token", ["sh", "-c", MAKE_TOKEN_SH, "sh", f"{shim_dir}/token", cfg.python])
     argv = shim_argv(venv, shim_dir, cfg.shim_port, cfg.executor, cfg.fake_accelerators)
     has_systemd = await pool.run(target, ["test", "-d", "/run/systemd/system"], check=False)
     if has_systemd.exit_code == 0:
@@ -174,7 +183,7 @@ async def setup_host(
         how = "systemd"
     else:
         say("starting as a daemon")
-        await step("start", ["sh", "-c", _START_DAEMON, "sh", shim_dir, *argv])
+        await step("start", ["sh", "-c", START_DAEMON_SH, "sh", shim_dir, *argv])
         how = f"daemon (pid file {shim_dir}/shim.pid)"
     say("waiting for the healthcheck")
     version = await _healthcheck(backend)

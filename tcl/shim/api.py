@@ -70,6 +70,7 @@ class TerminationReason(enum.StrEnum):
     STOPPED_BY_USER = "stopped_by_user"
     MAX_DURATION = "max_duration"
     VANISHED = "vanished"  # gone while the shim was down
+    PREEMPTED = "preempted"  # the host is going away (a spot VM's preemption, a stop)
 
 
 class NetworkMode(enum.StrEnum):
@@ -191,6 +192,14 @@ class TerminateRequest(_Strict):
     reason: TerminationReason = TerminationReason.STOPPED_BY_USER
     message: str = Field(default="", max_length=MAX_MESSAGE_LEN)
     timeout_s: StrictFloat = Field(default=10.0, ge=0, le=MAX_STOP_TIMEOUT_S, allow_inf_nan=False)
+
+
+class PreemptionNotice(_Strict):
+    """``POST /api/preemption``: the host is going away; each running job gets ``grace_s`` to
+    checkpoint after its SIGTERM (GCE gives a shutdown-script about 30 s in all)."""
+
+    message: str = Field(default="the host is going away", max_length=MAX_MESSAGE_LEN)
+    grace_s: StrictFloat = Field(default=20.0, ge=0, le=MAX_STOP_TIMEOUT_S, allow_inf_nan=False)
 
 
 class Accelerator(BaseModel):

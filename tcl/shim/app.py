@@ -33,6 +33,7 @@ from tcl.shim.api import (
     ErrorBody,
     HealthInfo,
     HostInfo,
+    PreemptionNotice,
     TaskInfo,
     TaskSpec,
     TerminateRequest,
@@ -328,6 +329,12 @@ def create_app(
     @router.delete("/tasks/{task_id}", status_code=204, responses=documented(404, 409, 422, 502))
     async def remove(task_id: TaskIdParam) -> None:
         await service.remove(task_id)
+
+    @router.post("/preemption", responses=documented(413, 422))
+    async def preemption(notice: PreemptionNotice | None = None) -> list[TaskInfo]:
+        """The host is going away: every live task is terminated as ``preempted`` (its job is
+        sent SIGTERM to checkpoint). Answers at once with the tasks notified."""
+        return service.preempt(notice or PreemptionNotice())
 
     app.include_router(router)
     # add_middleware puts each one outside the ones before it: auth must wrap the body limit.

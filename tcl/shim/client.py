@@ -17,6 +17,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from tcl.shim.api import (
     HealthInfo,
     HostInfo,
+    PreemptionNotice,
     TaskInfo,
     TaskSpec,
     TerminateRequest,
@@ -109,6 +110,15 @@ class ShimClient:
             timeout=timeout_s + (self._http.timeout.read or 30.0),
         )
         return _parse(TaskInfo, resp)
+
+    async def preempt(self, notice: PreemptionNotice | None = None) -> list[TaskInfo]:
+        """Tell the shim its host is going away; returns the tasks it is terminating."""
+        body = (notice or PreemptionNotice()).model_dump(mode="json")
+        resp = await self._call("POST", "/api/preemption", json=body)
+        try:
+            return _TASKS.validate_json(resp.content)
+        except ValidationError as e:
+            raise ProtocolError(f"unexpected task list from the shim: {e}") from e
 
     async def remove_task(self, task_id: str) -> None:
         await self._call("DELETE", f"/api/tasks/{task_id}")

@@ -175,33 +175,44 @@ def parse_fake(spec: str) -> list[Accelerator]:
     return out
 
 
-def discover_tpus(dev_dir: Path, accelerator_type: str | None) -> list[Accelerator]:
-    """TPU chips: ``/dev/accelN`` (v2-v5e) or ``/dev/vfio/N`` (v5p, v6e; not ``vfio/vfio``)."""
-    chip = (accelerator_type or "tpu").split("-")[0].lower() or "tpu"
-    found: list[int] = []
-    for p in dev_dir.glob("accel*"):
-        if p.name[5:].isdigit():
-            found.append(int(p.name[5:]))
-    if not found and (dev_dir / "vfio").is_dir():
-        found = [int(p.name) for p in (dev_dir / "vfio").iterdir() if p.name.isdigit()]
+def tpu_chip_from_type(accelerator_type: str | None) -> str:
+    """'v4-8' (a node's accelerator type) -> 'tpu-v4'; 'v5litepod-4' -> 'tpu-v5litepod'."""
+    generation = (accelerator_type or "").split("-")[0].lower()
+    return f"tpu-{generation}" if generation else "tpu"
+
+
+def _tpu_devices(dev_dir: Path) -> list[Path]:
+    """Chip device nodes in chip-index order: ``accelN`` (v2-v5e), else ``vfio/N`` (v5p, v6e).
+    ``vfio/vfio`` is the VFIO container, not a chip."""
+    accel = [p for p in dev_dir.glob("accel*") if p.name[5:].isdigit()]
+    if accel:
+        return sorted(accel, key=lambda p: int(p.name[5:]))
+    vfio = dev_dir / "vfio"
+    if not vfio.is_dir():
+        return []
+    return sorted((p for p in vfio.iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
+
+
+def discover_tpus(dev_dir: Path, chip: str | None) -> list[Accelerator]:
+    """TPU chips found under ``dev_dir``, named ``chip`` (e.g. ``tpu-v4``: the generation is
+    not in /dev, so the caller says it; default ``tpu``). Index i is the i-th device node, the
+    numbering ``TPU_VISIBLE_CHIPS`` uses."""
+    name = (chip or "tpu").lower()
     return [
-        Accelerator(index=i, chip=chip, vendor="tpu", name=f"TPU {chip} chip {i}")
-        for i in range(len(found))
+        Accelerator(index=i, chip=name, vendor="tpu", name=f"TPU {name} chip {i} ({p.name})")
+        for i, p in enumerate(_tpu_devices(dev_dir))
     ]
 
 
-def tpu_device_paths(dev_dir: Path) -> list[str]:
-    """The device nodes a container needs for TPU chips, in chip-index order."""
-    accel = sorted(
-        (p for p in dev_dir.glob("accel*") if p.name[5:].isdigit()), key=lambda p: int(p.name[5:])
-    )
-    if accel:
-        return [str(p) for p in accel]
-    vfio = dev_dir / "vfio"
-    if vfio.is_dir():
-        nums = sorted((p for p in vfio.iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
-        return [str(vfio / "vfio"), *(str(p) for p in nums)]
-    return []
+def tpu_device_paths(dev_dir: Path, indices: list[int] | None = None) -> list[str]:
+    """The device nodes a container needs for the TPU chips ``indices`` (default: all).
+    VFIO chips also need the VFIO container node ``vfio/vfio``."""
+    devices = _tpu_devices(dev_dir)
+    chosen = devices if indices is None else [devices[i] for i in indices if i < len(devices)]
+    paths = [str(p) for p in chosen]
+    if chosen and chosen[0].parent.name == "vfio":
+        paths.insert(0, str(dev_dir / "vfio" / "vfio"))
+    return paths
 
 
 def _nvidia_smi(args: list[str]) -> str | None:
@@ -226,8 +237,11 @@ def _nvidia_smi(args: list[str]) -> str | None:
     return proc.stdout
 
 
-def discover(fake: str | None, dev_dir: Path = Path("/dev")) -> Inventory:
-    """Fake accelerators if asked; else NVIDIA GPUs; else TPU chips; else none."""
+def discover(
+    fake: str | None, dev_dir: Path = Path("/dev"), tpu_chip: str | None = None
+) -> Inventory:
+    """Fake accelerators if asked; else NVIDIA GPUs; else TPU chips (named ``tpu_chip``, else
+    from ``TPU_ACCELERATOR_TYPE`` as TPU VM images set it); else none."""
     if fake:
         return Inventory(parse_fake(fake))
     out = _nvidia_smi(GPU_QUERY)
@@ -236,7 +250,8 @@ def discover(fake: str | None, dev_dir: Path = Path("/dev")) -> Inventory:
         if gpus:
             topo_text = _nvidia_smi(["topo", "-m"]) or ""
             return Inventory(gpus, parse_topology(topo_text))
-    tpus = discover_tpus(dev_dir, os.environ.get("TPU_ACCELERATOR_TYPE"))
+    chip = tpu_chip or tpu_chip_from_type(os.environ.get("TPU_ACCELERATOR_TYPE"))
+    tpus = discover_tpus(dev_dir, chip)
     return Inventory(tpus)
 
 

@@ -55,6 +55,14 @@ def run(
             help="Pretend the host has these accelerators, e.g. h100:8 (tests; shown as fake).",
         ),
     ] = None,
+    tpu_chip: Annotated[
+        str | None,
+        typer.Option(
+            envvar="TCL_SHIM_TPU_CHIP",
+            help="What this host's TPU chips (/dev/accel*, /dev/vfio/N) are called, e.g. tpu-v4: "
+            "/dev does not tell the generation (default: from TPU_ACCELERATOR_TYPE, else tpu).",
+        ),
+    ] = None,
     runner_bin: Annotated[
         str | None,
         typer.Option(
@@ -138,6 +146,7 @@ def run(
         port=port,
         executor=executor,
         fake_accelerators=fake_accelerators,
+        tpu_chip=tpu_chip,
         runner_bin=runner_bin,
         reconcile_interval_s=reconcile_interval_s,
         pull_stall_timeout_s=pull_stall_timeout_s,

@@ -41,6 +41,8 @@ class ShimSettings:
     port: int = 10998
     executor: ExecutorKind | None = None  # None: docker where it works, else process
     fake_accelerators: str | None = None
+    tpu_chip: str | None = None  # what TPU chips are called (/dev does not say); e.g. tpu-v4
+    dev_dir: Path = Path("/dev")  # where accelerator device nodes are found (tests: a tmp dir)
     runner_bin: str | None = None
     reconcile_interval_s: float = 1.0
     pull_stall_timeout_s: float = 60.0
@@ -112,7 +114,7 @@ def build(settings: ShimSettings) -> tuple[TaskService, Reconciler]:
     instance = ensure_instance_id(state_dir)
     store = TaskStore(state_dir)
     try:
-        inventory = discover(settings.fake_accelerators)
+        inventory = discover(settings.fake_accelerators, settings.dev_dir, settings.tpu_chip)
     except BadRequest as e:
         raise SettingsError(e.detail) from e
     code_cache = state_dir.resolve() / CODE_CACHE_DIR
@@ -128,7 +130,7 @@ def build(settings: ShimSettings) -> tuple[TaskService, Reconciler]:
         from tcl.shim.executors.docker_executor import DockerExecutor
 
         executors[ExecutorKind.DOCKER] = DockerExecutor.connect(
-            instance, settings.pull_stall_timeout_s, code_cache=code_cache
+            instance, settings.pull_stall_timeout_s, code_cache=code_cache, dev_dir=settings.dev_dir
         )
     except ExecutorUnavailable as e:
         if settings.executor is ExecutorKind.DOCKER:

@@ -26,6 +26,7 @@ from tcl.shim.api import (
     HostInfo,
     NetworkMode,
     Ports,
+    PreemptionNotice,
     TaskInfo,
     TaskSpec,
     TaskStatus,
@@ -45,6 +46,7 @@ from tcl.shim.executors.base import Executor, Launch
 from tcl.shim.inventory import Inventory
 from tcl.shim.network import choose_network, is_whole_host
 from tcl.shim.probe import stop_job
+from tcl.shim.states import is_active
 from tcl.shim.store import TaskRecord, TaskStore, new_record
 from tcl.tokenfile import new_token
 
@@ -64,6 +66,7 @@ class TaskService:
     _lifecycles: dict[str, asyncio.Task[None]] = field(default_factory=dict)
     _terminating: dict[str, asyncio.Future[TaskInfo]] = field(default_factory=dict)
     _submitting: set[str] = field(default_factory=set)
+    _preempting: set[asyncio.Task[None]] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         self.allocator = Allocator(
@@ -175,6 +178,7 @@ class TaskService:
                 network=rec.info.network,
                 task_dir=self.store.task_dir(task_id),
                 host_vendor=self.host_vendor,
+                host_accelerators=len(self.inventory.accelerators),
             )
             assert rec.info.runner_token is not None
             await asyncio.to_thread(
@@ -277,6 +281,28 @@ class TaskService:
             raise
         finally:
             del self._terminating[task_id]
+
+    def preempt(self, notice: PreemptionNotice) -> list[TaskInfo]:
+        """Terminate every live task as ``preempted``, in the background; return them.
+
+        Each runner is asked to stop its job (SIGTERM: ``tcl.jobs`` checkpoints and exits), the
+        usual terminate path. The caller (the VM's shutdown-script) does not wait on the answer:
+        it polls the task list until nothing runs, within the time the VM has left."""
+        req = TerminateRequest(
+            reason=TerminationReason.PREEMPTED, message=notice.message, timeout_s=notice.grace_s
+        )
+        notified = [r.info for r in self.store.records() if is_active(r.info.status)]
+        for info in notified:
+            job = asyncio.create_task(self._preempt_one(info.id, req))
+            self._preempting.add(job)  # a reference, so the task is not garbage-collected
+            job.add_done_callback(self._preempting.discard)
+        return notified
+
+    async def _preempt_one(self, task_id: str, req: TerminateRequest) -> None:
+        try:
+            await self.terminate(task_id, req)
+        except Exception:  # nobody awaits this task: the log is where a failure shows
+            log.exception("preempting task %s failed", task_id)
 
     async def remove(self, task_id: str) -> None:
         rec = self.store.get(task_id)

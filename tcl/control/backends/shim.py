@@ -69,6 +69,7 @@ RUNNER_STATES = {
 _OUTCOME = {
     TerminationReason.DONE: RunState.SUCCEEDED,
     TerminationReason.STOPPED_BY_USER: RunState.TERMINATED,
+    TerminationReason.PREEMPTED: RunState.TERMINATED,  # stopped by the host going away
 }
 _REASON = {
     RunState.SUCCEEDED: TerminationReason.DONE,

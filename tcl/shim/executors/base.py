@@ -38,6 +38,7 @@ class Launch:
     network: NetworkMode
     task_dir: Path
     host_vendor: str | None = None  # vendor of the host's accelerators (None: it has none)
+    host_accelerators: int = 0  # how many the host has (a task may hold a subset)
 
     @property
     def runner_token_file(self) -> Path:
@@ -45,19 +46,47 @@ class Launch:
         return self.task_dir / RUNNER_TOKEN_FILE
 
 
+# libtpu's bounds for one process on part of a host, by chip count: the chips a process holds
+# as an x,y,z box. 1 and 2 chips fit every generation's host (2x2 for v4/v5p, 2x4 for v5e/v6e);
+# 4 is a 2x2 half of an 8-chip host. Other counts get TPU_VISIBLE_CHIPS only.
+_TPU_CHIP_BOUNDS = {1: "1,1,1", 2: "1,2,1", 4: "2,2,1"}
+TPU_PROCESS_BASE_PORT = 8476  # libtpu's default process port
+
+
 def accelerator_env(launch: Launch, renumbered: bool = False) -> dict[str, str]:
     """How the task learns its accelerators: ``CUDA_VISIBLE_DEVICES`` for GPUs (and fakes, which
-    stand in for GPUs), ``TPU_VISIBLE_CHIPS`` for TPU chips, ``TCL_ACCELERATORS`` always (host
-    indices). ``renumbered``: the container sees only its own devices, numbered from 0."""
+    stand in for GPUs), ``TPU_VISIBLE_CHIPS`` for TPU chips (and fakes named ``tpu*``),
+    ``TCL_ACCELERATORS`` always (host indices). ``renumbered``: the container sees only its own
+    devices, numbered from 0."""
     indices = [a.index for a in launch.accelerators]
     host_ids = ",".join(str(i) for i in indices)
     local_ids = ",".join(str(i) for i in range(len(indices))) if renumbered else host_ids
     env = {"TCL_ACCELERATORS": host_ids}
-    if launch.host_vendor in ("nvidia", "fake"):
-        env["CUDA_VISIBLE_DEVICES"] = local_ids
-    elif launch.host_vendor == "tpu":
+    fake_tpu = bool(indices) and all(a.chip.startswith("tpu") for a in launch.accelerators)
+    if launch.host_vendor == "tpu" or (launch.host_vendor == "fake" and fake_tpu):
         env["TPU_VISIBLE_CHIPS"] = local_ids
+        if 0 < len(indices) < launch.host_accelerators:
+            env.update(_tpu_subset_env(indices))
+    elif launch.host_vendor in ("nvidia", "fake"):
+        env["CUDA_VISIBLE_DEVICES"] = local_ids
     return env
+
+
+def _tpu_subset_env(indices: list[int]) -> dict[str, str]:
+    """A task on part of a TPU host runs as a one-process slice of its own chips; without this
+    libtpu assumes the whole host's topology and fails to open the chips it cannot see. Each
+    such task gets its own process port (by its first chip), so two tasks on one host do not
+    both bind libtpu's default."""
+    bounds = _TPU_CHIP_BOUNDS.get(len(indices))
+    if bounds is None:
+        return {}
+    port = str(TPU_PROCESS_BASE_PORT + min(indices))
+    return {
+        "TPU_CHIPS_PER_PROCESS_BOUNDS": bounds,
+        "TPU_PROCESS_BOUNDS": "1,1,1",
+        "TPU_PROCESS_PORT": port,
+        "TPU_PROCESS_ADDRESSES": f"localhost:{port}",
+    }
 
 
 class Liveness(enum.Enum):

@@ -74,7 +74,11 @@ class DockerExecutor:
 
     @classmethod
     def connect(
-        cls, instance_id: str, pull_stall_timeout_s: float, code_cache: Path | None = None
+        cls,
+        instance_id: str,
+        pull_stall_timeout_s: float,
+        code_cache: Path | None = None,
+        dev_dir: Path = Path("/dev"),
     ) -> DockerExecutor:
         """Connect to the local dockerd (DOCKER_HOST etc.); ExecutorUnavailable if absent."""
         try:
@@ -84,7 +88,12 @@ class DockerExecutor:
         except (docker.errors.DockerException, requests.exceptions.RequestException) as e:
             raise ExecutorUnavailable(f"docker is not available: {e}") from e
         return cls(
-            client, pull_client.api, instance_id, pull_stall_timeout_s, code_cache=code_cache
+            client,
+            pull_client.api,
+            instance_id,
+            pull_stall_timeout_s,
+            dev_dir=dev_dir,
+            code_cache=code_cache,
         )
 
     def container_name(self, task_id: str) -> str:
@@ -167,7 +176,8 @@ class DockerExecutor:
         if gpus and indices:
             kwargs["device_requests"] = [DeviceRequest(device_ids=indices, capabilities=[["gpu"]])]
         elif launch.host_vendor == "tpu" and indices:
-            paths = tpu_device_paths(self._dev_dir)
+            # Only this task's chips: libtpu opens every chip node it can see.
+            paths = tpu_device_paths(self._dev_dir, [a.index for a in launch.accelerators])
             kwargs["devices"] = [f"{p}:{p}:rwm" for p in paths]
         ports = Ports()
         if launch.network is NetworkMode.HOST:

@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tcl.shim.api import ExecutorKind, TaskSpec, TaskStatus, TerminationReason
+from tcl.shim.api import ExecutorKind, PreemptionNotice, TaskSpec, TaskStatus, TerminationReason
 from tcl.shim.app import create_app
 from tcl.shim.client import ShimClient
 from tcl.shim.errors import (
@@ -170,6 +170,23 @@ async def test_terminate_is_repeatable_and_keeps_the_first_reason(env: Env) -> N
     assert again.termination_reason is TerminationReason.MAX_DURATION
     assert again.message == "too long" and again.exit_code == 143
     assert env.executor.stops == ["t"]
+
+
+async def test_preemption_terminates_every_live_task_as_preempted(env: Env) -> None:
+    await env.client.submit_task(TaskSpec(id="a", image="img", accelerators=1))
+    await env.client.submit_task(TaskSpec(id="b", image="img", accelerators=1))
+    await wait_status(env.client, "a", TaskStatus.RUNNING)
+    await wait_status(env.client, "b", TaskStatus.RUNNING)
+    await env.client.terminate_task("b")  # already over: not notified again
+    notified = await env.client.preempt(PreemptionNotice(message="spot VM preempted"))
+    assert [t.id for t in notified] == ["a"]
+    await wait_status(env.client, "a", TaskStatus.TERMINATED)
+    a = await env.client.get_task("a")
+    assert a.termination_reason is TerminationReason.PREEMPTED
+    assert a.message == "spot VM preempted"
+    b = await env.client.get_task("b")
+    assert b.termination_reason is TerminationReason.STOPPED_BY_USER
+    assert await env.client.preempt() == []
 
 
 async def test_terminate_while_starting(env: Env) -> None:

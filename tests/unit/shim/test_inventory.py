@@ -15,6 +15,7 @@ from tcl.shim.inventory import (
     parse_fake,
     parse_gpu_query,
     parse_topology,
+    tpu_chip_from_type,
     tpu_device_paths,
 )
 
@@ -106,18 +107,41 @@ def test_fake() -> None:
 
 
 def test_tpu_accel_devices(tmp_path: Path) -> None:
-    for i in (0, 1, 2, 3):
+    for i in (0, 1, 2, 3, 10):  # accel10 sorts after accel2: numeric order, not text
         (tmp_path / f"accel{i}").touch()
-    chips = discover_tpus(tmp_path, "v4-8")
-    assert [(c.index, c.chip, c.vendor) for c in chips] == [(i, "v4", "tpu") for i in range(4)]
-    assert tpu_device_paths(tmp_path) == [str(tmp_path / f"accel{i}") for i in range(4)]
+    (tmp_path / "accelerator").touch()  # not a chip
+    chips = discover_tpus(tmp_path, "tpu-v4")
+    assert [(c.index, c.chip, c.vendor) for c in chips] == [(i, "tpu-v4", "tpu") for i in range(5)]
+    expected = [str(tmp_path / f"accel{i}") for i in (0, 1, 2, 3, 10)]
+    assert tpu_device_paths(tmp_path) == expected
+    assert tpu_device_paths(tmp_path, [1, 4]) == [expected[1], expected[4]]
 
 
 def test_tpu_vfio_devices(tmp_path: Path) -> None:
     (tmp_path / "vfio").mkdir()
-    for name in ("vfio", "0", "1"):
+    for name in ("vfio", "0", "1", "2", "3"):
         (tmp_path / "vfio" / name).touch()
-    chips = discover_tpus(tmp_path, "v5p-8")
-    assert [c.chip for c in chips] == ["v5p", "v5p"]
-    assert tpu_device_paths(tmp_path)[0].endswith("vfio/vfio")
+    chips = discover_tpus(tmp_path, "tpu-v5p")
+    assert [(c.index, c.chip) for c in chips] == [(i, "tpu-v5p") for i in range(4)]
+    vfio = tmp_path / "vfio"
+    assert tpu_device_paths(tmp_path, [2]) == [str(vfio / "vfio"), str(vfio / "2")]
+    assert tpu_device_paths(tmp_path)[0] == str(vfio / "vfio")
     assert discover_tpus(tmp_path / "nothing", None) == []
+    assert tpu_device_paths(tmp_path / "nothing") == []
+
+
+def test_tpu_chip_name_from_flag_or_node_type(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for i in range(4):
+        (tmp_path / f"accel{i}").touch()
+    monkeypatch.setattr("tcl.shim.inventory._nvidia_smi", lambda _args: None)
+    monkeypatch.setenv("TPU_ACCELERATOR_TYPE", "v4-16")
+    assert {a.chip for a in discover(None, tmp_path).accelerators} == {"tpu-v4"}
+    inv = discover(None, tmp_path, tpu_chip="tpu-v5litepod")  # the flag wins over the image
+    assert [a.chip for a in inv.accelerators] == ["tpu-v5litepod"] * 4
+    monkeypatch.delenv("TPU_ACCELERATOR_TYPE")
+    assert discover(None, tmp_path).accelerators[0].chip == "tpu"
+    assert tpu_chip_from_type("v5litepod-8") == "tpu-v5litepod"
+    fake = discover("tpu-v4:4", tmp_path, tpu_chip="tpu-v5p").accelerators
+    assert [(a.chip, a.vendor) for a in fake] == [("tpu-v4", "fake")] * 4
