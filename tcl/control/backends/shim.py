@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import zlib
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from tcl.control.agents import RunnerApi
 from tcl.control.backends.base import (
@@ -79,7 +79,7 @@ _REASON = {
 
 
 class ShimBackend(Backend):
-    handle_model = ShimHandle
+    handle_model: ClassVar[type[BaseHandle]] = ShimHandle
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -1,0 +1,308 @@
+"""A TPU VM pod end to end: the real `tcl` command, the Cloud TPU API emulator
+(``tests/tpuemu``), and the sshd testbed's netns hosts as the pod's workers.
+
+Node ``tcl-pod`` (v4-24: 12 chips on 3 workers, CPU workers whose shims report 4 fake
+``tpu-v4`` chips) is created on demand; its startup-script installs the real shim on each
+worker (from this checkout's venv, which every worker sees); jobs run on all 3 workers as one
+3-process JAX job. What is emulated: the Google API only (see tests/tpuemu/__init__.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import re
+import select
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.tclcli import TCL, TclEnv
+from tests.testbed import SshTestbed
+from tests.tpuemu import TpuEmulator
+from tests.tpuemu.workers import hosts_of_testbed
+
+pytestmark = [pytest.mark.integration, pytest.mark.tpu]
+
+PROJECT, ZONE, NODE = "proj", "us-central2-b", "tcl-pod"
+VENV = str(Path(sys.executable).parent.parent)
+PY = sys.executable
+PSUM = """
+from tcl.jobs.distributed import initialize
+import jax
+jax.config.update("jax_num_cpu_devices", 1)
+initialize(initialization_timeout_s=120)
+import jax.numpy as jnp
+rank = jax.process_index()
+total = jax.pmap(lambda x: jax.lax.psum(x, "i"), axis_name="i")(jnp.array([rank + 1.0]))
+print(f"rank {rank} of {jax.process_count()} psum {float(total[0])}", flush=True)
+jax.distributed.shutdown()
+"""
+# rank 1 fails; the others would wait for ever (as in a collective missing one process)
+CRASH = """
+import os, sys, time
+rank = int(os.environ["TCL_NODE_RANK"])
+print(f"rank {rank} up", flush=True)
+if rank == 1:
+    time.sleep(1)
+    sys.exit(3)
+time.sleep(600)
+"""
+SLEEP = "import os, time; print('up', os.environ['TCL_NODE_RANK'], flush=True); time.sleep(600)"
+
+
+@dataclass
+class Pod:
+    env: TclEnv
+    emu: TpuEmulator
+    root: Path  # the cluster's root: a directory every worker sees
+
+    def node_state(self) -> str | None:
+        try:
+            return str(self.emu.node_info(NODE)["node"]["state"])
+        except Exception:
+            return None
+
+    def runs(self) -> dict[str, Any]:
+        return {r["run_id"]: r for r in self.env.tcl_json("ps", "-a")}
+
+    def wait_state(self, run_id: str, states: set[str], timeout_s: float = 180) -> Any:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            run = self.runs()[run_id]
+            if run["state"] in states:
+                return run
+            assert time.monotonic() < deadline, run
+            time.sleep(0.5)
+
+
+def _config(emu: TpuEmulator, tb: SshTestbed, root: Path) -> str:
+    return f"""
+clusters: {{pod: {{root: {root}}}}}
+hosts:
+  pod:
+    type: tpu
+    cluster: pod
+    zone: {ZONE}
+    project: {PROJECT}
+    accelerator_type: v4-24
+    version: tpu-ubuntu2204-base
+    spot: true
+    node_id: {NODE}
+    api_endpoint: {emu.url}
+    credentials: anonymous
+    ssh_user: root
+    identity_file: {tb.key}
+    known_hosts: {tb.known_hosts}
+    connect_timeout_s: 3
+    shim_venv: {VENV}
+    fake_accelerators: "tpu-v4:4"
+    boot_timeout_s: 120
+    metadata: {{startup-script: "echo users-own-script-ran"}}
+"""
+
+
+@pytest.fixture(scope="module")
+def pod(ssh_testbed: SshTestbed, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pod]:
+    base = tmp_path_factory.mktemp("tpu")
+    home, repo, root = base / "home", base / "repo", base / "root"
+    for d in (home, repo, root):
+        d.mkdir()
+    for i in range(1, ssh_testbed.hosts + 1):  # fresh worker disks
+        subprocess.run(["rm", "-rf", *map(str, ssh_testbed.disk(i).iterdir())], check=True)
+    hosts = hosts_of_testbed(ssh_testbed.dir, 3)
+    with TpuEmulator(hosts, Path(ssh_testbed.config), log_dir=base / "emu",
+                     create_delay_s=0.3) as emu:  # fmt: skip
+        config = base / "config.yaml"
+        config.write_text(_config(emu, ssh_testbed, root))
+        env = TclEnv(home, config, repo)
+        subprocess.run(["git", "init", "-q", str(repo)], check=True)
+        (repo / "psum.py").write_text(PSUM)
+        (repo / "crash.py").write_text(CRASH)
+        (repo / "sleep.py").write_text(SLEEP)
+        p = Pod(env, emu, root)
+        try:
+            yield p
+        finally:
+            for r in json.loads(env.tcl("ps", "-a", "--json", check=False).stdout or "[]"):
+                if r["state"] not in ("succeeded", "failed", "terminated"):
+                    env.tcl("stop", r["run_id"], check=False)
+            env.tcl("serve", "--stop", check=False)
+            if p.node_state() is not None:
+                env.tcl("host", "down", "pod", check=False)
+
+
+def _answering(
+    env: TclEnv, args: list[str], answer: str, timeout_s: float = 400
+) -> tuple[int, str]:
+    """Run `tcl` on a terminal (its confirmation needs one) and answer its question."""
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([TCL, *args], cwd=env.repo, env=env.env(), stdin=slave,
+                            stdout=slave, stderr=slave, close_fds=True)  # fmt: skip
+    os.close(slave)
+    out, answered = b"", False
+    deadline = time.monotonic() + timeout_s
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([master], [], [], 0.5)
+            if ready:
+                try:
+                    chunk = os.read(master, 65536)
+                except OSError:  # the child closed the terminal
+                    break
+                if not chunk:
+                    break
+                out += chunk
+                if not answered and b"Go ahead?" in out:
+                    os.write(master, answer.encode() + b"\n")
+                    answered = True
+            elif proc.poll() is not None:
+                break
+        code = proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        os.close(master)
+    return code, out.decode(errors="replace").replace("\r\n", "\n")
+
+
+def _creates(emu: TpuEmulator) -> list[dict[str, Any]]:
+    return [r for r in emu.requests() if r["method"] == "POST" and r["path"].endswith("/nodes")]
+
+
+def test_create_on_demand_psum_on_every_worker_logs_and_stop(pod: Pod) -> None:
+    env, emu = pod.env, pod.emu
+    submit = ["submit", "--chip", "tpu-v4", "-n", "12", "--", PY, "psum.py"]
+    # no terminal to ask on: nothing is created
+    refused = env.tcl(*submit, check=False)
+    assert refused.returncode == 3, refused.stderr
+    assert "create TPU node tcl-pod (v4-24: 12 x tpu-v4 on 3 workers, spot" in refused.stderr
+    assert "not confirmed: nothing was created" in refused.stderr
+    assert _creates(emu) == [] and pod.node_state() is None
+    # a "no" on a terminal: nothing either
+    code, out = _answering(env, submit, "n")
+    assert code == 3 and "nothing was created" in out, out
+    assert _creates(emu) == []
+
+    code, out = _answering(env, submit, "y")
+    assert code == 0, out
+    lines = sorted(line for line in out.splitlines() if "psum" in line)
+    assert lines == [f"[worker {r}] rank {r} of 3 psum 6.0" for r in range(3)], out
+    [create] = _creates(emu)
+    body = create["body"]
+    assert body["acceleratorType"] == "v4-24" and body["schedulingConfig"]["spot"] is True
+    assert "tcl-shim" in body["metadata"]["startup-script"]
+    assert body["metadata"]["shutdown-script"]
+    # the user's own startup-script was kept and ran on every worker
+    for w in range(3):
+        assert "users-own-script-ran" in emu.startup_log(NODE, w)
+    (run,) = pod.runs().values()
+    assert run["state"] == "succeeded" and run["host"] == "pod", run
+    only = env.tcl("logs", run["run_id"], "--node", "2").stdout
+    assert "rank 2 of 3 psum 6.0" in only and "rank 0" not in only
+
+    hosts = env.tcl("hosts", "--check").stdout
+    assert hosts.count("tpu-v4: 4 of 4 free") == 3, hosts
+
+    # the node is kept: a second job starts on it without creating anything; `tcl stop` ends
+    # it on every worker and frees every chip
+    res = env.tcl_json("submit", "-d", "--chip", "tpu-v4", "-n", "12", "--", PY, "sleep.py")
+    deadline = time.monotonic() + 120
+    while sum(f"up {r}" in env.tcl("logs", res["run_id"]).stdout for r in range(3)) < 3:
+        assert time.monotonic() < deadline, env.tcl("logs", res["run_id"]).stdout
+        time.sleep(0.5)
+    assert len(_creates(emu)) == 1
+    env.tcl("stop", res["run_id"])
+    assert pod.runs()[res["run_id"]]["state"] == "terminated"
+    hosts = env.tcl("hosts", "--check").stdout
+    assert hosts.count("tpu-v4: 4 of 4 free") == 3, hosts
+
+
+def test_a_crashing_worker_stops_the_others_and_fails_the_run_naming_it(pod: Pod) -> None:
+    env = pod.env
+    res = env.tcl("submit", "--yes", "--chip", "tpu-v4", "-n", "12", "--", PY, "crash.py",
+                  check=False, timeout=300)  # fmt: skip
+    assert res.returncode != 0, res.stdout
+    run = max(pod.runs().values(), key=lambda r: r["created_at"])
+    assert run["state"] == "failed", run
+    assert run["message"] == "worker 1 failed (exit code 3); the other workers were stopped"
+    hosts = env.tcl("hosts", "--check").stdout
+    assert hosts.count("tpu-v4: 4 of 4 free") == 3, hosts
+
+
+def test_dry_run_prints_the_node_request_and_calls_no_api(pod: Pod) -> None:
+    env, emu = pod.env, pod.emu
+    env.tcl("host", "down", "pod")
+    emu.clear_requests()
+    res = env.tcl("submit", "--dry-run", "--chip", "tpu-v4", "-n", "24", "--tpu-version",
+                  "v2-alpha-tpuv4", "--tpu-on-demand", "--", PY, "psum.py")  # fmt: skip
+    out = res.stdout
+    assert "needs confirmation (--yes): create TPU node tcl-pod" in out
+    assert f"# POST /v2/projects/{PROJECT}/locations/{ZONE}/nodes?nodeId={NODE}" in out
+    assert '"runtimeVersion": "v2-alpha-tpuv4"' in out and '"spot": false' in out
+    assert "# metadata startup-script" in out and "echo users-own-script-ran" in out
+    assert "# then one task per worker (3)" in out
+    assert [r for r in emu.requests() if r["method"] != "GET"] == []
+
+
+def test_down_deletes_the_node_when_the_run_ends(pod: Pod) -> None:
+    env = pod.env
+    res = env.tcl("submit", "--yes", "--down", "--chip", "tpu-v4", "-n", "12", "--", PY,
+                  "psum.py", timeout=400)  # fmt: skip
+    assert "[worker 2] rank 2 of 3 psum 6.0" in res.stdout, res.stdout + res.stderr
+    assert pod.node_state() is None
+    assert "not created" in env.tcl("hosts", "--check").stdout
+
+
+def _latest(out: Path) -> str | None:
+    found = sorted(out.glob("checkpoints/**/latest"))
+    return found[0].read_text().strip() if found else None
+
+
+TOTAL_STEPS = 300
+GPT = f"""\
+job: gpt/train
+architecture: {{block_size: 32, n_layers: 2, d_model: 32, n_heads: 2}}
+training: {{per_device_batch_size: 4, total_steps: {TOTAL_STEPS}, lr: 0.003, warmup_steps: 5}}
+logging: {{report_interval: 5, validation_interval: 0, checkpoint_interval: 10}}
+data: {{max_bytes: 100000}}
+"""
+
+
+def test_a_preempted_pod_is_recreated_and_the_trainer_resumes(pod: Pod) -> None:
+    env, emu = pod.env, pod.emu
+    (env.repo / "gpt.yaml").write_text(GPT)
+    out = pod.root / "out"
+    res = env.tcl_json(
+        "submit", "-d", "--yes", "--chip", "tpu-v4", "-n", "12", "--job", "gpt/train",
+        "--job-config", "gpt.yaml", "--env", f"TCL_OUT_DIR={out}",
+    )  # fmt: skip
+    run_id = res["run_id"]
+    deadline = time.monotonic() + 300
+    while _latest(out) is None:
+        assert time.monotonic() < deadline, env.tcl("logs", run_id).stdout[-3000:]
+        time.sleep(0.3)
+    emu.preempt(PROJECT, ZONE, NODE, grace_s=20)
+    logs = env.tcl("logs", "-f", run_id, timeout=600).stdout
+    run = pod.runs()[run_id]
+    assert run["state"] == "succeeded", (run, logs[-3000:])
+    restored = re.findall(r"tcl\.jobs: restoring from \S+/step_(\d+)", logs)
+    assert restored, logs[-3000:]
+    assert 0 < int(restored[0]) < TOTAL_STEPS
+    assert _latest(out) == f"step_{TOTAL_STEPS:08d}"
+    from tcl.control.store import Store
+
+    store = Store(f"sqlite:///{env.home / 'state' / 'tcl.db'}")
+    try:
+        attempts = store.attempts(run_id)
+    finally:
+        store.close()
+    assert [a.attempt for a in attempts] == [0, 1], attempts
+    assert attempts[0].state.value == "terminated"
