@@ -12,15 +12,7 @@ from pathlib import Path
 
 from tests.tpuemu.config import DEFAULT_ZONES
 from tests.tpuemu.server import TpuEmulator
-from tests.tpuemu.workers import WorkerHost
-
-
-def testbed_hosts(ssh_dir: Path, count: int) -> list[WorkerHost]:
-    """The netns hosts ``infra-h1..count`` of scripts/testbed/ssh-up.sh."""
-    return [
-        WorkerHost(f"10.213.0.{10 + i}", f"infra-h{i}", ssh_dir / f"sshd_h{i}.pid")
-        for i in range(1, count + 1)
-    ]
+from tests.tpuemu.workers import WorkerHost, hosts_of_testbed
 
 
 def main() -> None:
@@ -36,7 +28,7 @@ def main() -> None:
     workers = [WorkerHost(*_worker(w)) for w in args.worker]
     ssh_config = None
     if args.testbed is not None:
-        workers += testbed_hosts(args.testbed, args.testbed_hosts)
+        workers += hosts_of_testbed(args.testbed, args.hosts_of_testbed)
         ssh_config = args.testbed / "ssh_config"
     emu = TpuEmulator(
         workers,

@@ -38,6 +38,15 @@ class WorkerHost:
     external_ip: str | None = None
 
 
+def hosts_of_testbed(ssh_dir: Path, count: int) -> list[WorkerHost]:
+    """The netns hosts ``infra-h1..count`` of scripts/testbed/ssh-up.sh (``ssh_dir``: its
+    ``$BASE/ssh``, with the sshd pid files)."""
+    return [
+        WorkerHost(f"10.213.0.{10 + i}", f"infra-h{i}", ssh_dir / f"sshd_h{i}.pid")
+        for i in range(1, count + 1)
+    ]
+
+
 class WorkerPool:
     """Free/taken bookkeeping of the hosts (used from the emulator's event loop only)."""
 
