@@ -1,8 +1,8 @@
 """HTTP surface: Cloud TPU API v2 under ``/v2/…``, test-only admin routes under ``/emulator/``.
 
 Routes follow the v2 REST mapping (``tpu.v2.json``). Custom methods come as ``{id}:verb`` in
-the last path segment. Every request is logged (``GET /emulator/requests``) before it is
-answered, failed ones included.
+the last path segment. Every API request is logged (``GET /emulator/requests``) before it
+is answered, failed ones included; the admin routes are neither logged nor authenticated.
 """
 
 from __future__ import annotations
@@ -54,31 +54,41 @@ class Emulator:
 
 def build_app(emu: Emulator) -> Starlette:
     def api(fn: Handler) -> Handler:
+        """A Google API route: logged, authenticated (if required), ApiError → error JSON."""
+
         async def wrapped(request: Request) -> Response:
             raw = await request.body()
+            text = raw.decode(errors="replace")
             emu.requests.append(
                 {
                     "method": request.method,
                     "path": request.url.path,
                     "query": dict(request.query_params),
-                    "body": json.loads(raw)
-                    if _is_json(raw)
-                    else (raw.decode(errors="replace") or None),
+                    "body": json.loads(raw) if _is_json(raw) else (text or None),
                 }
             )
-            try:
-                if emu.config.require_auth and not request.headers.get(
-                    "authorization", ""
-                ).startswith("Bearer "):
-                    raise ApiError(
+            bearer = request.headers.get("authorization", "").startswith("Bearer ")
+            if emu.config.require_auth and not bearer:
+                return _error(
+                    ApiError(
                         "UNAUTHENTICATED",
                         "Request is missing required authentication credential. Expected "
                         "OAuth 2 access token, login cookie or other valid authentication "
                         "credential.",
                     )
+                )
+            return await admin(fn)(request)
+
+        return wrapped
+
+    def admin(fn: Handler) -> Handler:
+        """An /emulator/ route: not logged, no authentication."""
+
+        async def wrapped(request: Request) -> Response:
+            try:
                 return await fn(request)
             except ApiError as e:
-                return JSONResponse(e.body(), status_code=e.http_status)
+                return _error(e)
 
         return wrapped
 
@@ -102,6 +112,7 @@ def build_app(emu: Emulator) -> Starlette:
         node_id, _, verb = request.path_params["node"].partition(":")
         name = f"projects/{project}/locations/{zone}/nodes/{node_id}"
         if verb == "getGuestAttributes" and request.method == "POST":
+            schema.check(await body(request), "GetGuestAttributesRequest", "request")
             return JSONResponse(_guest_attributes(emu.nodes.get(name)))
         if verb:
             raise ApiError("NOT_FOUND", f"Method {verb} not found for {name}.")
@@ -146,7 +157,7 @@ def build_app(emu: Emulator) -> Starlette:
 
     # --- /emulator/ (test-only) ----------------------------------------------------------
 
-    @api
+    @admin
     async def preempt(request: Request) -> Response:
         node_id, _, verb = request.path_params["node"].partition(":")
         if verb != "preempt":
@@ -162,7 +173,7 @@ def build_app(emu: Emulator) -> Starlette:
             emu.requests.clear()
         return JSONResponse(emu.requests)
 
-    @api
+    @admin
     async def node_info(request: Request) -> Response:
         rec = emu.node_by_id(request.path_params["node"])
         workers = [
@@ -177,7 +188,7 @@ def build_app(emu: Emulator) -> Starlette:
         ]
         return JSONResponse({"node": rec.render(), "workers": workers})
 
-    @api
+    @admin
     async def startup_log(request: Request) -> Response:
         rec = emu.node_by_id(request.path_params["node"])
         worker = int(request.query_params.get("worker", "0"))
@@ -202,6 +213,10 @@ def build_app(emu: Emulator) -> Starlette:
     )
 
 
+def _error(e: ApiError) -> Response:
+    return JSONResponse(e.body(), status_code=e.http_status)
+
+
 def _is_json(raw: bytes) -> bool:
     try:
         json.loads(raw)
@@ -211,9 +226,7 @@ def _is_json(raw: bytes) -> bool:
 
 
 def _guest_attributes(rec: NodeRecord) -> dict[str, Any]:
+    """One (empty) entry per worker: the workers publish no guest attributes here."""
     return {
-        "guestAttributes": [
-            {"queryPath": "", "queryValue": {"items": []}, "workerId": str(i)}
-            for i in range(len(rec.workers))
-        ]
+        "guestAttributes": [{"queryPath": "", "queryValue": {"items": []}} for _ in rec.workers]
     }

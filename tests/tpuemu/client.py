@@ -17,7 +17,7 @@ def client(url: str) -> tpu_v2.TpuClient:
     """A REST client for the emulator at ``url``, anonymous (as tcl's backend makes it)."""
     return tpu_v2.TpuClient(
         transport="rest",
-        credentials=AnonymousCredentials(),
+        credentials=AnonymousCredentials(),  # type: ignore[no-untyped-call]
         client_options=ClientOptions(api_endpoint=url),
     )
 

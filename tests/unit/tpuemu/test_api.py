@@ -12,6 +12,7 @@ import httpx
 import pytest
 from google.api_core import exceptions as gexc
 from google.api_core.client_options import ClientOptions
+from google.auth.credentials import AnonymousCredentials
 from google.cloud import tpu_v2
 from google.oauth2.credentials import Credentials as OAuthCredentials
 
@@ -210,3 +211,65 @@ def _until(cond: object, timeout_s: float = 20.0) -> None:
     while not cond():  # type: ignore[operator]
         assert time.monotonic() < deadline, "condition not reached"
         time.sleep(0.05)
+
+
+def test_preempt_without_workers_and_queued_resource_suspends(
+    emu: TpuEmulator, tpu: tpu_v2.TpuClient
+) -> None:
+    spec = tpu_v2.QueuedResource.Tpu.NodeSpec(parent=PARENT, node_id="s", node=_node("v4-8"))
+    qr = tpu_v2.QueuedResource(tpu=tpu_v2.QueuedResource.Tpu(node_spec=[spec]))
+    wait(tpu.create_queued_resource(parent=PARENT, queued_resource_id="sq", queued_resource=qr))
+    name = f"{PARENT}/queuedResources/sq"
+    _until(lambda: _qr_state(tpu, name) == "ACTIVE")
+    out = emu.preempt("proj", "us-central2-b", "s", grace_s=1)
+    assert out["node"]["state"] == "PREEMPTED" and out["shutdownExit"] == []
+    node = tpu.get_node(name=f"{PARENT}/nodes/s")
+    assert node.state == tpu_v2.Node.State.PREEMPTED and len(node.network_endpoints) == 1
+    assert _qr_state(tpu, name) == "SUSPENDED"
+    with pytest.raises(httpx.HTTPStatusError):  # only a READY node can be preempted
+        emu.preempt("proj", "us-central2-b", "s")
+
+
+def test_delete_while_creating_aborts_the_create(emu: TpuEmulator) -> None:
+    with TpuEmulator([WorkerHost("10.9.1.1")], create_delay_s=5) as slow:
+        tpu = client(slow.url)
+        op = tpu.create_node(parent=PARENT, node_id="c", node=_node("v4-8"))
+        assert tpu.get_node(name=f"{PARENT}/nodes/c").state == tpu_v2.Node.State.CREATING
+        wait(tpu.delete_node(name=f"{PARENT}/nodes/c"))
+        with pytest.raises(gexc.Aborted):
+            wait(op)
+
+
+def test_guest_attributes_and_request_log(emu: TpuEmulator, tpu: tpu_v2.TpuClient) -> None:
+    wait(tpu.create_node(parent=PARENT, node_id="g", node=_node("v4-16")))
+    emu.clear_requests()
+    attrs = tpu.get_guest_attributes(request={"name": f"{PARENT}/nodes/g"})
+    assert len(attrs.guest_attributes) == 2  # one per worker
+    emu.node_info("g")  # admin calls are not logged
+    assert [(r["method"], r["path"]) for r in emu.requests()] == [
+        ("POST", f"/v2/{PARENT}/nodes/g:getGuestAttributes")
+    ]
+
+
+def test_discovery_client_as_skypilot_uses_it(emu: TpuEmulator) -> None:
+    from googleapiclient import discovery
+
+    api = discovery.build(
+        "tpu",
+        "v2",
+        client_options={"api_endpoint": f"{emu.url}/"},
+        credentials=AnonymousCredentials(),  # type: ignore[no-untyped-call]
+        static_discovery=True,
+    )
+    nodes = api.projects().locations().nodes()
+    body = {
+        "acceleratorType": "v4-8",
+        "runtimeVersion": "x",
+        "networkConfig": {"enableExternalIps": True},
+    }
+    op = nodes.create(parent=PARENT, nodeId="d", body=body).execute()
+    assert op["metadata"]["@type"] == "type.googleapis.com/google.cloud.tpu.v2.OperationMetadata"
+    ops = api.projects().locations().operations()
+    _until(lambda: ops.get(name=op["name"]).execute()["done"])
+    assert ops.get(name=op["name"]).execute()["response"]["state"] == "READY"
+    assert nodes.get(name=f"{PARENT}/nodes/d").execute()["networkEndpoints"][0]["port"] == 8470
