@@ -21,6 +21,8 @@ class EmulatorConfig:
     nothing over SSH (netns kills still happen). ``create_delay_s``: CREATING → READY.
     ``delete_delay_s``: DELETING → gone. ``queue_poll_s``: how often a waiting queued resource
     looks for free hosts. ``require_auth``: every request needs ``Authorization: Bearer …``.
+    ``queued_accepted``: a new queued resource is ACCEPTED first (the API's older behaviour)
+    instead of WAITING_FOR_RESOURCES.
     """
 
     zones: Sequence[str] = DEFAULT_ZONES
@@ -31,3 +33,4 @@ class EmulatorConfig:
     delete_delay_s: float = 0.2
     queue_poll_s: float = 0.2
     require_auth: bool = False
+    queued_accepted: bool = False

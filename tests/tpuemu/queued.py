@@ -1,9 +1,13 @@
-"""Queued resources: ACCEPTED → WAITING_FOR_RESOURCES (pool too small) → PROVISIONING → ACTIVE.
+"""Queued resources: WAITING_FOR_RESOURCES → PROVISIONING → ACTIVE.
 
-The create operation ends at once with the queued resource ACCEPTED (as on GCP); a background
-task then waits for enough free hosts for all of ``tpu.nodeSpec``, creates the nodes, and turns
-ACTIVE when they are READY. A node of an ACTIVE queued resource that is preempted or deleted
-makes it SUSPENDED. Deleting one that still has nodes needs ``force=true``.
+The create operation ends at once with the queued resource WAITING_FOR_RESOURCES. Google's
+guide (cloud.google.com/tpu/docs/queued-resources) says that state "replaced the ACCEPTED
+state"; ``EmulatorConfig.queued_accepted`` brings back the older sequence the discovery
+document still lists: ACCEPTED → (WAITING_FOR_RESOURCES while the pool lacks hosts) →
+PROVISIONING. A background task waits for enough free hosts for all of ``tpu.nodeSpec``,
+creates the nodes, and turns ACTIVE when they are READY. A node of an ACTIVE queued resource
+that is preempted or deleted makes it SUSPENDED. Deleting one that still has nodes needs
+``force=true``.
 """
 
 from __future__ import annotations
@@ -70,6 +74,8 @@ class QueuedResources:
             rec.queued_resource = name
             prepared.append(rec)
         rec_qr = QueuedRecord(project, zone, qr_id, qr, prepared)
+        if not self.nodes.config.queued_accepted:
+            rec_qr.state = "WAITING_FOR_RESOURCES"
         self.records[name] = rec_qr
         rec_qr.task = asyncio.create_task(self._provision(rec_qr))
         op = self.ops.start(project, zone, name, "create")

@@ -41,6 +41,7 @@ class TpuEmulator:
         delete_delay_s: float = 0.2,
         queue_poll_s: float = 0.2,
         require_auth: bool = False,
+        queued_accepted: bool = False,
         port: int = 0,
     ) -> None:
         extra: dict[str, Any] = {} if log_dir is None else {"log_dir": log_dir}
@@ -52,6 +53,7 @@ class TpuEmulator:
             delete_delay_s=delete_delay_s,
             queue_poll_s=queue_poll_s,
             require_auth=require_auth,
+            queued_accepted=queued_accepted,
             **extra,
         )
         self.emulator = Emulator(self.config)

@@ -166,7 +166,22 @@ def _qr_state(tpu: tpu_v2.TpuClient, name: str) -> str:
     return str(tpu.get_queued_resource(name=name).state.state.name)
 
 
-def test_queued_resource_waits_for_hosts(tpu: tpu_v2.TpuClient) -> None:
+def test_queued_resource_starts_waiting(tpu: tpu_v2.TpuClient) -> None:
+    spec = tpu_v2.QueuedResource.Tpu.NodeSpec(parent=PARENT, node_id="qw", node=_node("v4-8"))
+    qr = tpu_v2.QueuedResource(tpu=tpu_v2.QueuedResource.Tpu(node_spec=[spec]))
+    op = tpu.create_queued_resource(parent=PARENT, queued_resource_id="w", queued_resource=qr)
+    assert wait(op).state.state == tpu_v2.QueuedResourceState.State.WAITING_FOR_RESOURCES
+    _until(lambda: _qr_state(tpu, f"{PARENT}/queuedResources/w") == "ACTIVE")
+
+
+def test_queued_resource_waits_for_hosts() -> None:
+    hosts = [WorkerHost(f"10.9.0.{i}") for i in range(1, 5)]
+    emu = TpuEmulator(hosts, create_delay_s=0.05, queue_poll_s=0.05, queued_accepted=True)
+    with emu:
+        _waits_for_hosts(client(emu.url))
+
+
+def _waits_for_hosts(tpu: tpu_v2.TpuClient) -> None:
     wait(tpu.create_node(parent=PARENT, node_id="hog", node=_node("v4-16")))
     spec = tpu_v2.QueuedResource.Tpu.NodeSpec(parent=PARENT, node_id="qn", node=_node("v4-32"))
     qr = tpu_v2.QueuedResource(
