@@ -41,6 +41,62 @@ def run_script(name: str, env: dict[str, str] | None = None, *args: str) -> str:
     return proc.stdout
 
 
+SSH_TESTBED_BASE = "/tmp/tcl-testbed-control"
+SSH_TESTBED_HOSTS = 3  # a 3-worker TPU pod needs 3 hosts
+
+
+@dataclass(frozen=True)
+class SshTestbed:
+    """The sshd hosts of ``scripts/testbed/ssh-up.sh``.
+
+    Key-only sshd "hosts" in network namespaces ``infra-h1..N`` (10.213.0.11..) on bridge
+    ``br-infra``, each with its own private ``/var/lib/tcl-shim`` (``base/vm/hN``), plus one on
+    127.0.0.1:2222 in the root namespace.
+    """
+
+    dir: Path  # keys, known_hosts, ssh_config, sshd pid files
+    hosts: int = SSH_TESTBED_HOSTS
+
+    @property
+    def base(self) -> Path:
+        return self.dir.parent
+
+    @property
+    def key(self) -> str:
+        return str(self.dir / "id_ed25519")
+
+    @property
+    def known_hosts(self) -> str:
+        return str(self.dir / "known_hosts")
+
+    @property
+    def config(self) -> str:
+        return str(self.dir / "ssh_config")
+
+    def pid(self, name: str) -> int:
+        return int((self.dir / f"sshd_{name}.pid").read_text().split()[0])
+
+    def ip(self, i: int) -> str:
+        """The address of host ``h{i}`` (1-based)."""
+        return f"10.213.0.{10 + i}"
+
+    def disk(self, i: int) -> Path:
+        """Host ``h{i}``'s private ``/var/lib/tcl-shim``, seen from the root namespace."""
+        return self.base / "vm" / f"h{i}"
+
+
+@pytest.fixture(scope="session")
+def ssh_testbed() -> Iterator[SshTestbed]:
+    """Start the sshd hosts for the session (ssh-up.sh), remove them afterwards."""
+    env = {"BASE": SSH_TESTBED_BASE, "N": str(SSH_TESTBED_HOSTS)}
+    run_script("ssh-down.sh", env)  # leftovers of an interrupted run
+    run_script("ssh-up.sh", env)
+    try:
+        yield SshTestbed(Path(SSH_TESTBED_BASE) / "ssh")
+    finally:
+        run_script("ssh-down.sh", env)
+
+
 @pytest.fixture(scope="session")
 def docker_client() -> Any:
     """A docker SDK client for a running dockerd (started by the testbed script if needed)."""

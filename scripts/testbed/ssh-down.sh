@@ -4,4 +4,5 @@ for p in $D/sshd_*.pid; do [ -f "$p" ] && kill "$(cat "$p")" 2>/dev/null; rm -f 
 for ns in $(ip netns list | awk '/^infra-h/{print $1}'); do ip netns pids $ns | xargs -r kill; ip netns del $ns; rm -rf /etc/netns/$ns; done
 iptables -D FORWARD -i $BR -o $BR -j ACCEPT 2>/dev/null
 ip link del $BR 2>/dev/null   # also removes the root-side veths
+rm -rf "$BASE/vm"            # the hosts' private /var/lib/tcl-shim (their mounts died with their sshd)
 true

@@ -1,5 +1,7 @@
 #!/bin/bash
 # N key-only sshd "hosts" in own netns on bridge br-infra (10.213.0.11..), plus one on 127.0.0.1:2222 in the root netns.
+# Each netns host also has its own disk: its sshd runs in a private mount namespace where
+# $BASE/vm/hN is bind-mounted on /var/lib/tcl-shim, and every process started through it inherits that.
 set -euo pipefail
 BASE=${BASE:-/tmp/tcl-testbed}; D=$BASE/ssh; N=${N:-3}; BR=br-infra; NET=10.213.0
 mkdir -p $D /run/sshd && chmod 700 $D      # /run/sshd: privilege-separation dir, sshd refuses to start without it
@@ -27,7 +29,13 @@ Subsystem sftp /usr/lib/openssh/sftp-server
 LogLevel VERBOSE
 CONF
   /usr/sbin/sshd -t -f $D/sshd_$name.conf          # must be an absolute path
-  ${ns:+ip netns exec $ns} /usr/sbin/sshd -f $D/sshd_$name.conf -E $D/sshd_$name.log   # daemonizes, pid in PidFile
+  if [ -n "$ns" ]; then   # own disk: a private mount namespace with $BASE/vm/NAME on /var/lib/tcl-shim
+    mkdir -p $BASE/vm/$name /var/lib/tcl-shim
+    ip netns exec $ns unshare -m --propagation private sh -c \
+      "mount --bind $BASE/vm/$name /var/lib/tcl-shim && exec /usr/sbin/sshd -f $D/sshd_$name.conf -E $D/sshd_$name.log"
+  else
+    /usr/sbin/sshd -f $D/sshd_$name.conf -E $D/sshd_$name.log   # daemonizes, pid in PidFile
+  fi
   local hk; hk=$(cut -d' ' -f1,2 $D/hostkey_$name.pub)
   if [ "$port" = 22 ]; then echo "$addr $hk"; else echo "[$addr]:$port $hk"; fi >> $D/known_hosts
 }

@@ -33,8 +33,8 @@ from typing import Any
 import docker.errors
 import pytest
 
-from tests.integration.control.conftest import SshTestbed
 from tests.integration.tclcli import TCL, TclEnv
+from tests.testbed import SshTestbed
 
 VENV = str(Path(sys.executable).parent.parent)
 N_LINES = 400

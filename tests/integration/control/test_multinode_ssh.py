@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 
-from tests.integration.control.conftest import SshTestbed
 from tests.integration.control.test_e2e_ssh import (
     VENV,
     Env,
@@ -25,6 +24,7 @@ from tests.integration.control.test_e2e_ssh import (
     _git,
     stop_shims,
 )
+from tests.testbed import SshTestbed
 
 pytestmark = pytest.mark.integration
 

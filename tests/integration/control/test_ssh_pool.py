@@ -15,7 +15,7 @@ import pytest
 
 from tcl.control.errors import SshAuthError, SshCommandError, SshConnectError
 from tcl.control.ssh import SshPool, SshTarget
-from tests.integration.control.conftest import SshTestbed
+from tests.testbed import SshTestbed
 
 
 def _target(tb: SshTestbed, name: str, host: str, **kw: object) -> SshTarget:
