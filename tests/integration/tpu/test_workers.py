@@ -120,3 +120,29 @@ def test_delete_kills_and_a_recreated_node_boots_again(
         check=False,
     )
     assert ssh.stdout == "up\n"
+
+
+def test_shutdown_script_is_cut_off_after_the_grace_period(
+    emu: TpuEmulator, ssh_testbed: SshTestbed
+) -> None:
+    shutdown = f"echo start > {DISK}/notice\nsleep 60\necho never >> {DISK}/notice\n"
+    _create(emu, "slow", "v4-8", **{"shutdown-script": shutdown})
+    t0 = time.monotonic()
+    out = emu.preempt(PROJECT, ZONE, "slow", grace_s=1)
+    assert time.monotonic() - t0 < 10
+    assert out["shutdownExit"] == [-9] and out["node"]["state"] == "PREEMPTED"
+    time.sleep(0.5)
+    assert (ssh_testbed.disk(1) / "notice").read_text() == "start\n"  # the sleep was killed
+
+
+def test_each_host_has_a_private_var_lib_tcl_shim(ssh_testbed: SshTestbed) -> None:
+    def ssh(i: int, cmd: str) -> str:
+        argv = ["ssh", "-F", ssh_testbed.config, ssh_testbed.ip(i), cmd]
+        return subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+
+    ssh(1, f"echo h1 > {DISK}/mine")
+    assert ssh(1, f"cat {DISK}/mine") == "h1\n"
+    assert "mine" not in ssh(2, f"ls -A {DISK}").split()
+    assert not Path(DISK, "mine").exists()
+    assert (ssh_testbed.disk(1) / "mine").read_text() == "h1\n"
+    (ssh_testbed.disk(1) / "mine").unlink()
