@@ -57,7 +57,10 @@ def _until(cond: object, timeout_s: float = 20.0) -> None:
 def _create(emu: TpuEmulator, node_id: str, accel: str, **metadata: str) -> tpu_v2.Node:
     node = tpu_v2.Node(accelerator_type=accel, runtime_version="tpu-ubuntu2204-base")
     node.metadata.update(metadata)
-    return wait(client(emu.url).create_node(parent=PARENT, node_id=node_id, node=node))
+    created: tpu_v2.Node = wait(
+        client(emu.url).create_node(parent=PARENT, node_id=node_id, node=node)
+    )
+    return created
 
 
 def test_startup_script_runs_on_every_worker_with_its_own_disk(
