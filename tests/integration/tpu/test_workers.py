@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import subprocess
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -143,9 +144,10 @@ def test_each_host_has_a_private_var_lib_tcl_shim(ssh_testbed: SshTestbed) -> No
         argv = ["ssh", "-F", ssh_testbed.config, ssh_testbed.ip(i), cmd]
         return subprocess.run(argv, capture_output=True, text=True, check=True).stdout
 
-    ssh(1, f"echo h1 > {DISK}/mine")
-    assert ssh(1, f"cat {DISK}/mine") == "h1\n"
-    assert "mine" not in ssh(2, f"ls -A {DISK}").split()
-    assert not Path(DISK, "mine").exists()
-    assert (ssh_testbed.disk(1) / "mine").read_text() == "h1\n"
-    (ssh_testbed.disk(1) / "mine").unlink()
+    mine = f"mine-{uuid.uuid4().hex}"
+    ssh(1, f"echo h1 > {DISK}/{mine}")
+    assert ssh(1, f"cat {DISK}/{mine}") == "h1\n"
+    assert mine not in ssh(2, f"ls -A {DISK}").split()
+    assert not Path(DISK, mine).exists()
+    assert (ssh_testbed.disk(1) / mine).read_text() == "h1\n"
+    (ssh_testbed.disk(1) / mine).unlink()
