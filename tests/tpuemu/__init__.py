@@ -6,8 +6,10 @@ Emulated, faithfully enough for ``google.cloud.tpu_v2.TpuClient`` (REST) and gcl
   attributes), ``operations`` get/list (LROs whose ``response``/``metadata`` carry ``@type``),
   ``queuedResources`` create/get/list/delete (``force``);
 - request bodies checked against the discovery document ``tpu.v2.json``; errors as Google
-  sends them (``{"error": {code, message, status, details}}``, the HTTP status the client maps
-  to ``NotFound``, ``AlreadyExists``, ``InvalidArgument`` …); enums accepted as numbers or
+  sends them (``{"error": {code, message, status, details}}``; over REST the client picks the
+  exception from the HTTP status: ``NotFound``, ``Conflict`` (409, parent of AlreadyExists),
+  ``BadRequest`` (400, parent of InvalidArgument), ``Unauthorized``; a failed operation's
+  ``google.rpc`` code gives ``ResourceExhausted``, ``Aborted``); enums accepted as numbers or
   names, answered as names;
 - accelerator types and their worker counts (v2/v3/v4/v5p name TensorCores, v5litepod/v6e
   chips; 4 chips per host); capacity from a pool of real sshd hosts (netns): stockout is a
