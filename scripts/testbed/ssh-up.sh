@@ -52,6 +52,7 @@ for i in $(seq 1 $N); do
   { grep -v -w -e "$(hostname)" -e "$(hostname -s)" /etc/hosts || true
     echo "$ip $(hostname) $(hostname -s)"; } > /etc/netns/$ns/hosts
   ip netns add $ns
+  ip link del veth-h$i 2>/dev/null || true   # a pair left by a netns that was still dying
   ip link add veth-h$i type veth peer name eth0 netns $ns
   ip link set veth-h$i master $BR up
   ip -n $ns addr add $ip/24 dev eth0

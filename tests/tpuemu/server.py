@@ -7,7 +7,9 @@ helper methods talk to the admin routes over HTTP, never to the state directly.
 
 from __future__ import annotations
 
+import shutil
 import socket
+import tempfile
 import threading
 import time
 from collections.abc import Sequence
@@ -44,7 +46,9 @@ class TpuEmulator:
         queued_accepted: bool = False,
         port: int = 0,
     ) -> None:
-        extra: dict[str, Any] = {} if log_dir is None else {"log_dir": log_dir}
+        # Without a log_dir, the logs go to a temporary folder removed by stop().
+        self._tmp_logs = log_dir is None
+        logs = log_dir if log_dir is not None else Path(tempfile.mkdtemp(prefix="tpuemu-"))
         self.config = EmulatorConfig(
             zones=tuple(zones),
             workers=tuple(workers),
@@ -54,7 +58,7 @@ class TpuEmulator:
             queue_poll_s=queue_poll_s,
             require_auth=require_auth,
             queued_accepted=queued_accepted,
-            **extra,
+            log_dir=logs,
         )
         self.emulator = Emulator(self.config)
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -92,6 +96,8 @@ class TpuEmulator:
         if self._thread is not None:
             self._thread.join(timeout=10)
         self._sock.close()
+        if self._tmp_logs:
+            shutil.rmtree(self.config.log_dir, ignore_errors=True)
 
     def __enter__(self) -> TpuEmulator:
         return self.start()

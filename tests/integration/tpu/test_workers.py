@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import subprocess
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -57,7 +58,10 @@ def _until(cond: object, timeout_s: float = 20.0) -> None:
 def _create(emu: TpuEmulator, node_id: str, accel: str, **metadata: str) -> tpu_v2.Node:
     node = tpu_v2.Node(accelerator_type=accel, runtime_version="tpu-ubuntu2204-base")
     node.metadata.update(metadata)
-    return wait(client(emu.url).create_node(parent=PARENT, node_id=node_id, node=node))
+    created: tpu_v2.Node = wait(
+        client(emu.url).create_node(parent=PARENT, node_id=node_id, node=node)
+    )
+    return created
 
 
 def test_startup_script_runs_on_every_worker_with_its_own_disk(
@@ -120,3 +124,30 @@ def test_delete_kills_and_a_recreated_node_boots_again(
         check=False,
     )
     assert ssh.stdout == "up\n"
+
+
+def test_shutdown_script_is_cut_off_after_the_grace_period(
+    emu: TpuEmulator, ssh_testbed: SshTestbed
+) -> None:
+    shutdown = f"echo start > {DISK}/notice\nsleep 60\necho never >> {DISK}/notice\n"
+    _create(emu, "slow", "v4-8", **{"shutdown-script": shutdown})
+    t0 = time.monotonic()
+    out = emu.preempt(PROJECT, ZONE, "slow", grace_s=1)
+    assert time.monotonic() - t0 < 10
+    assert out["shutdownExit"] == [-9] and out["node"]["state"] == "PREEMPTED"
+    time.sleep(0.5)
+    assert (ssh_testbed.disk(1) / "notice").read_text() == "start\n"  # the sleep was killed
+
+
+def test_each_host_has_a_private_var_lib_tcl_shim(ssh_testbed: SshTestbed) -> None:
+    def ssh(i: int, cmd: str) -> str:
+        argv = ["ssh", "-F", ssh_testbed.config, ssh_testbed.ip(i), cmd]
+        return subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+
+    mine = f"mine-{uuid.uuid4().hex}"
+    ssh(1, f"echo h1 > {DISK}/{mine}")
+    assert ssh(1, f"cat {DISK}/{mine}") == "h1\n"
+    assert mine not in ssh(2, f"ls -A {DISK}").split()
+    assert not Path(DISK, mine).exists()
+    assert (ssh_testbed.disk(1) / mine).read_text() == "h1\n"
+    (ssh_testbed.disk(1) / mine).unlink()

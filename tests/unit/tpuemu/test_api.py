@@ -215,7 +215,7 @@ def test_require_auth() -> None:
         assert (resp.status_code, err["status"]) == (401, "UNAUTHENTICATED")
         token = tpu_v2.TpuClient(
             transport="rest",
-            credentials=OAuthCredentials(token="t"),
+            credentials=OAuthCredentials(token="t"),  # type: ignore[no-untyped-call]
             client_options=ClientOptions(api_endpoint=emu.url),
         )
         assert list(token.list_nodes(parent=PARENT)) == []
