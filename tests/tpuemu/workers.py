@@ -122,7 +122,12 @@ def kill_host(host: WorkerHost, attempts: int = 20) -> int:
         out = subprocess.run(
             ["ip", "netns", "pids", host.netns], capture_output=True, text=True, check=False
         )
-        pids = [int(p) for p in out.stdout.split() if p.isdigit() and int(p) != keep]
+        # SSH sessions in flight are spared: on a real VM they would just drop, but here every
+        # host shares one filesystem, and a session killed mid-way can leave a shared lock
+        # behind (root's .bashrc runs `pyenv rehash`, whose lock then stalls every later SSH
+        # command for 60 s). What a VM runs lives outside them (daemons, their children).
+        pids = [int(p) for p in out.stdout.split()
+                if p.isdigit() and int(p) != keep and not _under(int(p), keep)]  # fmt: skip
         if not pids:
             return killed
         for pid in pids:
@@ -131,6 +136,19 @@ def kill_host(host: WorkerHost, attempts: int = 20) -> int:
                 killed += 1
         time.sleep(0.05)
     return killed
+
+
+def _under(pid: int, ancestor: int | None) -> bool:
+    """Whether ``ancestor`` is a parent, grandparent, ... of ``pid``."""
+    while ancestor is not None and pid > 1:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            return False
+        pid = int(stat.rsplit(")", 1)[1].split()[1])
+        if pid == ancestor:
+            return True
+    return False
 
 
 def _sshd_pid(host: WorkerHost) -> int | None:

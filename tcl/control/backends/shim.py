@@ -106,10 +106,10 @@ class ShimBackend(Backend):
     def _node_host(self, node: ShimNode) -> ShimHost:
         return self.host(node.host, node.placement)
 
-    def load_handle(self, raw: Any) -> ShimHandle:
+    def load_handle(self, raw: Any) -> BaseHandle:
         data = dict(raw)
         data.setdefault("kind", self.kind)
-        return ShimHandle.model_validate(data)
+        return self.handle_model.model_validate(data)
 
     async def probe(self, name: str) -> HostInfo:
         """What the host's shim reports now (``GET /api/host``)."""

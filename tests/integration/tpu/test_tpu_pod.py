@@ -1,8 +1,8 @@
 """A TPU VM pod end to end: the real `tcl` command, the Cloud TPU API emulator
 (``tests/tpuemu``), and the sshd testbed's netns hosts as the pod's workers.
 
-Node ``tcl-pod`` (v4-24: 12 chips on 3 workers, CPU workers whose shims report 4 fake
-``tpu-v4`` chips) is created on demand; its startup-script installs the real shim on each
+Node ``tcl-pod`` (v5p-24: 12 chips on 3 workers, CPU workers whose shims report 4 fake
+``tpu-v5p`` chips) is created on demand; its startup-script installs the real shim on each
 worker (from this checkout's venv, which every worker sees); jobs run on all 3 workers as one
 3-process JAX job. What is emulated: the Google API only (see tests/tpuemu/__init__.py).
 """
@@ -63,6 +63,7 @@ class Pod:
     env: TclEnv
     emu: TpuEmulator
     root: Path  # the cluster's root: a directory every worker sees
+    testbed: SshTestbed
 
     def node_state(self) -> str | None:
         try:
@@ -92,7 +93,7 @@ hosts:
     cluster: pod
     zone: {ZONE}
     project: {PROJECT}
-    accelerator_type: v4-24
+    accelerator_type: v5p-24
     version: tpu-ubuntu2204-base
     spot: true
     node_id: {NODE}
@@ -103,7 +104,7 @@ hosts:
     known_hosts: {tb.known_hosts}
     connect_timeout_s: 3
     shim_venv: {VENV}
-    fake_accelerators: "tpu-v4:4"
+    fake_accelerators: "tpu-v5p:4"
     boot_timeout_s: 120
     metadata: {{startup-script: "echo users-own-script-ran"}}
 """
@@ -127,7 +128,7 @@ def pod(ssh_testbed: SshTestbed, tmp_path_factory: pytest.TempPathFactory) -> It
         (repo / "psum.py").write_text(PSUM)
         (repo / "crash.py").write_text(CRASH)
         (repo / "sleep.py").write_text(SLEEP)
-        p = Pod(env, emu, root)
+        p = Pod(env, emu, root, ssh_testbed)
         try:
             yield p
         finally:
@@ -179,11 +180,11 @@ def _creates(emu: TpuEmulator) -> list[dict[str, Any]]:
 
 def test_create_on_demand_psum_on_every_worker_logs_and_stop(pod: Pod) -> None:
     env, emu = pod.env, pod.emu
-    submit = ["submit", "--chip", "tpu-v4", "-n", "12", "--", PY, "psum.py"]
+    submit = ["submit", "--chip", "tpu-v5p", "-n", "12", "--", PY, "psum.py"]
     # no terminal to ask on: nothing is created
     refused = env.tcl(*submit, check=False)
     assert refused.returncode == 3, refused.stderr
-    assert "create TPU node tcl-pod (v4-24: 12 x tpu-v4 on 3 workers, spot" in refused.stderr
+    assert "create TPU node tcl-pod (v5p-24: 12 x tpu-v5p on 3 workers, spot" in refused.stderr
     assert "not confirmed: nothing was created" in refused.stderr
     assert _creates(emu) == [] and pod.node_state() is None
     # a "no" on a terminal: nothing either
@@ -197,23 +198,23 @@ def test_create_on_demand_psum_on_every_worker_logs_and_stop(pod: Pod) -> None:
     assert lines == [f"[worker {r}] rank {r} of 3 psum 6.0" for r in range(3)], out
     [create] = _creates(emu)
     body = create["body"]
-    assert body["acceleratorType"] == "v4-24" and body["schedulingConfig"]["spot"] is True
+    assert body["acceleratorType"] == "v5p-24" and body["schedulingConfig"]["spot"] is True
     assert "tcl-shim" in body["metadata"]["startup-script"]
     assert body["metadata"]["shutdown-script"]
     # the user's own startup-script was kept and ran on every worker
-    for w in range(3):
-        assert "users-own-script-ran" in emu.startup_log(NODE, w)
+    for w in range(3):  # each worker's own disk
+        assert "users-own-script-ran" in (pod.testbed.disk(w + 1) / "user-startup.log").read_text()
     (run,) = pod.runs().values()
     assert run["state"] == "succeeded" and run["host"] == "pod", run
     only = env.tcl("logs", run["run_id"], "--node", "2").stdout
     assert "rank 2 of 3 psum 6.0" in only and "rank 0" not in only
 
     hosts = env.tcl("hosts", "--check").stdout
-    assert hosts.count("tpu-v4: 4 of 4 free") == 3, hosts
+    assert hosts.count("tpu-v5p: 4 of 4 free") == 3, hosts
 
     # the node is kept: a second job starts on it without creating anything; `tcl stop` ends
     # it on every worker and frees every chip
-    res = env.tcl_json("submit", "-d", "--chip", "tpu-v4", "-n", "12", "--", PY, "sleep.py")
+    res = env.tcl_json("submit", "-d", "--chip", "tpu-v5p", "-n", "12", "--", PY, "sleep.py")
     deadline = time.monotonic() + 120
     while sum(f"up {r}" in env.tcl("logs", res["run_id"]).stdout for r in range(3)) < 3:
         assert time.monotonic() < deadline, env.tcl("logs", res["run_id"]).stdout
@@ -222,26 +223,26 @@ def test_create_on_demand_psum_on_every_worker_logs_and_stop(pod: Pod) -> None:
     env.tcl("stop", res["run_id"])
     assert pod.runs()[res["run_id"]]["state"] == "terminated"
     hosts = env.tcl("hosts", "--check").stdout
-    assert hosts.count("tpu-v4: 4 of 4 free") == 3, hosts
+    assert hosts.count("tpu-v5p: 4 of 4 free") == 3, hosts
 
 
 def test_a_crashing_worker_stops_the_others_and_fails_the_run_naming_it(pod: Pod) -> None:
     env = pod.env
-    res = env.tcl("submit", "--yes", "--chip", "tpu-v4", "-n", "12", "--", PY, "crash.py",
+    res = env.tcl("submit", "--yes", "--chip", "tpu-v5p", "-n", "12", "--", PY, "crash.py",
                   check=False, timeout=300)  # fmt: skip
     assert res.returncode != 0, res.stdout
     run = max(pod.runs().values(), key=lambda r: r["created_at"])
     assert run["state"] == "failed", run
     assert run["message"] == "worker 1 failed (exit code 3); the other workers were stopped"
     hosts = env.tcl("hosts", "--check").stdout
-    assert hosts.count("tpu-v4: 4 of 4 free") == 3, hosts
+    assert hosts.count("tpu-v5p: 4 of 4 free") == 3, hosts
 
 
 def test_dry_run_prints_the_node_request_and_calls_no_api(pod: Pod) -> None:
     env, emu = pod.env, pod.emu
     env.tcl("host", "down", "pod")
     emu.clear_requests()
-    res = env.tcl("submit", "--dry-run", "--chip", "tpu-v4", "-n", "24", "--tpu-version",
+    res = env.tcl("submit", "--dry-run", "--chip", "tpu-v5p", "-n", "24", "--tpu-version",
                   "v2-alpha-tpuv4", "--tpu-on-demand", "--", PY, "psum.py")  # fmt: skip
     out = res.stdout
     assert "needs confirmation (--yes): create TPU node tcl-pod" in out
@@ -254,7 +255,7 @@ def test_dry_run_prints_the_node_request_and_calls_no_api(pod: Pod) -> None:
 
 def test_down_deletes_the_node_when_the_run_ends(pod: Pod) -> None:
     env = pod.env
-    res = env.tcl("submit", "--yes", "--down", "--chip", "tpu-v4", "-n", "12", "--", PY,
+    res = env.tcl("submit", "--yes", "--down", "--chip", "tpu-v5p", "-n", "12", "--", PY,
                   "psum.py", timeout=400)  # fmt: skip
     assert "[worker 2] rank 2 of 3 psum 6.0" in res.stdout, res.stdout + res.stderr
     assert pod.node_state() is None
@@ -281,7 +282,7 @@ def test_a_preempted_pod_is_recreated_and_the_trainer_resumes(pod: Pod) -> None:
     (env.repo / "gpt.yaml").write_text(GPT)
     out = pod.root / "out"
     res = env.tcl_json(
-        "submit", "-d", "--yes", "--chip", "tpu-v4", "-n", "12", "--job", "gpt/train",
+        "submit", "-d", "--yes", "--chip", "tpu-v5p", "-n", "12", "--job", "gpt/train",
         "--job-config", "gpt.yaml", "--env", f"TCL_OUT_DIR={out}",
     )  # fmt: skip
     run_id = res["run_id"]

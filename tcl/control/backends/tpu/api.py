@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -305,10 +306,9 @@ def _translated(host: str, what: str, fn: Callable[[], T]) -> T:
 
 
 def _message(e: Any) -> str:
-    code = getattr(e, "code", None)
-    name = getattr(code, "name", None) or str(code or "")
-    msg = getattr(e, "message", None) or str(e)
-    return f"{name} {msg}".strip() if name else str(msg)
+    """The API's own words: the REST transport prefixes them with ``METHOD URL: ``."""
+    msg = str(getattr(e, "message", None) or e)
+    return re.sub(r"^(GET|POST|PATCH|PUT|DELETE) \S+: ", "", msg)
 
 
 def _first(e: BaseException) -> str:

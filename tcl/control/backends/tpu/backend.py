@@ -271,6 +271,8 @@ class TpuBackend(ShimBackend):
         out.append("# metadata shutdown-script (asks running jobs to checkpoint on preemption):\n")
         out.append(body["metadata"]["shutdown-script"].rstrip("\n") + "\n")
         out.append(f"# then one task per worker ({sl.workers}):\n")
+        if host not in self._endpoints:  # no node yet: its workers' addresses are not known
+            self._endpoints[host] = tuple(f"<worker {i} address>" for i in range(sl.workers))
         out.append(super().dry_run(plan, job, image))
         return "".join(out)
 
