@@ -326,6 +326,8 @@ def _message(err: Any) -> str:
         return f"unknown host type {err['input'].get('type')!r} (local, ssh, slurm, tpu, volcano)"
     if kind == "union_tag_not_found":
         return "missing key 'type' (local, ssh, slurm, tpu, volcano)"
+    if kind == "value_error":  # our own validators' words say what is wrong already
+        return str(err["msg"]).removeprefix("Value error, ")
     return f"{err['msg']} (got {err['input']!r})"
 
 

@@ -204,7 +204,7 @@ class ShimBackend(Backend):
         except BaseException:
             # Ctrl-C or a failure after a task exists: never leave one holding accelerators,
             # nor a partial upload on a host
-            await asyncio.shield(self._undo(hosts, tasks))
+            await asyncio.shield(self._undo(hosts, [s.id for s in specs]))
             raise
         return Launched(
             handle=self._handle(plan, [n for n in nodes if n]),
@@ -252,15 +252,19 @@ class ShimBackend(Backend):
             code_sha256=job.code.sha256 if job.code else None, multinode=multi,
         )  # fmt: skip
 
-    async def _undo(self, hosts: list[ShimHost], tasks: list[TaskInfo | None]) -> None:
-        for h, t in zip(hosts, tasks, strict=True):
-            if t is not None:
-                with contextlib.suppress(TclError):
-                    shim = await h.shim()
-                    await shim.terminate_task(
-                        t.id, TerminationReason.FAILED, "submit did not finish"
-                    )
+    async def _undo(self, hosts: list[ShimHost], task_ids: list[str]) -> None:
+        """Terminate every task this launch may have made, by its id: a create cancelled in
+        flight (another node failed first) may have reached its shim with no answer back."""
+
+        async def one(h: ShimHost, task_id: str) -> None:
+            with contextlib.suppress(TclError):
+                shim = await h.shim()
+                await shim.terminate_task(
+                    task_id, TerminationReason.FAILED, "submit did not finish"
+                )
             await h.discard_staged()
+
+        await asyncio.gather(*(one(h, t) for h, t in zip(hosts, task_ids, strict=True)))
 
     async def _start_job(
         self, host: ShimHost, task: TaskInfo, job: JobSpec, snap: Snapshot, obs: Observer

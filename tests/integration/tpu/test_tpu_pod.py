@@ -307,3 +307,74 @@ def test_a_preempted_pod_is_recreated_and_the_trainer_resumes(pod: Pod) -> None:
         store.close()
     assert [a.attempt for a in attempts] == [0, 1], attempts
     assert attempts[0].state.value == "terminated"
+
+
+class _Quiet:
+    def status(self, text: str) -> None: ...
+
+    def progress(self, done: int, total: int) -> None: ...
+
+    def note(self, text: str) -> None: ...
+
+
+def test_a_worker_without_capacity_leaves_nothing_running_on_the_others(
+    pod: Pod, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """All workers or none: worker 2's shim refuses (its chips taken after the plan was made),
+    so the tasks already created on workers 0 and 1 are terminated before the error returns."""
+    import asyncio
+
+    from tcl.control.backends.base import Handle
+    from tcl.control.backends.tpu.backend import TpuBackend
+    from tcl.control.config import load_config
+    from tcl.control.errors import NoCapacityError
+    from tcl.control.paths import cache_dir
+    from tcl.control.service import Control
+    from tcl.control.shipping import snapshot
+    from tcl.control.solver import Request, solve
+    from tcl.runner.api import CodeRef, JobSpec
+    from tcl.shim.api import ExecutorKind, TaskSpec, TaskStatus, TerminationReason
+
+    if pod.node_state() != "READY":  # the node exists when the pod's earlier tests ran
+        pod.env.tcl("submit", "--yes", "--chip", "tpu-v5p", "-n", "12", "--", PY, "psum.py",
+                    timeout=400)  # fmt: skip
+    for k, v in pod.env.env().items():
+        monkeypatch.setenv(k, v)
+
+    async def scenario() -> tuple[list[Handle], list[str]]:
+        ctl = Control(load_config(pod.env.config))
+        try:
+            backend = ctl.backend_of("pod")
+            assert isinstance(backend, TpuBackend)
+            sol = await solve(ctl.cfg, Request(chip="tpu-v5p", chips=12), ctl.backend_of)
+            plan = sol.candidates[0]
+            assert plan.params["action"] == "use"
+            blocker_shim = await backend.host("pod/w2").shim()
+            await blocker_shim.create_task(TaskSpec(id="blocker", executor=ExecutorKind.PROCESS,
+                                                    accelerators=4))  # fmt: skip
+            snap = snapshot(pod.env.repo, cache_dir(), 10**8)
+            job = JobSpec(run_id="r-cap", argv=[PY, "sleep.py"],
+                          code=CodeRef(sha256=snap.sha256, size=snap.size))  # fmt: skip
+            handles: list[Handle] = []
+            try:
+                with pytest.raises(NoCapacityError):
+                    await backend.launch(plan, job, snap, None, _Quiet(), handles.append)
+            finally:
+                await blocker_shim.terminate_task("blocker", TerminationReason.STOPPED_BY_USER)
+                await blocker_shim.remove_task("blocker")
+            live = []
+            last = handles[-1] if handles else None
+            for n in getattr(last, "nodes", []):
+                task = await (await backend.host(n.host).shim()).get_task(n.task_id)
+                if task.status is not TaskStatus.TERMINATED:
+                    live.append(n.task_id)
+            return handles, live
+        finally:
+            await ctl.aclose()
+
+    _, live = asyncio.run(scenario())
+    # whichever creates reached workers 0 and 1 (answered or cut short when worker 2 refused),
+    # none is left holding chips
+    assert live == [], live
+    hosts = pod.env.tcl("hosts", "--check").stdout
+    assert hosts.count("tpu-v5p: 4 of 4 free") == 3, hosts

@@ -49,5 +49,7 @@ def test_the_config_names_the_key_and_line_of_a_bad_accelerator_type() -> None:
     with pytest.raises(ConfigError) as e:
         parse_config(text, "cfg.yaml")
     assert str(e.value).startswith("cfg.yaml:5: hosts.pod.accelerator_type: ")
-    assert "unknown TPU accelerator type 'v9-32'" in str(e.value)
+    assert str(e.value).endswith(
+        "unknown TPU accelerator type 'v9-32' (known: v2-N, v3-N, v4-N, v5p-N, v5litepod-N, v6e-N)"
+    )
     assert "\n" not in str(e.value)

@@ -139,13 +139,29 @@ class TpuApi:
     def node_name(self, node_id: str) -> str:
         return f"{self._parent()}/nodes/{node_id}"
 
-    async def _call(self, what: str, fn: Callable[[], T]) -> T:
+    async def _call(self, what: str, fn: Callable[[], T], missing_ok: bool = False) -> T:
+        """``fn`` in a thread, its errors translated; a 404 raises :class:`_NotFound` when
+        ``missing_ok`` (the caller expects one) unless it is about the zone itself."""
+
         def run() -> T:
             if self._client is None:
                 self._client = self._make_client()
             return fn()
 
-        return await asyncio.to_thread(_translated, self.host, what, run)
+        try:
+            return await asyncio.to_thread(_translated, self.host, what, run)
+        except _NotFound as e:
+            # Google words a missing zone "Location Z not found or not available." (from
+            # location lookups; the TPU API's own wording for a node path is unverified)
+            zone_missing = str(e).startswith("Location ")
+            if missing_ok and not zone_missing:
+                raise
+            if zone_missing:
+                raise TpuApiError(
+                    f"{self.host}: zone {self.cfg.zone} is not a Cloud TPU location of project "
+                    f"{self._project}: {e} (check `zone:` in the config)"
+                ) from None
+            raise TpuApiError(f"{self.host}: {what}: not found: {e}") from None
 
     # nodes -------------------------------------------------------------------------------
 
@@ -153,7 +169,7 @@ class TpuApi:
         """The node, or None when it does not exist."""
         try:
             raw = await self._call("get node", lambda: self._client.get_node(
-                name=self.node_name(node_id)))  # fmt: skip
+                name=self.node_name(node_id)), missing_ok=True)  # fmt: skip
         except _NotFound:
             return None
         return self._view(raw)
@@ -194,7 +210,7 @@ class TpuApi:
     async def queued_state(self, node_id: str) -> str | None:
         try:
             raw = await self._call("get queued resource", lambda: self._client.get_queued_resource(
-                name=f"{self._parent()}/queuedResources/{node_id}"))  # fmt: skip
+                name=f"{self._parent()}/queuedResources/{node_id}"), missing_ok=True)  # fmt: skip
         except _NotFound:
             return None
         return str(raw.state.state.name)
@@ -207,7 +223,7 @@ class TpuApi:
             op.result(timeout=OPERATION_TIMEOUT_S)
 
         try:
-            await self._call(f"delete queued resource {node_id}", delete)
+            await self._call(f"delete queued resource {node_id}", delete, missing_ok=True)
         except _NotFound:
             return
 
@@ -219,7 +235,7 @@ class TpuApi:
             op.result(timeout=OPERATION_TIMEOUT_S)
 
         try:
-            await self._call(f"delete node {node_id}", delete)
+            await self._call(f"delete node {node_id}", delete, missing_ok=True)
         except _NotFound:
             return
 
@@ -259,7 +275,7 @@ class TpuApi:
 
 
 class _NotFound(Exception):
-    """A 404 (internal: callers that expect one turn it into None)."""
+    """A 404 (internal: callers that expect one turn it into None, others into an error)."""
 
 
 def _json(body: Mapping[str, Any]) -> str:
@@ -275,8 +291,8 @@ def _translated(host: str, what: str, fn: Callable[[], T]) -> T:
 
     try:
         return fn()
-    except gexc.NotFound:
-        raise _NotFound() from None
+    except gexc.NotFound as e:
+        raise _NotFound(_message(e)) from None
     except auth_exc.DefaultCredentialsError:
         raise TpuApiError(
             f"{host}: no Google Cloud credentials: run `gcloud auth application-default login` "
