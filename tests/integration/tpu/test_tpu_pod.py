@@ -220,6 +220,9 @@ def test_create_on_demand_psum_on_every_worker_logs_and_stop(pod: Pod) -> None:
         assert time.monotonic() < deadline, env.tcl("logs", res["run_id"]).stdout
         time.sleep(0.5)
     assert len(_creates(emu)) == 1
+    # `tcl ssh RUN --node 1` lands on worker 1 (process executor: the job runs on the worker)
+    on = env.tcl("ssh", "--node", "1", res["run_id"], "--", "hostname", "-I").stdout
+    assert on.split() == [pod.testbed.ip(2)], on
     env.tcl("stop", res["run_id"])
     assert pod.runs()[res["run_id"]]["state"] == "terminated"
     hosts = env.tcl("hosts", "--check").stdout

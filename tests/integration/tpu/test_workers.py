@@ -7,6 +7,7 @@ the hosts go back to the pool with their sshd still listening.
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import time
 import uuid
@@ -33,8 +34,11 @@ START_SLEEP = f"setsid sleep 1000 </dev/null >/dev/null 2>&1 & echo $! > {DISK}/
 @pytest.fixture
 def emu(ssh_testbed: SshTestbed, tmp_path: Path) -> Iterator[TpuEmulator]:
     for i in range(1, ssh_testbed.hosts + 1):
-        for f in ssh_testbed.disk(i).iterdir():
-            f.unlink()
+        for f in ssh_testbed.disk(i).iterdir():  # other tests' shims leave directories too
+            if f.is_dir() and not f.is_symlink():
+                shutil.rmtree(f)
+            else:
+                f.unlink()
     hosts = hosts_of_testbed(ssh_testbed.dir, ssh_testbed.hosts)
     with TpuEmulator(hosts, Path(ssh_testbed.config), log_dir=tmp_path, create_delay_s=0.1) as e:
         yield e

@@ -36,6 +36,7 @@ from tcl.control.backends.base import (
     Offer,
     Offers,
     RunStatus,
+    SshEndpoint,
 )
 from tcl.control.backends.shim import ShimBackend
 from tcl.control.backends.shimhandle import ShimNode
@@ -308,6 +309,9 @@ class TpuBackend(ShimBackend):
                 else:
                     obs.status(f"creating TPU node {nid} ({cfg.accelerator_type})")
                     await api.create_node(req)
+            if action == "use" and host in self._endpoints:
+                # the offer read the node READY and every worker's shim idle just now
+                return await super().launch(plan, job, snap, image, obs, on_handle)
             deadline = time.monotonic() + cfg.boot_timeout_s
             node = await api.wait_state(nid, USABLE, cfg.boot_timeout_s,
                                         lambda s: obs.status(f"node {nid}: {s}"))  # fmt: skip
@@ -407,6 +411,26 @@ class TpuBackend(ShimBackend):
                     return f"node {handle.node_id} preempted (worker {n.host} was notified)"
         return None
 
+    def ssh_endpoint(self, handle: Handle, node: int) -> SshEndpoint | None:
+        """The task's container sshd (docker executor), else a login shell on the worker
+        itself (process executor: the job runs there)."""
+        assert isinstance(handle, TpuHandle)
+        if not handle.nodes:
+            return None
+        ep = super().ssh_endpoint(handle, node)
+        if ep is not None:
+            return ep
+        n = handle.nodes[node]
+        t = self._node_host(n)
+        if not isinstance(t, SshShimHost):
+            return None
+        c = t.target
+        return SshEndpoint(
+            host=c.host, port=c.port, user=c.user, identity_file=c.identity_file,
+            known_hosts=c.known_hosts, proxy_jump=c.proxy_jump,
+            remote_argv=("bash", "-c", _WORKER_SHELL, "tcl-ssh"),
+        )  # fmt: skip
+
     async def status(self, handle: Handle) -> RunStatus:
         assert isinstance(handle, TpuHandle)
         if not handle.nodes:
@@ -451,6 +475,10 @@ class TpuBackend(ShimBackend):
         nid = self.node_id(host)
         await self._delete(host, nid)
         return f"deleted TPU node {nid}"
+
+
+# `tcl ssh RUN --node N [-- CMD]` on a worker: a login shell, or CMD in one
+_WORKER_SHELL = '[ "${1-}" = -- ] && shift; [ "$#" -gt 0 ] && exec bash -lc "$*"; exec bash -l'
 
 
 def _flag(option: str | None, default: bool) -> bool:
