@@ -1,7 +1,7 @@
 """Accelerator types (``v4-32``, ``v5litepod-16`` ...) and how many workers (hosts) they have.
 
 v2, v3, v4 and v5p names count TensorCores (2 per chip); v5litepod and v6e names count chips.
-A host has 4 chips (8 for a single-host v5litepod-8 / v6e-8, as on GCP).
+A host has 4 chips (8 for a single-host v5litepod-8 / v6e-8 and for multi-host v5e, as on GCP).
 """
 
 from __future__ import annotations
@@ -60,7 +60,10 @@ def workers_for_config(config: dict[str, Any], zone: str) -> tuple[str, int]:
 def _hosts(gen: str, chips: int) -> int:
     if gen in CHIP_NAMED and chips <= 8:
         return 1
-    return max(1, chips // CHIPS_PER_HOST)
+    # multi-host v5e slices have 8 chips per host (cloud.google.com/tpu/docs/v5e: 4x4 is 16
+    # chips on 2 hosts); v6e and the core-named generations 4
+    per_host = 8 if gen == "v5litepod" else CHIPS_PER_HOST
+    return max(1, chips // per_host)
 
 
 def _pow2(n: int) -> bool:

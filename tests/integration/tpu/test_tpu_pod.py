@@ -107,6 +107,23 @@ hosts:
     fake_accelerators: "tpu-v5p:4"
     boot_timeout_s: 120
     metadata: {{startup-script: "echo users-own-script-ran"}}
+  qpod:  # the same slice, asked for through a queued resource
+    type: tpu
+    zone: {ZONE}
+    project: {PROJECT}
+    accelerator_type: v5p-24
+    version: tpu-ubuntu2204-base
+    queued_resource: true
+    node_id: tcl-qpod
+    api_endpoint: {emu.url}
+    credentials: anonymous
+    ssh_user: root
+    identity_file: {tb.key}
+    known_hosts: {tb.known_hosts}
+    connect_timeout_s: 3
+    shim_venv: {VENV}
+    fake_accelerators: "tpu-v5p:4"
+    boot_timeout_s: 120
 """
 
 
@@ -381,3 +398,21 @@ def test_a_worker_without_capacity_leaves_nothing_running_on_the_others(
     assert live == [], live
     hosts = pod.env.tcl("hosts", "--check").stdout
     assert hosts.count("tpu-v5p: 4 of 4 free") == 3, hosts
+
+
+def test_a_queued_resource_is_asked_for_waited_on_and_deleted_with_down(pod: Pod) -> None:
+    env, emu = pod.env, pod.emu
+    if pod.node_state() is not None:
+        env.tcl("host", "down", "pod")  # its workers are the pool's only hosts
+    emu.clear_requests()
+    res = env.tcl("submit", "--yes", "--down", "--host", "qpod", "--chip", "tpu-v5p", "-n",
+                  "12", "--", PY, "psum.py", timeout=400)  # fmt: skip
+    assert "[worker 1] rank 1 of 3 psum 6.0" in res.stdout, res.stdout + res.stderr
+    writes = [(r["method"], r["path"].rsplit("/", 1)[-1]) for r in emu.requests()
+              if r["method"] != "GET"]  # fmt: skip
+    assert ("POST", "queuedResources") in writes, writes
+    assert ("POST", "nodes") not in writes, writes  # the queued resource made the node
+    assert ("DELETE", "tcl-qpod") in writes, writes  # --down: the node and its request
+    qr = [r for r in emu.requests() if r["method"] == "POST" and r["path"].endswith("Resources")]
+    spec = qr[0]["body"]["tpu"]["nodeSpec"][0]
+    assert spec["nodeId"] == "tcl-qpod" and spec["node"]["acceleratorType"] == "v5p-24"

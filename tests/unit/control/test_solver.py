@@ -23,7 +23,7 @@ hosts:
   big: {type: ssh, ssh: b, cluster: b, chips: {h100: 8}}
   amp: {type: ssh, ssh: m, cluster: a, chips: {a100: 4}}
   down: {type: ssh, ssh: d}
-  tpu1: {type: tpu, zone: z, accelerator_type: v4-8, version: v}
+  vol1: {type: volcano, pvc_name: p}
 priority: [down, small, big]
 """)
 
@@ -73,7 +73,7 @@ async def test_priority_order_and_unreachable_skipped() -> None:
     assert sol.candidates[1].nodes[0].free == (5, 6, 7)
     reasons = dict(sol.skipped)
     assert reasons["down"].startswith("unreachable: ssh down: connection refused")
-    assert reasons["tpu1"] == "type tpu has no backend in this version"
+    assert reasons["vol1"] == "type volcano has no backend in this version"
     assert "configured chips: a100:4" in reasons["amp"]
     assert "amp" not in shims.probed  # ruled out by its config, never contacted
 
