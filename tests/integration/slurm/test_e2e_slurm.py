@@ -132,6 +132,11 @@ def test_full_cluster_queues_then_starts_and_stop_ssh_ps(e2e: Env) -> None:
         res = e2e.tcl_json("submit", "-d", "--chip", "h100", "-n", "4", "--", PY, "hello.py", "x")
         run_id = res["run_id"]
         run = e2e.wait_state(run_id, {"queued"})
+        # SLURM gives a just-submitted job the reason "None" until its next scheduling pass
+        deadline = time.monotonic() + 60
+        while "Resources" not in (run["message"] or "") and time.monotonic() < deadline:
+            time.sleep(0.5)
+            run = e2e.wait_state(run_id, {"queued"})
         assert "Resources" in (run["message"] or ""), run
     finally:
         c.ssh(f"scancel {holder}")
