@@ -51,7 +51,7 @@ async def _sync(ctl: Control, ref: str) -> tuple[str, str | None]:
         return run.id, None
     try:
         for _ in range(1000):
-            res = await pull(ctl, ctl.store.get_run(run.id))
+            res = await pull(ctl, ctl.store.get_run(run.id), relaunch=False)
             if not res.more:
                 break
     except TclError as e:

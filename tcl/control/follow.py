@@ -63,9 +63,13 @@ async def _pages(
     return {polls[t]: t.result() for t in done}
 
 
-async def pull(ctl: Control, run: Run, wait_s: float = 0.0, release: bool = True) -> PullResult:
+async def pull(
+    ctl: Control, run: Run, wait_s: float = 0.0, release: bool = True, relaunch: bool = True
+) -> PullResult:
     """New events from every node, stored before being returned. ``release``: once the last
-    event is kept, free the run's host resources here (else the caller does, :func:`release`)."""
+    event is kept, free the run's host resources here (else the caller does, :func:`release`).
+    ``relaunch``: a run its host lost is placed again here (minutes, for a cloud node: not
+    under `tcl ps`'s short timeout; a follower does it)."""
     att = ctl.store.latest_attempt(run.id)
     if att is None or not att.handle:
         return PullResult([], run.state, False)
@@ -86,6 +90,8 @@ async def pull(ctl: Control, run: Run, wait_s: float = 0.0, release: bool = True
         return PullResult(fresh, RunState.QUEUED, True)
     lost = next((p for p in pages.values() if p.lost), None)
     if lost is not None:
+        if not relaunch:
+            return PullResult(fresh, run.state, False)
         await _relaunch(ctl, run, att, lost.message or "its host lost it")
         return PullResult(fresh, ctl.store.get_run(run.id).state, True)
     # a node whose poll was cut short is still live as far as this pull knows
@@ -292,7 +298,8 @@ async def refresh_many(ctl: Control, runs: Sequence[Run], timeout_s: float = 5.0
             ctl.store.clear_unreachable(r.id)
             if ans.state.is_final or ans.state != r.state:
                 with contextlib.suppress(TclError, TimeoutError):
-                    await asyncio.wait_for(pull(ctl, ctl.store.get_run(r.id)), timeout_s)
+                    run_now = ctl.store.get_run(r.id)
+                    await asyncio.wait_for(pull(ctl, run_now, relaunch=False), timeout_s)
             _record_state(ctl, ctl.store.get_run(r.id), att, ans.state, ans.exit_code,
                           ans.message)  # fmt: skip
 
@@ -326,7 +333,8 @@ async def stop(ctl: Control, run: Run, grace_s: float = 10.0) -> Run:
     deadline = time.monotonic() + grace_s + 10.0
     with contextlib.suppress(TclError):
         while time.monotonic() < deadline:
-            res = await pull(ctl, ctl.store.get_run(run.id), wait_s=1.0, release=False)
+            res = await pull(ctl, ctl.store.get_run(run.id), wait_s=1.0, release=False,
+                             relaunch=False)  # fmt: skip
             if res.state.is_final and not res.more:
                 break
     ctl.store.set_state(run.id, RunState.TERMINATED, message="stopped by user")

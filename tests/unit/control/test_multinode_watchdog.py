@@ -141,3 +141,13 @@ async def test_a_lost_run_whose_code_left_the_cache_fails_saying_so(ctl: Control
     assert run.state is RunState.FAILED
     assert run.message.startswith("node tcl-x preempted; placing it again failed: code aaaa")
     assert Scripted.launched == []
+
+
+async def test_only_a_follower_places_a_lost_run_again(ctl: Control) -> None:
+    """`tcl ps` (refresh) and `tcl logs` pull with a short timeout: a relaunch (minutes for a
+    cloud node) would be cut short there, so they leave the run to its follower."""
+    Scripted.pages = {0: NodePage([], RunState.TERMINATED, message="node tcl-x preempted",
+                                  lost=True), 1: NodePage([], RunState.RUNNING)}  # fmt: skip
+    res = await pull(ctl, ctl.store.get_run("r-1"), relaunch=False)
+    assert not res.more and Scripted.launched == [] and Scripted.released == []
+    assert ctl.store.get_run("r-1").state is RunState.RUNNING
