@@ -96,7 +96,7 @@ async def pull(
         return PullResult(fresh, ctl.store.get_run(run.id).state, True)
     # a node whose poll was cut short is still live as far as this pull knows
     states = [pages[n].state if n in pages else RunState.RUNNING for n in range(handle.node_count)]
-    failed = _failed_node(pages, states)
+    failed = _failed_node(pages, states) if not run.state.is_final else None
     if failed is not None:
         # Watchdog: one node's job failed while others still run. A multi-host job cannot go
         # on without it (the others would hang in their next collective): stop them now.
@@ -108,7 +108,9 @@ async def pull(
         why = f"{noun} {node} failed" + (f" (exit code {code})" if code is not None else "")
         ctl.store.set_state(run.id, RunState.FAILED, exit_code=code,
                             message=f"{why}; the other {noun}s were stopped")  # fmt: skip
-        return PullResult(fresh, RunState.RUNNING, True)  # their last events come next
+        # their last events come with the next pulls, which find the run failed already and
+        # stop nothing twice
+        return PullResult(fresh, RunState.RUNNING, True)
     state = worst_state(states)
     more = any(p.more for p in pages.values())
     if not more or not state.is_final:

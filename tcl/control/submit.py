@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,11 +19,12 @@ from tcl.control.errors import (
     NoCapacityError,
     NoPlacementError,
     SubmitCancelled,
+    TclError,
 )
 from tcl.control.jobcheck import check_job_key, job_dirs
 from tcl.control.paths import cache_dir
 from tcl.control.service import Control
-from tcl.control.shipping import Snapshot, snapshot
+from tcl.control.shipping import Snapshot, cached_snapshot, snapshot
 from tcl.control.solver import Request, Solution, solve
 from tcl.control.states import RunState
 from tcl.control.submitted import SubmitResult
@@ -270,11 +272,6 @@ async def relaunch(ctl: Control, run_id: str, obs: Observer | None = None) -> Su
     the same request, code (from the local cache) and run id, so a ``tcl.jobs`` trainer
     resumes from its checkpoints. Secrets are read again from this process's environment.
     A plan that recreates a billed node needs no confirmation: the user's run asked for it."""
-    import os
-
-    from tcl.control.errors import TclError
-    from tcl.control.shipping import cached_snapshot
-
     run = ctl.store.get_run(run_id)
     r = run.request
     if not run.code_sha256:

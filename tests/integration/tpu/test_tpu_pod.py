@@ -84,46 +84,43 @@ class Pod:
             time.sleep(0.5)
 
 
+def _host(emu: TpuEmulator, tb: SshTestbed, node_id: str, extra: str) -> str:
+    """One v5p-24 host (3 workers: the testbed's netns hosts) on the emulator."""
+    return f"""
+    type: tpu
+    zone: {ZONE}
+    project: {PROJECT}
+    accelerator_type: v5p-24
+    version: tpu-ubuntu2204-base
+    node_id: {node_id}
+    api_endpoint: {emu.url}
+    credentials: anonymous
+    ssh_user: root
+    identity_file: {tb.key}
+    known_hosts: {tb.known_hosts}
+    connect_timeout_s: 3
+    shim_venv: {VENV}
+    fake_accelerators: "tpu-v5p:4"
+    boot_timeout_s: 120{extra}"""
+
+
 def _config(emu: TpuEmulator, tb: SshTestbed, root: Path) -> str:
+    pod = _host(
+        emu,
+        tb,
+        NODE,
+        """
+    cluster: pod
+    spot: true
+    metadata: {startup-script: "echo users-own-script-ran"}""",
+    )
+    # the same slice, asked for through a queued resource
+    qpod = _host(emu, tb, "tcl-qpod", "\n    queued_resource: true")
     return f"""
 clusters: {{pod: {{root: {root}}}}}
 hosts:
-  pod:
-    type: tpu
-    cluster: pod
-    zone: {ZONE}
-    project: {PROJECT}
-    accelerator_type: v5p-24
-    version: tpu-ubuntu2204-base
-    spot: true
-    node_id: {NODE}
-    api_endpoint: {emu.url}
-    credentials: anonymous
-    ssh_user: root
-    identity_file: {tb.key}
-    known_hosts: {tb.known_hosts}
-    connect_timeout_s: 3
-    shim_venv: {VENV}
-    fake_accelerators: "tpu-v5p:4"
-    boot_timeout_s: 120
-    metadata: {{startup-script: "echo users-own-script-ran"}}
-  qpod:  # the same slice, asked for through a queued resource
-    type: tpu
-    zone: {ZONE}
-    project: {PROJECT}
-    accelerator_type: v5p-24
-    version: tpu-ubuntu2204-base
-    queued_resource: true
-    node_id: tcl-qpod
-    api_endpoint: {emu.url}
-    credentials: anonymous
-    ssh_user: root
-    identity_file: {tb.key}
-    known_hosts: {tb.known_hosts}
-    connect_timeout_s: 3
-    shim_venv: {VENV}
-    fake_accelerators: "tpu-v5p:4"
-    boot_timeout_s: 120
+  pod:{pod}
+  qpod:{qpod}
 """
 
 

@@ -107,6 +107,8 @@ async def test_a_failed_node_stops_the_others_and_the_run_names_it(ctl: Control)
     run = ctl.store.get_run("r-1")
     assert run.state is RunState.FAILED and run.exit_code == 3
     assert run.message == "node 1 failed (exit code 3); the other nodes were stopped"
+    await pull(ctl, ctl.store.get_run("r-1"))  # node 0 still ending: no second stop
+    assert Scripted.stops == [0]
 
 
 async def test_a_node_failing_after_the_others_succeeded_stops_nothing(ctl: Control) -> None:

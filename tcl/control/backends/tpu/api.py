@@ -12,6 +12,7 @@ same code talks to the emulator under ``tests/tpuemu``.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import time
@@ -176,9 +177,7 @@ class TpuApi:
 
     async def create_node(self, req: NodeRequest, timeout_s: float = OPERATION_TIMEOUT_S) -> None:
         """Create the node and wait for the operation (the node exists, maybe CREATING)."""
-        from google.cloud import tpu_v2
-
-        node = tpu_v2.Node.from_json(_json(req.body()), ignore_unknown_fields=False)
+        node = _node(req)
 
         def create() -> None:
             op = self._client.create_node(parent=self._parent(), node_id=req.node_id, node=node)
@@ -191,7 +190,7 @@ class TpuApi:
         request is accepted: the node appears when capacity does."""
         from google.cloud import tpu_v2
 
-        node = tpu_v2.Node.from_json(_json(req.body()), ignore_unknown_fields=False)
+        node = _node(req)
         qr = tpu_v2.QueuedResource(
             tpu=tpu_v2.QueuedResource.Tpu(node_spec=[tpu_v2.QueuedResource.Tpu.NodeSpec(
                 parent=self._parent(), node_id=req.node_id, node=node)]),
@@ -216,26 +215,25 @@ class TpuApi:
         return str(raw.state.state.name)
 
     async def delete_queued(self, node_id: str) -> None:
-        def delete() -> None:
-            op = self._client.delete_queued_resource(
-                name=f"{self._parent()}/queuedResources/{node_id}"
-            )
-            op.result(timeout=OPERATION_TIMEOUT_S)
-
-        try:
-            await self._call(f"delete queued resource {node_id}", delete, missing_ok=True)
-        except _NotFound:
-            return
+        """Delete the queued resource named as the node (a missing one is not an error)."""
+        # names are made in the call: the project may come from the credentials, read there
+        await self._delete(f"queued resource {node_id}", lambda: (
+            self._client.delete_queued_resource(name=f"{self._parent()}/queuedResources/{node_id}")
+        ))  # fmt: skip
 
     async def delete_node(self, node_id: str) -> None:
         """Delete the node and wait until it is gone (a missing node is not an error)."""
+        await self._delete(f"node {node_id}", lambda: self._client.delete_node(
+            name=self.node_name(node_id)))  # fmt: skip
+
+    async def _delete(self, what: str, start: Callable[[], Any]) -> None:
+        """Start a delete (``start`` returns its operation) and wait for it; 404: gone."""
 
         def delete() -> None:
-            op = self._client.delete_node(name=self.node_name(node_id))
-            op.result(timeout=OPERATION_TIMEOUT_S)
+            start().result(timeout=OPERATION_TIMEOUT_S)
 
         try:
-            await self._call(f"delete node {node_id}", delete, missing_ok=True)
+            await self._call(f"delete {what}", delete, missing_ok=True)
         except _NotFound:
             return
 
@@ -278,10 +276,11 @@ class _NotFound(Exception):
     """A 404 (internal: callers that expect one turn it into None, others into an error)."""
 
 
-def _json(body: Mapping[str, Any]) -> str:
-    import json
+def _node(req: NodeRequest) -> Any:
+    """The client's ``Node`` message from the request's REST body (unknown fields refused)."""
+    from google.cloud import tpu_v2
 
-    return json.dumps(body)
+    return tpu_v2.Node.from_json(json.dumps(req.body()), ignore_unknown_fields=False)
 
 
 def _translated(host: str, what: str, fn: Callable[[], T]) -> T:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -253,8 +254,6 @@ class TpuBackend(ShimBackend):
         host = plan.host
         req = self.node_request(host, plan.params)
         sl = self.slice(host)
-        import json
-
         body = req.body()
         scripts = ("startup-script", "shutdown-script")
         shown = {**body, "metadata": {k: v for k, v in body["metadata"].items()
@@ -272,9 +271,17 @@ class TpuBackend(ShimBackend):
         out.append("# metadata shutdown-script (asks running jobs to checkpoint on preemption):\n")
         out.append(body["metadata"]["shutdown-script"].rstrip("\n") + "\n")
         out.append(f"# then one task per worker ({sl.workers}):\n")
-        if host not in self._endpoints:  # no node yet: its workers' addresses are not known
-            self._endpoints[host] = tuple(f"<worker {i} address>" for i in range(sl.workers))
-        out.append(super().dry_run(plan, job, image))
+        if host in self._endpoints:
+            out.append(super().dry_run(plan, job, image))
+            return "".join(out)
+        # no node yet: name its workers by placeholders for the task specs, then forget them
+        self._endpoints[host] = tuple(f"<worker {i} address>" for i in range(sl.workers))
+        try:
+            out.append(super().dry_run(plan, job, image))
+        finally:
+            del self._endpoints[host]
+            for n in [n for n in self._hosts if n.rpartition("/w")[0] == host]:
+                del self._hosts[n]  # never connected: nothing to close
         return "".join(out)
 
     # launch -----------------------------------------------------------------------------
