@@ -129,3 +129,9 @@ class ConfirmationNeededError(TclError):
 
 class HostSetupError(TclError):
     """`tcl host setup` failed at a named step."""
+
+
+class SweepError(TclError):
+    """A matrix or its entries: not found, or bad input (the message names the entries)."""
+
+    exit_code = 2

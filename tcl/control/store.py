@@ -43,6 +43,9 @@ class _Base(DeclarativeBase):
     pass
 
 
+TableBase = _Base  # other modules' tables (sweeps) live in the same schema and are made with it
+
+
 class RunRow(_Base):
     __tablename__ = "tcl_runs"
 
@@ -212,6 +215,21 @@ class Store:
                 yield s
         except SQLAlchemyError as e:
             raise StoreError(f"state store error: {e}") from None
+
+    def ensure_tables(self) -> None:
+        """Create the tables of modules imported after this store opened (sweeps); no-op for
+        those that exist."""
+        try:
+            with _schema_lock(self.engine):
+                _Base.metadata.create_all(self.engine)
+        except SQLAlchemyError as e:
+            raise StoreError(f"cannot create tables in {self._safe_url()}: {e}") from None
+
+    @contextmanager
+    def session(self) -> Iterator[Session]:
+        """One short transaction, for the modules whose tables share this store (sweeps)."""
+        with self._session() as s:
+            yield s
 
     def close(self) -> None:
         self.engine.dispose()

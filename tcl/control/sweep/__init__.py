@@ -1,0 +1,1 @@
+"""Sweeps: matrices of entries, claimed with leases by any number of schedulers."""

@@ -1,0 +1,32 @@
+"""What every entry of a matrix runs, and where: kept with the matrix as versioned JSON."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from tcl.control.retry import RetryPolicy
+from tcl.runner.api import JobRef
+
+SPEC_VERSION = 1
+
+
+class MatrixSpec(BaseModel):
+    """``argv``: a command template whose ``{field}``s are filled with each entry's (quoted)
+    values; or ``job``: a ``tcl.jobs`` job whose config each entry's fields override."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    version: int = SPEC_VERSION
+    argv: list[str] = Field(default_factory=list)
+    job: JobRef | None = None
+    chip: str | None = None
+    chips: int = Field(default=1, ge=0)
+    nodes: int = Field(default=0, ge=0)
+    host: str | None = None
+    image: str | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+    retry: RetryPolicy = Field(default_factory=RetryPolicy)
+    code_sha256: str  # the snapshot taken at `tcl matrix add` (kept in the local code cache)
+    job_cwd: str = ""
+    max_duration_s: float | None = None
+    config_path: str = ""  # the config file `tcl matrix add` read (a scheduler reads it anew)
