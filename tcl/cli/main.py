@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from tcl.cli import checkpoints, hosts, jobs, logs, ps, serve, ssh, stop, submit
+from tcl.cli import checkpoints, hosts, jobs, logs, matrix, ps, serve, ssh, stop, submit
 from tcl.cli._common import Globals
 
 app = typer.Typer(
@@ -60,6 +60,7 @@ hosts.register(app)
 jobs.register(app)
 serve.register(app)
 checkpoints.register(app)
+matrix.register(app)
 
 
 def main() -> None:

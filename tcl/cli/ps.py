@@ -24,10 +24,12 @@ class _Listing:
     unreachable_since: dict[str, float]  # run id -> first failed refresh (non-final runs)
 
 
-async def _runs(ctl: Control, all_runs: bool) -> _Listing:
+async def _runs(ctl: Control, all_runs: bool, matrix: str | None = None) -> _Listing:
     from tcl.control.follow import refresh_many
 
-    runs = ctl.store.list_runs(include_final=all_runs)
+    prefix = f"{matrix}/" if matrix else None
+    limit = 10_000 if matrix else 200
+    runs = ctl.store.list_runs(include_final=all_runs, limit=limit, name_prefix=prefix)
     fresh = await refresh_many(ctl, runs)
     shown = fresh if all_runs else [r for r in fresh if not r.state.is_final]
     since = ctl.store.unreachable_since([r.id for r in shown if not r.state.is_final])
@@ -70,10 +72,13 @@ def cmd_ps(
     all_runs: Annotated[bool, typer.Option("-a", "--all", help="Include finished runs.")] = False,
     watch: Annotated[bool, typer.Option("-w", "--watch", help="Refresh every 2 s.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="JSON list (stable).")] = False,
+    matrix: Annotated[
+        str | None, typer.Option("--matrix", help="Only the runs of this matrix.")
+    ] = None,
 ) -> None:
     """List runs (active ones by default)."""
     if not watch:
-        listing = with_control(ctx, lambda ctl: _runs(ctl, all_runs))
+        listing = with_control(ctx, lambda ctl: _runs(ctl, all_runs, matrix))
         if as_json:
             print_json([_json(r, listing) for r in listing.runs])
         elif listing.runs:
@@ -86,7 +91,7 @@ def cmd_ps(
 
         with Live(console=out, auto_refresh=False) as live:
             while True:
-                listing = with_control(ctx, lambda ctl: _runs(ctl, all_runs))
+                listing = with_control(ctx, lambda ctl: _runs(ctl, all_runs, matrix))
                 live.update(_table(listing), refresh=True)
                 time.sleep(2.0)
     except KeyboardInterrupt:

@@ -15,6 +15,7 @@ import typer
 from tcl.cli import follow as follow_cmd
 from tcl.cli._common import err, fail, globals_of, out, print_json
 from tcl.cli.render import RichObserver
+from tcl.cli.retryopts import RETRY_BACKOFF_HELP, RETRY_HELP, RETRY_ON_HELP, retry_policy
 from tcl.control.daemon.api import SubmitRequest
 from tcl.control.errors import ConfirmationNeededError, DaemonError, SubmitCancelled, TclError
 from tcl.control.paths import config_path
@@ -167,6 +168,11 @@ def cmd_submit(
         bool | None,
         typer.Option("--tpu-preemptible/--tpu-no-preemptible", help="A preemptible new TPU node."),
     ] = None,
+    retry: Annotated[int, typer.Option("--retry", min=1, help=RETRY_HELP)] = 1,
+    retry_on: Annotated[list[int] | None, typer.Option("--retry-on", help=RETRY_ON_HELP)] = None,
+    retry_backoff_s: Annotated[
+        float, typer.Option("--retry-backoff-s", min=0, help=RETRY_BACKOFF_HELP)
+    ] = 10.0,
 ) -> None:
     """Run COMMAND on the best free host: tcl submit --chip h100 -n 2 -- python train.py"""
     command = command or []
@@ -188,6 +194,7 @@ def cmd_submit(
         env=_pairs(env or []), secrets=_secrets(secret or []), job=job_ref,
         follow=(follow or not detach) and not (as_json and not follow),
         options=_options(down, tpu_version, tpu_spot, tpu_preemptible), yes=yes,
+        retry=retry_policy(retry, retry_on, retry_backoff_s),
     )  # fmt: skip
     if dry_run:
         raise typer.Exit(_dry_run(req))
@@ -277,7 +284,7 @@ def _submission(req: SubmitRequest) -> Submission:
         argv=req.argv, name=req.name, chip=req.chip, chips=req.chips, nodes=req.nodes,
         host=req.host, image=req.image, env=req.env, secrets=req.secrets, job=req.job,
         code_dir=Path(req.code_dir) if req.code_dir is not None else None,
-        options=req.options, yes=req.yes,
+        options=req.options, yes=req.yes, retry=req.retry,
     )  # fmt: skip
 
 

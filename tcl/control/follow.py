@@ -18,6 +18,7 @@ from tcl.control.backends.base import Backend, Handle, NodePage, worst_state
 from tcl.control.backoff import backoff_s
 from tcl.control.errors import AgentUnreachableError, SshConnectError, TclError
 from tcl.control.logcache import KeptEvent, LogCache
+from tcl.control.retrying import place_waiting, release_attempt, retry_after_end, waiting_for_retry
 from tcl.control.service import Control
 from tcl.control.states import Move, RunState, move
 from tcl.runner.api import EventKind
@@ -73,6 +74,8 @@ async def pull(
     att = ctl.store.latest_attempt(run.id)
     if att is None or not att.handle:
         return PullResult([], run.state, False)
+    if waiting_for_retry(ctl, run):
+        return await _retry_when_due(ctl, run, wait_s, relaunch)
     backend = ctl.backend_for(att)
     handle = ctl.handle(att)
     if handle.released and run.state.is_final:
@@ -90,6 +93,9 @@ async def pull(
         return PullResult(fresh, RunState.QUEUED, True)
     lost = next((p for p in pages.values() if p.lost), None)
     if lost is not None:
+        why = lost.message or "its host lost it"
+        if await retry_after_end(ctl, run, att, RunState.TERMINATED, None, why, True) is None:
+            return PullResult(fresh, RunState.QUEUED, True)  # its policy places it again
         if not relaunch:
             return PullResult(fresh, run.state, False)
         await _relaunch(ctl, run, att, lost.message or "its host lost it")
@@ -117,10 +123,28 @@ async def pull(
         codes = [p.exit_code for p in pages.values() if p.exit_code]
         code = codes[0] if codes else next((p.exit_code for p in pages.values()), None)
         why = next((p.message for p in pages.values() if p.message), "")
+        if state.is_final and not run.state.is_final:
+            preempted = any(p.preempted for p in pages.values())
+            ended = await retry_after_end(ctl, run, att, state, code, why, preempted)
+            if ended is None:
+                return PullResult(fresh, RunState.QUEUED, True)  # its policy places it again
+            why = ended
         _record_state(ctl, ctl.store.get_run(run.id), att, state, code, why)
     if state.is_final and not more and release:
-        await _release(ctl, att, state)
+        await release_attempt(ctl, att, state)
     return PullResult(fresh, state if not more else RunState.RUNNING, more)
+
+
+async def _retry_when_due(ctl: Control, run: Run, wait_s: float, relaunch: bool) -> PullResult:
+    """A run waiting for its retry: placed again once its backoff passed (when this caller
+    places runs); a long-poll waits for that moment rather than answer at once."""
+    waiting = ctl.retries.waiting(run.id)
+    if waiting is not None and not waiting.due and wait_s > 0:
+        await asyncio.sleep(min(wait_s, max(0.0, waiting.not_before - time.time())))
+        waiting = ctl.retries.waiting(run.id)
+    if relaunch and waiting is not None and waiting.due:
+        await place_waiting(ctl, run.id)
+    return PullResult([], ctl.store.get_run(run.id).state, True)
 
 
 def _failed_node(
@@ -142,7 +166,7 @@ async def _relaunch(ctl: Control, run: Run, att: Attempt, why: str) -> None:
 
     ctl.store.update_attempt(run.id, att.attempt, state=RunState.TERMINATED)
     with contextlib.suppress(TclError):
-        await _release(ctl, att, RunState.TERMINATED)
+        await release_attempt(ctl, att, RunState.TERMINATED)
     current = ctl.store.get_run(run.id)
     if move(current.state, RunState.QUEUED) is not Move.APPLY:
         return  # stopped here meanwhile
@@ -175,6 +199,8 @@ def _record_state(
     provisioning, a run stopped here already) changes nothing."""
     if state == run.state and not (state is RunState.QUEUED and why and why != run.message):
         return
+    if waiting_for_retry(ctl, run):
+        return  # its last attempt's end was handled: the run waits to be placed again
     if move(run.state, state) is not Move.APPLY:
         return
     if state.is_final:
@@ -186,26 +212,13 @@ def _record_state(
         ctl.store.update_attempt(run.id, att.attempt, state=state)
 
 
-async def _release(ctl: Control, att: Attempt, state: RunState) -> None:
-    """Once every event is kept locally: free what the run holds on its host."""
-    handle = ctl.handle(att)
-    if handle.released:
-        return
-    try:
-        await ctl.backend_for(att).release(handle, state)
-    except TclError:
-        return  # the host is gone: nothing to free that can be reached
-    released = handle.model_copy(update={"released": True})
-    ctl.store.update_attempt(att.run_id, att.attempt, handle=released.model_dump(mode="json"))
-
-
 async def release(ctl: Control, run_id: str) -> None:
     """Free a final run's host resources once every event is kept (what a pull with
     ``release`` does): the host frees its accelerators and files."""
     run = ctl.store.get_run(run_id)
     att = ctl.store.latest_attempt(run_id)
     if att is not None and att.handle and run.state.is_final:
-        await _release(ctl, att, run.state)
+        await release_attempt(ctl, att, run.state)
 
 
 async def follow(
@@ -319,6 +332,11 @@ async def stop(ctl: Control, run: Run, grace_s: float = 10.0) -> Run:
     free what it holds."""
     if run.state.is_final:
         return run
+    if waiting_for_retry(ctl, run):  # its last attempt ended already: nothing runs to stop
+        ctl.retries.placed(run.id)
+        ctl.store.set_state(run.id, RunState.TERMINATED, message="stopped by user (was waiting "
+                            "to be placed again)")  # fmt: skip
+        return ctl.store.get_run(run.id)
     att = ctl.store.latest_attempt(run.id)
     if att is None or not att.handle:
         ctl.store.set_state(run.id, RunState.TERMINATED, message="stopped before placement")
@@ -341,5 +359,5 @@ async def stop(ctl: Control, run: Run, grace_s: float = 10.0) -> Run:
                 break
     ctl.store.set_state(run.id, RunState.TERMINATED, message="stopped by user")
     with contextlib.suppress(TclError):
-        await _release(ctl, ctl.store.latest_attempt(run.id) or att, RunState.TERMINATED)
+        await release_attempt(ctl, ctl.store.latest_attempt(run.id) or att, RunState.TERMINATED)
     return ctl.store.get_run(run.id)

@@ -27,8 +27,11 @@ def state_dir() -> Path:
 
 
 def cache_dir() -> Path:
-    """Code tarballs (content-addressed) live here; safe to delete."""
-    path = state_dir() / "code"
+    """Code tarballs (content-addressed) live here; safe to delete. ``$TCL_CODE_CACHE_DIR``:
+    a directory shared by the schedulers of a team (a matrix's code is snapshotted once, by
+    `tcl matrix add`, and placed by whichever scheduler claims an entry)."""
+    env = os.environ.get("TCL_CODE_CACHE_DIR")
+    path = Path(env).expanduser() if env else state_dir() / "code"
     path.mkdir(parents=True, exist_ok=True)
     return path
 

@@ -67,7 +67,8 @@ def decide(
     failed_now = failures + 1
     if (listed or infra) and failed_now < policy.max_attempts:
         delay = policy.delay_s(failed_now)
-        why = f"attempt {failed_now} of {policy.max_attempts} failed ({ended}); retry in {delay:g} s"
+        why = f"attempt {failed_now} of {policy.max_attempts} failed ({ended}); "
+        why += f"retry in {delay:g} s"
         return Decision(Verdict.RETRY, delay, why)
     if listed or infra:
         return Decision(Verdict.FAILED, why=f"{ended}; {failed_now} attempts failed")

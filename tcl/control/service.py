@@ -12,6 +12,7 @@ from tcl.control.config import Config
 from tcl.control.errors import TclError
 
 if TYPE_CHECKING:
+    from tcl.control.retries import Retries
     from tcl.control.ssh import SshPool
     from tcl.control.store import Attempt, Store
 
@@ -40,6 +41,7 @@ class Control:
         # one Control per request): :meth:`aclose` leaves them open
         self._shared = shared
         self._backends: dict[str, Backend] = {}  # by kind
+        self._retries: Retries | None = None
 
     @property
     def store(self) -> Store:
@@ -51,6 +53,15 @@ class Control:
 
             self._store = Store(db_url())
         return self._store
+
+    @property
+    def retries(self) -> Retries:
+        """Retry bookkeeping (runs with a retry policy), on the same store."""
+        if self._retries is None:
+            from tcl.control.retries import Retries
+
+            self._retries = Retries(self.store)
+        return self._retries
 
     @property
     def pool(self) -> SshPool:

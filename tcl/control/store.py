@@ -133,6 +133,12 @@ def _attempt(row: AttemptRow) -> Attempt:
     )  # fmt: skip
 
 
+def _starts_with(column: Any, prefix: str) -> Any:
+    """``column LIKE 'prefix%'`` with the prefix's own wildcards escaped."""
+    like = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+    return column.like(like, escape="\\")
+
+
 def new_run_id(name: str = "") -> str:
     slug = "".join(c if c.isalnum() or c in "-_." else "-" for c in name.lower()).strip("-.")
     return f"{slug[:40] or 'run'}-{secrets.token_hex(3)}"
@@ -236,11 +242,13 @@ class Store:
 
     # runs -------------------------------------------------------------------------------
 
-    def create_run(self, run_id: str, name: str, request: dict[str, Any]) -> Run:
+    def create_run(
+        self, run_id: str, name: str, request: dict[str, Any], code_sha256: str | None = None
+    ) -> Run:
         now = time.time()
         row = RunRow(
             id=run_id, name=name, state=RunState.PENDING.value, request=request,
-            message="", created_at=now, updated_at=now,
+            code_sha256=code_sha256, message="", created_at=now, updated_at=now,
         )  # fmt: skip
         with self._session() as s:
             s.add(row)
@@ -265,8 +273,7 @@ class Store:
             ).first()
             if by_name is not None:
                 return _run(by_name)
-            like = ref.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-            rows = s.scalars(select(RunRow).where(RunRow.id.like(like, escape="\\"))).all()
+            rows = s.scalars(select(RunRow).where(_starts_with(RunRow.id, ref))).all()
             if len(rows) == 1:
                 return _run(rows[0])
             if len(rows) > 1:
@@ -274,9 +281,13 @@ class Store:
                 raise RunNotFoundError(f"{ref!r} matches several runs: {ids}")
         raise RunNotFoundError(f"no run matches {ref!r} (see `tcl ps -a`)")
 
-    def list_runs(self, include_final: bool = True, limit: int = 200) -> list[Run]:
+    def list_runs(
+        self, include_final: bool = True, limit: int = 200, name_prefix: str | None = None
+    ) -> list[Run]:
         with self._session() as s:
             q = select(RunRow).order_by(RunRow.created_at.desc()).limit(limit)
+            if name_prefix is not None:  # a matrix's runs are named MATRIX/JOB_ID
+                q = q.where(_starts_with(RunRow.name, name_prefix))
             if not include_final:
                 finals = [st.value for st in RunState if st.is_final]
                 q = q.where(RunRow.state.not_in(finals))

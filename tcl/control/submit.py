@@ -12,6 +12,7 @@ import importlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from tcl.control.backends.base import Handle, Observer
 from tcl.control.errors import (
@@ -23,6 +24,7 @@ from tcl.control.errors import (
 )
 from tcl.control.jobcheck import check_job_key, job_dirs
 from tcl.control.paths import cache_dir
+from tcl.control.retry import RetryPolicy
 from tcl.control.service import Control
 from tcl.control.shipping import Snapshot, cached_snapshot, snapshot
 from tcl.control.solver import Request, Solution, solve
@@ -62,6 +64,7 @@ class Submission:
     options: dict[str, str] = field(default_factory=dict)  # backend options (tpu.version, down)
     yes: bool = False  # the user confirmed a plan that creates something billed (--yes)
     job_cwd: str | None = None  # where the job starts in the tree (a relaunch: as first placed)
+    retry: RetryPolicy | None = None  # place it again when it fails or is preempted
 
 
 async def submit(
@@ -105,16 +108,7 @@ async def submit(
         )
 
     run_id = new_run_id(sub.name)
-    request = {
-        "argv": sub.argv, "chip": sub.chip, "chips": sub.chips, "nodes": sub.nodes,
-        "host": sub.host,
-        "image": sub.image, "env": sub.env, "secret_names": sorted(sub.secrets),
-        "job": sub.job.key if sub.job else None,
-        # what a relaunch (a lost node) needs to place the run again as it was submitted
-        "job_ref": sub.job.model_dump(mode="json") if sub.job else None,
-        "options": sub.options, "job_cwd": _job_cwd(sub, snap),
-        "max_duration_s": sub.max_duration_s,
-    }  # fmt: skip
+    request = stored_request(sub, _job_cwd(sub, snap))
     tried = _Tried()
     try:
         ctl.store.create_run(run_id, sub.name, request)
@@ -141,6 +135,21 @@ async def submit(
             where = f"nothing left on {host}" if host else "nothing was placed"
             raise SubmitCancelled(f"cancelled; {where}") from None
         raise
+
+
+def stored_request(sub: Submission, cwd: str) -> dict[str, Any]:
+    """What the store keeps of a submit: enough to place the run again as it was submitted
+    (a lost node, a retry, a matrix entry's first placement); secrets by name only."""
+    return {
+        "argv": sub.argv, "chip": sub.chip, "chips": sub.chips, "nodes": sub.nodes,
+        "host": sub.host,
+        "image": sub.image, "env": sub.env, "secret_names": sorted(sub.secrets),
+        "job": sub.job.key if sub.job else None,
+        "job_ref": sub.job.model_dump(mode="json") if sub.job else None,
+        "options": sub.options, "job_cwd": cwd,
+        "max_duration_s": sub.max_duration_s,
+        "retry": sub.retry.model_dump(mode="json") if sub.retry else None,
+    }  # fmt: skip
 
 
 @dataclass
@@ -291,6 +300,7 @@ async def relaunch(ctl: Control, run_id: str, obs: Observer | None = None) -> Su
         job=JobRef.model_validate(job_ref) if job_ref else None,
         options=dict(r.get("options") or {}), yes=True, job_cwd=str(r.get("job_cwd") or ""),
         max_duration_s=r.get("max_duration_s"),
+        retry=RetryPolicy.model_validate(r["retry"]) if r.get("retry") else None,
     )  # fmt: skip
     snap = await asyncio.to_thread(cached_snapshot, cache_dir(), run.code_sha256)
     req = _request(sub)

@@ -172,6 +172,8 @@ class TaskInfo(BaseModel):
     id: str
     name: str
     status: TaskStatus
+    # Set by a terminate as it begins (the task still running while its job stops), so a client
+    # that sees the job's last event can tell a preemption from a user's stop.
     termination_reason: TerminationReason | None = None
     message: str = ""
     exit_code: int | None = None

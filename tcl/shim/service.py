@@ -265,6 +265,9 @@ class TaskService:
             message = req.message
             info = rec.info
             if info.status is TaskStatus.RUNNING and info.ports.runner and info.runner_token:
+                # Why it is being stopped shows before the job's last events do: a client that
+                # sees the job end asks the task why (a preempted run is placed again).
+                await self._update(task_id, termination_reason=req.reason)
                 # The runner stops the job itself first (its signal, its grace, its final
                 # events); the workload is stopped after that, or regardless if it won't answer.
                 await stop_job(info.ports.runner, info.runner_token, req.timeout_s)

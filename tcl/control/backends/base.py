@@ -151,6 +151,9 @@ class NodePage:
     # The host lost the run (a preempted cloud node): the control plane places it again as
     # its next attempt (`message` says why).
     lost: bool = False
+    # The host stopped the run because it is going away (the shim's preemption notice): a retry
+    # policy places it again without counting a failure.
+    preempted: bool = False
 
 
 @dataclass(frozen=True)

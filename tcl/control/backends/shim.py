@@ -322,7 +322,13 @@ class ShimBackend(Backend):
             return _outcome_page(task)
         finally:
             await runner.aclose()
-        return NodePage(page.events, RUNNER_STATES[page.state], page.more, page.exit_code)
+        state = RUNNER_STATES[page.state]
+        preempted = False
+        if state is RunState.TERMINATED and not page.more:
+            # stopped by whom? the shim knows (one call, at the run's end only)
+            reason = (await self._task(n)).termination_reason
+            preempted = reason is TerminationReason.PREEMPTED
+        return NodePage(page.events, state, page.more, page.exit_code, preempted=preempted)
 
     async def status(self, handle: BaseHandle) -> RunStatus:
         assert isinstance(handle, ShimHandle)
@@ -401,4 +407,5 @@ def _outcome_page(task: TaskInfo) -> NodePage:
     """The node's end as the shim kept it, for a runner (and the logs it had) already gone."""
     state = _OUTCOME.get(task.termination_reason or TerminationReason.FAILED, RunState.FAILED)
     msg = f"{task.message}; logs not fetched before the host's retention are gone"
-    return NodePage([], state, False, task.exit_code, msg)
+    preempted = task.termination_reason is TerminationReason.PREEMPTED
+    return NodePage([], state, False, task.exit_code, msg, preempted=preempted)

@@ -24,6 +24,7 @@ from enum import StrEnum
 from pydantic import BaseModel, ConfigDict, Field
 
 from tcl.control.logcache import KeptEvent
+from tcl.control.retry import RetryPolicy
 from tcl.control.submitted import SubmitResult
 from tcl.runner.api import JobRef
 
@@ -73,6 +74,7 @@ class SubmitRequest(_Strict):
     follow: bool = True
     options: dict[str, str] = Field(default_factory=dict)  # backend options (tpu.version, down)
     yes: bool = False  # confirmed: a plan may create something billed (a TPU node)
+    retry: RetryPolicy | None = None  # place the run again when it fails or is preempted
 
 
 class FollowRequest(_Strict):
@@ -121,3 +123,6 @@ class Status(_Strict):
     ssh_connects: int  # SSH connections opened since the daemon started
     streams: int  # submits and follows being served now
     submits: int  # submits served since start
+    scheduler: str | None = None  # its id as a sweep scheduler (None: it schedules none)
+    entries_running: int = 0  # matrix entries it follows now
+    entries_placed: int = 0  # matrix entries it placed since start

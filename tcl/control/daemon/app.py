@@ -40,6 +40,7 @@ from tcl.control.service import Control
 from tcl.control.ssh import SshPool
 from tcl.control.store import Store
 from tcl.control.submit import Submission, submit
+from tcl.control.sweep.scheduler import Scheduler
 from tcl.tokenfile import bearer_matches
 
 log = logging.getLogger("tcl.serve")
@@ -63,14 +64,29 @@ class Daemon:
         self.submissions: dict[str, asyncio.Task[None]] = {}
         self.shutdown = asyncio.Event()
         self._work: set[asyncio.Task[None]] = set()
+        self.scheduler: Scheduler | None = None  # set by the server when it schedules sweeps
+        self._sched_controls: dict[str, Control] = {}
 
     def control(self, config_path: str, config_named: bool) -> Control:
         cfg = load_config_at(Path(config_path), config_named)  # read anew: the user may edit it
         return Control(cfg, self.store, self.pool, shared=True)
 
+    def scheduler_control(self, config_path: str, config_named: bool) -> Control:
+        """The Control a matrix's runs are placed and followed with: one per config file for
+        the daemon's life (its backends keep their shims' forwards open between entries)."""
+        ctl = self._sched_controls.get(config_path)
+        if ctl is None:
+            ctl = self._sched_controls[config_path] = self.control(config_path, config_named)
+        return ctl
+
     def idle(self) -> bool:
         quiet_s = time.monotonic() - self.last_active
-        return self.streams == 0 and self.idle_exit_s > 0 and quiet_s > self.idle_exit_s
+        if self.streams or self.idle_exit_s <= 0 or quiet_s <= self.idle_exit_s:
+            return False
+        # a sweep in progress keeps it: queued entries wait for it
+        return self.scheduler is None or (
+            not self.scheduler.busy() and self.scheduler.queue.pending() == 0
+        )
 
     def spawn(self, coro: Awaitable[None]) -> asyncio.Task[None]:
         task: asyncio.Task[None] = asyncio.ensure_future(coro)
@@ -83,6 +99,8 @@ class Daemon:
             task.cancel()
         if self._work:
             await asyncio.wait(self._work, timeout=30.0)
+        for ctl in self._sched_controls.values():
+            await ctl.aclose()
         await self.pool.close()
         self.store.close()
 
@@ -109,6 +127,7 @@ def _submission(req: SubmitRequest) -> Submission:
         host=req.host, image=req.image, env=req.env, secrets=req.secrets, cwd=Path(req.cwd),
         code_dir=Path(req.code_dir) if req.code_dir is not None else None,
         max_duration_s=req.max_duration_s, job=req.job, options=req.options, yes=req.yes,
+        retry=req.retry,
     )  # fmt: skip
 
 
@@ -199,9 +218,13 @@ def create_app(d: Daemon, token: str) -> ASGIApp:
 
     @app.get("/api/status")
     async def status() -> Status:
+        sched = d.scheduler
         return Status(
             pid=os.getpid(), uptime_s=time.monotonic() - d.started,
             ssh_connects=d.pool.connects, streams=d.streams, submits=d.submits,
+            scheduler=sched.owner if sched else None,
+            entries_running=len(sched.watchers) if sched else 0,
+            entries_placed=sched.placed if sched else 0,
         )  # fmt: skip
 
     @app.post("/api/submit")

@@ -27,6 +27,8 @@ from tcl.control.daemon.app import Daemon, create_app
 from tcl.control.daemon.identity import current_identity, daemon_dir
 from tcl.control.paths import db_url
 from tcl.control.store import Store
+from tcl.control.sweep.queue import SweepQueue
+from tcl.control.sweep.scheduler import Scheduler, SchedulerSettings
 from tcl.tokenfile import new_token
 
 RECORD = "daemon.json"
@@ -69,13 +71,18 @@ async def _watch_idle(d: Daemon, server: uvicorn.Server) -> None:
         await asyncio.sleep(1.0)
 
 
-async def serve(base: Path, port: int, idle_exit_s: float) -> None:
+async def serve(base: Path, port: int, idle_exit_s: float, sched: SchedulerSettings | None) -> None:
     token = ensure_token(base)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", port))  # loopback only; the token guards it from other users
     identity = current_identity()
     d = Daemon(identity, Store(db_url()), idle_exit_s)
+    stopping = asyncio.Event()
+    scheduling: asyncio.Task[None] | None = None
+    if sched is not None:
+        d.scheduler = Scheduler(SweepQueue(d.store), d.scheduler_control, sched)
+        scheduling = asyncio.create_task(d.scheduler.run(stopping))
     config = uvicorn.Config(
         create_app(d, token), log_level="warning", lifespan="off", timeout_graceful_shutdown=5
     )
@@ -92,6 +99,10 @@ async def serve(base: Path, port: int, idle_exit_s: float) -> None:
         await server.serve(sockets=[sock])
     finally:
         watcher.cancel()
+        stopping.set()
+        if scheduling is not None:
+            with contextlib.suppress(Exception):
+                await scheduling  # hands its entries back to the queue
         with contextlib.suppress(OSError, ValueError):
             if json.loads((base / RECORD).read_text()).get("pid") == os.getpid():
                 (base / RECORD).unlink()
@@ -103,7 +114,26 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--port", type=int, default=0, help="loopback port (default: any free one)")
     ap.add_argument("--idle-exit-s", type=float, default=0.0,
                     help="exit after this long with nothing to do (0: never)")  # fmt: skip
+    ap.add_argument(
+        "--no-scheduler",
+        action="store_true",
+        help="do not claim matrix entries (another tcl serve does)",
+    )
+    ap.add_argument(
+        "--lease-s",
+        type=float,
+        default=SchedulerSettings.lease_s,
+        help="a silent scheduler's entries go back to the queue after this long",
+    )
+    ap.add_argument("--heartbeat-s", type=float, default=SchedulerSettings.heartbeat_s)
+    ap.add_argument("--batch", type=int, default=SchedulerSettings.batch,
+                    help="matrix entries claimed at once")  # fmt: skip
     args = ap.parse_args(argv)
+    if not 0 < args.heartbeat_s < args.lease_s:
+        ap.error("--heartbeat-s must be positive and shorter than --lease-s")
+    sched = None if args.no_scheduler else SchedulerSettings(
+        lease_s=args.lease_s, heartbeat_s=args.heartbeat_s, batch=max(1, args.batch)
+    )  # fmt: skip
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     for noisy in ("httpx", "asyncssh"):  # a line per request, per channel
         logging.getLogger(noisy).setLevel(logging.WARNING)
@@ -114,5 +144,5 @@ def main(argv: list[str] | None = None) -> int:
     except AlreadyRunning as e:
         print(f"tcl serve: {e}", file=sys.stderr)
         return 1
-    asyncio.run(serve(base, args.port, args.idle_exit_s))
+    asyncio.run(serve(base, args.port, args.idle_exit_s, sched))
     return 0

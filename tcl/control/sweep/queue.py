@@ -85,10 +85,22 @@ class EntryRow(TableBase):
 
 def _entry(r: EntryRow) -> Entry:
     return Entry(
-        r.id, r.matrix, r.job_id, dict(r.fields), EntryState(r.state), r.priority, r.not_before,
-        r.lease_owner, r.lease_expires, r.claims, r.run_id, r.last_error, r.created_at,
-        r.started_at, r.ended_at,
-    )  # fmt: skip
+        r.id,
+        r.matrix,
+        r.job_id,
+        dict(r.fields),
+        EntryState(r.state),
+        r.priority,
+        r.not_before,
+        r.lease_owner,
+        r.lease_expires,
+        r.claims,
+        r.run_id,
+        r.last_error,
+        r.created_at,
+        r.started_at,
+        r.ended_at,
+    )
 
 
 @dataclass(frozen=True)
@@ -167,11 +179,18 @@ class SweepQueue:
             fresh = [e for e in entries if e.job_id not in have]
             s.add_all(
                 EntryRow(
-                    matrix=name, job_id=e.job_id, fields=e.fields,
-                    state=EntryState.QUEUED.value, priority=e.priority, not_before=0.0,
-                    claims=0, run_id=new_run_id(f"{name}-{e.job_id}"), last_error="",
-                    created_at=now, updated_at=now,
-                )  # fmt: skip
+                    matrix=name,
+                    job_id=e.job_id,
+                    fields=e.fields,
+                    state=EntryState.QUEUED.value,
+                    priority=e.priority,
+                    not_before=0.0,
+                    claims=0,
+                    run_id=new_run_id(f"{name}-{e.job_id}"),
+                    last_error="",
+                    created_at=now,
+                    updated_at=now,
+                )
                 for e in fresh
             )
         return Added(len(fresh), len(entries) - len(fresh))
@@ -222,9 +241,7 @@ class SweepQueue:
     def pending(self, now: float | None = None) -> int:
         """Entries queued or held (what keeps a scheduler busy)."""
         with self._read() as s:
-            q = select(func.count()).where(
-                EntryRow.state.in_([EntryState.QUEUED.value, *_HELD])
-            )
+            q = select(func.count()).where(EntryRow.state.in_([EntryState.QUEUED.value, *_HELD]))
             return int(s.execute(q).scalar_one())
 
     # claims and leases ---------------------------------------------------------------------
@@ -249,9 +266,12 @@ class SweepQueue:
             update(EntryRow)
             .where(EntryRow.id.in_(pick.scalar_subquery()))
             .values(
-                state=EntryState.CLAIMED.value, lease_owner=owner, lease_expires=now + lease_s,
-                claims=EntryRow.claims + 1, updated_at=now,
-            )  # fmt: skip
+                state=EntryState.CLAIMED.value,
+                lease_owner=owner,
+                lease_expires=now + lease_s,
+                claims=EntryRow.claims + 1,
+                updated_at=now,
+            )
             .returning(EntryRow)
             .execution_options(synchronize_session=False)
         )
@@ -281,10 +301,13 @@ class SweepQueue:
             update(EntryRow)
             .where(EntryRow.state.in_(_HELD), EntryRow.lease_expires < now)
             .values(
-                state=EntryState.QUEUED.value, lease_owner=None, lease_expires=None,
-                not_before=now, updated_at=now,
+                state=EntryState.QUEUED.value,
+                lease_owner=None,
+                lease_expires=None,
+                not_before=now,
+                updated_at=now,
                 last_error="its scheduler stopped answering; queued again",
-            )  # fmt: skip
+            )
             .returning(EntryRow.id)
             .execution_options(synchronize_session=False)
         )

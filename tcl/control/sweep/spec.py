@@ -29,4 +29,5 @@ class MatrixSpec(BaseModel):
     code_sha256: str  # the snapshot taken at `tcl matrix add` (kept in the local code cache)
     job_cwd: str = ""
     max_duration_s: float | None = None
-    config_path: str = ""  # the config file `tcl matrix add` read (a scheduler reads it anew)
+    config_path: str  # the config file `tcl matrix add` read (absolute; a scheduler reads it)
+    config_named: bool = False  # the user named it (then it must exist)

@@ -1,0 +1,87 @@
+"""A run's end under its retry policy: placed back in the queue, or placed again.
+
+:func:`retry_after_end` runs where a pull sees the run's last attempt end: with a policy that
+says so, the attempt ends (its host resources freed) and the run goes back to ``queued``
+instead of ending, its failures counted (a preemption is not one). :func:`place_waiting`
+places such a run again once its backoff passed: the same run id as its next attempt, so a
+``tcl.jobs`` trainer resumes from its latest checkpoint. A follower (``tcl submit --retry``,
+``tcl logs -f``) or a sweep's scheduler calls it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from tcl.control.errors import NoPlacementError, TclError
+from tcl.control.retries import policy_of
+from tcl.control.retry import Verdict, decide
+from tcl.control.service import Control
+from tcl.control.states import Move, RunState, move
+from tcl.control.store import Attempt, Run
+
+NO_PLACE_RETRY_S = 2.0  # nothing free now: look again after this long (not a failure)
+
+
+async def release_attempt(ctl: Control, att: Attempt, state: RunState) -> None:
+    """Once every event is kept locally: free what the attempt holds on its host."""
+    handle = ctl.handle(att)
+    if handle.released:
+        return
+    try:
+        await ctl.backend_for(att).release(handle, state)
+    except TclError:
+        return  # the host is gone: nothing to free that can be reached
+    released = handle.model_copy(update={"released": True})
+    ctl.store.update_attempt(att.run_id, att.attempt, handle=released.model_dump(mode="json"))
+
+
+async def retry_after_end(
+    ctl: Control, run: Run, att: Attempt, state: RunState, exit_code: int | None, why: str,
+    preempted: bool,
+) -> str | None:  # fmt: skip
+    """The run's attempt ended in ``state``. With a policy that retries it, end the attempt,
+    put the run back in the queue and return None; else return the message its end should
+    carry (``why``, or the policy's account of attempts used up)."""
+    policy = policy_of(run)
+    if policy is None:
+        return why
+    prior = ctl.retries.get(run.id)
+    d = decide(policy, prior.failures if prior else 0, state, exit_code, why, preempted)
+    if d.verdict not in (Verdict.RETRY, Verdict.REQUEUE):
+        return d.why or why
+    current = ctl.store.get_run(run.id)
+    if move(current.state, RunState.QUEUED) is not Move.APPLY:
+        return why  # stopped here meanwhile
+    if move(att.state, state) is Move.APPLY:
+        ctl.store.update_attempt(run.id, att.attempt, state=state)
+    with contextlib.suppress(TclError):
+        await release_attempt(ctl, ctl.store.latest_attempt(run.id) or att, state)
+    ctl.retries.wait(run.id, d.delay_s, d.verdict is Verdict.RETRY, d.why)
+    ctl.store.set_state(run.id, RunState.QUEUED, message=d.why, exit_code=exit_code)
+    return None
+
+
+async def place_waiting(ctl: Control, run_id: str) -> bool:
+    """Place a run that waits for its retry as its next attempt; True when placed. Nothing
+    free: it keeps waiting (looked at again shortly). Any other refusal ends the run."""
+    from tcl.control.submit import relaunch
+
+    ctl.retries.placed(run_id)  # before the run moves on: no reader sees it placed and waiting
+    try:
+        await relaunch(ctl, run_id)
+    except NoPlacementError as e:
+        ctl.retries.postpone(run_id, NO_PLACE_RETRY_S, str(e).splitlines()[0])
+        return False
+    except TclError as e:
+        why = f"placing it again failed: {str(e).splitlines()[0]}"
+        if move(ctl.store.get_run(run_id).state, RunState.FAILED) is Move.APPLY:
+            ctl.store.set_state(run_id, RunState.FAILED, message=why)
+        return False
+    return True
+
+
+def waiting_for_retry(ctl: Control, run: Run) -> bool:
+    """The run's last attempt ended and its policy put it back in the queue."""
+    if run.state is not RunState.QUEUED or policy_of(run) is None:
+        return False
+    return ctl.retries.waiting(run.id) is not None

@@ -1,0 +1,314 @@
+"""The sweep scheduler: claims queued entries, places each as a tcl run, follows it to its end.
+
+One :class:`Scheduler` per ``tcl serve``; any number of them share a queue. Its loop:
+
+1. reap leases that expired (another scheduler died) and heartbeat its own;
+2. claim a batch of entries, highest priority first, and place them one at a time in that
+   order with the solver (any host type: one run per free GPU). The first that nothing can
+   take goes back to the queue with the rest of the batch, and claiming waits until one of its
+   runs ends or a short while passes: a full cluster costs no churn, and a freed GPU is
+   reused at once;
+3. a watcher per placed entry pulls its run's events until it ends, frees its host resources,
+   and ends the entry: done, failed, or back in the queue when its retry policy places the run
+   again (after a backoff; a preemption is not counted as a failure).
+
+An entry claimed after its scheduler died may have a run already: it is adopted (followed to
+its end), or, when that run's job never started, placed again as its next attempt; so no
+entry runs twice and none is lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from tcl.control.backoff import backoff_s
+from tcl.control.errors import (
+    AgentUnreachableError,
+    NoCapacityError,
+    NoPlacementError,
+    RunNotFoundError,
+    SshConnectError,
+    TclError,
+)
+from tcl.control.follow import pull, release, stop
+from tcl.control.retrying import place_waiting, release_attempt, waiting_for_retry
+from tcl.control.service import Control
+from tcl.control.states import RunState
+from tcl.control.store import Run
+from tcl.control.submit import Submission, relaunch, stored_request
+from tcl.control.sweep.manifest import fill_argv, job_config
+from tcl.control.sweep.model import Entry, EntryState
+from tcl.control.sweep.queue import SweepQueue
+from tcl.control.sweep.spec import MatrixSpec
+from tcl.runner.api import JobRef
+
+log = logging.getLogger("tcl.scheduler")
+_RETRYABLE = (AgentUnreachableError, SshConnectError)
+
+
+@dataclass(frozen=True)
+class SchedulerSettings:
+    lease_s: float = 30.0  # an entry whose scheduler is silent this long goes back to the queue
+    heartbeat_s: float = 5.0
+    batch: int = 16  # entries claimed at once
+    full_wait_s: float = 2.0  # nothing could be placed: claim again after this (or a run's end)
+    reconnect_deadline_s: float = 300.0  # a run's host unreachable this long: its entry fails
+
+
+def scheduler_id() -> str:
+    return f"{socket.gethostname()[:40]}-{secrets.token_hex(4)}"
+
+
+class Scheduler:
+    """``control_for(config_path, config_named)``: the Control a matrix's runs are placed
+    with (the daemon shares its SSH pool and store across them)."""
+
+    def __init__(
+        self, queue: SweepQueue, control_for: Callable[[str, bool], Control],
+        settings: SchedulerSettings | None = None, owner: str | None = None,
+    ) -> None:  # fmt: skip
+        self.queue = queue
+        self.control_for = control_for
+        self.settings = settings or SchedulerSettings()
+        self.owner = owner or scheduler_id()
+        self.watchers: dict[int, asyncio.Task[None]] = {}  # entry id -> its follower
+        self.placed = 0
+        self._wake = asyncio.Event()
+        self._specs: dict[str, MatrixSpec] = {}
+
+    # the loop ---------------------------------------------------------------------------------
+
+    async def run(self, stopping: asyncio.Event) -> None:
+        beats = asyncio.create_task(self._heartbeats(stopping))
+        try:
+            while not stopping.is_set():
+                await asyncio.to_thread(self.queue.reap)
+                full = await self._claim_and_place()
+                timeout = self.settings.full_wait_s if full else 0.5
+                self._wake.clear()
+                woken = asyncio.ensure_future(self._wake.wait())
+                stopped = asyncio.ensure_future(stopping.wait())
+                await asyncio.wait({woken, stopped}, timeout=timeout,
+                                   return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
+                woken.cancel()
+                stopped.cancel()
+        finally:
+            beats.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await beats
+            await self._hand_back()
+
+    async def _hand_back(self) -> None:
+        """Stopping: the entries it follows go back to the queue at once (not after their
+        lease), and the next claimer adopts their runs, which go on on their hosts."""
+        held = list(self.watchers.items())
+        for _, task in held:
+            task.cancel()
+        if held:
+            await asyncio.wait([t for _, t in held], timeout=10.0)
+        for entry_id, _ in held:
+            with contextlib.suppress(TclError):
+                await asyncio.to_thread(self.queue.release, self.owner, entry_id, 0.0,
+                                        "its scheduler stopped; queued again")  # fmt: skip
+
+    def busy(self) -> bool:
+        return bool(self.watchers)
+
+    async def _heartbeats(self, stopping: asyncio.Event) -> None:
+        while not stopping.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stopping.wait(), self.settings.heartbeat_s)
+            try:
+                held = await asyncio.to_thread(self.queue.heartbeat, self.owner,
+                                               self.settings.lease_s)  # fmt: skip
+            except TclError as e:
+                log.warning("heartbeat failed: %s", e)
+                continue
+            for entry_id, task in list(self.watchers.items()):
+                if entry_id not in held:  # cancelled by the user, or reaped: let it go
+                    task.cancel()
+
+    async def _claim_and_place(self) -> bool:
+        """Claim a batch and place it in priority order; True when the cluster is full."""
+        claimed = await asyncio.to_thread(
+            self.queue.claim, self.owner, self.settings.batch, self.settings.lease_s
+        )
+        for i, entry in enumerate(claimed):
+            try:
+                placed = await self._start(entry)
+            except NoPlacementError as e:
+                why = str(e).splitlines()[0]
+                for rest in claimed[i:]:
+                    await asyncio.to_thread(self.queue.release, self.owner, rest.id, 0.0, why)
+                return True
+            except Exception as e:  # an entry's own failure ends that entry
+                log.exception("entry %s (%s)", entry.id, entry.job_id)
+                await asyncio.to_thread(
+                    self.queue.finish, self.owner, entry.id, EntryState.FAILED, _line(e)
+                )
+                continue
+            if placed:
+                self.placed += 1
+        return False
+
+    # one entry --------------------------------------------------------------------------------
+
+    def spec(self, matrix: str) -> MatrixSpec:
+        spec = self._specs.get(matrix)
+        if spec is None:
+            spec = MatrixSpec.model_validate(self.queue.matrix(matrix).spec)
+            self._specs[matrix] = spec
+        return spec
+
+    async def _start(self, entry: Entry) -> bool:
+        """Place the entry's run (or adopt it) and start its watcher; False when the entry
+        went back to the queue (its run waits for a retry's backoff)."""
+        spec = self.spec(entry.matrix)
+        ctl = self.control_for(spec.config_path, spec.config_named)
+        assert entry.run_id is not None
+        try:
+            run: Run | None = ctl.store.get_run(entry.run_id)
+        except RunNotFoundError:
+            run = None
+        if run is None:
+            sub = _submission(spec, entry)
+            ctl.store.create_run(entry.run_id, sub.name, stored_request(sub, spec.job_cwd),
+                                 code_sha256=spec.code_sha256)  # fmt: skip
+            await self._place(ctl, entry.run_id)
+        elif waiting_for_retry(ctl, run):
+            waiting = ctl.retries.waiting(run.id)
+            if waiting is not None and not waiting.due:
+                await asyncio.to_thread(self.queue.release, self.owner, entry.id,
+                                        waiting.not_before, waiting.why)  # fmt: skip
+                return False
+            if not await place_waiting(ctl, run.id):
+                waiting = ctl.retries.waiting(run.id)
+                if waiting is not None:  # nothing free: like a first placement's refusal
+                    raise NoPlacementError(waiting.why or "nothing free", [])
+        elif run.state is RunState.PENDING:  # created by a scheduler that died before placing
+            await self._place(ctl, run.id)
+        elif run.state is RunState.PROVISIONING:  # its placement was cut short
+            await self._adopt_provisioning(ctl, run)
+        if not await asyncio.to_thread(self.queue.started, self.owner, entry.id):
+            return False  # cancelled meanwhile: its watcher would only stop it
+        self.watchers[entry.id] = asyncio.create_task(self._watch(ctl, entry))
+        return True
+
+    async def _place(self, ctl: Control, run_id: str) -> None:
+        try:
+            await relaunch(ctl, run_id)
+        except NoCapacityError as e:
+            raise NoPlacementError(str(e), []) from None
+        except NoPlacementError:
+            raise  # nothing free now: the entry goes back to the queue
+        except TclError as e:  # refused for good (a config error, a host unknown): it fails
+            if not ctl.store.get_run(run_id).state.is_final:
+                ctl.store.set_state(run_id, RunState.FAILED, message=_line(e))
+            raise
+
+    async def _adopt_provisioning(self, ctl: Control, run: Run) -> None:
+        """A run left provisioning by a scheduler that died mid-placement: if its job started
+        (the runner says so), follow it; else end that attempt and place the run again."""
+        att = ctl.store.latest_attempt(run.id)
+        if att is not None and att.handle:
+            try:
+                status = await ctl.backend_for(att).status(ctl.handle(att))
+            except TclError:
+                status = None
+            if status is not None and status.state not in (RunState.PROVISIONING,
+                                                           RunState.PENDING):  # fmt: skip
+                return  # its job started: the watcher follows it
+            with contextlib.suppress(TclError):
+                await ctl.backend_for(att).stop(ctl.handle(att), grace_s=1.0)
+            ctl.store.update_attempt(run.id, att.attempt, state=RunState.TERMINATED)
+            await release_attempt(ctl, att, RunState.TERMINATED)
+        ctl.store.set_state(
+            run.id,
+            RunState.QUEUED,
+            message="its scheduler stopped while placing it; placing it again",
+        )
+        await self._place(ctl, run.id)
+
+    async def _watch(self, ctl: Control, entry: Entry) -> None:
+        assert entry.run_id is not None
+        try:
+            state, why = await self._follow(ctl, entry.run_id)
+        except asyncio.CancelledError:
+            # our lease is gone: cancelled by the user (stop its run), or taken by another
+            # scheduler (leave the run to it)
+            with contextlib.suppress(TclError):
+                now = await asyncio.to_thread(self.queue.entry, entry.id)
+                if now.state is EntryState.CANCELLED:
+                    await stop(ctl, ctl.store.get_run(entry.run_id), grace_s=5.0)
+            raise
+        except Exception as e:  # its host is gone for good, a bug: end the entry
+            log.exception("following entry %s", entry.job_id)
+            state, why = EntryState.FAILED, _line(e)
+        finally:
+            self.watchers.pop(entry.id, None)
+            self._wake.set()  # its GPU is free: claim the next entry now
+        if state is EntryState.QUEUED:
+            waiting = ctl.retries.waiting(entry.run_id)
+            not_before = waiting.not_before if waiting is not None else 0.0
+            await asyncio.to_thread(self.queue.release, self.owner, entry.id, not_before, why)
+        else:
+            await asyncio.to_thread(self.queue.finish, self.owner, entry.id, state, why)
+
+    async def _follow(self, ctl: Control, run_id: str) -> tuple[EntryState, str]:
+        """Pull the run until it ends (done/failed) or waits for a retry (queued)."""
+        failing_since: float | None = None
+        attempt = 0
+        while True:
+            run = ctl.store.get_run(run_id)
+            if run.state.is_final:
+                with contextlib.suppress(TclError):
+                    await release(ctl, run_id)
+                ok = run.state is RunState.SUCCEEDED
+                return (EntryState.DONE if ok else EntryState.FAILED), run.message
+            if waiting_for_retry(ctl, run):
+                return EntryState.QUEUED, run.message
+            try:
+                res = await pull(ctl, run, wait_s=10.0, release=False, relaunch=False)
+            except _RETRYABLE:
+                now = time.monotonic()
+                failing_since = failing_since or now
+                if now - failing_since > self.settings.reconnect_deadline_s:
+                    raise
+                att = ctl.store.latest_attempt(run_id)
+                if att is not None and att.handle:
+                    await ctl.backend_for(att).reset(ctl.handle(att))
+                await asyncio.sleep(backoff_s(attempt, base_s=0.2, cap_s=3.0))
+                attempt += 1
+                continue
+            failing_since, attempt = None, 0
+            if not res.events and res.state is RunState.QUEUED:
+                await asyncio.sleep(0.5)  # a queued run's backend may answer without waiting
+
+
+def _submission(spec: MatrixSpec, entry: Entry) -> Submission:
+    job = None
+    argv: list[str] = []
+    if spec.job is not None:
+        job = JobRef(key=spec.job.key, config_yaml=job_config(spec.job.config_yaml, entry.fields),
+                     restore=spec.job.restore)  # fmt: skip
+    else:
+        argv = fill_argv(spec.argv, entry.fields, entry.job_id)
+    return Submission(
+        argv=argv, name=f"{entry.matrix}/{entry.job_id}"[:256], chip=spec.chip, chips=spec.chips,
+        nodes=spec.nodes, host=spec.host, image=spec.image,
+        env={**spec.env, "TCL_MATRIX": entry.matrix, "TCL_MATRIX_JOB_ID": entry.job_id},
+        job=job, yes=True, job_cwd=spec.job_cwd, max_duration_s=spec.max_duration_s,
+        retry=spec.retry,
+    )  # fmt: skip
+
+
+def _line(e: BaseException) -> str:
+    text = str(e).strip()
+    return (text.splitlines()[0] if text else type(e).__name__)[:2048]
