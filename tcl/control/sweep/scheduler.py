@@ -82,6 +82,7 @@ class Scheduler:
         self.placed = 0
         self._wake = asyncio.Event()
         self._specs: dict[str, MatrixSpec] = {}
+        self._refusals: dict[int, str] = {}  # entry id -> why nothing could place it
 
     # the loop ---------------------------------------------------------------------------------
 
@@ -136,27 +137,43 @@ class Scheduler:
                     task.cancel()
 
     async def _claim_and_place(self) -> bool:
-        """Claim a batch and place it in priority order; True when the cluster is full."""
+        """Claim a batch and place it, one priority at a time (entries of one priority at
+        once: a full cluster never lets a lower one in before a higher one); True when
+        something could not be placed (the cluster is full for it)."""
         claimed = await asyncio.to_thread(
             self.queue.claim, self.owner, self.settings.batch, self.settings.lease_s
         )
         for i, entry in enumerate(claimed):
-            try:
-                placed = await self._start(entry)
-            except NoPlacementError as e:
-                why = str(e).splitlines()[0]
-                for rest in claimed[i:]:
-                    await asyncio.to_thread(self.queue.release, self.owner, rest.id, 0.0, why)
-                return True
-            except Exception as e:  # an entry's own failure ends that entry
-                log.exception("entry %s (%s)", entry.id, entry.job_id)
-                await asyncio.to_thread(
-                    self.queue.finish, self.owner, entry.id, EntryState.FAILED, _line(e)
-                )
+            if i and entry.priority == claimed[i - 1].priority:
                 continue
-            if placed:
-                self.placed += 1
+            group = [e for e in claimed[i:] if e.priority == entry.priority]
+            refused = [
+                e for e, ok in zip(group, await asyncio.gather(*map(self._start_or_end, group)),
+                                   strict=True)
+                if not ok
+            ]  # fmt: skip
+            if refused:
+                rest = refused + claimed[i + len(group) :]
+                for e in rest:
+                    await asyncio.to_thread(self.queue.release, self.owner, e.id, 0.0,
+                                            self._refusals.pop(e.id, ""))  # fmt: skip
+                return True
         return False
+
+    async def _start_or_end(self, entry: Entry) -> bool:
+        """False when nothing could place it now (it goes back to the queue)."""
+        try:
+            if await self._start(entry):
+                self.placed += 1
+        except NoPlacementError as e:
+            self._refusals[entry.id] = _line(e)
+            return False
+        except Exception as e:  # an entry's own failure ends that entry
+            log.exception("entry %s (%s)", entry.id, entry.job_id)
+            await asyncio.to_thread(
+                self.queue.finish, self.owner, entry.id, EntryState.FAILED, _line(e)
+            )
+        return True
 
     # one entry --------------------------------------------------------------------------------
 
