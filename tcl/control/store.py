@@ -13,7 +13,7 @@ import fcntl
 import os
 import secrets
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +27,7 @@ from sqlalchemy import (
     String,
     create_engine,
     event,
+    func,
     select,
     text,
 )
@@ -37,6 +38,7 @@ from tcl.control.errors import IllegalMoveError, RunNotFoundError, StoreError
 from tcl.control.states import Move, RunState, move
 
 SCHEMA_VERSION = 1
+_IN_CHUNK = 500  # ids per IN (...) list: well under every backend's bound-parameter limit
 
 
 class _Base(DeclarativeBase):
@@ -281,6 +283,16 @@ class Store:
                 raise RunNotFoundError(f"{ref!r} matches several runs: {ids}")
         raise RunNotFoundError(f"no run matches {ref!r} (see `tcl ps -a`)")
 
+    def runs_by_id(self, run_ids: Collection[str]) -> dict[str, Run]:
+        """The runs of these ids that exist (a sweep's 1,200 in a few queries, not one each)."""
+        ids = list(dict.fromkeys(run_ids))
+        out: dict[str, Run] = {}
+        with self._session() as s:
+            for i in range(0, len(ids), _IN_CHUNK):
+                q = select(RunRow).where(RunRow.id.in_(ids[i : i + _IN_CHUNK]))
+                out.update((r.id, _run(r)) for r in s.scalars(q))
+        return out
+
     def list_runs(
         self, include_final: bool = True, limit: int = 200, name_prefix: str | None = None
     ) -> list[Run]:
@@ -426,6 +438,20 @@ class Store:
                 .order_by(AttemptRow.attempt.desc())
             ).first()
             return None if row is None else _attempt(row)
+
+    def attempt_counts(self, run_ids: Collection[str]) -> dict[str, int]:
+        """How many attempts each of these runs has (a run with none is absent)."""
+        ids = list(dict.fromkeys(run_ids))
+        out: dict[str, int] = {}
+        with self._session() as s:
+            for i in range(0, len(ids), _IN_CHUNK):
+                q = (
+                    select(AttemptRow.run_id, func.count())
+                    .where(AttemptRow.run_id.in_(ids[i : i + _IN_CHUNK]))
+                    .group_by(AttemptRow.run_id)
+                )
+                out.update((run_id, int(n)) for run_id, n in s.execute(q))
+        return out
 
     def attempts(self, run_id: str) -> list[Attempt]:
         """Every attempt of the run, oldest first."""
