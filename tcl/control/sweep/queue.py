@@ -176,7 +176,7 @@ class SweepQueue:
             else:
                 row.spec = spec
             have = set(s.scalars(select(EntryRow.job_id).where(EntryRow.matrix == name)))
-            fresh = [e for e in entries if e.job_id not in have]
+            fresh = list({e.job_id: e for e in entries if e.job_id not in have}.values())
             s.add_all(
                 EntryRow(
                     matrix=name,
@@ -238,7 +238,7 @@ class SweepQueue:
                 raise SweepError(f"no matrix entry {entry_id}")
             return _entry(row)
 
-    def pending(self, now: float | None = None) -> int:
+    def pending(self) -> int:
         """Entries queued or held (what keeps a scheduler busy)."""
         with self._read() as s:
             q = select(func.count()).where(EntryRow.state.in_([EntryState.QUEUED.value, *_HELD]))

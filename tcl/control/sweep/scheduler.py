@@ -287,8 +287,9 @@ class Scheduler:
             if run.state.is_final:
                 with contextlib.suppress(TclError):
                     await release(ctl, run_id)
-                ok = run.state is RunState.SUCCEEDED
-                return (EntryState.DONE if ok else EntryState.FAILED), run.message
+                if run.state is RunState.SUCCEEDED:
+                    return EntryState.DONE, ""
+                return EntryState.FAILED, run.message or run.state.value
             if waiting_for_retry(ctl, run):
                 return EntryState.QUEUED, run.message
             try:
