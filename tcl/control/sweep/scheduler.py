@@ -198,7 +198,13 @@ class Scheduler:
             sub = _submission(spec, entry)
             ctl.store.create_run(entry.run_id, sub.name, stored_request(sub, spec.job_cwd),
                                  code_sha256=spec.code_sha256)  # fmt: skip
-            await self._place(ctl, entry.run_id)
+            try:
+                await self._place(ctl, entry.run_id)
+            except NoPlacementError:
+                # nothing placed: no run to show in `tcl ps` until one is (the id is kept)
+                with contextlib.suppress(TclError):
+                    ctl.store.delete_run(entry.run_id)
+                raise
         elif waiting_for_retry(ctl, run):
             waiting = ctl.retries.waiting(run.id)
             if waiting is not None and not waiting.due:

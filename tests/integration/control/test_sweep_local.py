@@ -1,0 +1,241 @@
+"""Sweeps on the local host (its embedded shim, process executor, fake GPUs): the real `tcl`
+CLI, the real `tcl serve` scheduler it starts, real runs. Every outcome is read from what the
+jobs themselves wrote (one line each, appended to a file), not only from tcl's tables."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tcl.control.localshim import stop_local_shim
+
+TCL = str(Path(sys.executable).parent / "tcl")
+
+# Appends "<job_id> <attempt> <start> <end>" to $OUT when done; fails with exit code 3 while
+# its count (a file per job id) is below FAIL_UNTIL; sleeps SLEEP_S first.
+JOB = """
+import os, sys, time
+start = time.time()
+job_id, fail_until, sleep_s = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+counter = os.path.join(os.environ["OUT"], "count-" + job_id)
+n = (int(open(counter).read()) if os.path.exists(counter) else 0) + 1
+open(counter, "w").write(str(n))
+time.sleep(sleep_s)
+with open(os.path.join(os.environ["OUT"], "runs"), "a") as f:
+    f.write(f"{job_id} {n} {start:.3f} {time.time():.3f} {'fail' if n < fail_until else 'ok'}\\n")
+sys.exit(3 if n < fail_until else 0)
+"""
+
+
+class Sweep:
+    def __init__(self, root: Path, gpus: int) -> None:
+        self.home, self.repo, self.out = root / "home", root / "repo", root / "out"
+        for d in (self.home, self.repo, self.out):
+            d.mkdir()
+        self.config = root / "config.yaml"
+        self.config.write_text(
+            f'hosts:\n  here: {{type: local, fake_accelerators: "h100:{gpus}", '
+            "executor: process}\n"
+        )
+        subprocess.run(["git", "init", "-q"], cwd=self.repo, check=True)
+        (self.repo / "job.py").write_text(JOB)
+
+    def env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if k != "TCL_DB_URL"}
+        return {**env, "HOME": str(self.home), "TCL_STATE_DIR": str(self.home / "state"),
+                "TCL_CONFIG": str(self.config), "NO_COLOR": "1", "COLUMNS": "200"}  # fmt: skip
+
+    def tcl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run([TCL, *args], cwd=self.repo, env=self.env(), capture_output=True,
+                              text=True, timeout=120, check=False)  # fmt: skip
+        if check and proc.returncode != 0:
+            pytest.fail(f"tcl {' '.join(args)} -> {proc.returncode}\n{proc.stdout}{proc.stderr}")
+        return proc
+
+    def add(self, name: str, *args: str) -> subprocess.CompletedProcess[str]:
+        return self.tcl("matrix", "add", "--name", name, "--chip", "h100", *args, "--env",
+                        f"OUT={self.out}", "--", "python", "job.py", "{job}", "{fail_until}",
+                        "{sleep_s}")  # fmt: skip
+
+    def status(self, name: str) -> dict[str, Any]:
+        return dict(json.loads(self.tcl("matrix", "status", name, "--json").stdout))
+
+    def wait(self, name: str, until: Callable[[dict[str, Any]], bool], timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            st = self.status(name)
+            if until(st):
+                return
+            time.sleep(0.5)
+        pytest.fail(f"matrix {name} did not get there: {self.status(name)}\n{self.serve_log()}")
+
+    def runs(self) -> list[list[str]]:
+        path = self.out / "runs"
+        return [line.split() for line in path.read_text().splitlines()] if path.exists() else []
+
+    def serve_log(self) -> str:
+        log = self.home / "state" / "serve" / "serve.log"
+        return log.read_text()[-3000:] if log.exists() else "(no serve log)"
+
+    def local_shim(self) -> tuple[str, dict[str, str]]:
+        base = self.home / "state" / "local-shim"
+        port = json.loads((base / "shim.json").read_text())["port"]
+        token = (base / "token").read_text().strip()
+        return f"http://127.0.0.1:{port}/api", {"Authorization": f"Bearer {token}"}
+
+    def close(self) -> None:
+        self.tcl("serve", "--stop", check=False)
+        stop_local_shim(self.home / "state" / "local-shim")
+
+
+def _ended(st: dict[str, Any]) -> bool:
+    c = st["counts"]
+    return c["queued"] + c["claimed"] + c["running"] == 0
+
+
+@pytest.fixture
+def one_gpu(tmp_path: Path) -> Iterator[Sweep]:
+    s = Sweep(tmp_path, gpus=1)
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+@pytest.fixture
+def two_gpus(tmp_path: Path) -> Iterator[Sweep]:
+    s = Sweep(tmp_path, gpus=2)
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+def _manifest(path: Path, rows: list[dict[str, Any]]) -> str:
+    path.write_text(json.dumps(rows))
+    return str(path)
+
+
+def test_a_failing_entry_is_retried_with_backoff_and_the_same_run(two_gpus: Sweep) -> None:
+    s = two_gpus
+    rows = [
+        {"job_id": "flaky", "job": "flaky", "fail_until": 3, "sleep_s": 0},
+        {"job_id": "hopeless", "job": "hopeless", "fail_until": 99, "sleep_s": 0},
+        {"job_id": "fine", "job": "fine", "fail_until": 0, "sleep_s": 0},
+    ]
+    s.add("retries", _manifest(s.out.parent / "m.json", rows), "--retry", "3", "--retry-on",
+          "3", "--retry-backoff-s", "1")  # fmt: skip
+    s.wait("retries", _ended, 120)
+    st = s.status("retries")
+    assert st["counts"]["done"] == 2 and st["counts"]["failed"] == 1, st
+    runs = s.runs()
+    flaky = [r for r in runs if r[0] == "flaky"]
+    assert [(r[1], r[4]) for r in flaky] == [("1", "fail"), ("2", "fail"), ("3", "ok")]
+    # backoff: 1 s after the first failure, 2 s after the second (start to start, > backoff)
+    starts = [float(r[2]) for r in flaky]
+    assert starts[1] - float(flaky[0][3]) >= 1.0 and starts[2] - float(flaky[1][3]) >= 2.0
+    assert [r[4] for r in runs if r[0] == "hopeless"] == ["fail", "fail", "fail"]
+    assert [r[4] for r in runs if r[0] == "fine"] == ["ok"]
+    export = json.loads(s.tcl("matrix", "export", "retries").stdout)
+    assert export["flaky"]["attempts"] == 3 and export["flaky"]["state"] == "done"
+    assert export["hopeless"]["state"] == "failed"
+    assert "3 attempts failed" in export["hopeless"]["last_error"]
+    # one run per entry, its attempts under the same run id (a tcl.jobs trainer resumes)
+    ps = json.loads(s.tcl("ps", "-a", "--matrix", "retries", "--json").stdout)
+    assert sorted(r["name"] for r in ps) == ["retries/fine", "retries/flaky", "retries/hopeless"]
+
+
+def test_a_preempted_entry_runs_again_without_using_an_attempt(one_gpu: Sweep) -> None:
+    s = one_gpu
+    rows = [{"job_id": "long", "job": "long", "fail_until": 0, "sleep_s": 4}]
+    s.add("preempt", _manifest(s.out.parent / "m.json", rows))  # one attempt: no retries
+    s.wait("preempt", lambda st: st["counts"]["running"] == 1, 60)
+    url, headers = s.local_shim()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # its job has started once the counter file exists
+        if (s.out / "count-long").exists():
+            break
+        time.sleep(0.2)
+    notified = httpx.post(f"{url}/preemption", json={"message": "spot VM reclaimed",
+                          "grace_s": 1.0}, headers=headers, timeout=30)  # fmt: skip
+    assert notified.status_code == 200 and len(notified.json()) == 1, notified.text
+    s.wait("preempt", _ended, 90)
+    st = s.status("preempt")
+    assert st["counts"]["done"] == 1, st
+    # the first attempt was stopped before writing its line; the second one finished
+    assert (s.out / "count-long").read_text() == "2"
+    assert [(r[0], r[1], r[4]) for r in s.runs()] == [("long", "2", "ok")]
+
+
+def test_higher_priority_entries_run_first_on_one_gpu(one_gpu: Sweep) -> None:
+    s = one_gpu
+    blocker = [{"job_id": "blocker", "job": "blocker", "fail_until": 0, "sleep_s": 3}]
+    s.add("first", _manifest(s.out.parent / "b.json", blocker))
+    s.wait("first", lambda st: st["counts"]["running"] == 1, 60)
+    low = [{"job_id": f"low{i}", "job": f"low{i}", "fail_until": 0, "sleep_s": 0}
+           for i in range(3)]  # fmt: skip
+    high = [{"job_id": f"high{i}", "job": f"high{i}", "fail_until": 0, "sleep_s": 0}
+            for i in range(3)]  # fmt: skip
+    s.add("low", _manifest(s.out.parent / "l.json", low), "--priority", "1")
+    s.add("high", _manifest(s.out.parent / "h.json", high), "--priority", "5")
+    for name in ("first", "low", "high"):
+        s.wait(name, _ended, 120)
+    order = [r[0] for r in sorted(s.runs(), key=lambda r: float(r[2]))]
+    assert order == ["blocker", "high0", "high1", "high2", "low0", "low1", "low2"], order
+
+
+def test_bad_manifests_add_nothing_and_name_the_entries(one_gpu: Sweep) -> None:
+    s = one_gpu
+    dup = [{"job_id": "a", "job": "a", "fail_until": 0, "sleep_s": 0},
+           {"job_id": "a", "job": "a", "fail_until": 0, "sleep_s": 0},
+           {"job_id": "b", "job": "b", "fail_until": 0, "sleep_s": 0}]  # fmt: skip
+    res = s.tcl("matrix", "add", _manifest(s.out.parent / "d.json", dup), "--name", "bad",
+                "--", "python", "job.py", "{job}", check=False)  # fmt: skip
+    assert res.returncode == 2 and "more than once (nothing added): a\n" in res.stderr, res.stderr
+    missing = [{"job_id": "x", "job": "x", "fail_until": 0},
+               {"job_id": "y", "job": "y", "fail_until": 0, "sleep_s": 0}]  # fmt: skip
+    res = s.tcl("matrix", "add", _manifest(s.out.parent / "m.json", missing), "--name", "bad",
+                "--", "python", "job.py", "{job}", "{sleep_s}", check=False)  # fmt: skip
+    assert res.returncode == 2, res.stderr
+    assert "sleep_s" in res.stderr and "x" in res.stderr and "y" not in res.stderr.split(
+        "sleep_s")[-1], res.stderr  # fmt: skip
+    assert len(res.stderr.strip().splitlines()) <= 3, res.stderr
+    assert json.loads(s.tcl("matrix", "ls", "--json").stdout) == []
+
+
+def test_adding_again_is_idempotent_and_cancel_stops_running_entries(two_gpus: Sweep) -> None:
+    s = two_gpus
+    rows = [{"job_id": f"j{i}", "job": f"j{i}", "fail_until": 0, "sleep_s": 60} for i in range(4)]
+    m = _manifest(s.out.parent / "m.json", rows)
+    s.add("idem", m)
+    again = s.add("idem", m)
+    assert "added 0 entries" in again.stderr and "4 already there" in again.stderr
+    s.wait("idem", lambda st: st["counts"]["running"] == 2, 60)
+    res = s.tcl("matrix", "cancel", "idem")
+    assert "cancelled 4 entries" in res.stdout and "stopped 2 runs" in res.stdout, res.stdout
+    st = s.status("idem")
+    assert st["counts"]["cancelled"] == 4, st
+    ps = json.loads(s.tcl("ps", "--matrix", "idem", "--json").stdout)
+    assert ps == [], ps  # nothing left running
+    s.tcl("matrix", "requeue", "idem", "--state", "cancelled", "--ids", "j0")
+    assert s.status("idem")["counts"]["cancelled"] == 3
+
+
+def test_submit_retry_places_a_single_run_again(one_gpu: Sweep) -> None:
+    s = one_gpu
+    res = s.tcl("submit", "--chip", "h100", "--retry", "3", "--retry-backoff-s", "0.5",
+                "--env", f"OUT={s.out}", "--", "python", "job.py", "single", "3", "0",
+                check=False)  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert [(r[1], r[4]) for r in s.runs()] == [("1", "fail"), ("2", "fail"), ("3", "ok")]
+    (run,) = json.loads(s.tcl("ps", "-a", "--json").stdout)
+    assert run["state"] == "succeeded"
