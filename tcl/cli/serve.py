@@ -17,8 +17,20 @@ def cmd_serve(
     ] = 0.0,
     stop: Annotated[bool, typer.Option("--stop", help="Stop the running daemon.")] = False,
     status: Annotated[bool, typer.Option("--status", help="Print its status as JSON.")] = False,
+    no_scheduler: Annotated[
+        bool, typer.Option("--no-scheduler", help="Do not claim matrix entries.")
+    ] = False,
+    lease_s: Annotated[
+        float,
+        typer.Option("--lease-s", min=1, help="A silent scheduler's entries are requeued after."),
+    ] = 30.0,
+    heartbeat_s: Annotated[
+        float, typer.Option("--heartbeat-s", min=0.1, help="How often leases are renewed.")
+    ] = 5.0,
+    batch: Annotated[int, typer.Option("--batch", min=1, help="Entries claimed at once.")] = 16,
 ) -> None:
-    """Keep SSH connections warm and run submits for this state dir (one daemon per dir)."""
+    """Keep SSH connections warm, run submits, and schedule matrix entries (one daemon per
+    state dir; several, on machines sharing $TCL_DB_URL, share a sweep)."""
     from tcl.control.daemon.client import running_daemon, stop_daemon
 
     if stop:
@@ -32,7 +44,9 @@ def cmd_serve(
         return
     from tcl.control.daemon.server import main
 
-    code = main(["--port", str(port), "--idle-exit-s", str(idle_exit_s)])
+    argv = ["--port", str(port), "--idle-exit-s", str(idle_exit_s), "--lease-s", str(lease_s),
+            "--heartbeat-s", str(heartbeat_s), "--batch", str(batch)]  # fmt: skip
+    code = main(argv + (["--no-scheduler"] if no_scheduler else []))
     if code:
         raise typer.Exit(code)
 

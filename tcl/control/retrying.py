@@ -12,7 +12,12 @@ from __future__ import annotations
 
 import contextlib
 
-from tcl.control.errors import NoPlacementError, TclError
+from tcl.control.errors import (
+    AgentUnreachableError,
+    NoPlacementError,
+    SshConnectError,
+    TclError,
+)
 from tcl.control.retries import policy_of
 from tcl.control.retry import Verdict, decide
 from tcl.control.service import Control
@@ -69,7 +74,9 @@ async def place_waiting(ctl: Control, run_id: str) -> bool:
     ctl.retries.placed(run_id)  # before the run moves on: no reader sees it placed and waiting
     try:
         await relaunch(ctl, run_id)
-    except NoPlacementError as e:
+    except (NoPlacementError, AgentUnreachableError, SshConnectError) as e:
+        # nothing free now, or a host dropped the connection mid-placement (its launch undid
+        # its task): not the run's fault, it waits again
         ctl.retries.postpone(run_id, NO_PLACE_RETRY_S, str(e).splitlines()[0])
         return False
     except TclError as e:

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 from tcl.control.backoff import backoff_s
 from tcl.control.errors import (
+    AgentError,
     AgentUnreachableError,
     NoCapacityError,
     NoPlacementError,
@@ -51,6 +52,7 @@ from tcl.runner.api import JobRef
 
 log = logging.getLogger("tcl.scheduler")
 _RETRYABLE = (AgentUnreachableError, SshConnectError)
+MAX_CLAIMS = 20  # an entry whose placement failed this often (hosts dropping it) fails
 
 
 @dataclass(frozen=True)
@@ -91,9 +93,9 @@ class Scheduler:
         try:
             while not stopping.is_set():
                 await asyncio.to_thread(self.queue.reap)
+                self._wake.clear()  # before placing: a run that ends meanwhile wakes the next
                 full = await self._claim_and_place()
                 timeout = self.settings.full_wait_s if full else 0.5
-                self._wake.clear()
                 woken = asyncio.ensure_future(self._wake.wait())
                 stopped = asyncio.ensure_future(stopping.wait())
                 await asyncio.wait({woken, stopped}, timeout=timeout,
@@ -168,6 +170,18 @@ class Scheduler:
         except NoPlacementError as e:
             self._refusals[entry.id] = _line(e)
             return False
+        except (*_RETRYABLE, AgentError) as e:
+            # a host that dropped a connection mid-placement (its launch undid its task): not
+            # the entry's fault; it goes back to the queue, a while later, up to a limit
+            if entry.claims < MAX_CLAIMS:
+                later = time.time() + self.settings.full_wait_s
+                await asyncio.to_thread(self.queue.release, self.owner, entry.id, later, _line(e))
+                return True
+            log.exception("entry %s (%s)", entry.id, entry.job_id)
+            await asyncio.to_thread(
+                self.queue.finish, self.owner, entry.id, EntryState.FAILED,
+                f"placing it failed {entry.claims} times; last: {_line(e)}",
+            )  # fmt: skip
         except Exception as e:  # an entry's own failure ends that entry
             log.exception("entry %s (%s)", entry.id, entry.job_id)
             await asyncio.to_thread(

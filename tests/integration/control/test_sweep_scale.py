@@ -1,0 +1,208 @@
+"""Sweeps at scale on real shims: two SSH hosts of the sshd testbed (network namespaces, fake
+h100:8 each, process executor) plus the local host, and real `tcl serve` schedulers.
+
+- 1,200 entries through one scheduler (SQLite): every entry runs exactly once and ends done.
+- Two schedulers sharing PostgreSQL, one killed with SIGKILL mid-sweep: its leases expire, the
+  other adopts its entries (their runs go on on their hosts), and again every entry runs
+  exactly once.
+
+"Exactly once" is counted from the jobs' own output: each job appends its job_id to a file on
+the shared filesystem (the netns hosts share it), not from tcl's tables.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+
+from tcl.control.localshim import stop_local_shim
+from tcl.control.store import Store
+from tests.integration.control.test_e2e_ssh import VENV, _free_port, stop_shims
+from tests.integration.tclcli import TCL
+from tests.testbed import SshTestbed
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+ENTRIES = int(os.environ.get("TCL_TEST_SWEEP_ENTRIES", "240"))
+JOB = """
+import os, sys, time
+time.sleep(float(sys.argv[2]))
+fd = os.open(os.path.join(os.environ["OUT"], "ran"), os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+os.write(fd, f"{sys.argv[1]} {os.environ.get('TCL_NODE_HOST', '-')}\\n".encode())
+os.close(fd)
+"""
+
+
+class Cluster:
+    def __init__(self, root: Path, tb: SshTestbed, local: bool) -> None:
+        self.root = root
+        self.repo, self.out = root / "repo", root / "out"
+        self.repo.mkdir()
+        self.out.mkdir()
+        self.out.chmod(0o777)
+        subprocess.run(["git", "init", "-q"], cwd=self.repo, check=True)
+        (self.repo / "job.py").write_text(JOB)
+        self.shim_dirs = {h: root / f"shim-{h}" for h in ("g1", "g2")}
+        common = (
+            f"user: root, identity_file: {tb.key}, known_hosts: {tb.known_hosts}, "
+            f"ssh_config_file: {tb.config}, connect_timeout_s: 3, shim_venv: {VENV}, "
+            f'proxy_jump: "127.0.0.1:2222", executor: process, fake_accelerators: "h100:8"'
+        )
+        here = '  here: {type: local, fake_accelerators: "h100:4", executor: process}\n'
+        self.config = root / "config.yaml"
+        self.config.write_text(
+            "hosts:\n"
+            + (here if local else "")
+            + f"  g1: {{type: ssh, ssh: {tb.ip(1)}, {common}, shim_port: {_free_port()}, "
+            f"shim_dir: {self.shim_dirs['g1']}}}\n"
+            f"  g2: {{type: ssh, ssh: {tb.ip(2)}, {common}, shim_port: {_free_port()}, "
+            f"shim_dir: {self.shim_dirs['g2']}}}\n"
+        )
+        self.homes: list[Path] = []
+        self.serves: list[subprocess.Popen[bytes]] = []
+
+    def env(self, home: Path, db_url: str | None = None) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if k != "TCL_DB_URL"}
+        env.update(HOME=str(home), TCL_STATE_DIR=str(home / "state"), TCL_CONFIG=str(self.config),
+                   NO_COLOR="1", TCL_CODE_CACHE_DIR=str(self.root / "code"))  # fmt: skip
+        if db_url:
+            env["TCL_DB_URL"] = db_url
+        return env
+
+    def home(self, name: str) -> Path:
+        home = self.root / name
+        home.mkdir()
+        self.homes.append(home)
+        return home
+
+    def tcl(self, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run([TCL, *args], cwd=self.repo, env=env, capture_output=True,
+                              text=True, timeout=300, check=False)  # fmt: skip
+        if proc.returncode != 0:
+            pytest.fail(f"tcl {' '.join(args)} -> {proc.returncode}\n{proc.stdout}{proc.stderr}")
+        return proc
+
+    def serve(self, env: dict[str, str], *args: str) -> subprocess.Popen[bytes]:
+        log = open(Path(env["HOME"]) / "serve.out", "wb")  # noqa: SIM115  the child keeps it
+        proc = subprocess.Popen([TCL, "serve", *args], cwd=self.repo, env=env, stdout=log,
+                                stderr=subprocess.STDOUT)  # fmt: skip
+        self.serves.append(proc)
+        return proc
+
+    def add(self, env: dict[str, str], name: str, entries: int, sleep_s: float) -> None:
+        self.tcl(env, "matrix", "add", "--name", name, "--no-start", "--chip", "h100",
+                 "--grid", "i=" + ",".join(str(i) for i in range(entries)), "--env",
+                 f"OUT={self.out}", "--", "python", "job.py", "{i}", str(sleep_s))  # fmt: skip
+
+    def status(self, env: dict[str, str], name: str) -> dict[str, Any]:
+        return dict(json.loads(self.tcl(env, "matrix", "status", name, "--json").stdout))
+
+    def wait_done(self, env: dict[str, str], name: str, timeout_s: float) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            st = self.status(env, name)
+            c = st["counts"]
+            if c["queued"] + c["claimed"] + c["running"] == 0:
+                return st
+            dead = [p.args for p in self.serves if p.poll() not in (None, -signal.SIGKILL)]
+            if time.monotonic() > deadline or dead:
+                logs = "\n".join((h / "serve.out").read_text()[-2000:] for h in self.homes
+                                 if (h / "serve.out").exists())  # fmt: skip
+                pytest.fail(f"matrix {name} not finished: {st}\n{logs}")
+            time.sleep(2.0)
+
+    def ran(self) -> Counter[str]:
+        path = self.out / "ran"
+        lines = path.read_text().splitlines() if path.exists() else []
+        return Counter(line.split()[0] for line in lines)
+
+    def close(self) -> None:
+        for proc in self.serves:
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+        for home in self.homes:
+            stop_local_shim(home / "state" / "local-shim")
+        stop_shims(self.shim_dirs.values())
+
+
+@pytest.fixture
+def cluster(ssh_testbed: SshTestbed, tmp_path: Path) -> Iterator[Cluster]:
+    c = Cluster(tmp_path, ssh_testbed, local=True)
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+def test_every_entry_of_a_large_sweep_runs_exactly_once(cluster: Cluster) -> None:
+    env = cluster.env(cluster.home("ws"))
+    for host in ("g1", "g2"):
+        cluster.tcl(env, "host", "setup", host, "--json")
+    cluster.add(env, "big", ENTRIES, 0.0)
+    t0 = time.monotonic()
+    cluster.serve(env, "--batch", "32")
+    st = cluster.wait_done(env, "big", 1500)
+    took = time.monotonic() - t0
+    ran = cluster.ran()
+    assert st["counts"]["done"] == ENTRIES, st
+    assert len(ran) == ENTRIES and set(ran.values()) == {1}, ran.most_common(3)
+    print(f"{ENTRIES} entries in {took:.0f} s ({ENTRIES / took:.1f}/s)")
+
+
+@pytest.fixture
+def pg_cluster(
+    ssh_testbed: SshTestbed, tmp_path: Path, postgres_url: str
+) -> Iterator[tuple[Cluster, str]]:
+    schema = f"tcl_sweep_{uuid.uuid4().hex[:8]}"
+    admin = Store(postgres_url)
+    with admin.engine.begin() as conn:
+        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
+    admin.close()
+    sep = "&" if "?" in postgres_url else "?"
+    c = Cluster(tmp_path, ssh_testbed, local=False)
+    try:
+        yield c, f"{postgres_url}{sep}options=-csearch_path%3D{schema}"
+    finally:
+        c.close()
+
+
+def test_a_killed_scheduler_loses_no_entry_and_runs_none_twice(
+    pg_cluster: tuple[Cluster, str],
+) -> None:
+    cluster, db = pg_cluster
+    a_env = cluster.env(cluster.home("a"), db)
+    b_env = cluster.env(cluster.home("b"), db)
+    for host in ("g1", "g2"):
+        cluster.tcl(a_env, "host", "setup", host, "--json")
+    entries = min(ENTRIES, 160)
+    cluster.add(a_env, "shared", entries, 1.5)
+    lease = ("--lease-s", "4", "--heartbeat-s", "1")
+    a = cluster.serve(a_env, *lease)
+    cluster.serve(b_env, *lease)
+    deadline = time.monotonic() + 300
+    while sum(cluster.ran().values()) < entries // 4:  # well under way on both
+        assert time.monotonic() < deadline, cluster.status(a_env, "shared")
+        time.sleep(0.5)
+    a.send_signal(signal.SIGKILL)
+    a.wait(10)
+    st = cluster.wait_done(b_env, "shared", 900)
+    ran = cluster.ran()
+    assert st["counts"]["done"] == entries, st
+    assert len(ran) == entries and set(ran.values()) == {1}, ran.most_common(3)
+    export = json.loads(cluster.tcl(b_env, "matrix", "export", "shared").stdout)
+    assert all(e["state"] == "done" for e in export.values())
