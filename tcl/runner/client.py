@@ -37,6 +37,9 @@ UPLOAD_CHUNK_BYTES = 1024 * 1024
 WS_MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 
 
+KEEPALIVE_EXPIRY_S = 2.0
+
+
 class RunnerClientError(Exception):
     pass
 
@@ -70,6 +73,10 @@ class RunnerClient:
             timeout=timeout_s,
             trust_env=False,
             headers=self._auth,
+            # Idle connections are dropped well before the server's keep-alive (uvicorn: 5 s)
+            # closes them: reusing one the server is closing fails a request with "Server
+            # disconnected" (seen under a sweep's steady traffic); a new connection is cheap.
+            limits=httpx.Limits(keepalive_expiry=KEEPALIVE_EXPIRY_S),
         )
 
     async def __aenter__(self) -> RunnerClient:

@@ -45,6 +45,9 @@ _BY_STATUS: dict[int, type[ShimError]] = {
 }
 
 
+KEEPALIVE_EXPIRY_S = 2.0
+
+
 class ShimClient:
     def __init__(
         self,
@@ -58,6 +61,10 @@ class ShimClient:
             transport=transport,
             timeout=timeout_s,
             headers={"Authorization": f"Bearer {token}"},
+            # Idle connections are dropped well before the server's keep-alive (uvicorn: 5 s)
+            # closes them: reusing one the server is closing fails a request with "Server
+            # disconnected" (seen under a sweep's steady traffic); a new connection is cheap.
+            limits=httpx.Limits(keepalive_expiry=KEEPALIVE_EXPIRY_S),
         )
 
     async def __aenter__(self) -> ShimClient:

@@ -93,6 +93,10 @@ class Sweep:
         return f"http://127.0.0.1:{port}/api", {"Authorization": f"Bearer {token}"}
 
     def close(self) -> None:
+        # cancel what is left (its runs stopped): nothing of a test goes on holding a GPU
+        listed = self.tcl("matrix", "ls", "--json", check=False)
+        for m in json.loads(listed.stdout or "[]"):
+            self.tcl("matrix", "cancel", m["name"], check=False)
         self.tcl("serve", "--stop", check=False)
         stop_local_shim(self.home / "state" / "local-shim")
 

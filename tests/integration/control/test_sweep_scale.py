@@ -127,7 +127,15 @@ class Cluster:
         lines = path.read_text().splitlines() if path.exists() else []
         return Counter(line.split()[0] for line in lines)
 
-    def close(self) -> None:
+    def close(self, env: dict[str, str] | None = None) -> None:
+        if env is not None:  # cancel what is left (its runs stopped) before the schedulers go
+            listed = subprocess.run(
+                [TCL, "matrix", "ls", "--json"], env=env, cwd=self.repo, capture_output=True,
+                text=True, timeout=60, check=False,
+            )  # fmt: skip
+            for m in json.loads(listed.stdout or "[]"):
+                subprocess.run([TCL, "matrix", "cancel", m["name"]], env=env, cwd=self.repo,
+                               capture_output=True, timeout=120, check=False)  # fmt: skip
         for proc in self.serves:
             if proc.poll() is None:
                 proc.terminate()
@@ -146,7 +154,7 @@ def cluster(ssh_testbed: SshTestbed, tmp_path: Path) -> Iterator[Cluster]:
     try:
         yield c
     finally:
-        c.close()
+        c.close(c.env(c.homes[0]) if c.homes else None)
 
 
 def test_every_entry_of_a_large_sweep_runs_exactly_once(cluster: Cluster) -> None:
@@ -175,10 +183,11 @@ def pg_cluster(
     admin.close()
     sep = "&" if "?" in postgres_url else "?"
     c = Cluster(tmp_path, ssh_testbed, local=False)
+    db = f"{postgres_url}{sep}options=-csearch_path%3D{schema}"
     try:
-        yield c, f"{postgres_url}{sep}options=-csearch_path%3D{schema}"
+        yield c, db
     finally:
-        c.close()
+        c.close(c.env(c.homes[-1], db) if c.homes else None)
 
 
 def test_a_killed_scheduler_loses_no_entry_and_runs_none_twice(
