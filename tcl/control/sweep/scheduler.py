@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import secrets
 import socket
 import time
@@ -44,6 +45,7 @@ from tcl.control.service import Control
 from tcl.control.states import RunState
 from tcl.control.store import Run
 from tcl.control.submit import Submission, relaunch, stored_request
+from tcl.control.sweep.admission import Admission
 from tcl.control.sweep.manifest import fill_argv, job_config
 from tcl.control.sweep.model import Entry, EntryState
 from tcl.control.sweep.queue import SweepQueue
@@ -51,7 +53,9 @@ from tcl.control.sweep.spec import MatrixSpec
 from tcl.runner.api import JobRef
 
 log = logging.getLogger("tcl.scheduler")
+TRACE = os.environ.get("TCL_TRACE") == "1"  # where a placement's time goes, in the log
 _RETRYABLE = (AgentUnreachableError, SshConnectError)
+REAP_EVERY_S = 1.0
 MAX_CLAIMS = 20  # an entry whose placement failed this often (hosts dropping it) fails
 
 
@@ -85,20 +89,36 @@ class Scheduler:
         self._wake = asyncio.Event()
         self._specs: dict[str, MatrixSpec] = {}
         self._refusals: dict[int, str] = {}  # entry id -> why nothing could place it
+        self.admission = Admission(self.settings.batch, self.settings.full_wait_s)
+        self._placing = 0  # entries claimed and being placed
+        self._batches: set[asyncio.Task[None]] = set()
 
     # the loop ---------------------------------------------------------------------------------
 
     async def run(self, stopping: asyncio.Event) -> None:
         beats = asyncio.create_task(self._heartbeats(stopping))
+        reaped_at = 0.0
         try:
             while not stopping.is_set():
-                await asyncio.to_thread(self.queue.reap)
-                self._wake.clear()  # before placing: a run that ends meanwhile wakes the next
-                full = await self._claim_and_place()
-                timeout = self.settings.full_wait_s if full else 0.5
+                now = time.time()
+                if now - reaped_at >= REAP_EVERY_S:
+                    await asyncio.to_thread(self.queue.reap)
+                    reaped_at = now
+                self._wake.clear()  # before claiming: a run that ends meanwhile wakes the next
+                limit = self.admission.limit(self._placing, now)
+                if limit:
+                    claimed = await asyncio.to_thread(
+                        self.queue.claim, self.owner, limit, self.settings.lease_s
+                    )
+                    self.admission.took(len(claimed))
+                    if claimed:
+                        self._placing += len(claimed)
+                        batch = asyncio.create_task(self._place_batch(claimed))
+                        self._batches.add(batch)
+                        batch.add_done_callback(self._batches.discard)
                 woken = asyncio.ensure_future(self._wake.wait())
                 stopped = asyncio.ensure_future(stopping.wait())
-                await asyncio.wait({woken, stopped}, timeout=timeout,
+                await asyncio.wait({woken, stopped}, timeout=self.admission.wait_s(time.time()),
                                    return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
                 woken.cancel()
                 stopped.cancel()
@@ -106,6 +126,10 @@ class Scheduler:
             beats.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await beats
+            for batch in self._batches:
+                batch.cancel()
+            if self._batches:
+                await asyncio.wait(self._batches, timeout=30.0)
             await self._hand_back()
 
     async def _hand_back(self) -> None:
@@ -122,7 +146,7 @@ class Scheduler:
                                         "its scheduler stopped; queued again")  # fmt: skip
 
     def busy(self) -> bool:
-        return bool(self.watchers)
+        return bool(self.watchers) or self._placing > 0
 
     async def _heartbeats(self, stopping: asyncio.Event) -> None:
         while not stopping.is_set():
@@ -138,35 +162,39 @@ class Scheduler:
                 if entry_id not in held:  # cancelled by the user, or reaped: let it go
                     task.cancel()
 
-    async def _claim_and_place(self) -> bool:
-        """Claim a batch and place it, one priority at a time (entries of one priority at
-        once: a full cluster never lets a lower one in before a higher one); True when
-        something could not be placed (the cluster is full for it)."""
-        claimed = await asyncio.to_thread(
-            self.queue.claim, self.owner, self.settings.batch, self.settings.lease_s
-        )
-        for i, entry in enumerate(claimed):
-            if i and entry.priority == claimed[i - 1].priority:
-                continue
-            group = [e for e in claimed[i:] if e.priority == entry.priority]
-            refused = [
-                e for e, ok in zip(group, await asyncio.gather(*map(self._start_or_end, group)),
-                                   strict=True)
-                if not ok
-            ]  # fmt: skip
-            if refused:
-                rest = refused + claimed[i + len(group) :]
-                for e in rest:
-                    await asyncio.to_thread(self.queue.release, self.owner, e.id, 0.0,
-                                            self._refusals.pop(e.id, ""))  # fmt: skip
-                return True
-        return False
+    async def _place_batch(self, claimed: list[Entry]) -> None:
+        """Place a claimed batch, one priority at a time (the entries of one priority at
+        once: a lower one never takes the last free GPU while a higher one is being placed).
+        The first refusal (nothing free) sends it and the rest back to the queue."""
+        left = list(claimed)
+        try:
+            while left:
+                group = [e for e in left if e.priority == left[0].priority]
+                left = left[len(group) :]
+                oks = await asyncio.gather(*map(self._start_or_end, group))
+                self._placing -= len(group)
+                refused = [e for e, ok in zip(group, oks, strict=True) if not ok]
+                if refused:
+                    self.admission.refused(time.time())
+                    for e in refused + left:
+                        await asyncio.to_thread(self.queue.release, self.owner, e.id, 0.0,
+                                                self._refusals.pop(e.id, ""))  # fmt: skip
+                    self._placing -= len(left)
+                    left = []
+        finally:
+            self._placing -= len(left)  # cancelled: their leases lapse or are handed back
+            self._wake.set()
 
     async def _start_or_end(self, entry: Entry) -> bool:
         """False when nothing could place it now (it goes back to the queue)."""
+        t0 = time.time()
         try:
             if await self._start(entry):
                 self.placed += 1
+                self.admission.placed()
+                if TRACE:
+                    log.info("entry %s claimed %.3f placed in %.3f s (claimed at %.3f)",
+                             entry.job_id, t0, time.time() - t0, entry.created_at)
         except NoPlacementError as e:
             self._refusals[entry.id] = _line(e)
             return False
@@ -305,12 +333,19 @@ class Scheduler:
         while True:
             run = ctl.store.get_run(run_id)
             if run.state.is_final:
+                # its host freed the accelerators as the job ended: the next entry may be
+                # placed while this one's task is removed
+                self.admission.run_ended()
+                self._wake.set()
+                if TRACE:
+                    log.info("run %s ended %.3f", run_id, time.time())
                 with contextlib.suppress(TclError):
                     await release(ctl, run_id)
                 if run.state is RunState.SUCCEEDED:
                     return EntryState.DONE, ""
                 return EntryState.FAILED, run.message or run.state.value
             if waiting_for_retry(ctl, run):
+                self.admission.run_ended()  # its attempt ended: what it held is free
                 return EntryState.QUEUED, run.message
             try:
                 res = await pull(ctl, run, wait_s=10.0, release=False, relaunch=False)

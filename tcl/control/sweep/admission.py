@@ -1,0 +1,56 @@
+"""How many entries a scheduler claims now.
+
+While placements succeed, as many as it has room to place at once. Once one is refused (nothing
+free for it: the cluster is full), claiming everything again would place nothing and only churn
+claims and solver probes; so it claims as many entries as its runs that ended since (each freed
+what it held), plus credits that double with each success (a cluster that has room again is
+filled in a few rounds), plus one probe per ``full_wait_s`` (capacity freed by someone else).
+"""
+
+from __future__ import annotations
+
+
+class Admission:
+    def __init__(self, room: int, full_wait_s: float) -> None:
+        self.room = room
+        self.full_wait_s = full_wait_s
+        self.full = False
+        self.credits = 0  # entries it may claim while full
+        self._grant = 1  # credits the next success adds while full (doubles)
+        self._probe_at = 0.0  # while full: when a probe is allowed again
+
+    def limit(self, placing: int, now: float) -> int:
+        room = max(0, self.room - placing)
+        if not self.full:
+            return room
+        if self.credits == 0 and now >= self._probe_at:
+            self.credits = 1
+            self._probe_at = now + self.full_wait_s
+        return min(room, self.credits)
+
+    def took(self, claimed: int) -> None:
+        self.credits -= min(self.credits, claimed)
+
+    def run_ended(self) -> None:
+        if self.full:
+            self.credits += 1
+
+    def placed(self) -> None:
+        if not self.full:
+            return
+        self._grant = min(self.room, self._grant * 2)
+        self.credits += self._grant
+        if self._grant >= self.room:
+            self.full = False  # it keeps succeeding: claim freely again
+
+    def refused(self, now: float) -> None:
+        self.full = True
+        self.credits = 0
+        self._grant = 1
+        self._probe_at = now + self.full_wait_s
+
+    def wait_s(self, now: float) -> float:
+        """How long the loop may sleep when nothing wakes it."""
+        if not self.full:
+            return 0.5
+        return max(0.05, min(self.full_wait_s, self._probe_at - now))

@@ -1,0 +1,44 @@
+"""How many entries a scheduler claims: all it has room for until a refusal, then as many as
+runs ended, credits that double with each success, and one probe per window."""
+
+from __future__ import annotations
+
+from tcl.control.sweep.admission import Admission
+
+
+def test_claims_all_it_has_room_for_until_refused() -> None:
+    a = Admission(room=16, full_wait_s=2.0)
+    assert a.limit(placing=0, now=0.0) == 16
+    assert a.limit(placing=10, now=0.0) == 6
+    a.placed()  # successes while not full change nothing
+    assert a.limit(placing=0, now=0.0) == 16
+
+
+def test_when_full_it_claims_one_per_run_ended_and_probes_once_per_window() -> None:
+    a = Admission(room=16, full_wait_s=2.0)
+    a.refused(now=10.0)
+    assert a.limit(0, 10.5) == 0  # nothing ended, the window not over: no churn
+    a.run_ended()
+    a.run_ended()
+    assert a.limit(0, 10.5) == 2
+    a.took(2)
+    assert a.limit(0, 10.5) == 0
+    assert a.limit(0, 12.0) == 1  # the window passed: one probe
+    a.took(1)
+    assert a.limit(0, 12.5) == 0  # and only one per window
+
+
+def test_successes_while_full_double_the_claims_until_it_is_not_full() -> None:
+    a = Admission(room=8, full_wait_s=2.0)
+    a.refused(now=0.0)
+    a.run_ended()
+    grants = []
+    for _ in range(4):
+        n = a.limit(0, 0.1)
+        grants.append(n)
+        a.took(n)
+        a.placed()
+    assert grants == [1, 2, 4, 8]
+    assert not a.full and a.limit(0, 0.1) == 8
+    a.refused(now=1.0)
+    assert a.full and a.limit(0, 1.1) == 0
