@@ -27,13 +27,26 @@ class _Listing:
 async def _runs(ctl: Control, all_runs: bool, matrix: str | None = None) -> _Listing:
     from tcl.control.follow import refresh_many
 
-    prefix = f"{matrix}/" if matrix else None
-    limit = 10_000 if matrix else 200
-    runs = ctl.store.list_runs(include_final=all_runs, limit=limit, name_prefix=prefix)
+    runs = _matrix_runs(ctl, matrix) if matrix else ctl.store.list_runs(include_final=all_runs)
+    if matrix and not all_runs:
+        runs = [r for r in runs if not r.state.is_final]
     fresh = await refresh_many(ctl, runs)
     shown = fresh if all_runs else [r for r in fresh if not r.state.is_final]
     since = ctl.store.unreachable_since([r.id for r in shown if not r.state.is_final])
     return _Listing(shown, since)
+
+
+def _matrix_runs(ctl: Control, matrix: str) -> list[Run]:
+    """The runs of a matrix's entries (those placed at least once), newest first."""
+    from tcl.control.sweep.queue import SweepQueue
+
+    queue = SweepQueue(ctl.store)
+    try:
+        queue.matrix(matrix)  # an unknown name is an error, not an empty list
+        ids = [e.run_id for e in queue.entries(matrix) if e.run_id]
+    finally:
+        queue.close()
+    return sorted(ctl.store.runs_by_id(ids).values(), key=lambda r: r.created_at, reverse=True)
 
 
 def state_text(r: Run, unreachable_since: float | None) -> str:

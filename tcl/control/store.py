@@ -293,13 +293,9 @@ class Store:
                 out.update((r.id, _run(r)) for r in s.scalars(q))
         return out
 
-    def list_runs(
-        self, include_final: bool = True, limit: int = 200, name_prefix: str | None = None
-    ) -> list[Run]:
+    def list_runs(self, include_final: bool = True, limit: int = 200) -> list[Run]:
         with self._session() as s:
             q = select(RunRow).order_by(RunRow.created_at.desc()).limit(limit)
-            if name_prefix is not None:  # a matrix's runs are named MATRIX/JOB_ID
-                q = q.where(_starts_with(RunRow.name, name_prefix))
             if not include_final:
                 finals = [st.value for st in RunState if st.is_final]
                 q = q.where(RunRow.state.not_in(finals))

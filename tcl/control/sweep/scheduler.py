@@ -193,8 +193,13 @@ class Scheduler:
                 self.placed += 1
                 self.admission.placed()
                 if TRACE:
-                    log.info("entry %s claimed %.3f placed in %.3f s (claimed at %.3f)",
-                             entry.job_id, t0, time.time() - t0, entry.created_at)
+                    log.info(
+                        "entry %s claimed %.3f placed in %.3f s (claimed at %.3f)",
+                        entry.job_id,
+                        t0,
+                        time.time() - t0,
+                        entry.created_at,
+                    )
         except NoPlacementError as e:
             self._refusals[entry.id] = _line(e)
             return False
@@ -374,12 +379,17 @@ def _submission(spec: MatrixSpec, entry: Entry) -> Submission:
     else:
         argv = fill_argv(spec.argv, entry.fields, entry.job_id)
     return Submission(
-        argv=argv, name=f"{entry.matrix}/{entry.job_id}"[:256], chip=spec.chip, chips=spec.chips,
+        argv=argv, name=run_name(entry), chip=spec.chip, chips=spec.chips,
         nodes=spec.nodes, host=spec.host, image=spec.image,
         env={**spec.env, "TCL_MATRIX": entry.matrix, "TCL_MATRIX_JOB_ID": entry.job_id},
         job=job, yes=True, job_cwd=spec.job_cwd, max_duration_s=spec.max_duration_s,
         retry=spec.retry,
     )  # fmt: skip
+
+
+def run_name(entry: Entry) -> str:
+    """``MATRIX.JOB_ID``: a ``tcl.jobs`` job's checkpoint folder too, so no ``/`` in it."""
+    return f"{entry.matrix}.{entry.job_id}".replace("/", "-")[:256]
 
 
 def _line(e: BaseException) -> str:

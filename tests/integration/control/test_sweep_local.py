@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -19,6 +20,7 @@ import pytest
 from tcl.control.localshim import stop_local_shim
 
 TCL = str(Path(sys.executable).parent / "tcl")
+USER_REPO = Path(__file__).resolve().parents[2] / "fixtures" / "userrepo"
 
 # Appends "<job_id> <attempt> <start> <end>" to $OUT when done; fails with exit code 3 while
 # its count (a file per job id) is below FAIL_UNTIL; sleeps SLEEP_S first.
@@ -155,7 +157,7 @@ def test_a_failing_entry_is_retried_with_backoff_and_the_same_run(two_gpus: Swee
     assert "3 attempts failed" in export["hopeless"]["last_error"]
     # one run per entry, its attempts under the same run id (a tcl.jobs trainer resumes)
     ps = json.loads(s.tcl("ps", "-a", "--matrix", "retries", "--json").stdout)
-    assert sorted(r["name"] for r in ps) == ["retries/fine", "retries/flaky", "retries/hopeless"]
+    assert sorted(r["name"] for r in ps) == ["retries.fine", "retries.flaky", "retries.hopeless"]
 
 
 def test_a_preempted_entry_runs_again_without_using_an_attempt(one_gpu: Sweep) -> None:
@@ -243,3 +245,39 @@ def test_submit_retry_places_a_single_run_again(one_gpu: Sweep) -> None:
     assert [(r[1], r[4]) for r in s.runs()] == [("1", "fail"), ("2", "fail"), ("3", "ok")]
     (run,) = json.loads(s.tcl("ps", "-a", "--json").stdout)
     assert run["state"] == "succeeded"
+
+
+def test_a_matrix_of_tcl_jobs_overrides_each_entrys_config(tmp_path: Path) -> None:
+    """`--job KEY` with a grid over a config key: each entry's run is the job with that key
+    set (as its saved config shows), checkpointed under MATRIX.JOB_ID."""
+    home, work, out = tmp_path / "home", tmp_path / "work", tmp_path / "out"
+    home.mkdir()
+    shutil.copytree(USER_REPO, work, ignore=shutil.ignore_patterns("__pycache__"))
+    env = {k: v for k, v in os.environ.items() if k not in ("TCL_CONFIG", "TCL_DB_URL")}
+    env.update(HOME=str(home), TCL_STATE_DIR=str(home / "state"), NO_COLOR="1")
+
+    def tcl(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([TCL, *args], cwd=work, env=env, capture_output=True, text=True,
+                              timeout=120, check=False)  # fmt: skip
+
+    try:
+        res = tcl("matrix", "add", "--name", "jm", "--job", "custom/my_job_fixed", "--grid",
+                  "training.lr=0.5,0.25", "--env", f"TCL_OUT_DIR={out}")  # fmt: skip
+        assert res.returncode == 0, res.stderr
+        deadline = time.monotonic() + 300
+        while True:
+            st = json.loads(tcl("matrix", "status", "jm", "--json").stdout)
+            if st["counts"]["done"] + st["counts"]["failed"] == 2:
+                break
+            assert time.monotonic() < deadline, st
+            time.sleep(1.0)
+        assert st["counts"]["done"] == 2, st
+        for lr in ("0.5", "0.25"):
+            saved = list((out / "checkpoints").glob(f"*/*/jm.training.lr={lr}/*/step/9000"))
+            assert len(saved) == 1, sorted((out / "checkpoints").rglob("latest"))
+            config = (saved[0] / "config.yaml").read_text()
+            assert f"lr: {lr}" in config, config
+    finally:
+        tcl("matrix", "cancel", "jm")
+        tcl("serve", "--stop")
+        stop_local_shim(home / "state" / "local-shim")

@@ -34,7 +34,7 @@ from tests.testbed import SshTestbed
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-ENTRIES = int(os.environ.get("TCL_TEST_SWEEP_ENTRIES", "240"))
+ENTRIES = int(os.environ.get("TCL_TEST_SWEEP_ENTRIES", "1200"))
 JOB = """
 import os, sys, time
 time.sleep(float(sys.argv[2]))
