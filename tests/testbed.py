@@ -14,6 +14,7 @@ import hashlib
 import os
 import shutil
 import subprocess
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -181,6 +182,21 @@ def postgres_url() -> Iterator[str]:
         yield url.replace("postgresql://", "postgresql+psycopg://", 1)
     finally:
         run_script("pg-down.sh", env)
+
+
+def private_schema(postgres_url: str, prefix: str = "tcl_test") -> str:
+    """The URL of a fresh PostgreSQL schema of a test's own (its ``search_path``)."""
+    from sqlalchemy import text
+
+    from tcl.control.store import Store
+
+    schema = f"{prefix}_{uuid.uuid4().hex[:8]}"
+    admin = Store(postgres_url)
+    with admin.engine.begin() as c:
+        c.execute(text(f'CREATE SCHEMA "{schema}"'))
+    admin.close()
+    sep = "&" if "?" in postgres_url else "?"
+    return f"{postgres_url}{sep}options=-csearch_path%3D{schema}"
 
 
 def charliecloud_image(image: str, dest: Path) -> Path:

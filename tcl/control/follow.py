@@ -236,28 +236,14 @@ async def follow(
     cache = LogCache(run.id)
     for e in cache.read(after):
         on_event(e)
-    failing_since: float | None = None
-    attempt = 0
+    puller = ResumingPull(RECONNECT_DEADLINE_S, on_reconnect)
     while True:
         current = ctl.store.get_run(run.id)
         if current.state.is_final and _has_final_event(ctl, cache, run.id):
             return current
-        try:
-            res = await pull(ctl, current, wait_s=10.0, release=False)
-        except _RETRYABLE as e:
-            now = time.monotonic()
-            failing_since = failing_since or now
-            if now - failing_since > RECONNECT_DEADLINE_S:
-                raise
-            if on_reconnect is not None:
-                on_reconnect(str(e).splitlines()[0])
-            att = ctl.store.latest_attempt(run.id)
-            if att is not None and att.handle:
-                await ctl.backend_for(att).reset(ctl.handle(att))
-            await asyncio.sleep(backoff_s(attempt, base_s=0.2, cap_s=3.0))
-            attempt += 1
-            continue
-        failing_since, attempt = None, 0
+        res = await puller.pull(ctl, current)
+        if res is None:
+            continue  # reconnected after a drop
         for ev in res.events:
             on_event(ev)
         if res.state.is_final and not res.more:
@@ -265,6 +251,42 @@ async def follow(
             return ctl.store.get_run(run.id)
         if not res.events and res.state is RunState.QUEUED:
             await asyncio.sleep(0.2)  # a queued run's backend may answer without waiting
+
+
+class ResumingPull:
+    """Long-poll pulls of one run that survive dropped connections: the host's connection is
+    reset and the pull tried again after a jittered backoff, until ``deadline_s`` of failures
+    in a row (then the error is raised)."""
+
+    def __init__(
+        self, deadline_s: float, on_reconnect: Callable[[str], None] | None = None,
+        relaunch: bool = True,
+    ) -> None:  # fmt: skip
+        self.deadline_s = deadline_s
+        self.on_reconnect = on_reconnect
+        self.relaunch = relaunch
+        self._failing_since: float | None = None
+        self._attempt = 0
+
+    async def pull(self, ctl: Control, run: Run) -> PullResult | None:
+        """The next page, or None after a dropped connection (the caller loops)."""
+        try:
+            res = await pull(ctl, run, wait_s=10.0, release=False, relaunch=self.relaunch)
+        except _RETRYABLE as e:
+            now = time.monotonic()
+            self._failing_since = self._failing_since or now
+            if now - self._failing_since > self.deadline_s:
+                raise
+            if self.on_reconnect is not None:
+                self.on_reconnect(str(e).splitlines()[0])
+            att = ctl.store.latest_attempt(run.id)
+            if att is not None and att.handle:
+                await ctl.backend_for(att).reset(ctl.handle(att))
+            await asyncio.sleep(backoff_s(self._attempt, base_s=0.2, cap_s=3.0))
+            self._attempt += 1
+            return None
+        self._failing_since, self._attempt = None, 0
+        return res
 
 
 def _has_final_event(ctl: Control, cache: LogCache, run_id: str) -> bool:

@@ -15,37 +15,46 @@ class Admission:
         self.room = room
         self.full_wait_s = full_wait_s
         self.full = False
-        self.credits = 0  # entries it may claim while full
-        self._grant = 1  # credits the next success adds while full (doubles)
+        self.freed = 0  # while full: runs that ended since the last claim (each freed a slot)
+        self.granted = 0  # while full: entries successes earned
+        self._grant = 1  # what the next success earns while full (doubles)
         self._probe_at = 0.0  # while full: when a probe is allowed again
+
+    @property
+    def credits(self) -> int:
+        return self.freed + self.granted
 
     def limit(self, placing: int, now: float) -> int:
         room = max(0, self.room - placing)
         if not self.full:
             return room
         if self.credits == 0 and now >= self._probe_at:
-            self.credits = 1
+            self.granted = 1
             self._probe_at = now + self.full_wait_s
         return min(room, self.credits)
 
     def took(self, claimed: int) -> None:
-        self.credits -= min(self.credits, claimed)
+        from_freed = min(self.freed, claimed)
+        self.freed -= from_freed
+        self.granted -= min(self.granted, claimed - from_freed)
 
     def run_ended(self) -> None:
         if self.full:
-            self.credits += 1
+            self.freed += 1
 
     def placed(self) -> None:
         if not self.full:
             return
         self._grant = min(self.room, self._grant * 2)
-        self.credits += self._grant
+        self.granted += self._grant
         if self._grant >= self.room:
             self.full = False  # it keeps succeeding: claim freely again
 
     def refused(self, now: float) -> None:
+        """Something claimed found nothing free. Runs that ended since keep their claims (it
+        was claimed before they freed anything)."""
         self.full = True
-        self.credits = 0
+        self.granted = 0
         self._grant = 1
         self._probe_at = now + self.full_wait_s
 

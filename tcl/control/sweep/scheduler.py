@@ -3,11 +3,11 @@
 One :class:`Scheduler` per ``tcl serve``; any number of them share a queue. Its loop:
 
 1. reap leases that expired (another scheduler died) and heartbeat its own;
-2. claim a batch of entries, highest priority first, and place them one at a time in that
-   order with the solver (any host type: one run per free GPU). The first that nothing can
-   take goes back to the queue with the rest of the batch, and claiming waits until one of its
-   runs ends or a short while passes: a full cluster costs no churn, and a freed GPU is
-   reused at once;
+2. claim entries, highest priority first, as many as :class:`Admission` allows (all it has
+   room for, or once the cluster is full, about one per run that ended), and place each batch
+   in the background with the solver (any host type: one run per free GPU), one priority at a
+   time. An entry nothing can take goes back to the queue with the rest of its batch: a full
+   cluster costs no churn, and a freed GPU is reused at once (a run's end wakes the loop);
 3. a watcher per placed entry pulls its run's events until it ends, frees its host resources,
    and ends the entry: done, failed, or back in the queue when its retry policy places the run
    again (after a backoff; a preemption is not counted as a failure).
@@ -29,17 +29,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from tcl.control.backoff import backoff_s
 from tcl.control.errors import (
     AgentError,
-    AgentUnreachableError,
     NoCapacityError,
     NoPlacementError,
     RunNotFoundError,
     SshConnectError,
     TclError,
 )
-from tcl.control.follow import pull, release, stop
+from tcl.control.follow import ResumingPull, release, stop
 from tcl.control.retrying import place_waiting, release_attempt, waiting_for_retry
 from tcl.control.service import Control
 from tcl.control.states import RunState
@@ -54,7 +52,6 @@ from tcl.runner.api import JobRef
 
 log = logging.getLogger("tcl.scheduler")
 TRACE = os.environ.get("TCL_TRACE") == "1"  # where a placement's time goes, in the log
-_RETRYABLE = (AgentUnreachableError, SshConnectError)
 REAP_EVERY_S = 1.0
 MAX_CLAIMS = 20  # an entry whose placement failed this often (hosts dropping it) fails
 
@@ -203,7 +200,7 @@ class Scheduler:
         except NoPlacementError as e:
             self._refusals[entry.id] = _line(e)
             return False
-        except (*_RETRYABLE, AgentError) as e:
+        except (AgentError, SshConnectError) as e:
             # a host that dropped a connection mid-placement (its launch undid its task): not
             # the entry's fault; it goes back to the queue, a while later, up to a limit
             if entry.claims < MAX_CLAIMS:
@@ -333,8 +330,7 @@ class Scheduler:
 
     async def _follow(self, ctl: Control, run_id: str) -> tuple[EntryState, str]:
         """Pull the run until it ends (done/failed) or waits for a retry (queued)."""
-        failing_since: float | None = None
-        attempt = 0
+        puller = ResumingPull(self.settings.reconnect_deadline_s, relaunch=False)
         while True:
             run = ctl.store.get_run(run_id)
             if run.state.is_final:
@@ -352,20 +348,9 @@ class Scheduler:
             if waiting_for_retry(ctl, run):
                 self.admission.run_ended()  # its attempt ended: what it held is free
                 return EntryState.QUEUED, run.message
-            try:
-                res = await pull(ctl, run, wait_s=10.0, release=False, relaunch=False)
-            except _RETRYABLE:
-                now = time.monotonic()
-                failing_since = failing_since or now
-                if now - failing_since > self.settings.reconnect_deadline_s:
-                    raise
-                att = ctl.store.latest_attempt(run_id)
-                if att is not None and att.handle:
-                    await ctl.backend_for(att).reset(ctl.handle(att))
-                await asyncio.sleep(backoff_s(attempt, base_s=0.2, cap_s=3.0))
-                attempt += 1
-                continue
-            failing_since, attempt = None, 0
+            res = await puller.pull(ctl, run)
+            if res is None:
+                continue  # reconnected after a drop
             if not res.events and res.state is RunState.QUEUED:
                 await asyncio.sleep(0.5)  # a queued run's backend may answer without waiting
 

@@ -109,17 +109,10 @@ def _ended(st: dict[str, Any]) -> bool:
 
 
 @pytest.fixture
-def one_gpu(tmp_path: Path) -> Iterator[Sweep]:
-    s = Sweep(tmp_path, gpus=1)
-    try:
-        yield s
-    finally:
-        s.close()
-
-
-@pytest.fixture
-def two_gpus(tmp_path: Path) -> Iterator[Sweep]:
-    s = Sweep(tmp_path, gpus=2)
+def sweep(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Sweep]:
+    """A local host with as many fake GPUs as the test's ``gpus`` mark says."""
+    mark = request.node.get_closest_marker("gpus")
+    s = Sweep(tmp_path, gpus=mark.args[0] if mark else 1)
     try:
         yield s
     finally:
@@ -131,8 +124,9 @@ def _manifest(path: Path, rows: list[dict[str, Any]]) -> str:
     return str(path)
 
 
-def test_a_failing_entry_is_retried_with_backoff_and_the_same_run(two_gpus: Sweep) -> None:
-    s = two_gpus
+@pytest.mark.gpus(2)
+def test_a_failing_entry_is_retried_with_backoff_and_the_same_run(sweep: Sweep) -> None:
+    s = sweep
     rows = [
         {"job_id": "flaky", "job": "flaky", "fail_until": 3, "sleep_s": 0},
         {"job_id": "hopeless", "job": "hopeless", "fail_until": 99, "sleep_s": 0},
@@ -160,8 +154,8 @@ def test_a_failing_entry_is_retried_with_backoff_and_the_same_run(two_gpus: Swee
     assert sorted(r["name"] for r in ps) == ["retries.fine", "retries.flaky", "retries.hopeless"]
 
 
-def test_a_preempted_entry_runs_again_without_using_an_attempt(one_gpu: Sweep) -> None:
-    s = one_gpu
+def test_a_preempted_entry_runs_again_without_using_an_attempt(sweep: Sweep) -> None:
+    s = sweep
     rows = [{"job_id": "long", "job": "long", "fail_until": 0, "sleep_s": 4}]
     s.add("preempt", _manifest(s.out.parent / "m.json", rows))  # one attempt: no retries
     s.wait("preempt", lambda st: st["counts"]["running"] == 1, 60)
@@ -182,8 +176,8 @@ def test_a_preempted_entry_runs_again_without_using_an_attempt(one_gpu: Sweep) -
     assert [(r[0], r[1], r[4]) for r in s.runs()] == [("long", "2", "ok")]
 
 
-def test_higher_priority_entries_run_first_on_one_gpu(one_gpu: Sweep) -> None:
-    s = one_gpu
+def test_higher_priority_entries_run_first_on_one_gpu(sweep: Sweep) -> None:
+    s = sweep
     blocker = [{"job_id": "blocker", "job": "blocker", "fail_until": 0, "sleep_s": 3}]
     s.add("first", _manifest(s.out.parent / "b.json", blocker))
     s.wait("first", lambda st: st["counts"]["running"] == 1, 60)
@@ -199,8 +193,8 @@ def test_higher_priority_entries_run_first_on_one_gpu(one_gpu: Sweep) -> None:
     assert order == ["blocker", "high0", "high1", "high2", "low0", "low1", "low2"], order
 
 
-def test_bad_manifests_add_nothing_and_name_the_entries(one_gpu: Sweep) -> None:
-    s = one_gpu
+def test_bad_manifests_add_nothing_and_name_the_entries(sweep: Sweep) -> None:
+    s = sweep
     dup = [{"job_id": "a", "job": "a", "fail_until": 0, "sleep_s": 0},
            {"job_id": "a", "job": "a", "fail_until": 0, "sleep_s": 0},
            {"job_id": "b", "job": "b", "fail_until": 0, "sleep_s": 0}]  # fmt: skip
@@ -218,8 +212,9 @@ def test_bad_manifests_add_nothing_and_name_the_entries(one_gpu: Sweep) -> None:
     assert json.loads(s.tcl("matrix", "ls", "--json").stdout) == []
 
 
-def test_adding_again_is_idempotent_and_cancel_stops_running_entries(two_gpus: Sweep) -> None:
-    s = two_gpus
+@pytest.mark.gpus(2)
+def test_adding_again_is_idempotent_and_cancel_stops_running_entries(sweep: Sweep) -> None:
+    s = sweep
     rows = [{"job_id": f"j{i}", "job": f"j{i}", "fail_until": 0, "sleep_s": 60} for i in range(4)]
     m = _manifest(s.out.parent / "m.json", rows)
     s.add("idem", m)
@@ -236,8 +231,8 @@ def test_adding_again_is_idempotent_and_cancel_stops_running_entries(two_gpus: S
     assert s.status("idem")["counts"]["cancelled"] == 3
 
 
-def test_submit_retry_places_a_single_run_again(one_gpu: Sweep) -> None:
-    s = one_gpu
+def test_submit_retry_places_a_single_run_again(sweep: Sweep) -> None:
+    s = sweep
     res = s.tcl("submit", "--chip", "h100", "--retry", "3", "--retry-backoff-s", "0.5",
                 "--env", f"OUT={s.out}", "--", "python", "job.py", "single", "3", "0",
                 check=False)  # fmt: skip

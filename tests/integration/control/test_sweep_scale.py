@@ -17,20 +17,17 @@ import os
 import signal
 import subprocess
 import time
-import uuid
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import text
 
 from tcl.control.localshim import stop_local_shim
-from tcl.control.store import Store
 from tests.integration.control.test_e2e_ssh import VENV, _free_port, stop_shims
 from tests.integration.tclcli import TCL
-from tests.testbed import SshTestbed
+from tests.testbed import SshTestbed, private_schema
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -176,14 +173,8 @@ def test_every_entry_of_a_large_sweep_runs_exactly_once(cluster: Cluster) -> Non
 def pg_cluster(
     ssh_testbed: SshTestbed, tmp_path: Path, postgres_url: str
 ) -> Iterator[tuple[Cluster, str]]:
-    schema = f"tcl_sweep_{uuid.uuid4().hex[:8]}"
-    admin = Store(postgres_url)
-    with admin.engine.begin() as conn:
-        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
-    admin.close()
-    sep = "&" if "?" in postgres_url else "?"
     c = Cluster(tmp_path, ssh_testbed, local=False)
-    db = f"{postgres_url}{sep}options=-csearch_path%3D{schema}"
+    db = private_schema(postgres_url, "tcl_sweep")
     try:
         yield c, db
     finally:

@@ -27,6 +27,7 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.delenv("TCL_CONFIG", raising=False)
     monkeypatch.delenv("TCL_DB_URL", raising=False)
     monkeypatch.setenv("NO_COLOR", "1")
+    monkeypatch.setenv("COLUMNS", "200")  # tables unwrapped
     return tmp_path
 
 

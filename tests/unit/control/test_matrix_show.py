@@ -14,23 +14,15 @@ from tcl.cli.matrix_show import bar, cmd_export, cmd_ls, cmd_status
 from tcl.control.store import Store
 from tcl.control.sweep.model import EntryState
 from tcl.control.sweep.queue import NewEntry, SweepQueue
+from tests.unit.control.test_cli import home
+
+__all__ = ["home"]  # the CLI tests' fixture: HOME, state dir, no config, no colour
 
 runner = CliRunner()
 app = typer.Typer()
 app.command("status")(cmd_status)
 app.command("ls")(cmd_ls)
 app.command("export")(cmd_export)
-
-
-@pytest.fixture
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("HOME", str(tmp_path))
-    monkeypatch.setenv("TCL_STATE_DIR", str(tmp_path / "state"))
-    monkeypatch.delenv("TCL_CONFIG", raising=False)
-    monkeypatch.delenv("TCL_DB_URL", raising=False)
-    monkeypatch.setenv("NO_COLOR", "1")
-    monkeypatch.setenv("COLUMNS", "200")
-    return tmp_path
 
 
 @pytest.fixture

@@ -42,3 +42,14 @@ def test_successes_while_full_double_the_claims_until_it_is_not_full() -> None:
     assert not a.full and a.limit(0, 0.1) == 8
     a.refused(now=1.0)
     assert a.full and a.limit(0, 1.1) == 0
+
+
+def test_a_refusal_keeps_the_claims_of_runs_that_ended_after_it_was_claimed() -> None:
+    a = Admission(room=8, full_wait_s=2.0)
+    a.refused(now=0.0)
+    a.run_ended()
+    assert a.limit(0, 0.1) == 1
+    a.took(1)
+    a.run_ended()  # another GPU frees while that claim is being placed
+    a.refused(now=0.2)  # the claimed one found nothing (someone else took the first GPU)
+    assert a.limit(0, 0.3) == 1  # the second freed GPU is still claimed for, not after 2 s
