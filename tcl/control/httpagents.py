@@ -89,6 +89,13 @@ class HttpRunner:
         except RunnerUnavailable as e:
             raise AgentUnreachableError(f"{self.name}: {e}") from None
         except RunnerAPIError as e:
+            if e.status == 401:
+                # The token came from the shim just now: whatever answers at this port is not
+                # this task's runner (it ended and the port went to another task's, or it
+                # never bound it). Not there, as far as this task goes: look again.
+                raise AgentUnreachableError(
+                    f"{self.name}: another runner answers at its port ({e.detail})"
+                ) from None
             raise AgentError(f"{self.name}: {e.error}: {e.detail}") from None
 
     async def healthcheck(self) -> dict[str, Any]:

@@ -273,8 +273,8 @@ class Scheduler:
             await relaunch(ctl, run_id)
         except NoCapacityError as e:
             raise NoPlacementError(str(e), []) from None
-        except NoPlacementError:
-            raise  # nothing free now: the entry goes back to the queue
+        except (NoPlacementError, AgentError, SshConnectError):
+            raise  # nothing free now, or a host dropped it: the entry goes back to the queue
         except TclError as e:  # refused for good (a config error, a host unknown): it fails
             if not ctl.store.get_run(run_id).state.is_final:
                 ctl.store.set_state(run_id, RunState.FAILED, message=_line(e))

@@ -1,4 +1,5 @@
-"""``HttpRunner.upload_code`` asks the runner for its host's cached tree before uploading.
+"""``HttpRunner.upload_code`` asks the runner for its host's cached tree before uploading; a
+runner that refuses the task's token reads as not there.
 
 Real runners (``tcl.runner``) sharing one code cache, reached in-process through httpx's ASGI
 transport instead of a socket."""
@@ -8,7 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import httpx
+import pytest
 
+from tcl.control.errors import AgentUnreachableError
 from tcl.control.httpagents import HttpRunner
 from tcl.runner.api import CodeRef, JobSpec, RunnerState
 from tcl.runner.app import create_app
@@ -37,4 +40,22 @@ async def test_second_runner_gets_the_code_without_reading_the_tarball(tmp_path:
         assert (runner.workdir / "main.py").read_bytes() == b"print(1)\n"
         await agent._client.aclose()
     for runner in runners:
+        runner.close()
+
+
+async def test_another_runner_at_the_port_reads_as_not_there(tmp_path: Path) -> None:
+    """A runner that refuses the token the shim just handed over is another task's (ours
+    ended and its port was reused, or never bound it): the caller looks again rather than
+    failing the run on a 401."""
+    runner = Runner(RunnerConfig(state_dir=tmp_path / "other", code_cache_dir=tmp_path / "c"))
+    agent = HttpRunner("http://runner", "not-" + TOKEN, name="runner r@h")
+    agent._client = RunnerClient(
+        "http://runner", "not-" + TOKEN,
+        transport=httpx.ASGITransport(app=create_app(runner, TOKEN)),
+    )  # fmt: skip
+    try:
+        with pytest.raises(AgentUnreachableError, match="another runner answers at its port"):
+            await agent.events(after=0)
+    finally:
+        await agent._client.aclose()
         runner.close()
