@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 from tcl.control.errors import (
     AgentError,
+    AgentUnreachableError,
     NoCapacityError,
     NoPlacementError,
     RunNotFoundError,
@@ -259,10 +260,9 @@ class Scheduler:
                 waiting = ctl.retries.waiting(run.id)
                 if waiting is not None:  # nothing free: like a first placement's refusal
                     raise NoPlacementError(waiting.why or "nothing free", [])
-        elif run.state is RunState.PENDING:  # created by a scheduler that died before placing
-            await self._place(ctl, run.id)
-        elif run.state is RunState.PROVISIONING:  # its placement was cut short
-            await self._adopt_provisioning(ctl, run)
+        elif run.state in (RunState.PENDING, RunState.PROVISIONING):
+            # its scheduler died before or while placing it (perhaps after its job started)
+            await self._adopt_placement(ctl, run)
         if not await asyncio.to_thread(self.queue.started, self.owner, entry.id):
             return False  # cancelled meanwhile: its watcher would only stop it
         self.watchers[entry.id] = asyncio.create_task(self._watch(ctl, entry))
@@ -280,27 +280,34 @@ class Scheduler:
                 ctl.store.set_state(run_id, RunState.FAILED, message=_line(e))
             raise
 
-    async def _adopt_provisioning(self, ctl: Control, run: Run) -> None:
-        """A run left provisioning by a scheduler that died mid-placement: if its job started
-        (the runner says so), follow it; else end that attempt and place the run again."""
+    async def _adopt_placement(self, ctl: Control, run: Run) -> None:
+        """A run whose scheduler died before recording its placement: if a task was made and
+        its job started (the runner says so), record the placement and follow it; else end
+        that attempt and place the run again. Unsure (the host does not answer): later."""
         att = ctl.store.latest_attempt(run.id)
-        if att is not None and att.handle:
+        if att is not None and att.handle and not att.state.is_final:
             try:
                 status = await ctl.backend_for(att).status(ctl.handle(att))
-            except TclError:
-                status = None
-            if status is not None and status.state not in (RunState.PROVISIONING,
-                                                           RunState.PENDING):  # fmt: skip
+            except TclError as e:
+                # not knowing is no licence to start it again (it may have run): later
+                raise AgentUnreachableError(
+                    f"cannot tell whether run {run.id}'s job started: {_line(e)}"
+                ) from None
+            if status.state not in (RunState.PROVISIONING, RunState.PENDING):
+                if run.state is RunState.PENDING:  # the watcher records how it goes on
+                    ctl.store.set_placement(run.id, att.host, att.backend, run.code_sha256)
+                    ctl.store.set_state(run.id, RunState.PROVISIONING)
                 return  # its job started: the watcher follows it
             with contextlib.suppress(TclError):
                 await ctl.backend_for(att).stop(ctl.handle(att), grace_s=1.0)
             ctl.store.update_attempt(run.id, att.attempt, state=RunState.TERMINATED)
             await release_attempt(ctl, att, RunState.TERMINATED)
-        ctl.store.set_state(
-            run.id,
-            RunState.QUEUED,
-            message="its scheduler stopped while placing it; placing it again",
-        )
+        if run.state is RunState.PROVISIONING:
+            ctl.store.set_state(
+                run.id,
+                RunState.QUEUED,
+                message="its scheduler stopped while placing it; placing it again",
+            )
         await self._place(ctl, run.id)
 
     async def _watch(self, ctl: Control, entry: Entry) -> None:
