@@ -190,7 +190,11 @@ def test_higher_priority_entries_run_first_on_one_gpu(sweep: Sweep) -> None:
     for name in ("first", "low", "high"):
         s.wait(name, _ended, 120)
     order = [r[0] for r in sorted(s.runs(), key=lambda r: float(r[2]))]
-    assert order == ["blocker", "high0", "high1", "high2", "low0", "low1", "low2"], order
+    # entries of one priority are placed at once (they race for the GPU): only the
+    # priorities' order is promised, not the order within one
+    assert order[0] == "blocker", order
+    assert sorted(order[1:4]) == ["high0", "high1", "high2"], order
+    assert sorted(order[4:]) == ["low0", "low1", "low2"], order
 
 
 def test_bad_manifests_add_nothing_and_name_the_entries(sweep: Sweep) -> None:
