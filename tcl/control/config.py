@@ -23,6 +23,7 @@ from pydantic import (
     model_validator,
 )
 
+from tcl.control.clusterfs import check_all_squash, check_cache_size, check_meta_url
 from tcl.control.errors import ConfigError
 from tcl.control.paths import config_path
 
@@ -39,10 +40,21 @@ class ClusterConfig(_Model):
     root: str = ""  # shared filesystem root (checkpoints, data)
     work: str = ""  # per-job scratch space
     log: str = ""  # log files
-    mount: str | None = None  # optional JuiceFS metadata URL
-    cache_size: str | None = None
+    # optional JuiceFS, mounted at ``root`` on every host of the cluster (tcl.control.clusterfs)
+    mount: Annotated[str | None, AfterValidator(check_meta_url)] = None  # metadata engine URL
+    cache_size: Annotated[str | None, AfterValidator(check_cache_size)] = None  # 100G; MiB bare
     cache_dir: str | None = None
-    all_squash: str | None = None
+    all_squash: Annotated[str | None, AfterValidator(check_all_squash)] = None  # UID:GID
+    # a host's shim unmounts it this long after its last task there ended (null: never)
+    unmount_after_idle_s: float | None = Field(default=300.0, ge=0)
+
+    @model_validator(mode="after")
+    def _mount_needs_root(self) -> ClusterConfig:
+        if self.mount is not None and not self.root.startswith("/"):
+            raise _RefError(("root",), "an absolute path: `mount:` mounts the volume there")
+        if self.cache_dir is not None and not self.cache_dir.startswith("/"):
+            raise _RefError(("cache_dir",), "an absolute path")
+        return self
 
 
 ChipName = Annotated[str, AfterValidator(str.lower)]
@@ -299,7 +311,7 @@ def parse_config(text: str, source: str = "<config>") -> Config:
             loc = _user_loc(tuple(err["loc"]), err["type"])
             ctx_err = err.get("ctx", {}).get("error")
             if isinstance(ctx_err, _RefError):
-                loc, msg = ctx_err.loc, ctx_err.message
+                loc, msg = (*loc, *ctx_err.loc), ctx_err.message  # relative to its model
             else:
                 msg = _message(err)
             # an unknown host type points at its `type:` line

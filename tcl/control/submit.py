@@ -294,7 +294,8 @@ async def relaunch(ctl: Control, run_id: str, obs: Observer | None = None) -> Su
     job_ref = r.get("job_ref")
     sub = Submission(
         argv=list(r.get("argv") or []), name=run.name, chip=r.get("chip"),
-        chips=int(r.get("chips") or 0), nodes=int(r.get("nodes") or 0), host=r.get("host"),
+        chips=int(r.get("chips") or 0), nodes=int(r.get("nodes") or 0),
+        host=_resume_where(ctl, run_id, r.get("host"), r.get("env") or {}),
         image=r.get("image"), env=dict(r.get("env") or {}),
         secrets={n: os.environ[n] for n in r.get("secret_names") or []},
         job=JobRef.model_validate(job_ref) if job_ref else None,
@@ -310,3 +311,19 @@ async def relaunch(ctl: Control, run_id: str, obs: Observer | None = None) -> Su
                                       _Tried())  # fmt: skip
     finally:
         await _cancel(solving)
+
+
+def _resume_where(ctl: Control, run_id: str, pinned: str | None, env: dict[str, str]) -> str | None:
+    """Where the next attempt may go: where the user pinned it; else, for a run whose out dir
+    is its cluster's shared root (``tcl.control.clusterfs``), any host of that cluster (the one
+    it ran on may be gone, the checkpoints are on every host of it); else anywhere."""
+    if pinned is not None or "TCL_OUT_DIR" in env:
+        return pinned
+    att = ctl.store.latest_attempt(run_id)
+    if att is None:
+        return None
+    host = ctl.cfg.hosts.get(att.host)
+    cluster = host.cluster if host is not None else att.host  # a multi-node run: its cluster
+    if cluster is None or cluster not in ctl.cfg.clusters or not ctl.cfg.clusters[cluster].root:
+        return None
+    return cluster

@@ -127,6 +127,22 @@ class Mount(_Strict):
     read_only: StrictBool = False
 
 
+class ClusterFs(_Strict):
+    """A cluster's shared filesystem (JuiceFS), mounted at ``mount_point`` before the task
+    starts and shared by the host's tasks. ``meta_url`` carries no password: the password
+    travels here, reaches ``juicefs`` through its environment (``META_PASSWORD``) and is never
+    written to the task's record."""
+
+    meta_url: str = Field(min_length=1, max_length=MAX_PATH_LEN, pattern=r"^[a-z][a-z0-9+]*://")
+    meta_password: str | None = Field(default=None, repr=False, max_length=MAX_SECRET_LEN)
+    mount_point: AbsPath
+    cache_size_mib: StrictInt | None = Field(default=None, gt=0)
+    cache_dir: AbsPath | None = None
+    all_squash: str | None = Field(default=None, pattern=r"^[0-9]+:[0-9]+$")
+    # None: never unmounted by the shim; else this long after its last task ended
+    unmount_after_idle_s: StrictFloat | None = Field(default=300.0, ge=0, allow_inf_nan=False)
+
+
 class TaskSpec(_Strict):
     id: TaskId
     name: Name = ""
@@ -147,6 +163,8 @@ class TaskSpec(_Strict):
     # The code the runner will be given. Docker executor: when the host's code cache holds that
     # tree, the runner's working dir is an overlay on it (no copy); otherwise ignored.
     code_sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
+    # The cluster's filesystem, mounted before the task starts (docker: also bound into it).
+    cluster_fs: ClusterFs | None = None
 
     @field_validator("accelerators", mode="wrap")
     @classmethod
@@ -224,10 +242,22 @@ class HostInfo(BaseModel):
     executors: list[ExecutorKind]
 
 
+class MountHealth(BaseModel):
+    """One cluster filesystem this shim mounted: whether it answers now, and for how many of
+    its live tasks."""
+
+    mount_point: str
+    meta_url: str  # without its password
+    mounted: bool
+    tasks: int = 0
+    error: str = ""
+
+
 class HealthInfo(BaseModel):
     service: Literal["tcl-shim"] = "tcl-shim"
     version: str
     api_version: int = API_VERSION
+    mounts: list[MountHealth] = Field(default_factory=list)
 
 
 class ErrorBody(BaseModel):

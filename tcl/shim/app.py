@@ -304,7 +304,7 @@ def create_app(
 
     @router.get("/healthcheck")
     async def healthcheck() -> HealthInfo:
-        return HealthInfo(version=tcl.__version__)
+        return HealthInfo(version=tcl.__version__, mounts=await service.mounts.health())
 
     @router.get("/host")
     async def host() -> HostInfo:

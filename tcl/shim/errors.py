@@ -16,7 +16,8 @@
     │   └── IllegalTransition      a status move the transition table refuses
     ├── ExecutorError              the container or process could not be run
     │   ├── ImageError             the image cannot be found or pulled
-    │   └── ContainerError         the container/process failed to be created or started
+    │   ├── ContainerError         the container/process failed to be created or started
+    │   └── MountFailed            the cluster's filesystem could not be mounted on this host
     ├── ShimUnavailable            (client) the shim cannot be reached
     └── ProtocolError              (client) the shim answered something unexpected
 """
@@ -96,6 +97,10 @@ class ContainerError(ExecutorError):
     code = "container_error"
 
 
+class MountFailed(ExecutorError):
+    code = "mount_failed"
+
+
 class ShimUnavailable(ShimError):
     code = "unavailable"
 
@@ -120,6 +125,7 @@ ALL_ERRORS: tuple[type[ShimError], ...] = (
     ExecutorError,
     ImageError,
     ContainerError,
+    MountFailed,
     ShimUnavailable,
     ProtocolError,
 )

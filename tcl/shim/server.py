@@ -17,6 +17,7 @@ from fastapi import FastAPI
 
 from tcl.shim.api import ExecutorKind
 from tcl.shim.app import create_app
+from tcl.shim.clusterfs import ClusterMounts
 from tcl.shim.codegc import DEFAULT_MAX_BYTES as DEFAULT_CODE_CACHE_MAX_BYTES
 from tcl.shim.codegc import CodeGc
 from tcl.shim.errors import BadRequest, ExecutorUnavailable
@@ -140,8 +141,9 @@ def build(settings: ShimSettings) -> tuple[TaskService, Reconciler]:
         ExecutorKind.DOCKER if ExecutorKind.DOCKER in executors else ExecutorKind.PROCESS
     )
     service = TaskService(
-        store=store, inventory=inventory, executors=executors, default_executor=default
-    )
+        store=store, inventory=inventory, executors=executors, default_executor=default,
+        mounts=ClusterMounts(state_dir),
+    )  # fmt: skip
     return service, Reconciler(
         service,
         settings.reconcile_interval_s,
@@ -161,7 +163,11 @@ def make_app(settings: ShimSettings) -> FastAPI:
         await reconciler.close()
         await service.close()
 
-    return create_app(service, token, on_startup=reconciler.start, on_shutdown=shutdown)
+    async def startup() -> None:
+        service.mounts.start()
+        await reconciler.start()
+
+    return create_app(service, token, on_startup=startup, on_shutdown=shutdown)
 
 
 def serve(settings: ShimSettings, log_level: str = "info") -> None:

@@ -22,8 +22,10 @@ from tcl.atomic import write_atomic
 from tcl.shim.allocator import Allocator
 from tcl.shim.api import (
     Accelerator,
+    ClusterFs,
     ExecutorKind,
     HostInfo,
+    Mount,
     NetworkMode,
     Ports,
     PreemptionNotice,
@@ -33,6 +35,7 @@ from tcl.shim.api import (
     TerminateRequest,
     TerminationReason,
 )
+from tcl.shim.clusterfs import ClusterMounts
 from tcl.shim.errors import (
     BadRequest,
     ExecutorUnavailable,
@@ -61,6 +64,7 @@ class TaskService:
     inventory: Inventory
     executors: dict[ExecutorKind, Executor]
     default_executor: ExecutorKind
+    mounts: ClusterMounts
     allocator: Allocator = field(init=False)
     busy_outside: set[int] = field(default_factory=set)
     _lifecycles: dict[str, asyncio.Task[None]] = field(default_factory=dict)
@@ -71,6 +75,11 @@ class TaskService:
     def __post_init__(self) -> None:
         self.allocator = Allocator(
             [a.index for a in self.inventory.accelerators], self.inventory.topology
+        )
+        self.mounts.adopt(
+            (r.info.id, r.spec.cluster_fs)
+            for r in self.store.records()
+            if r.spec.cluster_fs is not None and is_active(r.info.status)
         )
 
     @property
@@ -115,8 +124,9 @@ class TaskService:
     async def submit(self, spec: TaskSpec) -> TaskInfo:
         """Validate, allocate and record the task, then start its lifecycle.
 
-        Everything up to the allocation runs without awaiting, so the capacity check and the
-        allocation are atomic with respect to other requests and a refusal is answered at once.
+        The capacity check and the allocation run without awaiting between them, so they are
+        atomic with respect to other requests and a refusal is answered at once (a cluster
+        filesystem is mounted before them: a host that cannot mount it allocates nothing).
         Only the durable write (task.json, fsync) is done in a thread, off the event loop."""
         kind = spec.executor or self.default_executor
         executor = self.executors.get(kind)
@@ -132,7 +142,15 @@ class TaskService:
         for i, m in enumerate(spec.mounts):
             if not (m.source.startswith("/") and m.target.startswith("/")):
                 raise BadRequest(f"mounts.{i}: source and target must be absolute paths")
-        indices = self.allocator.allocate(spec.id, spec.accelerators, self.busy_outside)
+        if spec.cluster_fs is not None:
+            spec = await self._with_cluster_fs(spec, spec.cluster_fs, kind)
+        try:
+            if spec.id in self.store or spec.id in self._submitting:  # while it mounted
+                raise TaskExists(f"task {spec.id!r} already exists")
+            indices = self.allocator.allocate(spec.id, spec.accelerators, self.busy_outside)
+        except BaseException:
+            self.mounts.release(spec.id)
+            raise
         self._submitting.add(spec.id)
         try:
             network = NetworkMode.HOST
@@ -155,6 +173,7 @@ class TaskService:
             )
         except BaseException:
             self.allocator.release(spec.id)
+            self.mounts.release(spec.id)
             raise
         finally:
             self._submitting.discard(spec.id)
@@ -162,6 +181,15 @@ class TaskService:
             self._run(spec, executor), name=f"task-{spec.id}"
         )
         return record.info
+
+    async def _with_cluster_fs(self, spec: TaskSpec, fs: ClusterFs, kind: ExecutorKind) -> TaskSpec:
+        """Mount the cluster's filesystem (counted for this task) before anything is allocated:
+        a host that cannot mount it starts nothing. A container gets the mount bound in."""
+        await self.mounts.acquire(spec.id, fs)
+        if kind is not ExecutorKind.DOCKER:
+            return spec
+        bound = Mount(source=fs.mount_point, target=fs.mount_point)
+        return spec.model_copy(update={"mounts": [*spec.mounts, bound]})
 
     def _accelerators(self, indices: list[int]) -> list[Accelerator]:
         wanted: set[int] = set(indices)
@@ -240,6 +268,7 @@ class TaskService:
             job_ended=job_ended,
             on_commit=functools.partial(self.allocator.release, task_id),
         )
+        self.mounts.release(task_id)
         return rec.info
 
     # -- terminate / remove -------------------------------------------------------------------
@@ -333,6 +362,7 @@ class TaskService:
 
     async def close(self) -> None:
         """Stop the shim's own coroutines; the tasks' containers and processes keep running."""
+        await self.mounts.close()
         for lc in list(self._lifecycles.values()):
             lc.cancel()
         for lc in list(self._lifecycles.values()):

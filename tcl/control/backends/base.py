@@ -81,6 +81,12 @@ class BackendInputs:
     gres_mapping: Mapping[str, str]
     ssh_pool: Callable[[], SshPool]  # the shared pool, made on first use
 
+    def cluster_of(self, host: str) -> ClusterConfig | None:
+        """The cluster host ``host`` belongs to, if any."""
+        cfg = self.hosts.get(host)
+        name = cfg.cluster if cfg is not None else None
+        return self.clusters.get(name) if name is not None else None
+
 
 @dataclass(frozen=True)
 class NodeOffer:

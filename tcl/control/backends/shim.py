@@ -34,6 +34,7 @@ from tcl.control.backends.shimhandle import ShimHandle, ShimNode
 from tcl.control.backends.shimhost import ShimHost
 from tcl.control.backends.shimlaunch import all_or_raise, wait_runner, wait_task
 from tcl.control.backends.shimoffers import offer_text, shim_offers
+from tcl.control.clusterfs import cluster_fs, out_dir_env
 from tcl.control.errors import (
     AgentError,
     AgentUnreachableError,
@@ -230,6 +231,9 @@ class ShimBackend(Backend):
                                        coordinator=f"{hosts[0].name}:<port>" if multi else None),
             })  # fmt: skip
             out.append(f"# node {i}: POST /api/tasks on the shim of {h.name}\n")
+            if spec.cluster_fs is not None and spec.cluster_fs.meta_password:
+                masked = spec.cluster_fs.model_copy(update={"meta_password": "***"})
+                spec = spec.model_copy(update={"cluster_fs": masked})
             out.append(spec.model_dump_json(indent=2, exclude={"ssh_keys"}) + "\n")
             out.append(f"# node {i}: POST /api/submit to its runner\n")
             out.append(node_job.model_dump_json(indent=2, exclude_none=True) + "\n")
@@ -250,6 +254,7 @@ class ShimBackend(Backend):
             id=task_id, name=job.name or job.run_id, image=image, executor=host.executor,
             accelerators=plan.chips_per_node, ssh_keys=[public_key()],
             code_sha256=job.code.sha256 if job.code else None, multinode=multi,
+            cluster_fs=cluster_fs(self.inputs.cluster_of(host.name)),
         )  # fmt: skip
 
     async def _undo(self, hosts: list[ShimHost], task_ids: list[str]) -> None:
@@ -272,7 +277,8 @@ class ShimBackend(Backend):
         """Spec, code, run; return how many code bytes crossed the network."""
         assert task.ports.runner is not None and task.runner_token
         cfg = self.inputs.hosts.get(host.name)
-        job = job.model_copy(update={"env": {**getattr(cfg, "env", {}), **job.env}})
+        cluster = out_dir_env(self.inputs.cluster_of(host.name))
+        job = job.model_copy(update={"env": {**cluster, **getattr(cfg, "env", {}), **job.env}})
         runner = await host.runner(task.ports.runner, task.runner_token, job.run_id)
         try:
             obs.status("waiting for the runner")

@@ -19,6 +19,7 @@ import pytest
 from tcl.shim.api import ExecutorKind, PreemptionNotice, TaskSpec, TaskStatus, TerminationReason
 from tcl.shim.app import create_app
 from tcl.shim.client import ShimClient
+from tcl.shim.clusterfs import ClusterMounts
 from tcl.shim.errors import (
     BadRequest,
     ExecutorUnavailable,
@@ -61,6 +62,7 @@ async def make_env(state_dir: Path, alive: dict[str, int] | None = None) -> Env:
         inventory=discover("h100:4"),
         executors={ExecutorKind.DOCKER: ex},
         default_executor=ExecutorKind.DOCKER,
+        mounts=ClusterMounts(state_dir),
     )
     reconciler = Reconciler(service, interval_s=0.05)
     await reconciler.start()

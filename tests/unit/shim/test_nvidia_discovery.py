@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tcl.shim.api import ExecutorKind, TaskSpec
+from tcl.shim.clusterfs import ClusterMounts
 from tcl.shim.errors import NoCapacity
 from tcl.shim.inventory import discover
 from tcl.shim.reconcile import Reconciler
@@ -55,6 +56,7 @@ async def service(tmp_path: Path, nvidia_smi: None) -> AsyncIterator[TaskService
         inventory=discover(None),
         executors={ExecutorKind.DOCKER: FakeExecutor()},
         default_executor=ExecutorKind.DOCKER,
+        mounts=ClusterMounts(tmp_path / "state"),
     )
     rec = Reconciler(svc, interval_s=60)
     await rec.start()
