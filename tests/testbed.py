@@ -14,6 +14,7 @@ import hashlib
 import os
 import shutil
 import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -182,6 +183,37 @@ def postgres_url() -> Iterator[str]:
         yield url.replace("postgresql://", "postgresql+psycopg://", 1)
     finally:
         run_script("pg-down.sh", env)
+
+
+@dataclass(frozen=True)
+class JuicefsVolume:
+    """The JuiceFS volume of ``scripts/testbed/juicefs-up.sh``: Redis (password set) on
+    loopback and on the sshd hosts' bridge, a local directory as its object storage."""
+
+    meta_url: str  # without the password
+    password: str
+    port: int
+
+    def mount_url(self, password: str | None = None) -> str:
+        """The cluster's ``mount:`` value, the password in it as a user writes it."""
+        pw = self.password if password is None else password
+        return self.meta_url.replace("redis://", f"redis://:{pw}@", 1)
+
+
+@pytest.fixture(scope="session")
+def juicefs_volume(ssh_testbed: SshTestbed) -> Iterator[JuicefsVolume]:
+    """A formatted volume for the session (after the sshd hosts: Redis listens on their
+    bridge); Redis stopped and the storage removed afterwards."""
+    port = int(os.environ.get("TCL_TEST_REDIS_PORT", "6389"))
+    venv = str(Path(sys.executable).parent.parent)
+    env = {"BASE": SSH_TESTBED_BASE, "REDIS_PORT": str(port), "VENV": venv}
+    run_script("juicefs-down.sh", env)
+    url = run_script("juicefs-up.sh", env).strip().splitlines()[-1]
+    password = (Path(SSH_TESTBED_BASE) / "juicefs" / "password").read_text().strip()
+    try:
+        yield JuicefsVolume(url, password, port)
+    finally:
+        run_script("juicefs-down.sh", env)
 
 
 def private_schema(postgres_url: str, prefix: str = "tcl_test") -> str:

