@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -194,3 +195,78 @@ def test_a_non_latest_suffix_is_replaced_too(tmp_path: Path) -> None:
     assert Counter.latest(job.spec) == "s1"
     scope = tmp_path / "checkpoints" / job.spec.scope
     assert sorted(p.name for p in scope.iterdir()) == ["best", "latest", "s1"]
+
+
+def _save(directory: Path, tree: Any) -> None:
+    ckpt.save(directory, tree, {"steps": 0}, {"name": "t"}, "x: 1\n", None)
+
+
+def test_restore_reads_arrays_without_orbaxs_per_shard_copy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """jax.Array leaves are read by tcl's one-copy reader, not Orbax's np.zeros + copy +
+    device_put path (3 copies, restores at ~0.3x np.load; bench/jobs_checkpoint.py)."""
+    from orbax.checkpoint._src.serialization import serialization
+
+    tree = {"w": jnp.arange(1000, dtype=jnp.float32), "n": jnp.asarray(3)}
+    _save(tmp_path / "c", tree)
+
+    async def no(*args: object, **kwargs: object) -> None:
+        raise AssertionError("Orbax's per-shard reader was used")
+
+    monkeypatch.setattr(serialization, "_read_shard", no)
+    restored, _, _ = ckpt.load(tmp_path / "c", tree)
+    np.testing.assert_array_equal(restored["w"], np.arange(1000, dtype=np.float32))
+    assert int(restored["n"]) == 3
+    # On the CPU backend the restored buffer is the (64-byte aligned) host buffer read into.
+    assert restored["w"].unsafe_buffer_pointer() % 64 == 0
+
+
+def test_restore_is_bit_identical_across_dtypes_shapes_and_casts(tmp_path: Path) -> None:
+    key = jax.random.key(0)
+    tree = {
+        "f32": jax.random.normal(key, (33, 7), jnp.float32),
+        "bf16": jax.random.normal(key, (5, 3, 2), jnp.bfloat16),
+        "i8": jnp.arange(-100, 100, dtype=jnp.int8),
+        "bool": jnp.arange(10) % 3 == 0,
+        "scalar": jnp.asarray(2.5, jnp.float64 if jax.config.x64_enabled else jnp.float32),
+        "nested": {"u32": jnp.asarray([0, 1, 2**32 - 1], jnp.uint32)},
+    }
+    _save(tmp_path / "c", tree)
+    abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), tree)
+    restored, _, _ = ckpt.load(tmp_path / "c", abstract)
+    for a, b in zip(jax.tree.leaves(tree), jax.tree.leaves(restored), strict=True):
+        assert a.dtype == b.dtype and a.shape == b.shape
+        assert np.asarray(a).tobytes() == np.asarray(b).tobytes()
+    # A template of another dtype gets the saved values cast to it.
+    cast, _, _ = ckpt.load(
+        tmp_path / "c", {"f32": jax.ShapeDtypeStruct((33, 7), jnp.bfloat16)}, partial=True
+    )
+    assert cast["f32"].dtype == jnp.bfloat16
+    np.testing.assert_array_equal(cast["f32"], tree["f32"].astype(jnp.bfloat16))
+
+
+def test_typed_prng_keys_and_ocdbt_checkpoints_still_restore(tmp_path: Path) -> None:
+    """What the one-copy reader leaves to Orbax: typed PRNG key leaves, and checkpoints written
+    by Orbax with OCDBT (its default) rather than tcl's one-dir-per-array layout."""
+    import orbax.checkpoint as ocp
+
+    tree = {"w": jnp.arange(6.0).reshape(2, 3), "key": jax.random.key(42)}
+    _save(tmp_path / "c", tree)
+    restored, _, _ = ckpt.load(tmp_path / "c", tree)
+    np.testing.assert_array_equal(restored["w"], tree["w"])
+    np.testing.assert_array_equal(
+        jax.random.key_data(restored["key"]), jax.random.key_data(tree["key"])
+    )
+
+    plain = {"w": jnp.arange(6.0).reshape(2, 3), "b": jnp.ones(4, jnp.int32)}
+    directory = tmp_path / "ocdbt"
+    _save(directory, {"other": jnp.zeros(1)})
+    shutil.rmtree(directory / ckpt.TREE_DIR)
+    with ocp.Checkpointer(ocp.PyTreeCheckpointHandler(use_ocdbt=True)) as checkpointer:
+        checkpointer.save(directory / ckpt.TREE_DIR, args=ocp.args.PyTreeSave(plain))
+    assert (directory / ckpt.TREE_DIR / "manifest.ocdbt").exists()
+    restored, metadata, _ = ckpt.load(directory, plain)
+    np.testing.assert_array_equal(restored["w"], plain["w"])
+    np.testing.assert_array_equal(restored["b"], plain["b"])
+    assert metadata == {"steps": 0}
