@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import stat
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +25,7 @@ from pydantic import ValidationError
 
 from tcl.atomic import write_atomic
 from tcl.runner.api import JobSpec, RunnerState
-from tcl.runner.errors import ExecutorError, InvalidSpec, RunnerError
+from tcl.runner.errors import InvalidSpec, RunnerError
 from tcl.runner.service import Runner, RunnerConfig
 from tcl.shim.api import ClusterFs
 from tcl.tokenfile import TOKEN_MIN_BITS, token_bits
@@ -170,12 +171,12 @@ async def _drive_until_final(
 def _drive(runner: Runner, spec: JobSpec, code_path: Path | None, mount: NodeMount | None) -> None:
     try:
         runner.submit(spec)
-        if mount is not None:
-            _mount(mount)
         if spec.code is not None:
             if code_path is None:
                 raise InvalidSpec("code", "the spec names code but no --code tarball was given")
             runner.use_code_file(code_path)
+        if mount is not None and not _mount(runner, mount):
+            return
         runner.run()
     except RunnerError as e:
         runner.say(f"batch: {e.detail}")
@@ -184,7 +185,9 @@ def _drive(runner: Runner, spec: JobSpec, code_path: Path | None, mount: NodeMou
         raise
 
 
-def _mount(mount: NodeMount) -> None:
+def _mount(runner: Runner, mount: NodeMount) -> bool:
+    """The cluster's root on this node before the job starts; when it cannot be mounted the job
+    fails to start with one line naming the node and the fix (also on stderr: SLURM's output)."""
     from tcl.runner.nodemount import node_name
     from tcl.shim.errors import MountFailed
 
@@ -192,7 +195,11 @@ def _mount(mount: NodeMount) -> None:
         mount.acquire()
     except (MountFailed, OSError) as e:
         detail = e.detail if isinstance(e, MountFailed) else str(e)
-        raise ExecutorError(f"node {node_name()}: {detail}") from None
+        line = f"batch: node {node_name()}: {detail}"
+        print(f"tcl-runner: {line}", file=sys.stderr, flush=True)
+        runner.fail_to_start(line)
+        return False
+    return True
 
 
 async def _drive_serving(

@@ -84,14 +84,14 @@ class NodeMount:
     ``release`` after it ended (a release without an acquire does nothing)."""
 
     def __init__(
-        self, fs: ClusterFs, state_dir: Path, key: str, mountinfo: Path = MOUNTINFO,
-        fuse_device: Path = FUSE_DEVICE,
+        self, fs: ClusterFs, state_dir: Path, key: str, mountinfo: Path | None = None,
+        fuse_device: Path | None = None,
     ) -> None:  # fmt: skip
         self.fs = fs
         self.state_dir = state_dir
         self.key = key
-        self.mountinfo = mountinfo
-        self.fuse_device = fuse_device
+        self.mountinfo = mountinfo or MOUNTINFO
+        self.fuse_device = fuse_device or FUSE_DEVICE
         name = hashlib.sha256(fs.mount_point.encode()).hexdigest()[:16]
         self.lock_file = state_dir / f"{name}.lock"
         self.record = state_dir / f"{name}.json"
