@@ -46,6 +46,11 @@ esac
 """
 
 
+def escaped(path: str) -> str:
+    """``path`` as the mount table writes it."""
+    return path.replace(" ", "\\040")
+
+
 class Node:
     """A node's fake juicefs, mount table and FUSE device, and its calls to juicefs."""
 
@@ -84,9 +89,7 @@ class Node:
         return out
 
     def mounted(self) -> bool:
-        return (
-            f" {self.fs.mount_point.replace(' ', chr(92) + '040')} " in self.mountinfo.read_text()
-        )
+        return f" {escaped(self.fs.mount_point)} " in self.mountinfo.read_text()
 
 
 @pytest.fixture
@@ -175,9 +178,7 @@ def test_a_failed_mount_is_one_line_with_the_fix_and_counts_nobody(
 
 def test_another_filesystem_at_the_root_is_refused_before_juicefs_runs(node: Node) -> None:
     with node.mountinfo.open("a") as f:
-        f.write(
-            f"40 22 0:50 / {node.fs.mount_point.replace(' ', chr(92) + '040')} rw - nfs4 x rw\n"
-        )
+        f.write(f"40 22 0:50 / {escaped(node.fs.mount_point)} rw - nfs4 x rw\n")
     with pytest.raises(MountFailed, match="busy: a nfs4 filesystem is mounted there"):
         node.mount("1.0.100").acquire()
     assert node.calls() == []
@@ -195,7 +196,7 @@ def test_an_unreachable_metadata_engine_is_named(node: Node) -> None:
 
 def test_a_root_mounted_by_someone_else_is_used_and_left_mounted(node: Node) -> None:
     with node.mountinfo.open("a") as f:
-        mp = node.fs.mount_point.replace(" ", "\\040")
+        mp = escaped(node.fs.mount_point)
         f.write(f"41 22 0:51 / {mp} rw,relatime - fuse.juicefs JuiceFS:vol rw\n")
     a = node.mount("1.0.100")
     a.acquire()
@@ -225,7 +226,7 @@ def test_batch_mounts_the_root_before_the_job_and_unmounts_after(node: Node) -> 
         "open(sys.argv[2], 'w').write(str(sys.argv[3] in t) + ' ' + "
         "str('META_PASSWORD' in os.environ))"
     )
-    mp = node.fs.mount_point.replace(" ", "\\040")
+    mp = escaped(node.fs.mount_point)
     spec = batch_spec(node.tmp, node.fs, [PY, "-c", job, str(node.mountinfo), str(seen), mp])
     code = run_batch(RunnerConfig(state_dir=node.tmp / "state"), spec, None)
     assert code == 0
