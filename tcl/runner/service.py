@@ -279,6 +279,16 @@ class Runner:
                 self.machine.move(S.FAILED, exit_code=127)
             return self.state
 
+    def fail_to_start(self, detail: str) -> RunnerState:
+        """The job cannot start (its node lacks what it needs): ``detail`` on the runner's log,
+        then failed with 127, as for a program that is missing; nothing runs."""
+        with self._lock:
+            if self.state is not S.READY:
+                raise IllegalTransition(f"cannot fail a job to start in state {self.state}")
+            self.say(detail)
+            self.machine.move(S.FAILED, exit_code=127)
+            return self.state
+
     def note_stop_signal(self) -> None:
         """A stop signal arrived (called at once, before :meth:`stop` runs on its thread)."""
         self._stop_signalled = True

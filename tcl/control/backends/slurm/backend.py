@@ -33,6 +33,7 @@ from tcl.control.backends.slurm import parse, remote
 from tcl.control.backends.slurm.handle import SlurmHandle, SlurmLogin
 from tcl.control.backends.slurm.script import BatchScript, render
 from tcl.control.backends.slurm.venv import IMAGE_JOB_TCL_PATH, ensure_runner, runner_program
+from tcl.control.clusterfs import JUICEFS_REQUIREMENT, cluster_fs, out_dir_env
 from tcl.control.config import SlurmHost
 from tcl.control.errors import AgentError, ConfigError, TclError
 from tcl.control.shipping import Snapshot
@@ -40,7 +41,9 @@ from tcl.control.solver import Request
 from tcl.control.ssh import SshTarget
 from tcl.control.states import RunState
 from tcl.runner.api import Event, JobSpec, RunnerState
+from tcl.runner.batch import CLUSTER_FS_KEY
 from tcl.runner.jobenv import JOB_TCL_PATH_VAR
+from tcl.shim.api import ClusterFs
 
 PAGE_LIMIT = 5000
 
@@ -66,6 +69,17 @@ class SlurmBackend(Backend):
                 "cluster's shared filesystem (runs, code and tcl's runner venv go there)"
             )
         return cluster.work.rstrip("/")
+
+    def _cluster_fs(self, name: str, cfg: SlurmHost) -> ClusterFs | None:
+        """What each node mounts before the job starts (the cluster's ``mount:``), or None."""
+        fs = cluster_fs(self.inputs.cluster_of(name))
+        if fs is not None and cfg.container != "none":
+            raise ConfigError(
+                f"hosts.{name}: clusters.{cfg.cluster}.mount needs `container: none`: tcl's "
+                "runner mounts the cluster's root on each node, and in a container it cannot; "
+                "mount it on the nodes yourself and drop `mount:`"
+            )
+        return fs
 
     def _target(self, name: str, login: SlurmLogin | None = None) -> SshTarget:
         cfg = self.inputs.hosts.get(name)
@@ -141,10 +155,14 @@ class SlurmBackend(Backend):
         work = self._work(plan.host, cfg)
         run_dir = f"{work}/tcl/runs/{job.run_id}/{job.attempt}"
         code = f"{work}/tcl/code/{job.code.sha256}.tar.gz" if job.code else None
+        fs = self._cluster_fs(plan.host, cfg)
         script = self._script(plan, job, cfg, work, run_dir, code, runner_program(cfg, work))
+        mount = "" if fs is None else (
+            f"# each node mounts {fs.meta_url} at {fs.mount_point} (JuiceFS) before the job\n"
+        )  # fmt: skip
         return (
             f"# sbatch on {plan.host} ({cfg.ssh}); the spec goes to {run_dir}/spec.json "
-            "(mode 0600, not shown)\n" + render(script)
+            "(mode 0600, not shown)\n" + mount + render(script)
         )
 
     async def launch(
@@ -158,6 +176,7 @@ class SlurmBackend(Backend):
             obs.note(f"warning: --image {image} is ignored on {name}: set container_image")
         pool = self.inputs.ssh_pool()
         target = self._target(name)
+        fs = self._cluster_fs(name, cfg)
         run_dir = f"{work}/tcl/runs/{job.run_id}/{job.attempt}"
         obs.status(f"preparing tcl's runner and shipping code ({snap.files} files) to {name}")
         code = f"{work}/tcl/code/{snap.sha256}.tar.gz" if job.code is not None else None
@@ -168,14 +187,18 @@ class SlurmBackend(Backend):
             return snap.size
 
         # both are a round trip when there is nothing to do: at once, not one after the other
-        runner, uploaded = await asyncio.gather(ensure_runner(pool, target, cfg, work), ship())
-        job = job.model_copy(update={"env": {**cfg.env, **job.env}})
+        juicefs = JUICEFS_REQUIREMENT if fs is not None else None
+        runner, uploaded = await asyncio.gather(
+            ensure_runner(pool, target, cfg, work, juicefs), ship()
+        )
+        out_dir = out_dir_env(self.inputs.cluster_of(name))
+        job = job.model_copy(update={"env": {**out_dir, **cfg.env, **job.env}})
         text = render(self._script(plan, job, cfg, work, run_dir, code, runner))
         obs.status(f"sbatch on {name}")
-        # one round trip: the spec (secrets; one JSON line) over stdin into a 0600 file, then
-        # the script, then sbatch
+        # one round trip: the spec (secrets, the mount's password; one JSON line) over stdin
+        # into a 0600 file, then the script, then sbatch
         res = await pool.run(target, ["sh", "-c", _SUBMIT, "sh", run_dir],
-                             input=job.model_dump_json() + "\n" + text)  # fmt: skip
+                             input=spec_line(job, fs) + "\n" + text)  # fmt: skip
         job_id = res.stdout.strip().split(";")[0]
         if not job_id.isdigit():
             raise AgentError(f"{name}: sbatch answered {res.stdout.strip()!r}")
@@ -303,6 +326,15 @@ _SUBMIT = (
     'printf "%s\\n" "$spec" > "$1/spec.json.part"; mv "$1/spec.json.part" "$1/spec.json"; '
     'cat > "$1/job.sh"; cd "$1"; sbatch --parsable "$1/job.sh"'
 )
+
+
+def spec_line(job: JobSpec, fs: ClusterFs | None) -> str:
+    """The spec file's one line: the JobSpec, with what each node mounts beside it."""
+    if fs is None:
+        return job.model_dump_json()
+    body = job.model_dump(mode="json")
+    body[CLUSTER_FS_KEY] = fs.model_dump(mode="json")
+    return json.dumps(body, separators=(",", ":"))
 
 
 def _ordered(cfg: SlurmHost) -> list[Any]:

