@@ -19,6 +19,10 @@ from tcl.shim.api import HostInfo, TaskInfo, TaskSpec, TerminationReason
 class ShimApi(Protocol):
     """What control needs from a shim."""
 
+    async def healthcheck(self) -> dict[str, Any]:
+        """The shim's health report (``tcl.shim.api.HealthInfo`` as JSON: its mounts...)."""
+        ...
+
     async def host(self) -> HostInfo: ...
 
     async def create_task(self, spec: TaskSpec) -> TaskInfo:

@@ -126,7 +126,24 @@ class ShimBackend(Backend):
             info = await self.probe(host)
         except TclError as e:
             return HostCheck(False, str(e).splitlines()[0])
-        return HostCheck(True, offer_text(info), info)
+        detail = offer_text(info)
+        fs = cluster_fs(self.inputs.cluster_of(host))
+        if fs is not None:
+            detail += f"; {await self._mount_health(host, fs.mount_point)}"
+        return HostCheck(True, detail, info)
+
+    async def _mount_health(self, host: str, mount_point: str) -> str:
+        """What the host's shim says of its cluster's filesystem (its health report)."""
+        try:
+            health = await (await self.host(host).shim()).healthcheck()
+        except TclError as e:
+            return f"{mount_point}: health unknown ({str(e).splitlines()[0]})"
+        for m in health.get("mounts", []):
+            if m.get("mount_point") == mount_point:
+                if m.get("mounted"):
+                    return f"{mount_point} mounted ({m.get('tasks', 0)} tasks)"
+                return f"{mount_point} NOT answering: {m.get('error', '')}"
+        return f"{mount_point} not mounted (its first task mounts it)"
 
     # offers -------------------------------------------------------------------------------
 
@@ -226,7 +243,7 @@ class ShimBackend(Backend):
             spec = self._task_spec(h, job, image, f"{base_id}-n{i}" if multi else base_id, plan,
                                    multi)  # fmt: skip
             node_job = job.model_copy(update={
-                "secrets": dict.fromkeys(job.secrets, "***"),
+                "env": self._job_env(h.name, job), "secrets": dict.fromkeys(job.secrets, "***"),
                 "cluster": ClusterInfo(node_rank=i, nodes=len(hosts),
                                        coordinator=f"{hosts[0].name}:<port>" if multi else None),
             })  # fmt: skip
@@ -238,6 +255,13 @@ class ShimBackend(Backend):
             out.append(f"# node {i}: POST /api/submit to its runner\n")
             out.append(node_job.model_dump_json(indent=2, exclude_none=True) + "\n")
         return "".join(out)
+
+    def _job_env(self, host: str, job: JobSpec) -> dict[str, str]:
+        """The job's env on ``host``: its cluster's out dir, then the host's ``env:``, then the
+        job's own (each wins over the one before)."""
+        cfg = self.inputs.hosts.get(host)
+        cluster = out_dir_env(self.inputs.cluster_of(host))
+        return {**cluster, **getattr(cfg, "env", {}), **job.env}
 
     def _task_spec(
         self, host: ShimHost, job: JobSpec, image: str | None, task_id: str, plan: Offer,
@@ -276,9 +300,7 @@ class ShimBackend(Backend):
     ) -> int:
         """Spec, code, run; return how many code bytes crossed the network."""
         assert task.ports.runner is not None and task.runner_token
-        cfg = self.inputs.hosts.get(host.name)
-        cluster = out_dir_env(self.inputs.cluster_of(host.name))
-        job = job.model_copy(update={"env": {**cluster, **getattr(cfg, "env", {}), **job.env}})
+        job = job.model_copy(update={"env": self._job_env(host.name, job)})
         runner = await host.runner(task.ports.runner, task.runner_token, job.run_id)
         try:
             obs.status("waiting for the runner")

@@ -151,8 +151,10 @@ def test_both_hosts_see_the_same_files_and_the_mount_survives_a_shim_restart(
     assert f"wrote {c.root}/shared/hello.txt" in res.stdout, res.stdout + res.stderr
     res = c.env.tcl("submit", "--host", "b", "--", py, "read.py", "hello.txt")
     assert "read from-a" in res.stdout, res.stdout + res.stderr
+    checked = {h["name"]: h["detail"] for h in c.env.tcl_json("hosts", "--check")}
     for h in HOSTS:
         assert c.mounted(h), h
+        assert f"{c.root} mounted (0 tasks)" in checked[h], checked
         (m,) = c.shim(h, "GET", "/healthcheck")["mounts"]
         assert (m["mount_point"], m["mounted"], m["tasks"]) == (c.root, True, 0), m
         assert m["meta_url"] == c.vol.meta_url  # the password is not in it
