@@ -24,19 +24,14 @@ from typing import Any
 import pytest
 
 from tests.integration.control.test_e2e_ssh import VENV, Env, _cleanup, _free_port, _git, stop_shims
+from tests.integration.jobs.helpers import resumable_gpt_yaml
 from tests.testbed import JuicefsVolume, SshTestbed
 
 pytestmark = [pytest.mark.integration, pytest.mark.juicefs]
 
 HOSTS = {"a": 1, "b": 2}  # config name -> testbed host h{i}
 TOTAL_STEPS = 120
-GPT = f"""\
-job: gpt/train
-architecture: {{block_size: 32, n_layers: 2, d_model: 32, n_heads: 2}}
-training: {{per_device_batch_size: 4, total_steps: {TOTAL_STEPS}, lr: 0.003, warmup_steps: 5}}
-logging: {{report_interval: 5, validation_interval: 0, checkpoint_interval: 10}}
-data: {{max_bytes: 100000}}
-"""
+GPT = resumable_gpt_yaml(TOTAL_STEPS)
 
 
 @dataclass

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from tcl.control.store import Store
+from tests.integration.jobs.helpers import resumable_gpt_yaml
 from tests.integration.slurm.test_e2e_slurm import Env, _config
 from tests.integration.tclcli import TCL
 from tests.testbed import SlurmCluster
@@ -40,13 +41,7 @@ for i in range({N_LINES}):
 """
 
 TOTAL_STEPS = 600  # ~15 s of steps on CPU: room to requeue it after the first checkpoint
-GPT = f"""\
-job: gpt/train
-architecture: {{block_size: 32, n_layers: 2, d_model: 32, n_heads: 2}}
-training: {{per_device_batch_size: 4, total_steps: {TOTAL_STEPS}, lr: 0.003, warmup_steps: 5}}
-logging: {{report_interval: 5, validation_interval: 0, checkpoint_interval: 10}}
-data: {{max_bytes: 100000}}
-"""
+GPT = resumable_gpt_yaml(TOTAL_STEPS)
 
 
 @pytest.fixture(scope="module")

@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from tests.integration.jobs.helpers import resumable_gpt_yaml
 from tests.integration.tclcli import TCL, TclEnv
 from tests.testbed import SshTestbed
 from tests.tpuemu import TpuEmulator
@@ -285,13 +286,7 @@ def _latest(out: Path) -> str | None:
 
 
 TOTAL_STEPS = 300
-GPT = f"""\
-job: gpt/train
-architecture: {{block_size: 32, n_layers: 2, d_model: 32, n_heads: 2}}
-training: {{per_device_batch_size: 4, total_steps: {TOTAL_STEPS}, lr: 0.003, warmup_steps: 5}}
-logging: {{report_interval: 5, validation_interval: 0, checkpoint_interval: 10}}
-data: {{max_bytes: 100000}}
-"""
+GPT = resumable_gpt_yaml(TOTAL_STEPS)
 
 
 def test_a_preempted_pod_is_recreated_and_the_trainer_resumes(pod: Pod) -> None:
