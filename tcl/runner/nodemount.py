@@ -34,6 +34,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
+from tcl.atomic import write_atomic
 from tcl.clusterfs_node import (
     FUSE_DEVICE,
     JUICEFS_FSTYPE,
@@ -210,7 +211,7 @@ class NodeMount:
         if proc.returncode != 0 or mounted_fstype(fs.mount_point, self.mountinfo) is None:
             raise MountFailed(explain(output, fs))
         body = {"meta_url": fs.meta_url, "mount_point": fs.mount_point}
-        self.record.write_text(json.dumps(body) + "\n")
+        write_atomic(self.record, (json.dumps(body) + "\n").encode(), 0o600)
         log.info("mounted %s at %s", fs.meta_url, fs.mount_point)
 
     def _unmount(self, force: bool) -> None:
