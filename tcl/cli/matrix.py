@@ -14,6 +14,7 @@ import typer
 
 from tcl.cli import matrix_show
 from tcl.cli._common import err, fail, globals_of, out, print_json
+from tcl.cli.matrix_show import opened_queue
 from tcl.cli.retryopts import RETRY_BACKOFF_HELP, RETRY_HELP, RETRY_ON_HELP, retry_policy
 from tcl.cli.submit import _job_ref, _pairs
 from tcl.control.paths import config_path
@@ -22,20 +23,9 @@ from tcl.control.sweep.spec import MatrixSpec
 
 if TYPE_CHECKING:
     from tcl.control.service import Control
-    from tcl.control.store import Store
-    from tcl.control.sweep.queue import SweepQueue
 
 app = typer.Typer(name="matrix", help="Sweeps: many runs from one manifest or grid.",
                   no_args_is_help=True)  # fmt: skip
-
-
-def _queue() -> tuple[Store, SweepQueue]:
-    from tcl.control.paths import db_url
-    from tcl.control.store import Store
-    from tcl.control.sweep.queue import SweepQueue
-
-    store = Store(db_url())
-    return store, SweepQueue(store)
 
 
 def _start_scheduler(no_start: bool) -> str:
@@ -129,16 +119,12 @@ def cmd_add(
             config_named=named,
         )  # fmt: skip
         spec = _with_code(ctx, spec)
-        store, queue = _queue()
-        try:
+        with opened_queue() as queue:
             added = queue.add(name, spec.model_dump(mode="json"), [
                 NewEntry(str(e["job_id"]), {k: v for k, v in e.items() if k != "job_id"},
                          priority)
                 for e in entries
             ])  # fmt: skip
-        finally:
-            queue.close()
-            store.close()
         started = _start_scheduler(no_start)
     except TclError as e:
         raise fail(str(e), e.exit_code) from None
@@ -197,13 +183,9 @@ def cmd_requeue(
     if not states:
         raise fail("which entries? --failed, --state STATE or --ids JOB_ID")
     try:
-        store, queue = _queue()
-        try:
+        with opened_queue() as queue:
             queue.matrix(name)
             moved = queue.requeue(name, sorted(states), ids)
-        finally:
-            queue.close()
-            store.close()
         started = _start_scheduler(no_start) if moved else "nothing to do"
     except TclError as e:
         raise fail(str(e), e.exit_code) from None
@@ -218,14 +200,10 @@ def cmd_cancel(
     from tcl.control.errors import TclError
 
     try:
-        store, queue = _queue()
-        try:
+        with opened_queue() as queue:
             queue.matrix(name)
             counts = queue.counts(name).get(name, {})
             held = queue.cancel(name)
-        finally:
-            queue.close()
-            store.close()
     except TclError as e:
         raise fail(str(e), e.exit_code) from None
     stopped = _stop_runs(ctx, [e.run_id for e in held if e.run_id])

@@ -24,7 +24,8 @@ _BAR_WIDTH = 30
 
 
 @contextmanager
-def _opened() -> Iterator[SweepQueue]:
+def opened_queue() -> Iterator[SweepQueue]:
+    """The state store's sweep queue, closed (with the store) on leaving."""
     from tcl.control.paths import db_url
     from tcl.control.store import Store
     from tcl.control.sweep.queue import SweepQueue
@@ -43,7 +44,7 @@ def _opened() -> Iterator[SweepQueue]:
 def _read(body: Callable[[SweepQueue], T]) -> T:
     """Run ``body`` on the sweep queue; a ``TclError`` is one line and a non-zero exit."""
     try:
-        with _opened() as queue:
+        with opened_queue() as queue:
             return body(queue)
     except TclError as e:
         raise fail(str(e), e.exit_code) from None

@@ -196,6 +196,7 @@ class Store:
                 event.listen(self.engine, "connect", _sqlite_pragmas)
             with _schema_lock(self.engine):
                 _Base.metadata.create_all(self.engine)
+                self._tables_made = set(_Base.metadata.tables)
                 with self._session() as s:
                     meta = s.get(MetaRow, "schema_version")
                     if meta is None:
@@ -225,11 +226,14 @@ class Store:
             raise StoreError(f"state store error: {e}") from None
 
     def ensure_tables(self) -> None:
-        """Create the tables of modules imported after this store opened (sweeps); no-op for
-        those that exist."""
+        """Create the tables of modules imported after this store opened (sweeps), once: a
+        store that made them (or was opened after their module was imported) does nothing."""
+        if set(_Base.metadata.tables) <= self._tables_made:
+            return
         try:
             with _schema_lock(self.engine):
                 _Base.metadata.create_all(self.engine)
+                self._tables_made = set(_Base.metadata.tables)
         except SQLAlchemyError as e:
             raise StoreError(f"cannot create tables in {self._safe_url()}: {e}") from None
 
