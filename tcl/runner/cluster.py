@@ -13,8 +13,11 @@ cannot, so each runner reads its place from what its scheduler put in its enviro
 The first row whose two variables are set (an empty one counts as unset) wins; none: a single
 node. The coordinator is the spec's, else
 ``TCL_COORDINATOR``, else ``JAX_COORDINATOR_ADDRESS`` from the runner's environment (what the
-SLURM batch script exports, from the first node's address). The attempt is the spec's, raised to
-``SLURM_RESTART_COUNT``: a requeued SLURM job runs again from the same spec file.
+SLURM batch script exports, from the first node's address), else, under Volcano, the first host
+of the svc plugin's ``VC_WORKER_HOSTS`` (rank 0's pod, ``<pod>.<job>``) with the port the
+manifest puts in ``TCL_COORDINATOR_PORT`` (JAX does not detect Volcano itself). The attempt is
+the spec's, raised to ``SLURM_RESTART_COUNT`` or ``TCL_RESTART_COUNT`` (a Volcano pod's
+``volcano.sh/job-retry-count``): a requeued or restarted job runs again from the same spec.
 """
 
 from __future__ import annotations
@@ -42,8 +45,10 @@ ENV_SOURCES = (
     EnvSource("volcano", "VC_TASK_INDEX", nodeenv.NODES),
 )
 # Scheduler counters of how often this very job was started again from the same spec.
-RESTART_COUNT_VARS = ("SLURM_RESTART_COUNT",)
+RESTART_COUNT_VARS = ("SLURM_RESTART_COUNT", "TCL_RESTART_COUNT")
 COORDINATOR_VARS = (nodeenv.COORDINATOR, nodeenv.JAX_COORDINATOR_ADDRESS)
+VOLCANO_HOSTS_VAR = "VC_WORKER_HOSTS"  # svc plugin: VC_<TASK>_HOSTS of tcl's one task, worker
+COORDINATOR_PORT_VAR = "TCL_COORDINATOR_PORT"
 
 
 @dataclass(frozen=True)
@@ -65,7 +70,9 @@ class Placement:
 def resolve_placement(spec: JobSpec, env: Mapping[str, str]) -> Placement:
     """The spec's cluster and attempt, completed from the scheduler's ``env``; ``InvalidSpec``
     (field "cluster") naming the variable when one holds no valid number."""
-    coordinator = spec.cluster.coordinator or _first(env, COORDINATOR_VARS)
+    coordinator = (
+        spec.cluster.coordinator or _first(env, COORDINATOR_VARS) or _volcano_coordinator(env)
+    )
     restarts = [_number(env, v, 0) for v in RESTART_COUNT_VARS if _is_set(env, v)]
     attempt = max([spec.attempt, *restarts])
     if spec.cluster.nodes > 1:
@@ -104,3 +111,11 @@ def _number(env: Mapping[str, str], name: str, minimum: int) -> int:
     if not (text.isascii() and text.isdigit()) or int(text) < minimum:
         raise InvalidSpec("cluster", f"{name}={env[name]!r} is not a whole number >= {minimum}")
     return int(text)
+
+
+def _volcano_coordinator(env: Mapping[str, str]) -> str | None:
+    """Rank 0's pod (the first of the svc plugin's hosts) and the manifest's port."""
+    if not (_is_set(env, VOLCANO_HOSTS_VAR) and _is_set(env, COORDINATOR_PORT_VAR)):
+        return None
+    first = env[VOLCANO_HOSTS_VAR].split(",")[0].strip()
+    return f"{first}:{_number(env, COORDINATOR_PORT_VAR, 1)}" if first else None

@@ -124,3 +124,13 @@ async def test_served_each_node_runs_with_the_place_its_spec_gives(
     assert exit_code == 0
     assert text[LogStream.STDOUT] == "1 2 10.0.0.1:8476 10.0.0.1:8476 0,1\n"
     assert "node 1 of 2 (spec), coordinator 10.0.0.1:8476, attempt 0" in text[LogStream.RUNNER]
+
+
+def test_a_volcano_pod_finds_its_coordinator_in_the_svc_plugins_hosts() -> None:
+    env = {"VC_TASK_INDEX": "1", "TCL_NODES": "2", "TCL_COORDINATOR_PORT": "8476",
+           "VC_WORKER_HOSTS": "tcl-r-0-worker-0.tcl-r-0,tcl-r-0-worker-1.tcl-r-0",
+           "TCL_RESTART_COUNT": "2"}  # fmt: skip
+    p = resolve_placement(JobSpec(run_id="r", argv=["true"]), env)
+    assert (p.source, p.cluster.node_rank, p.cluster.nodes) == ("volcano", 1, 2)
+    assert p.cluster.coordinator == "tcl-r-0-worker-0.tcl-r-0:8476"
+    assert p.attempt == 2  # Volcano restarted the job twice: its third attempt
