@@ -209,7 +209,10 @@ def test_runner_command_and_env() -> None:
 def test_user_env_cannot_override_tcl_variables() -> None:
     host = host_of(FULL)
     run = VolcanoRun("r-1", 0, "0" * 64, "s", env={"TCL_NODES": "9", "POD_IP": "x"})
-    env = env_of(vcjob_manifest(host, PodPlan(2, 8), run))
+    job = vcjob_manifest(host, PodPlan(2, 8), run)
+    names = [e["name"] for e in pod_spec(job)["containers"][0]["env"]]
+    assert len(names) == len(set(names)), names
+    env = env_of(job)
     assert env["TCL_NODES"] == "2"
     assert env["POD_IP"] == {"fieldRef": {"fieldPath": "status.podIP"}}
 
@@ -265,6 +268,7 @@ def test_dry_run_yaml_round_trips_in_order() -> None:
     text = render_yaml(job)
     assert yaml.safe_load(text) == job
     assert list(yaml.safe_load(text)) == ["apiVersion", "kind", "metadata", "spec"]
+    assert list(yaml.safe_load(text)["spec"])[:2] == ["schedulerName", "queue"]
     assert text.startswith("apiVersion: batch.volcano.sh/v1alpha1\nkind: Job\n")
 
 
