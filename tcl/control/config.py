@@ -199,30 +199,41 @@ class TpuHost(_HostBase):
 
 class Toleration(_Model):
     key: str | None = None
-    operator: str | None = None
+    operator: Literal["Exists", "Equal"] | None = None
     value: str | None = None
-    effect: str | None = None
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    toleration_seconds: int | None = Field(default=None, ge=0)  # NoExecute only
 
 
 class VolcanoHost(_HostBase):
+    """A Kubernetes cluster with Volcano: a run is one Volcano Job (``vcjob``) of ``num_nodes``
+    pods (:mod:`tcl.control.backends.volcano.manifest`); code and state live on a PVC."""
+
     type: Literal["volcano"]
-    namespace: str = "default"
-    queue: str | None = None
+    namespace: str = "default"  # --volcano-namespace overrides
+    queue: str | None = None  # Volcano queue (null: Volcano's "default")
     pvc_name: str
     pvc_mount_path: str = "/workspace"
     num_nodes: int = Field(default=1, ge=1)
     gpus_per_node: int | None = Field(default=None, ge=0)
     gpu_resource_key: str = "nvidia.com/gpu"
-    cpu: str | None = None
-    memory: str | None = None
-    shm_size: str | None = None
+    cpu: str | None = None  # a Kubernetes quantity per pod, e.g. "32"
+    memory: str | None = None  # a Kubernetes quantity per pod, e.g. 256Gi
+    shm_size: str | None = None  # /dev/shm (a memory-backed emptyDir) size limit, e.g. 64Gi
     priority_class: str | None = None
     kubeconfig: str | None = None
     context: str | None = None
     rdma: bool = False
-    rdma_per_node: int | None = None
+    rdma_per_node: int | None = Field(default=None, ge=1)  # with rdma; null: 1
+    # the RDMA device plugin's resource name (NVIDIA Network Operator's shared device plugin)
+    rdma_resource_key: str = "rdma/rdma_shared_device_a"
     node_selector: dict[str, str] = Field(default_factory=dict)
     tolerations: list[Toleration] = Field(default_factory=list)
+    service_account: str | None = None
+    max_retry: int = Field(default=3, ge=0)  # Volcano's maxRetry: restarts of the whole job
+    ssh: bool = False  # Volcano's ssh plugin: pod-to-pod SSH keys
+    check_availability: bool = True  # the solver asks the queue for free GPUs
+    runner_port: int = Field(default=10990, ge=1, le=65535)  # each pod's runner API
 
 
 HostConfig = Annotated[
