@@ -168,6 +168,14 @@ def cmd_submit(
         bool | None,
         typer.Option("--tpu-preemptible/--tpu-no-preemptible", help="A preemptible new TPU node."),
     ] = None,
+    volcano_image: Annotated[
+        str | None,
+        typer.Option("--volcano-image", help="The image a volcano host's pods run (one run)."),
+    ] = None,
+    volcano_namespace: Annotated[
+        str | None,
+        typer.Option("--volcano-namespace", help="The namespace of a volcano host (one run)."),
+    ] = None,
     retry: Annotated[int, typer.Option("--retry", min=1, help=RETRY_HELP)] = 1,
     retry_on: Annotated[list[int] | None, typer.Option("--retry-on", help=RETRY_ON_HELP)] = None,
     retry_backoff_s: Annotated[
@@ -193,7 +201,8 @@ def cmd_submit(
         argv=command, name=name, chip=chip, chips=chips, nodes=nodes, host=host, image=image,
         env=_pairs(env or []), secrets=_secrets(secret or []), job=job_ref,
         follow=(follow or not detach) and not (as_json and not follow),
-        options=_options(down, tpu_version, tpu_spot, tpu_preemptible), yes=yes,
+        options={**_options(down, tpu_version, tpu_spot, tpu_preemptible),
+                 **_volcano_options(volcano_image, volcano_namespace)}, yes=yes,
         retry=retry_policy(retry, retry_on, retry_backoff_s),
     )  # fmt: skip
     if dry_run:
@@ -239,6 +248,14 @@ def _options(
         opts["tpu.spot"] = "true" if tpu_spot else "false"
     if tpu_preemptible is not None:
         opts["tpu.preemptible"] = "true" if tpu_preemptible else "false"
+    return opts
+
+
+def _volcano_options(image: str | None, namespace: str | None) -> dict[str, str]:
+    """As ``tcl.control.backends.volcano.backend`` reads them (``OPT_IMAGE``, ``OPT_NAMESPACE``)."""
+    opts = {"volcano.image": image} if image else {}
+    if namespace:
+        opts["volcano.namespace"] = namespace
     return opts
 
 

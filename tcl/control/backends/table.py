@@ -21,6 +21,7 @@ BACKENDS: dict[str, str | type[Backend]] = {
     "plain": "tcl.control.backends.ssh:SshBackend",
     "slurm": "tcl.control.backends.slurm:SlurmBackend",
     "tpu": "tcl.control.backends.tpu.backend:TpuBackend",
+    "volcano": "tcl.control.backends.volcano.backend:VolcanoBackend",
 }
 
 

@@ -61,7 +61,8 @@ class FakeShims(ShimBackend):
         def backend_of(name: str) -> Backend:
             if cfg.hosts[name].type == "ssh":
                 return self
-            return backend_class(cfg.hosts[name].type)(self.inputs)  # raises: no backend
+            inputs = BackendInputs(dict(cfg.hosts), cfg.clusters, {}, self.inputs.ssh_pool)
+            return backend_class(cfg.hosts[name].type)(inputs)
 
         return await solve(cfg, req, backend_of)
 
@@ -73,7 +74,7 @@ async def test_priority_order_and_unreachable_skipped() -> None:
     assert sol.candidates[1].nodes[0].free == (5, 6, 7)
     reasons = dict(sol.skipped)
     assert reasons["down"].startswith("unreachable: ssh down: connection refused")
-    assert reasons["vol1"] == "type volcano has no backend in this version"
+    assert reasons["vol1"] == "no h100 here (chips: none configured)"
     assert "configured chips: a100:4" in reasons["amp"]
     assert "amp" not in shims.probed  # ruled out by its config, never contacted
 

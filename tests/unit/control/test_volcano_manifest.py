@@ -193,7 +193,7 @@ def test_runner_command_and_env() -> None:
         "--spec", "/etc/tcl/spec.json",
         "--code", f"/workspace/tcl/code/{'ab' * 32}.tar.gz",
         "--serve", "0.0.0.0:10991",
-        "--state-dir", "/workspace/tcl/runs/gpt-small-a1b2c3/0/$(POD_NAME)",
+        "--state-dir", "/workspace/tcl/runs/gpt-small-a1b2c3/0/r$(TCL_RESTART_COUNT)/$(POD_NAME)",
     ]  # fmt: skip
     assert env_of(job) == {
         "NCCL_DEBUG": "INFO",
@@ -203,6 +203,9 @@ def test_runner_command_and_env() -> None:
         "TCL_COORDINATOR": "tcl-gpt-small-a1b2c3-0-worker-0.tcl-gpt-small-a1b2c3-0:61440",
         "POD_IP": {"fieldRef": {"fieldPath": "status.podIP"}},
         "POD_NAME": {"fieldRef": {"fieldPath": "metadata.name"}},
+        "TCL_RESTART_COUNT": {
+            "fieldRef": {"fieldPath": "metadata.annotations['volcano.sh/job-retry-count']"}
+        },
     }
 
 

@@ -59,6 +59,10 @@ ANNOTATION_RUN_NAME = "tcl.run-name"
 RUN_ID_ENV = "TCL_RUN_ID"
 POD_NAME_ENV = "POD_NAME"
 POD_IP_ENV = "POD_IP"
+# How often Volcano restarted the Job (its pods' annotation): the runner's attempt is raised by
+# it (tcl.runner.cluster) and each restart's runner state goes to a dir of its own
+RESTART_COUNT_ENV = "TCL_RESTART_COUNT"
+RETRY_COUNT_ANNOTATION = "volcano.sh/job-retry-count"
 
 # A pod's hostname is its name (svc plugin) and must be a DNS label (<= 63): "<job>-worker-<i>"
 # leaves the job name 63 - len("-worker-") - 7 index digits.
@@ -157,8 +161,12 @@ def code_path(host: VolcanoHost, sha256: str) -> str:
     return f"{_pvc_root(host)}/code/{sha256}.tar.gz"
 
 
-def state_dir(host: VolcanoHost, run_id: str, attempt: int, pod: str = f"$({POD_NAME_ENV})") -> str:
-    """A pod's runner state dir; by default with ``$(POD_NAME)``, which Kubernetes expands."""
+def state_dir(
+    host: VolcanoHost, run_id: str, attempt: int,
+    pod: str = f"r$({RESTART_COUNT_ENV})/$({POD_NAME_ENV})",
+) -> str:  # fmt: skip
+    """A pod's runner state dir; by default with ``$(TCL_RESTART_COUNT)`` and ``$(POD_NAME)``,
+    which Kubernetes expands (a restarted Job's pods have the same names)."""
     return f"{_pvc_root(host)}/runs/{run_id}/{attempt}/{pod}"
 
 
@@ -288,12 +296,15 @@ def _env(host: VolcanoHost, plan: PodPlan, run: VolcanoRun, job: str) -> list[k8
             COORDINATOR: f"{job}-{TASK_NAME}-0.{job}:{COORDINATOR_PORT}",
         }
     )
-    values.pop(POD_IP_ENV, None)
-    values.pop(POD_NAME_ENV, None)
+    for name in (POD_IP_ENV, POD_NAME_ENV, RESTART_COUNT_ENV):
+        values.pop(name, None)
     return [
         *(k8s.EnvVar(name=k, value=v) for k, v in values.items()),
         k8s.EnvVar.from_field(POD_IP_ENV, "status.podIP"),
         k8s.EnvVar.from_field(POD_NAME_ENV, "metadata.name"),
+        k8s.EnvVar.from_field(
+            RESTART_COUNT_ENV, f"metadata.annotations['{RETRY_COUNT_ANNOTATION}']"
+        ),
     ]
 
 
