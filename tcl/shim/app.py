@@ -43,6 +43,7 @@ from tcl.shim.errors import (
     Conflict,
     ExecutorError,
     MethodNotAllowed,
+    MountFailed,
     NoCapacity,
     NotFound,
     PayloadTooLarge,
@@ -65,6 +66,7 @@ ERROR_STATUS: dict[type[ShimError], int] = {
     MethodNotAllowed: 405,
     PayloadTooLarge: 413,
     Conflict: 409,
+    MountFailed: 424,  # the task depends on a mount that failed: not the shim's own error
     ExecutorError: 502,
     ShimError: 500,
 }
@@ -310,7 +312,7 @@ def create_app(
     async def host() -> HostInfo:
         return service.host_info()
 
-    @router.post("/tasks", status_code=201, responses=documented(409, 413, 422, 502))
+    @router.post("/tasks", status_code=201, responses=documented(409, 413, 422, 424, 502))
     async def submit(spec: TaskSpec) -> TaskInfo:
         return await service.submit(spec)
 

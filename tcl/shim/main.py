@@ -130,6 +130,15 @@ def run(
             help="The ssh backend's tarball cache (<shim_dir>/code), kept under the same budget.",
         ),
     ] = None,
+    cluster_fs: Annotated[
+        bool,
+        typer.Option(
+            "--cluster-fs/--no-cluster-fs",
+            envvar="TCL_SHIM_CLUSTER_FS",
+            help="Mount the cluster filesystems (JuiceFS) tasks ask for; --no-cluster-fs refuses "
+            "such tasks (a host whose admin allows no FUSE mounts).",
+        ),
+    ] = True,
     log_level: Annotated[
         str, typer.Option(envvar="TCL_SHIM_LOG_LEVEL", help="debug, info, warning or error.")
     ] = "info",
@@ -155,6 +164,7 @@ def run(
         runner_silence_limit_s=runner_silence_limit_s,
         code_cache_max_bytes=code_cache_max_bytes,
         code_tarballs=code_tarballs,
+        cluster_fs=cluster_fs,
     )
     try:
         serve(settings, log_level=log_level.lower())

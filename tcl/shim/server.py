@@ -52,6 +52,7 @@ class ShimSettings:
     record_retention_s: float = 7 * 24 * 3600.0
     code_cache_max_bytes: int = DEFAULT_CODE_CACHE_MAX_BYTES  # extracted trees + tarballs
     code_tarballs: Path | None = None  # the ssh backend's <shim_dir>/code (tcl host setup)
+    cluster_fs: bool = True  # False: tasks asking for a cluster filesystem are refused
 
 
 class SettingsError(Exception):
@@ -142,7 +143,7 @@ def build(settings: ShimSettings) -> tuple[TaskService, Reconciler]:
     )
     service = TaskService(
         store=store, inventory=inventory, executors=executors, default_executor=default,
-        mounts=ClusterMounts(state_dir),
+        mounts=ClusterMounts(state_dir, enabled=settings.cluster_fs),
     )  # fmt: skip
     return service, Reconciler(
         service,

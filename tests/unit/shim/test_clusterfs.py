@@ -189,3 +189,10 @@ def test_explain_names_the_cause_and_the_fix() -> None:
     assert "juicefs format redis://h:6379/1" in explain("database is not formatted", fs)
     assert "wants a password" in explain("NOAUTH Authentication required.", fs)
     assert explain("<FATAL>: something odd\n", fs).endswith("<FATAL>: something odd")
+
+
+async def test_a_shim_started_with_no_cluster_fs_refuses_before_looking(env: Env) -> None:
+    m = ClusterMounts(env.state, env.fuse, env.table, lambda: str(env.binary), enabled=False)
+    with pytest.raises(MountFailed, match="--no-cluster-fs"):
+        await m.acquire("t1", env.fs())
+    assert env.recorded() == [] and not Path(env.fs().mount_point).exists()
