@@ -1,0 +1,131 @@
+"""Pod networking: one bridge per emulator, one network namespace (own IP, own /etc/hosts) per pod.
+
+Like scripts/testbed/ssh-up.sh: a veth pair per netns, its host end on the bridge, the
+gateway address on the bridge, and an iptables FORWARD accept rule for bridge-to-bridge
+frames (Docker's FORWARD policy DROP with br_netfilter would drop them). ``ip netns exec``
+bind-mounts ``/etc/netns/<ns>/hosts`` over ``/etc/hosts``, so each pod sees the hosts file
+written for it. Everything made here is recorded and removed by ``teardown``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import threading
+from pathlib import Path
+
+from tests.k8semu.config import Network
+
+
+def _ip(*args: str, check: bool = True) -> None:
+    subprocess.run(["ip", *args], check=check, capture_output=True)
+
+
+class PodNetwork:
+    def __init__(self, net: Network, tag: str) -> None:
+        self.net = net
+        self.tag = tag  # short and unique per emulator: names its netns and veths
+        self._lock = threading.Lock()
+        self._claims = Path("/run/k8semu") / net.bridge
+        self._netns: dict[str, tuple[str, int]] = {}  # netns -> (veth, host octet)
+        self._counter = 0
+        self._rule = ["FORWARD", "-i", net.bridge, "-o", net.bridge, "-j", "ACCEPT"]
+        self._bridge_made = False
+        self._added_rule = False
+
+    @property
+    def gateway(self) -> str:
+        return f"{self.net.prefix}.1"
+
+    def setup(self) -> None:
+        br = self.net.bridge
+        probe = subprocess.run(["ip", "link", "show", br], capture_output=True)
+        if probe.returncode != 0:
+            _ip("link", "add", br, "type", "bridge")
+            self._bridge_made = True
+        _ip("addr", "replace", f"{self.gateway}/24", "dev", br)
+        _ip("link", "set", br, "up")
+        if subprocess.run(["iptables", "-C", *self._rule], capture_output=True).returncode:
+            subprocess.run(["iptables", "-I", *self._rule], check=True, capture_output=True)
+            self._added_rule = True
+
+    def _claim(self) -> int:
+        """A free host octet, claimed by an ``O_EXCL`` file holding our pid, so emulators in
+        other processes sharing the bridge never pick the same address (a dead owner's claim
+        is taken over)."""
+        self._claims.mkdir(parents=True, exist_ok=True)
+        for octet in range(10, 250):
+            f = self._claims / str(octet)
+            try:
+                fd = os.open(f, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileExistsError:
+                try:
+                    owner = int(f.read_text() or "0")
+                    os.kill(owner, 0)
+                    continue
+                except (ValueError, ProcessLookupError, FileNotFoundError):
+                    f.unlink(missing_ok=True)  # a dead process's claim
+                    try:
+                        fd = os.open(f, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+                    except FileExistsError:
+                        continue
+            os.write(fd, str(os.getpid()).encode())
+            os.close(fd)
+            return octet
+        raise RuntimeError(f"no free address left on {self.net.bridge}")
+
+    def add(self) -> tuple[str, str]:
+        """A new netns on the bridge: ``(netns name, IP)``."""
+        with self._lock:
+            octet = self._claim()
+            self._counter += 1
+            ns = f"k8semu-{self.tag}-{self._counter}"
+            veth = f"k8{self.tag}{self._counter}"[:15]
+            self._netns[ns] = (veth, octet)
+        ip = f"{self.net.prefix}.{octet}"
+        _ip("netns", "add", ns)
+        _ip("link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
+        _ip("link", "set", veth, "master", self.net.bridge, "up")
+        _ip("-n", ns, "addr", "add", f"{ip}/24", "dev", "eth0")
+        _ip("-n", ns, "link", "set", "lo", "up")
+        _ip("-n", ns, "link", "set", "eth0", "up")
+        _ip("-n", ns, "route", "add", "default", "via", self.gateway)
+        return ns, ip
+
+    def write_hosts(self, ns: str, entries: list[tuple[str, str]]) -> None:
+        """``/etc/netns/<ns>/hosts``: localhost plus ``ip name…`` lines (kubelet's format)."""
+        lines = [
+            "# Kubernetes-managed hosts file.",
+            "127.0.0.1\tlocalhost",
+            "::1\tlocalhost ip6-localhost ip6-loopback",
+        ]
+        lines += [f"{ip}\t{names}" for ip, names in entries]
+        d = Path("/etc/netns") / ns
+        d.mkdir(parents=True, exist_ok=True)
+        tmp = d / "hosts.tmp"
+        tmp.write_text("\n".join(lines) + "\n")
+        tmp.replace(d / "hosts")
+
+    def remove(self, ns: str) -> None:
+        with self._lock:
+            veth, octet = self._netns.pop(ns, ("", 0))
+            if octet:
+                (self._claims / str(octet)).unlink(missing_ok=True)
+        if veth:
+            _ip("link", "del", veth, check=False)
+        _ip("netns", "del", ns, check=False)
+        shutil.rmtree(Path("/etc/netns") / ns, ignore_errors=True)
+
+    def teardown(self) -> None:
+        for ns in list(self._netns):
+            self.remove(ns)
+        # another emulator may still use the bridge: remove it only when nothing is attached
+        attached = Path(f"/sys/class/net/{self.net.bridge}/brif")
+        if self._bridge_made and not (attached.exists() and any(attached.iterdir())):
+            _ip("link", "del", self.net.bridge, check=False)
+            if self._added_rule:
+                subprocess.run(["iptables", "-D", *self._rule], capture_output=True)
+            with contextlib.suppress(OSError):
+                self._claims.rmdir()
