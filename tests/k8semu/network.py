@@ -129,3 +129,4 @@ class PodNetwork:
                 subprocess.run(["iptables", "-D", *self._rule], capture_output=True)
             with contextlib.suppress(OSError):
                 self._claims.rmdir()
+                self._claims.parent.rmdir()

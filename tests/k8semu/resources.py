@@ -37,6 +37,7 @@ PVCS = Resource("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim")
 NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
 VCJOBS = Resource("batch.volcano.sh", "v1alpha1", "jobs", "Job")
 QUEUES = Resource("scheduling.volcano.sh", "v1beta1", "queues", "Queue", namespaced=False)
+ANY = Resource("", "v1", "", "", namespaced=False)  # discovery: authenticated, never forbidden
 PODGROUPS = Resource("scheduling.volcano.sh", "v1beta1", "podgroups", "PodGroup")
 
 _versions = itertools.count(1000)
@@ -103,3 +104,21 @@ def list_body(res: Resource, items: list[dict[str, Any]]) -> dict[str, Any]:
         "metadata": {"resourceVersion": next_version()},
         "items": items,
     }
+
+
+def _canonical_quantity(value: Any) -> str:
+    if isinstance(value, float) and not value.is_integer():
+        return f"{round(value * 1000)}m"
+    if isinstance(value, float):
+        return str(int(value))
+    return str(value)
+
+
+def normalize_pod_spec(spec: dict[str, Any]) -> dict[str, Any]:
+    """What the API server does to a pod spec on the way in: resource quantities as strings."""
+    for c in [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]:
+        res = c.get("resources") or {}
+        for part in ("limits", "requests"):
+            if isinstance(res.get(part), dict):
+                res[part] = {k: _canonical_quantity(v) for k, v in res[part].items()}
+    return spec

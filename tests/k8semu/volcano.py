@@ -24,7 +24,7 @@ from typing import Any
 
 from tests.k8semu.cluster import TERMINAL, Cluster, JobRecord, PodRecord
 from tests.k8semu.config import QueueSpec
-from tests.k8semu.resources import next_version, now
+from tests.k8semu.resources import new_meta, next_version, normalize_pod_spec, now
 
 FINISHED = ("Completed", "Failed", "Aborted", "Terminated")
 STOPPING = {"AbortJob": "Aborting", "TerminateJob": "Terminating", "CompleteJob": "Completing"}
@@ -95,8 +95,6 @@ class Controller:
     # --- pods of a job -----------------------------------------------------------------------
 
     def _make_pods(self, job: JobRecord) -> None:
-        from tests.k8semu.resources import new_meta
-
         vc = job.obj
         ns, name = vc["metadata"]["namespace"], vc["metadata"]["name"]
         tasks = vc["spec"]["tasks"]
@@ -150,6 +148,7 @@ class Controller:
                 for c in containers:
                     c["env"] = [*(c.get("env") or []), *extra]
                 spec["containers"] = containers
+                normalize_pod_spec(spec)
                 pod = {"apiVersion": "v1", "kind": "Pod", "metadata": new_meta(meta, ns),
                        "spec": spec}
                 self.c.add_pod(pod, name, queue)
