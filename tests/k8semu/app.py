@@ -22,11 +22,22 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response, Strea
 from starlette.routing import Route, WebSocketRoute
 
 from tests.k8semu import discovery, errors, streams
-from tests.k8semu.cluster import Cluster, JobRecord
+from tests.k8semu.cluster import Cluster, JobRecord, PodRecord
 from tests.k8semu.errors import ApiError
 from tests.k8semu.resources import (
-    ANY, PODS, PVCS, QUEUES, SECRETS, VCJOBS, Resource, list_body, match_labels, new_meta,
-    normalize_pod_spec, now, parse_selector,
+    ANY,
+    PODS,
+    PVCS,
+    QUEUES,
+    SECRETS,
+    VCJOBS,
+    Resource,
+    list_body,
+    match_labels,
+    new_meta,
+    normalize_pod_spec,
+    now,
+    parse_selector,
 )
 from tests.k8semu.volcano import Controller
 
@@ -44,8 +55,13 @@ def _status_success(res: Resource, name: str, uid: str) -> dict[str, Any]:
     details: dict[str, Any] = {"name": name, "kind": res.plural, "uid": uid}
     if res.group:
         details["group"] = res.group
-    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
-            "details": details}
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Success",
+        "details": details,
+    }
 
 
 class Api:
@@ -84,10 +100,13 @@ class Api:
         if not meta.get("name") and meta.get("generateName"):
             meta["name"] = meta["generateName"] + pysecrets.token_hex(3)[:5]
         if not meta.get("name"):
-            raise errors.invalid(res, "", ["metadata.name: Required value: name or generateName is required"])
+            raise errors.invalid(
+                res, "", ["metadata.name: Required value: name or generateName is required"]
+            )
         if meta.get("namespace") and meta["namespace"] != ns:
             raise errors.bad_request(
-                "the namespace of the provided object does not match the namespace sent on the request"
+                "the namespace of the provided object does not match the namespace sent on "
+                "the request"
             )
         return meta
 
@@ -123,17 +142,21 @@ class Api:
         if problems:
             raise errors.invalid(VCJOBS, meta["name"], problems)
         if self.ctl.queue(spec["queue"]) is None:
+            queue = f'queues.scheduling.volcano.sh "{spec["queue"]}" not found'
             raise errors.webhook_denied(
-                "validatejob.volcano.sh",
-                f'unable to find job queue: queues.scheduling.volcano.sh "{spec["queue"]}" not found',
+                "validatejob.volcano.sh", f"unable to find job queue: {queue}"
             )
         with self.c.lock:
             if (ns, meta["name"]) in self.c.jobs:
                 raise errors.already_exists(VCJOBS, meta["name"])
             obj["metadata"] = new_meta(meta, ns)
             served = copy.deepcopy(obj)
-            obj["status"] = {"state": {"phase": "Pending", "lastTransitionTime": now()},
-                             "minAvailable": spec["minAvailable"], "retryCount": 0, "version": 0}
+            obj["status"] = {
+                "state": {"phase": "Pending", "lastTransitionTime": now()},
+                "minAvailable": spec["minAvailable"],
+                "retryCount": 0,
+                "version": 0,
+            }
             self.c.jobs[(ns, meta["name"])] = JobRecord(obj)
         return _json(served, 201)
 
@@ -146,8 +169,11 @@ class Api:
         ns = self.guard(request, VCJOBS, "list")
         sel = parse_selector(request.query_params.get("labelSelector"))
         with self.c.lock:
-            items = [copy.deepcopy(j.obj) for (n, _), j in self.c.jobs.items()
-                     if n == ns and match_labels(j.obj, sel)]
+            items = [
+                copy.deepcopy(j.obj)
+                for (n, _), j in self.c.jobs.items()
+                if n == ns and match_labels(j.obj, sel)
+            ]
         return _json(list_body(VCJOBS, items))
 
     async def delete_job(self, request: Request) -> Response:
@@ -163,7 +189,7 @@ class Api:
 
     # --- pods --------------------------------------------------------------------------------
 
-    def pod(self, ns: str, name: str) -> Any:
+    def pod(self, ns: str, name: str) -> PodRecord:
         rec = self.c.pods.get((ns, name))
         if rec is None:
             raise errors.not_found(PODS, name)
@@ -192,8 +218,11 @@ class Api:
         ns = self.guard(request, PODS, "list")
         sel = parse_selector(request.query_params.get("labelSelector"))
         with self.c.lock:
-            items = [copy.deepcopy(p.obj) for (n, _), p in self.c.pods.items()
-                     if n == ns and match_labels(p.obj, sel)]
+            items = [
+                copy.deepcopy(p.obj)
+                for (n, _), p in self.c.pods.items()
+                if n == ns and match_labels(p.obj, sel)
+            ]
         return _json(list_body(PODS, items))
 
     async def delete_pod(self, request: Request) -> Response:
@@ -221,7 +250,7 @@ class Api:
         lines = [line for t, line in list(proc.lines) if t >= since]
         if "tailLines" in q:
             n = int(q["tailLines"])
-            lines = lines[len(lines) - n:] if n > 0 else []
+            lines = lines[len(lines) - n :] if n > 0 else []
         if q.get("follow") != "true":
             return PlainTextResponse(b"".join(lines))
         start = len(proc.lines)
@@ -254,8 +283,14 @@ class Api:
         with self.c.lock:
             if (ns, meta["name"]) in self.c.secrets:
                 raise errors.already_exists(SECRETS, meta["name"])
-            obj = {**body, "apiVersion": "v1", "kind": "Secret", "metadata": new_meta(meta, ns),
-                   "data": data, "type": body.get("type", "Opaque")}
+            obj = {
+                **body,
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": new_meta(meta, ns),
+                "data": data,
+                "type": body.get("type", "Opaque"),
+            }
             self.c.secrets[(ns, meta["name"])] = obj
             return _json(copy.deepcopy(obj), 201)
 
@@ -280,13 +315,23 @@ class Api:
         uid = self.pvc_uids[(ns, name)]
         modes = ["ReadWriteMany"]
         return {
-            "apiVersion": "v1", "kind": "PersistentVolumeClaim",
-            "metadata": {"name": name, "namespace": ns, "uid": uid, "resourceVersion": "1",
-                         "creationTimestamp": "2026-01-01T00:00:00Z",
-                         "annotations": {"k8semu/host-path": str(self.config.pvcs[(ns, name)])}},
-            "spec": {"accessModes": modes, "resources": {"requests": {"storage": "100Gi"}},
-                     "storageClassName": "k8semu-hostpath", "volumeMode": "Filesystem",
-                     "volumeName": f"pvc-{uid}"},
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {
+                "name": name,
+                "namespace": ns,
+                "uid": uid,
+                "resourceVersion": "1",
+                "creationTimestamp": "2026-01-01T00:00:00Z",
+                "annotations": {"k8semu/host-path": str(self.config.pvcs[(ns, name)])},
+            },
+            "spec": {
+                "accessModes": modes,
+                "resources": {"requests": {"storage": "100Gi"}},
+                "storageClassName": "k8semu-hostpath",
+                "volumeMode": "Filesystem",
+                "volumeName": f"pvc-{uid}",
+            },
             "status": {"phase": "Bound", "accessModes": modes, "capacity": {"storage": "100Gi"}},
         }
 
@@ -310,14 +355,26 @@ class Api:
             held = self.ctl.allocated(q)
             counts = self.ctl.queue_counts(q)
         return {
-            "apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
-            "metadata": {"name": name, "uid": f"{abs(hash(name)):032x}"[:32],
-                         "resourceVersion": "1", "creationTimestamp": "2026-01-01T00:00:00Z",
-                         "generation": 1},
-            "spec": {"capability": {k: str(v) for k, v in q.capability.items()},
-                     "reclaimable": True, "weight": 1},
-            "status": {"state": "Open", "allocated": {k: f"{v:g}" for k, v in held.items()},
-                       "reservation": {}, **counts},
+            "apiVersion": "scheduling.volcano.sh/v1beta1",
+            "kind": "Queue",
+            "metadata": {
+                "name": name,
+                "uid": f"{abs(hash(name)):032x}"[:32],
+                "resourceVersion": "1",
+                "creationTimestamp": "2026-01-01T00:00:00Z",
+                "generation": 1,
+            },
+            "spec": {
+                "capability": {k: str(v) for k, v in q.capability.items()},
+                "reclaimable": True,
+                "weight": 1,
+            },
+            "status": {
+                "state": "Open",
+                "allocated": {k: f"{v:g}" for k, v in held.items()},
+                "reservation": {},
+                **counts,
+            },
         }
 
     async def get_queue(self, request: Request) -> Response:
@@ -358,8 +415,14 @@ class Api:
         with self.c.lock:
             rec = self.pod(request.path_params["ns"], request.path_params["name"])
             proc = rec.proc
-            return _json({"pid": proc.pid if proc else None, "netns": proc.netns if proc else None,
-                          "ip": proc.ip if proc else None, "job": rec.job})
+            return _json(
+                {
+                    "pid": proc.pid if proc else None,
+                    "netns": proc.netns if proc else None,
+                    "ip": proc.ip if proc else None,
+                    "job": rec.job,
+                }
+            )
 
 
 def build_app(api: Api) -> Starlette:
@@ -372,7 +435,7 @@ def build_app(api: Api) -> Starlette:
 
         return run
 
-    async def not_found(request: Request) -> Response:
+    async def not_found(request: Request, exc: Exception) -> Response:
         try:
             api.guard(request, ANY, "get")
         except ApiError as err:
@@ -390,8 +453,9 @@ def build_app(api: Api) -> Starlette:
         Route(f"{CORE}/pods/{{name}}", wrap(api.delete_pod), methods=["DELETE"]),
         Route(f"{CORE}/pods/{{name}}/log", wrap(api.pod_log), methods=["GET"]),
         WebSocketRoute(f"{CORE}/pods/{{name}}/exec", lambda ws: streams.exec_ws(api, ws)),
-        WebSocketRoute(f"{CORE}/pods/{{name}}/portforward",
-                       lambda ws: streams.portforward_ws(api, ws)),
+        WebSocketRoute(
+            f"{CORE}/pods/{{name}}/portforward", lambda ws: streams.portforward_ws(api, ws)
+        ),
         Route(f"{CORE}/secrets", wrap(api.create_secret), methods=["POST"]),
         Route(f"{CORE}/secrets/{{name}}", wrap(api.get_secret), methods=["GET"]),
         Route(f"{CORE}/secrets/{{name}}", wrap(api.delete_secret), methods=["DELETE"]),
@@ -408,6 +472,5 @@ def build_app(api: Api) -> Starlette:
         Route("/emulator/pods/{ns}/{name}", wrap(api.pod_info), methods=["GET"]),
     ]
     app = Starlette(routes=r)
-    app.add_exception_handler(404, lambda req, exc: not_found(req))  # type: ignore[arg-type]
+    app.add_exception_handler(404, not_found)
     return app
-

@@ -97,7 +97,9 @@ class Cluster:
                 sname = vol["secret"]["secretName"]
                 secret = self.secrets.get((ns, sname))
                 if secret is None:
-                    return f'MountVolume.SetUp failed for volume "{name}" : secret "{sname}" not found'
+                    return (
+                        f'MountVolume.SetUp failed for volume "{name}" : secret "{sname}" not found'
+                    )
                 d = self.pod_dir / uid / "secrets" / name
                 d.mkdir(parents=True, exist_ok=True)
                 mode = int(vol["secret"].get("defaultMode", 0o644))
@@ -164,8 +166,12 @@ class Cluster:
         base = {"name": cname, "image": image, "imageID": f"k8semu://{image}"}
         if isinstance(mounts, str):
             st["containerStatuses"] = [
-                {**base, "ready": False, "restartCount": 0,
-                 "state": {"waiting": {"reason": "ContainerCreating"}}}
+                {
+                    **base,
+                    "ready": False,
+                    "restartCount": 0,
+                    "state": {"waiting": {"reason": "ContainerCreating"}},
+                }
             ]
             st["message"] = mounts
             _touch(rec.obj)
@@ -179,17 +185,28 @@ class Cluster:
         except (ValueError, OSError) as err:
             st["phase"] = "Failed"
             st["containerStatuses"] = [
-                {**base, "ready": False, "restartCount": 0,
-                 "state": {"terminated": {"exitCode": 128, "reason": "StartError",
-                                          "message": str(err)}}}
+                {
+                    **base,
+                    "ready": False,
+                    "restartCount": 0,
+                    "state": {
+                        "terminated": {"exitCode": 128, "reason": "StartError", "message": str(err)}
+                    },
+                }
             ]
             _touch(rec.obj)
             return
         rec.proc.netns = netns
         st["phase"] = "Running"
         st["containerStatuses"] = [
-            {**base, "ready": True, "started": True, "restartCount": 0,
-             "containerID": f"k8semu://{rec.proc.pid}", "state": {"running": {"startedAt": started}}}
+            {
+                **base,
+                "ready": True,
+                "started": True,
+                "restartCount": 0,
+                "containerID": f"k8semu://{rec.proc.pid}",
+                "state": {"running": {"startedAt": started}},
+            }
         ]
         _touch(rec.obj)
 
@@ -210,7 +227,9 @@ class Cluster:
             c.update({"ready": False, "started": False, "state": {"terminated": term}})
         for cond in st.get("conditions") or []:
             if cond["type"] in ("Ready", "ContainersReady"):
-                cond.update({"status": "False", "reason": "PodCompleted" if code == 0 else "PodFailed"})
+                cond.update(
+                    {"status": "False", "reason": "PodCompleted" if code == 0 else "PodFailed"}
+                )
         _touch(rec.obj)
 
     def reap(self) -> None:

@@ -8,8 +8,14 @@ _RW = ["create", "delete", "deletecollection", "get", "list", "patch", "update",
 
 
 def _res(name: str, kind: str, namespaced: bool, verbs: list[str], **kw: Any) -> dict[str, Any]:
-    return {"name": name, "singularName": "", "namespaced": namespaced, "kind": kind,
-            "verbs": verbs, **kw}
+    return {
+        "name": name,
+        "singularName": "",
+        "namespaced": namespaced,
+        "kind": kind,
+        "verbs": verbs,
+        **kw,
+    }
 
 
 def api_versions(server: str) -> dict[str, Any]:
@@ -65,5 +71,9 @@ def group_version(group: str) -> dict[str, Any] | None:
         ]
     else:
         return None
-    return {"kind": "APIResourceList", "apiVersion": "v1",
-            "groupVersion": f"{group}/{GROUPS[group]}", "resources": resources}
+    return {
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": f"{group}/{GROUPS[group]}",
+        "resources": resources,
+    }

@@ -26,6 +26,14 @@ Factory = Callable[..., K8sEmulator]
 GPU = "nvidia.com/gpu"
 
 
+def new_client(kubeconfig: Path) -> client.ApiClient:
+    """A ``kubernetes`` client configured from ``kubeconfig`` (as a user would load it)."""
+    api: client.ApiClient = config.new_client_from_config(  # type: ignore[no-untyped-call]
+        config_file=str(kubeconfig)
+    )
+    return api
+
+
 @pytest.fixture
 def k8semu_factory(tmp_path: Path) -> Iterator[Factory]:
     made: list[K8sEmulator] = []
@@ -58,6 +66,6 @@ def kubeconfig(k8semu: K8sEmulator, tmp_path: Path) -> Path:
 
 @pytest.fixture
 def k8s_client(kubeconfig: Path) -> Iterator[client.ApiClient]:
-    api = config.new_client_from_config(config_file=str(kubeconfig))
+    api = new_client(kubeconfig)
     yield api
-    api.close()
+    api.close()  # type: ignore[no-untyped-call]

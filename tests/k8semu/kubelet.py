@@ -11,6 +11,7 @@ the host's filesystem, with ``bin_dir`` first on PATH.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shlex
@@ -95,9 +96,10 @@ class PodProcess:
 
     def _pump(self) -> None:
         assert self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
         partial = b""
         with self.log.open("ab") as out:
-            for chunk in iter(lambda: self.proc.stdout.read1(65536), b""):  # type: ignore[union-attr]
+            for chunk in iter(lambda: os.read(fd, 65536), b""):
                 out.write(chunk)
                 out.flush()
                 data = partial + chunk
@@ -128,19 +130,15 @@ class PodProcess:
     def stop(self, grace_s: float) -> int:
         """SIGTERM to the process group, ``grace_s``, then SIGKILL; the exit code."""
         for sig in (signal.SIGTERM, signal.SIGKILL):
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, sig)
-            except ProcessLookupError:
-                pass
             try:
                 self.proc.wait(timeout=grace_s if sig == signal.SIGTERM else 10)
                 break
             except subprocess.TimeoutExpired:
                 continue
-        try:  # the container may leave children behind in its group
+        with contextlib.suppress(ProcessLookupError):  # children left behind in its group
             os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         code = self.exit_code()
         return 137 if code is None else code
 
@@ -164,7 +162,9 @@ def start(
     env = container_env(pod, container, secrets)
     path = SYSTEM_PATH if bin_dir is None else f"{bin_dir}:{SYSTEM_PATH}"
     full_env = {"PATH": path, "HOSTNAME": pod["metadata"]["name"], "HOME": "/root", **env}
-    argv = [expand(a, env) for a in (container.get("command") or []) + (container.get("args") or [])]
+    argv = [
+        expand(a, env) for a in (container.get("command") or []) + (container.get("args") or [])
+    ]
     if not argv:
         raise ValueError("the emulator needs an explicit command (images are not run)")
     workdir = container.get("workingDir") or "/"
@@ -185,8 +185,23 @@ def start(
     script = " && ".join(lines)
     log.parent.mkdir(parents=True, exist_ok=True)
     proc = subprocess.Popen(
-        [IP, "netns", "exec", netns, "unshare", "-m", "-u", "--propagation", "private",
-         "--", "/bin/sh", "-c", script, "k8semu-pod", *argv],
+        [
+            IP,
+            "netns",
+            "exec",
+            netns,
+            "unshare",
+            "-m",
+            "-u",
+            "--propagation",
+            "private",
+            "--",
+            "/bin/sh",
+            "-c",
+            script,
+            "k8semu-pod",
+            *argv,
+        ],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

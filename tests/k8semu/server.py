@@ -79,8 +79,9 @@ class K8sEmulator:
         self.port: int = self._sock.getsockname()[1]
         self.api = Api(self.cluster, self.controller, f"127.0.0.1:{self.port}")
         self._server = uvicorn.Server(
-            uvicorn.Config(build_app(self.api), log_level="warning", lifespan="off",
-                           ws_ping_interval=None)
+            uvicorn.Config(
+                build_app(self.api), log_level="warning", lifespan="off", ws_ping_interval=None
+            )
         )
         self._thread: threading.Thread | None = None
         self._ticker: threading.Thread | None = None
@@ -148,9 +149,12 @@ class K8sEmulator:
             "kind": "Config",
             "clusters": [{"name": "k8semu", "cluster": {"server": self.url}}],
             "users": [{"name": "k8semu-user", "user": {"token": self.config.token}}],
-            "contexts": [{"name": "k8semu", "context": {"cluster": "k8semu",
-                                                         "user": "k8semu-user",
-                                                         "namespace": ns}}],
+            "contexts": [
+                {
+                    "name": "k8semu",
+                    "context": {"cluster": "k8semu", "user": "k8semu-user", "namespace": ns},
+                }
+            ],
             "current-context": "k8semu",
         }
         path.write_text(yaml.safe_dump(doc))

@@ -21,6 +21,7 @@ import json
 import os
 import socket
 import threading
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from starlette.responses import JSONResponse
@@ -69,15 +70,17 @@ def _status(code: int, argv: list[str]) -> bytes:
         body = {
             "metadata": {},
             "status": "Failure",
-            "message": (f"command terminated with non-zero exit code: error executing command "
-                        f"[{' '.join(argv)}], exit code {code}"),
+            "message": (
+                f"command terminated with non-zero exit code: error executing command "
+                f"[{' '.join(argv)}], exit code {code}"
+            ),
             "reason": "NonZeroExitCode",
             "details": {"causes": [{"reason": "ExitCode", "message": str(code)}]},
         }
     return bytes([3]) + json.dumps(body).encode()
 
 
-def _frame(msg: dict[str, Any]) -> bytes | None:
+def _frame(msg: Mapping[str, Any]) -> bytes | None:
     """A received WebSocket message's bytes (text frames carry the channel as a character)."""
     if msg.get("bytes") is not None:
         return bytes(msg["bytes"])
@@ -187,9 +190,11 @@ async def portforward_ws(api: Api, ws: WebSocket) -> None:
         try:
             sock = await asyncio.to_thread(_connect_in_netns, proc.netns, port)
         except OSError as err:
-            msg = (f"an error occurred forwarding {port} -> {port}: error forwarding port {port} "
-                   f"to pod, failed to connect to localhost:{port} inside namespace "
-                   f'"{proc.netns}": {err}')
+            msg = (
+                f"an error occurred forwarding {port} -> {port}: error forwarding port {port} "
+                f"to pod, failed to connect to localhost:{port} inside namespace "
+                f'"{proc.netns}": {err}'
+            )
             await ws.send_bytes(bytes([2 * i + 1]) + msg.encode())
             continue
         reader, writer = await asyncio.open_connection(sock=sock)

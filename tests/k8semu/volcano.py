@@ -38,8 +38,18 @@ def quantity(value: Any) -> float:
     if not m:
         return 0.0
     num, unit = float(m.group(1)), m.group(2)
-    scale = {"": 1, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12,
-             "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+    scale = {
+        "": 1,
+        "m": 1e-3,
+        "k": 1e3,
+        "M": 1e6,
+        "G": 1e9,
+        "T": 1e12,
+        "Ki": 2**10,
+        "Mi": 2**20,
+        "Gi": 2**30,
+        "Ti": 2**40,
+    }
     return num * scale.get(unit, 1)
 
 
@@ -129,28 +139,42 @@ class Controller:
                     "volcano.sh/task-spec": t["name"],
                     "volcano.sh/task-index": str(i),
                 }
-                meta["ownerReferences"] = [{
-                    "apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "name": name,
-                    "uid": vc["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True,
-                }]
+                meta["ownerReferences"] = [
+                    {
+                        "apiVersion": "batch.volcano.sh/v1alpha1",
+                        "kind": "Job",
+                        "name": name,
+                        "uid": vc["metadata"]["uid"],
+                        "controller": True,
+                        "blockOwnerDeletion": True,
+                    }
+                ]
                 spec = dict(tmpl.get("spec") or {})
                 spec["schedulerName"] = vc["spec"].get("schedulerName", "volcano")
                 containers = [dict(c) for c in spec.get("containers") or []]
                 extra: list[dict[str, Any]] = []
                 if "env" in plugins:
-                    extra += [{"name": "VK_TASK_INDEX", "value": str(i)},
-                              {"name": "VC_TASK_INDEX", "value": str(i)}]
+                    extra += [
+                        {"name": "VK_TASK_INDEX", "value": str(i)},
+                        {"name": "VC_TASK_INDEX", "value": str(i)},
+                    ]
                 if "svc" in plugins:
                     spec["hostname"], spec["subdomain"] = pod_name, name
                     for tn, hs in hosts.items():
-                        extra += [{"name": f"VC_{env_name(tn)}_HOSTS", "value": ",".join(hs)},
-                                  {"name": f"VC_{env_name(tn)}_NUM", "value": str(len(hs))}]
+                        extra += [
+                            {"name": f"VC_{env_name(tn)}_HOSTS", "value": ",".join(hs)},
+                            {"name": f"VC_{env_name(tn)}_NUM", "value": str(len(hs))},
+                        ]
                 for c in containers:
                     c["env"] = [*(c.get("env") or []), *extra]
                 spec["containers"] = containers
                 normalize_pod_spec(spec)
-                pod = {"apiVersion": "v1", "kind": "Pod", "metadata": new_meta(meta, ns),
-                       "spec": spec}
+                pod = {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": new_meta(meta, ns),
+                    "spec": spec,
+                }
                 self.c.add_pod(pod, name, queue)
                 job.pods[pod_name] = t["name"]
 
@@ -167,8 +191,10 @@ class Controller:
         pods = self._job_pods(job)
         vc = job.obj
         n, min_av = len(pods), int(vc["spec"].get("minAvailable", len(pods)))
-        gang = (f"{n}/{n} tasks in gang unschedulable: pod group is not ready, {n} Pending, "
-                f"{min_av} minAvailable; Pending: {n} Unschedulable")
+        gang = (
+            f"{n}/{n} tasks in gang unschedulable: pod group is not ready, {n} Pending, "
+            f"{min_av} minAvailable; Pending: {n} Unschedulable"
+        )
         for rec in pods:
             missing = self.c.missing_volume(rec.obj)
             if missing:
@@ -187,14 +213,19 @@ class Controller:
         if short:
             msg = f"{gang}; queue resource quota insufficient: " + ", ".join(
                 f"{k} requested {need[k]:g}, {quantity(q.capability[k]) - held[k]:g} free "
-                f"of {quantity(q.capability[k]):g}" for k in short)
+                f"of {quantity(q.capability[k]):g}"
+                for k in short
+            )
             for rec in pods:
                 self.c.set_unschedulable(rec, msg)
             return
         placed = [(rec, *self.c.assign_network(rec)) for rec in pods]
-        entries = [(ip, f"{rec.name}.{rec.job}.{rec.namespace}.svc.cluster.local {rec.name}.{rec.job} {rec.name}")
-                   for rec, _, ip in placed]
-        for rec, netns, _ in placed:
+        # what the svc plugin's headless Service + hostname/subdomain give each pod in DNS
+        entries = [
+            (ip, f"{r.name}.{r.job}.{r.namespace}.svc.cluster.local {r.name}.{r.job} {r.name}")
+            for r, _, ip in placed
+        ]
+        for _, netns, _ in placed:
             self.c.network.write_hosts(netns, entries)
         for rec, netns, ip in placed:
             self.c.start(rec, netns, ip)
@@ -221,7 +252,9 @@ class Controller:
         counts = dict.fromkeys(("pending", "running", "succeeded", "failed", "terminating"), 0)
         tasks: dict[str, dict[str, dict[str, int]]] = {}
         for rec in self._job_pods(job):
-            key = "terminating" if rec.obj["metadata"].get("deletionTimestamp") else rec.phase.lower()
+            key = (
+                "terminating" if rec.obj["metadata"].get("deletionTimestamp") else rec.phase.lower()
+            )
             counts[key] = counts.get(key, 0) + 1
             phases = tasks.setdefault(self._task_of(rec), {"phase": {}})["phase"]
             phases[rec.phase] = phases.get(rec.phase, 0) + 1
@@ -239,7 +272,7 @@ class Controller:
 
     def _policy(self, job: JobRecord, event: str, task: str, code: int | None) -> str | None:
         spec = job.obj["spec"]
-        task_spec = next((t for t in spec["tasks"] if t["name"] == task), {})
+        task_spec: dict[str, Any] = next((t for t in spec["tasks"] if t["name"] == task), {})
         for pol in [*(task_spec.get("policies") or []), *(spec.get("policies") or [])]:
             events = [pol["event"]] if pol.get("event") else list(pol.get("events") or [])
             if "exitCode" in pol:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from kubernetes import client
 
@@ -85,20 +85,23 @@ class Jobs:
         self.ns = ns
 
     def create(self, body: dict[str, Any]) -> dict[str, Any]:
-        out: dict[str, Any] = self.co.create_namespaced_custom_object(
-            GROUP, VERSION, self.ns, "jobs", body
+        out = cast(
+            dict[str, Any],
+            self.co.create_namespaced_custom_object(GROUP, VERSION, self.ns, "jobs", body),
         )
         return out
 
     def get(self, name: str) -> dict[str, Any]:
-        out: dict[str, Any] = self.co.get_namespaced_custom_object(
-            GROUP, VERSION, self.ns, "jobs", name
+        out = cast(
+            dict[str, Any],
+            self.co.get_namespaced_custom_object(GROUP, VERSION, self.ns, "jobs", name),
         )
         return out
 
     def delete(self, name: str) -> dict[str, Any]:
-        out: dict[str, Any] = self.co.delete_namespaced_custom_object(
-            GROUP, VERSION, self.ns, "jobs", name
+        out = cast(
+            dict[str, Any],
+            self.co.delete_namespaced_custom_object(GROUP, VERSION, self.ns, "jobs", name),
         )
         return out
 
@@ -112,8 +115,16 @@ class Jobs:
 
         return wait_for(done, timeout_s, f"{name} in {phases}")
 
-    def pods(self, name: str) -> list[client.V1Pod]:
+    def pods(self, name: str) -> list[dict[str, Any]]:
+        """The job's pods (by label), as JSON dicts (the client's models are all-Optional)."""
         items = self.core.list_namespaced_pod(
             self.ns, label_selector=f"volcano.sh/job-name={name}"
         ).items
-        return sorted(items, key=lambda p: p.metadata.name)
+        out: list[dict[str, Any]] = self.core.api_client.sanitize_for_serialization(items)
+        return sorted(out, key=lambda p: str(p["metadata"]["name"]))
+
+    def pod(self, name: str) -> dict[str, Any]:
+        out: dict[str, Any] = self.core.api_client.sanitize_for_serialization(
+            self.core.read_namespaced_pod(name, self.ns)
+        )
+        return out

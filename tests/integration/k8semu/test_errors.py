@@ -7,18 +7,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes import client, config
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from tests.integration.k8semu.conftest import GROUP, NS, VERSION, Jobs, vcjob, wait_for
+from tests.integration.k8semu.conftest import GROUP, NS, Jobs, vcjob, wait_for
 from tests.k8semu import K8sEmulator
-from tests.k8semu.fixtures import Factory
+from tests.k8semu.fixtures import Factory, new_client
 
 pytestmark = pytest.mark.volcano
 
 
 def _refusal(exc: pytest.ExceptionInfo[ApiException]) -> dict[str, Any]:
-    body: dict[str, Any] = json.loads(exc.value.body)
+    body: dict[str, Any] = json.loads(exc.value.body or "")
     assert body["kind"] == "Status" and body["status"] == "Failure"
     assert body["code"] == exc.value.status
     return body
@@ -37,14 +37,15 @@ def test_forbidden_namespace(k8s_client: client.ApiClient) -> None:
     with pytest.raises(ApiException) as exc:
         jobs.core.read_namespaced_pod_log("p", "other")
     assert _refusal(exc)["message"].startswith('pods "p" is forbidden: User ')
-    assert 'cannot get resource "pods/log" in API group "" in the namespace "other"' in (
-        _refusal(exc)["message"]
+    assert (
+        'cannot get resource "pods/log" in API group "" in the namespace "other"'
+        in (_refusal(exc)["message"])
     )
 
 
 def test_volcano_not_installed(k8semu_factory: Factory, tmp_path: Path) -> None:
     emu = k8semu_factory(volcano_installed=False)
-    api = config.new_client_from_config(config_file=str(emu.write_kubeconfig(tmp_path / "kc")))
+    api = new_client(emu.write_kubeconfig(tmp_path / "kc"))
     with pytest.raises(ApiException) as exc:
         Jobs(api).create(vcjob("n1", "true"))
     body = _refusal(exc)
@@ -76,10 +77,10 @@ def test_validator_refusal_is_422(k8semu_factory: Factory, tmp_path: Path) -> No
 
     def validate(body: dict[str, Any]) -> list[str]:
         seen.append(body)
-        return ["spec.tasks[0].replicas: Invalid value: \"two\": must be an integer"]
+        return ['spec.tasks[0].replicas: Invalid value: "two": must be an integer']
 
     emu = k8semu_factory(validate=validate)
-    api = config.new_client_from_config(config_file=str(emu.write_kubeconfig(tmp_path / "kc")))
+    api = new_client(emu.write_kubeconfig(tmp_path / "kc"))
     with pytest.raises(ApiException) as exc:
         Jobs(api).create(vcjob("v1", "true"))
     body = _refusal(exc)
@@ -115,7 +116,7 @@ def test_default_check_unknown_queue_and_bad_token(
     assert _refusal(exc)["message"] == 'jobs.batch.volcano.sh "d3" not found'
     kc = k8semu.write_kubeconfig(tmp_path / "kc2")
     kc.write_text(kc.read_text().replace(k8semu.config.token, "wrong"))
-    other = config.new_client_from_config(config_file=str(kc))
+    other = new_client(kc)
     with pytest.raises(ApiException) as exc:
         client.CoreV1Api(other).list_namespaced_pod(NS)
     assert exc.value.status == 401
@@ -124,13 +125,20 @@ def test_default_check_unknown_queue_and_bad_token(
 def test_missing_pvc_keeps_the_pod_pending(k8s_client: client.ApiClient) -> None:
     jobs = Jobs(k8s_client)
     vol = {"name": "ws", "persistentVolumeClaim": {"claimName": "missing"}}
-    jobs.create(vcjob("m1", "true", replicas=1, volumes=[vol],
-                      mounts=[{"name": "ws", "mountPath": "/workspace"}]))
+    jobs.create(
+        vcjob(
+            "m1",
+            "true",
+            replicas=1,
+            volumes=[vol],
+            mounts=[{"name": "ws", "mountPath": "/workspace"}],
+        )
+    )
 
     def pending() -> str | None:
         pods = jobs.pods("m1")
-        if pods and pods[0].status.conditions:
-            return str(pods[0].status.conditions[0].message)
+        if pods and pods[0]["status"].get("conditions"):
+            return str(pods[0]["status"]["conditions"][0]["message"])
         return None
 
     assert 'persistentvolumeclaim "missing" not found' in wait_for(pending)
@@ -139,4 +147,4 @@ def test_missing_pvc_keeps_the_pod_pending(k8s_client: client.ApiClient) -> None
         jobs.core.read_namespaced_persistent_volume_claim("missing", NS)
     assert exc.value.status == 404
     pvc = jobs.core.read_namespaced_persistent_volume_claim("workspace", NS)
-    assert pvc.status.phase == "Bound"
+    assert pvc.status is not None and pvc.status.phase == "Bound"

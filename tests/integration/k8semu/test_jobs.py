@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from kubernetes import client
 
 from tests.integration.k8semu.conftest import NS, Jobs, vcjob, wait_for
 from tests.k8semu import K8sEmulator, QueueSpec
-from tests.k8semu.fixtures import GPU, Factory
+from tests.k8semu.fixtures import GPU, Factory, new_client
 
 pytestmark = pytest.mark.volcano
 
-SHOW = 'echo "index=$VC_TASK_INDEX vk=$VK_TASK_INDEX"; hostname; echo "hosts=$VC_WORKER_HOSTS n=$VC_WORKER_NUM"; cat /etc/hosts'
+SHOW = (
+    'echo "index=$VC_TASK_INDEX vk=$VK_TASK_INDEX"; hostname; '
+    'echo "hosts=$VC_WORKER_HOSTS n=$VC_WORKER_NUM"; cat /etc/hosts'
+)
 
 
 def test_two_pods_get_plugin_env_hosts_and_logs(k8s_client: client.ApiClient) -> None:
@@ -22,22 +27,22 @@ def test_two_pods_get_plugin_env_hosts_and_logs(k8s_client: client.ApiClient) ->
     job = jobs.wait_phase("r1", "Completed")
     assert job["status"]["succeeded"] == 2 and job["status"]["retryCount"] == 0
     pods = jobs.pods("r1")
-    assert [p.metadata.name for p in pods] == ["r1-worker-0", "r1-worker-1"]
-    ips = {p.metadata.name: p.status.pod_ip for p in pods}
+    assert [p["metadata"]["name"] for p in pods] == ["r1-worker-0", "r1-worker-1"]
+    ips = {p["metadata"]["name"]: p["status"]["podIP"] for p in pods}
     assert all(ip.startswith("10.214.0.") for ip in ips.values()) and len(set(ips.values())) == 2
     for i, pod in enumerate(pods):
-        assert pod.status.phase == "Succeeded"
-        assert pod.status.container_statuses[0].state.terminated.exit_code == 0
-        assert pod.metadata.labels["volcano.sh/task-spec"] == "worker"
-        assert pod.metadata.annotations["volcano.sh/task-index"] == str(i)
-        log = jobs.core.read_namespaced_pod_log(pod.metadata.name, NS, container="main")
+        assert pod["status"]["phase"] == "Succeeded"
+        assert pod["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 0
+        assert pod["metadata"]["labels"]["volcano.sh/task-spec"] == "worker"
+        assert pod["metadata"]["annotations"]["volcano.sh/task-index"] == str(i)
+        log = jobs.core.read_namespaced_pod_log(pod["metadata"]["name"], NS, container="main")
         lines = log.splitlines()
         assert lines[0] == f"index={i} vk={i}"
-        assert lines[1] == pod.metadata.name
+        assert lines[1] == pod["metadata"]["name"]
         assert lines[2] == "hosts=r1-worker-0.r1,r1-worker-1.r1 n=2"
         for name, ip in ips.items():
             assert f"{ip}\t{name}.r1.{NS}.svc.cluster.local {name}.r1 {name}" in log
-        tail = jobs.core.read_namespaced_pod_log(pod.metadata.name, NS, tail_lines=1)
+        tail = jobs.core.read_namespaced_pod_log(pod["metadata"]["name"], NS, tail_lines=1)
         assert tail == lines[-1] + "\n"
 
 
@@ -49,21 +54,28 @@ def test_gang_waits_for_queue_room_then_starts_together(k8semu_factory: Factory)
     jobs.wait_phase("hog", "Running")
     jobs.create(vcjob("gang", "sleep 60", replicas=2, gpus=1))
 
-    def pending_with_reason() -> list[client.V1Pod] | None:
+    def pending_with_reason() -> list[dict[str, Any]] | None:
         pods = jobs.pods("gang")
-        ok = len(pods) == 2 and all(p.status.conditions for p in pods)
+        ok = len(pods) == 2 and all(p["status"].get("conditions") for p in pods)
         return pods if ok else None
 
     pods = wait_for(pending_with_reason, what="gang pods marked Unschedulable")
     for pod in pods:
-        assert pod.status.phase == "Pending"
-        cond = pod.status.conditions[0]
-        assert (cond.type, cond.status, cond.reason) == ("PodScheduled", "False", "Unschedulable")
-        assert "2/2 tasks in gang unschedulable" in cond.message
-        assert "queue resource quota insufficient: nvidia.com/gpu requested 2, 1 free" in cond.message
-        assert emu.pod_info(NS, pod.metadata.name)["pid"] is None  # nothing runs
+        assert pod["status"]["phase"] == "Pending"
+        cond = pod["status"]["conditions"][0]
+        assert (cond["type"], cond["status"], cond["reason"]) == (
+            "PodScheduled",
+            "False",
+            "Unschedulable",
+        )
+        assert "2/2 tasks in gang unschedulable" in cond["message"]
+        assert (
+            "queue resource quota insufficient: nvidia.com/gpu requested 2, 1 free"
+            in cond["message"]
+        )
+        assert emu.pod_info(NS, pod["metadata"]["name"])["pid"] is None  # nothing runs
     assert jobs.phase("gang") == "Pending"
-    queue = client.CustomObjectsApi(api).get_cluster_custom_object(
+    queue: Any = client.CustomObjectsApi(api).get_cluster_custom_object(
         "scheduling.volcano.sh", "v1beta1", "queues", "default"
     )
     assert queue["status"]["allocated"] == {GPU: "1"} and queue["status"]["state"] == "Open"
@@ -72,8 +84,8 @@ def test_gang_waits_for_queue_room_then_starts_together(k8semu_factory: Factory)
     jobs.delete("hog")
     jobs.wait_phase("gang", "Running")
     pods = jobs.pods("gang")
-    assert [p.status.phase for p in pods] == ["Running", "Running"]
-    assert all(emu.pod_info(NS, p.metadata.name)["pid"] for p in pods)
+    assert [p["status"]["phase"] for p in pods] == ["Running", "Running"]
+    assert all(emu.pod_info(NS, p["metadata"]["name"])["pid"] for p in pods)
 
 
 def test_eviction_restarts_the_job_with_new_pods(
@@ -83,21 +95,21 @@ def test_eviction_restarts_the_job_with_new_pods(
     policy = [{"event": "PodEvicted", "action": "RestartJob"}]
     jobs.create(vcjob("r2", "sleep 60", policies=policy))
     jobs.wait_phase("r2", "Running")
-    before = {p.metadata.name: p.metadata.uid for p in jobs.pods("r2")}
+    before = {p["metadata"]["name"]: p["metadata"]["uid"] for p in jobs.pods("r2")}
     evicted = k8semu.evict(NS, "r2-worker-1")
     assert evicted["status"]["phase"] == "Failed" and evicted["status"]["reason"] == "Evicted"
 
-    def restarted() -> list[client.V1Pod] | None:
+    def restarted() -> list[dict[str, Any]] | None:
         pods = jobs.pods("r2")
-        fresh = [p for p in pods if p.metadata.uid not in before.values()]
-        running = [p for p in fresh if p.status.phase == "Running"]
+        fresh = [p for p in pods if p["metadata"]["uid"] not in before.values()]
+        running = [p for p in fresh if p["status"]["phase"] == "Running"]
         return fresh if len(running) == 2 and len(pods) == 2 else None
 
     pods = wait_for(restarted, what="new pods of r2")
     job = jobs.get("r2")
     assert job["status"]["retryCount"] == 1 and job["status"]["state"]["phase"] == "Running"
-    assert [p.metadata.name for p in pods] == sorted(before)
-    assert {p.metadata.annotations["volcano.sh/job-retry-count"] for p in pods} == {"1"}
+    assert [p["metadata"]["name"] for p in pods] == sorted(before)
+    assert {p["metadata"]["annotations"]["volcano.sh/job-retry-count"] for p in pods} == {"1"}
     assert any(c["status"] == "Restarting" for c in job["status"]["conditions"])
 
 
@@ -106,10 +118,10 @@ def test_failed_pod_without_policy_fails_the_job(k8s_client: client.ApiClient) -
     jobs.create(vcjob("r3", 'if [ "$VC_TASK_INDEX" = 0 ]; then exit 3; fi; sleep 60'))
     job = jobs.wait_phase("r3", "Failed")
     assert job["status"]["retryCount"] == 0
-    failed = wait_for(lambda: [p for p in jobs.pods("r3") if p.status.phase == "Failed"])
-    assert failed[0].status.container_statuses[0].state.terminated.exit_code == 3
+    failed = wait_for(lambda: [p for p in jobs.pods("r3") if p["status"]["phase"] == "Failed"])
+    assert failed[0]["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 3
     # the other pod is stopped and deleted (Volcano keeps only Succeeded/Failed pods)
-    wait_for(lambda: [p.metadata.name for p in jobs.pods("r3")] == ["r3-worker-0"])
+    wait_for(lambda: [p["metadata"]["name"] for p in jobs.pods("r3")] == ["r3-worker-0"])
 
 
 def test_delete_job_stops_and_deletes_its_pods(k8s_client: client.ApiClient) -> None:
@@ -122,7 +134,4 @@ def test_delete_job_stops_and_deletes_its_pods(k8s_client: client.ApiClient) -> 
 
 
 def _client(emu: K8sEmulator) -> client.ApiClient:
-    from kubernetes import config
-
-    path = emu.config.state_dir / "kubeconfig"
-    return config.new_client_from_config(config_file=str(emu.write_kubeconfig(path)))
+    return new_client(emu.write_kubeconfig(emu.config.state_dir / "kubeconfig"))

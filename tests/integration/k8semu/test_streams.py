@@ -21,9 +21,16 @@ PVC_MOUNT = {"name": "ws", "mountPath": "/workspace"}
 
 def _exec(core: client.CoreV1Api, pod: str, argv: list[str], stdin: bytes | None = None):  # type: ignore[no-untyped-def]
     ws = stream(
-        core.connect_get_namespaced_pod_exec, pod, NS, command=argv,
-        stdin=stdin is not None, stdout=True, stderr=True, tty=False,
-        _preload_content=False, binary=True,
+        core.connect_get_namespaced_pod_exec,
+        pod,
+        NS,
+        command=argv,
+        stdin=stdin is not None,
+        stdout=True,
+        stderr=True,
+        tty=False,
+        _preload_content=False,
+        binary=True,
     )
     if stdin is not None:
         for i in range(0, len(stdin), 1 << 20):
@@ -62,15 +69,20 @@ def test_port_forward_reaches_a_server_in_the_pod(k8s_client: client.ApiClient) 
     jobs.wait_phase("x2", "Running")
 
     def fetch() -> bytes | None:
-        pf = portforward(jobs.core.connect_get_namespaced_pod_portforward, "x2-worker-0", NS,
-                         ports="8765")
+        pf = portforward(
+            jobs.core.connect_get_namespaced_pod_portforward, "x2-worker-0", NS, ports="8765"
+        )
         sock = pf.socket(8765)
         sock.settimeout(5)
-        sock.sendall(b"GET /k8semu-pf.txt HTTP/1.0\r\nHost: x\r\n\r\n")
         data = b""
-        while chunk := sock.recv(65536):
-            data += chunk
-        sock.close()
+        try:  # until the server listens, the emulator reports an error and closes the stream
+            sock.sendall(b"GET /k8semu-pf.txt HTTP/1.0\r\nHost: x\r\n\r\n")
+            while chunk := sock.recv(65536):
+                data += chunk
+        except OSError:
+            return None
+        finally:
+            sock.close()
         err = pf.error(8765)
         return data if err is None and data else None
 
@@ -81,8 +93,10 @@ def test_port_forward_reaches_a_server_in_the_pod(k8s_client: client.ApiClient) 
 def test_secret_volume_files_have_the_default_mode(k8s_client: client.ApiClient) -> None:
     core = client.CoreV1Api(k8s_client)
     core.create_namespaced_secret(
-        NS, client.V1Secret(metadata=client.V1ObjectMeta(name="key"),
-                            string_data={"id_ed25519": "secret-bytes"}),
+        NS,
+        client.V1Secret(
+            metadata=client.V1ObjectMeta(name="key"), string_data={"id_ed25519": "secret-bytes"}
+        ),
     )
     got = core.read_namespaced_secret("key", NS)
     assert got.data == {"id_ed25519": "c2VjcmV0LWJ5dGVz"}
@@ -90,20 +104,30 @@ def test_secret_volume_files_have_the_default_mode(k8s_client: client.ApiClient)
         metadata=client.V1ObjectMeta(name="helper", labels={"app": "helper"}),
         spec=client.V1PodSpec(
             restart_policy="Never",
-            containers=[client.V1Container(
-                name="main", image="busybox",
-                command=["sh", "-c", "stat -c '%a %s' /keys/id_ed25519; cat /keys/id_ed25519"],
-                volume_mounts=[client.V1VolumeMount(name="k", mount_path="/keys")],
-            )],
-            volumes=[client.V1Volume(
-                name="k", secret=client.V1SecretVolumeSource(secret_name="key", default_mode=0o400)
-            )],
+            containers=[
+                client.V1Container(
+                    name="main",
+                    image="busybox",
+                    command=["sh", "-c", "stat -c '%a %s' /keys/id_ed25519; cat /keys/id_ed25519"],
+                    volume_mounts=[client.V1VolumeMount(name="k", mount_path="/keys")],
+                )
+            ],
+            volumes=[
+                client.V1Volume(
+                    name="k",
+                    secret=client.V1SecretVolumeSource(secret_name="key", default_mode=0o400),
+                )
+            ],
         ),
     )
-    assert core.create_namespaced_pod(NS, pod).metadata.uid
-    done = wait_for(lambda: core.read_namespaced_pod("helper", NS).status.phase == "Succeeded")
-    assert done
+    created = Jobs(k8s_client).core.api_client.sanitize_for_serialization(
+        core.create_namespaced_pod(NS, pod)
+    )
+    assert created["metadata"]["uid"] and created["status"]["phase"] == "Pending"
+    jobs = Jobs(k8s_client)
+    wait_for(lambda: jobs.pod("helper")["status"]["phase"] == "Succeeded")
     assert core.list_namespaced_pod(NS, label_selector="app=helper,x!=y").items
     assert core.read_namespaced_pod_log("helper", NS) == "400 12\nsecret-bytes"
-    assert core.delete_namespaced_pod("helper", NS).metadata.deletion_timestamp
+    deleted = core.delete_namespaced_pod("helper", NS)
+    assert deleted.metadata is not None and deleted.metadata.deletion_timestamp
     core.delete_namespaced_secret("key", NS)
