@@ -8,7 +8,6 @@ resource``). Handlers raise ``ApiError``; one wrapper renders it as a ``Status``
 from __future__ import annotations
 
 import asyncio
-import base64
 import copy
 import json
 import secrets as pysecrets
@@ -18,18 +17,16 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import HTTPConnection, Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.responses import PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route, WebSocketRoute
 
 from tests.k8semu import discovery, errors, streams
 from tests.k8semu.cluster import Cluster, JobRecord, PodRecord
 from tests.k8semu.errors import ApiError
+from tests.k8semu.objects import ObjectRoutes
 from tests.k8semu.resources import (
     ANY,
     PODS,
-    PVCS,
-    QUEUES,
-    SECRETS,
     VCJOBS,
     Resource,
     list_body,
@@ -38,30 +35,15 @@ from tests.k8semu.resources import (
     normalize_pod_spec,
     now,
     parse_selector,
+    status_success,
 )
+from tests.k8semu.responses import as_json
 from tests.k8semu.volcano import Controller
 
 Handler = Callable[[Request], Awaitable[Response]]
 CORE = "/api/v1/namespaces/{ns}"
 VC = "/apis/batch.volcano.sh/v1alpha1/namespaces/{ns}/jobs"
 QUEUE_PATH = "/apis/scheduling.volcano.sh/v1beta1/queues"
-
-
-def _json(body: dict[str, Any], code: int = 200) -> JSONResponse:
-    return JSONResponse(body, status_code=code)
-
-
-def _status_success(res: Resource, name: str, uid: str) -> dict[str, Any]:
-    details: dict[str, Any] = {"name": name, "kind": res.plural, "uid": uid}
-    if res.group:
-        details["group"] = res.group
-    return {
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Success",
-        "details": details,
-    }
 
 
 class Api:
@@ -158,12 +140,12 @@ class Api:
                 "version": 0,
             }
             self.c.jobs[(ns, meta["name"])] = JobRecord(obj)
-        return _json(served, 201)
+        return as_json(served, 201)
 
     async def get_job(self, request: Request) -> Response:
         ns = self.guard(request, VCJOBS, "get")
         with self.c.lock:
-            return _json(copy.deepcopy(self.job(ns, request.path_params["name"]).obj))
+            return as_json(copy.deepcopy(self.job(ns, request.path_params["name"]).obj))
 
     async def list_jobs(self, request: Request) -> Response:
         ns = self.guard(request, VCJOBS, "list")
@@ -174,7 +156,7 @@ class Api:
                 for (n, _), j in self.c.jobs.items()
                 if n == ns and match_labels(j.obj, sel)
             ]
-        return _json(list_body(VCJOBS, items))
+        return as_json(list_body(VCJOBS, items))
 
     async def delete_job(self, request: Request) -> Response:
         ns = self.guard(request, VCJOBS, "delete")
@@ -185,7 +167,7 @@ class Api:
             for pod in list(self.c.pods.values()):
                 if pod.namespace == ns and pod.job == name:
                     self.c.stop_pod(pod, delete=True)
-        return _json(_status_success(VCJOBS, name, rec.obj["metadata"]["uid"]))
+        return as_json(status_success(VCJOBS, name, rec.obj["metadata"]["uid"]))
 
     # --- pods --------------------------------------------------------------------------------
 
@@ -207,12 +189,12 @@ class Api:
             pod = {**body, "apiVersion": "v1", "kind": "Pod", "metadata": new_meta(meta, ns)}
             pod["spec"] = normalize_pod_spec(copy.deepcopy(body["spec"]))
             rec = self.c.add_pod(pod)
-            return _json(copy.deepcopy(rec.obj), 201)
+            return as_json(copy.deepcopy(rec.obj), 201)
 
     async def get_pod(self, request: Request) -> Response:
         ns = self.guard(request, PODS, "get")
         with self.c.lock:
-            return _json(copy.deepcopy(self.pod(ns, request.path_params["name"]).obj))
+            return as_json(copy.deepcopy(self.pod(ns, request.path_params["name"]).obj))
 
     async def list_pods(self, request: Request) -> Response:
         ns = self.guard(request, PODS, "list")
@@ -223,14 +205,14 @@ class Api:
                 for (n, _), p in self.c.pods.items()
                 if n == ns and match_labels(p.obj, sel)
             ]
-        return _json(list_body(PODS, items))
+        return as_json(list_body(PODS, items))
 
     async def delete_pod(self, request: Request) -> Response:
         ns = self.guard(request, PODS, "delete")
         with self.c.lock:
             rec = self.pod(ns, request.path_params["name"])
             self.c.stop_pod(rec, delete=True)
-            return _json(copy.deepcopy(rec.obj))
+            return as_json(copy.deepcopy(rec.obj))
 
     async def pod_log(self, request: Request) -> Response:
         ns = self.guard(request, PODS, "get", "log")
@@ -271,137 +253,22 @@ class Api:
 
         return StreamingResponse(follow(), media_type="text/plain")
 
-    # --- secrets, PVCs, queues ---------------------------------------------------------------
-
-    async def create_secret(self, request: Request) -> Response:
-        ns = self.guard(request, SECRETS, "create")
-        body = await self.body(request)
-        meta = self.named(body, ns, SECRETS)
-        data = dict(body.get("data") or {})
-        for k, v in (body.pop("stringData", None) or {}).items():
-            data[k] = base64.b64encode(str(v).encode()).decode()
-        with self.c.lock:
-            if (ns, meta["name"]) in self.c.secrets:
-                raise errors.already_exists(SECRETS, meta["name"])
-            obj = {
-                **body,
-                "apiVersion": "v1",
-                "kind": "Secret",
-                "metadata": new_meta(meta, ns),
-                "data": data,
-                "type": body.get("type", "Opaque"),
-            }
-            self.c.secrets[(ns, meta["name"])] = obj
-            return _json(copy.deepcopy(obj), 201)
-
-    async def get_secret(self, request: Request) -> Response:
-        ns = self.guard(request, SECRETS, "get")
-        name = request.path_params["name"]
-        with self.c.lock:
-            if (ns, name) not in self.c.secrets:
-                raise errors.not_found(SECRETS, name)
-            return _json(copy.deepcopy(self.c.secrets[(ns, name)]))
-
-    async def delete_secret(self, request: Request) -> Response:
-        ns = self.guard(request, SECRETS, "delete")
-        name = request.path_params["name"]
-        with self.c.lock:
-            obj = self.c.secrets.pop((ns, name), None)
-        if obj is None:
-            raise errors.not_found(SECRETS, name)
-        return _json(_status_success(SECRETS, name, obj["metadata"]["uid"]))
-
-    def pvc_obj(self, ns: str, name: str) -> dict[str, Any]:
-        uid = self.pvc_uids[(ns, name)]
-        modes = ["ReadWriteMany"]
-        return {
-            "apiVersion": "v1",
-            "kind": "PersistentVolumeClaim",
-            "metadata": {
-                "name": name,
-                "namespace": ns,
-                "uid": uid,
-                "resourceVersion": "1",
-                "creationTimestamp": "2026-01-01T00:00:00Z",
-                "annotations": {"k8semu/host-path": str(self.config.pvcs[(ns, name)])},
-            },
-            "spec": {
-                "accessModes": modes,
-                "resources": {"requests": {"storage": "100Gi"}},
-                "storageClassName": "k8semu-hostpath",
-                "volumeMode": "Filesystem",
-                "volumeName": f"pvc-{uid}",
-            },
-            "status": {"phase": "Bound", "accessModes": modes, "capacity": {"storage": "100Gi"}},
-        }
-
-    async def get_pvc(self, request: Request) -> Response:
-        ns = self.guard(request, PVCS, "get")
-        name = request.path_params["name"]
-        if (ns, name) not in self.config.pvcs:
-            raise errors.not_found(PVCS, name)
-        return _json(self.pvc_obj(ns, name))
-
-    async def list_pvcs(self, request: Request) -> Response:
-        ns = self.guard(request, PVCS, "list")
-        items = [self.pvc_obj(n, name) for n, name in self.config.pvcs if n == ns]
-        return _json(list_body(PVCS, items))
-
-    def queue_obj(self, name: str) -> dict[str, Any]:
-        q = self.ctl.queue(name)
-        if q is None:
-            raise errors.not_found(QUEUES, name)
-        with self.c.lock:
-            held = self.ctl.allocated(q)
-            counts = self.ctl.queue_counts(q)
-        return {
-            "apiVersion": "scheduling.volcano.sh/v1beta1",
-            "kind": "Queue",
-            "metadata": {
-                "name": name,
-                "uid": f"{abs(hash(name)):032x}"[:32],
-                "resourceVersion": "1",
-                "creationTimestamp": "2026-01-01T00:00:00Z",
-                "generation": 1,
-            },
-            "spec": {
-                "capability": {k: str(v) for k, v in q.capability.items()},
-                "reclaimable": True,
-                "weight": 1,
-            },
-            "status": {
-                "state": "Open",
-                "allocated": {k: f"{v:g}" for k, v in held.items()},
-                "reservation": {},
-                **counts,
-            },
-        }
-
-    async def get_queue(self, request: Request) -> Response:
-        self.guard(request, QUEUES, "get")
-        return _json(self.queue_obj(request.path_params["name"]))
-
-    async def list_queues(self, request: Request) -> Response:
-        self.guard(request, QUEUES, "list")
-        items = [self.queue_obj(q.name) for q in self.config.queues]
-        return _json(list_body(QUEUES, items))
-
     # --- discovery and test routes -----------------------------------------------------------
 
     async def discover(self, request: Request) -> Response:
         self.guard(request, ANY, "get")
         path = request.url.path.rstrip("/")
         if path == "/api":
-            return _json(discovery.api_versions(self.server))
+            return as_json(discovery.api_versions(self.server))
         if path == "/api/v1":
-            return _json(discovery.core_v1())
+            return as_json(discovery.core_v1())
         if path == "/apis":
-            return _json(discovery.api_groups(self.config.volcano_installed))
+            return as_json(discovery.api_groups(self.config.volcano_installed))
         group = path.split("/")[2]
         doc = discovery.group_version(group)
         if doc is None or not self.config.volcano_installed:
             raise errors.no_route()
-        return _json(doc)
+        return as_json(doc)
 
     async def evict(self, request: Request) -> Response:
         with self.c.lock:
@@ -409,13 +276,13 @@ class Api:
             self.c.stop_pod(rec, delete=False, evict=True)
         await asyncio.to_thread(rec.gone.wait, self.config.grace_s + 15)
         with self.c.lock:
-            return _json(copy.deepcopy(rec.obj))
+            return as_json(copy.deepcopy(rec.obj))
 
     async def pod_info(self, request: Request) -> Response:
         with self.c.lock:
             rec = self.pod(request.path_params["ns"], request.path_params["name"])
             proc = rec.proc
-            return _json(
+            return as_json(
                 {
                     "pid": proc.pid if proc else None,
                     "netns": proc.netns if proc else None,
@@ -426,12 +293,14 @@ class Api:
 
 
 def build_app(api: Api) -> Starlette:
+    objects = ObjectRoutes(api)
+
     def wrap(fn: Handler) -> Handler:
         async def run(request: Request) -> Response:
             try:
                 return await fn(request)
             except ApiError as err:
-                return _json(err.body(), err.code)
+                return as_json(err.body(), err.code)
 
         return run
 
@@ -439,8 +308,8 @@ def build_app(api: Api) -> Starlette:
         try:
             api.guard(request, ANY, "get")
         except ApiError as err:
-            return _json(err.body(), err.code)
-        return _json(errors.no_route().body(), 404)
+            return as_json(err.body(), err.code)
+        return as_json(errors.no_route().body(), 404)
 
     r = [
         Route("/api", wrap(api.discover)),
@@ -456,18 +325,18 @@ def build_app(api: Api) -> Starlette:
         WebSocketRoute(
             f"{CORE}/pods/{{name}}/portforward", lambda ws: streams.portforward_ws(api, ws)
         ),
-        Route(f"{CORE}/secrets", wrap(api.create_secret), methods=["POST"]),
-        Route(f"{CORE}/secrets/{{name}}", wrap(api.get_secret), methods=["GET"]),
-        Route(f"{CORE}/secrets/{{name}}", wrap(api.delete_secret), methods=["DELETE"]),
-        Route(f"{CORE}/persistentvolumeclaims", wrap(api.list_pvcs), methods=["GET"]),
-        Route(f"{CORE}/persistentvolumeclaims/{{name}}", wrap(api.get_pvc), methods=["GET"]),
+        Route(f"{CORE}/secrets", wrap(objects.create_secret), methods=["POST"]),
+        Route(f"{CORE}/secrets/{{name}}", wrap(objects.get_secret), methods=["GET"]),
+        Route(f"{CORE}/secrets/{{name}}", wrap(objects.delete_secret), methods=["DELETE"]),
+        Route(f"{CORE}/persistentvolumeclaims", wrap(objects.list_pvcs), methods=["GET"]),
+        Route(f"{CORE}/persistentvolumeclaims/{{name}}", wrap(objects.get_pvc), methods=["GET"]),
         Route(VC, wrap(api.list_jobs), methods=["GET"]),
         Route(VC, wrap(api.create_job), methods=["POST"]),
         Route(f"{VC}/{{name}}", wrap(api.get_job), methods=["GET"]),
         Route(f"{VC}/{{name}}/status", wrap(api.get_job), methods=["GET"]),
         Route(f"{VC}/{{name}}", wrap(api.delete_job), methods=["DELETE"]),
-        Route(QUEUE_PATH, wrap(api.list_queues), methods=["GET"]),
-        Route(f"{QUEUE_PATH}/{{name}}", wrap(api.get_queue), methods=["GET"]),
+        Route(QUEUE_PATH, wrap(objects.list_queues), methods=["GET"]),
+        Route(f"{QUEUE_PATH}/{{name}}", wrap(objects.get_queue), methods=["GET"]),
         Route("/emulator/evict/{ns}/{name}", wrap(api.evict), methods=["POST"]),
         Route("/emulator/pods/{ns}/{name}", wrap(api.pod_info), methods=["GET"]),
     ]

@@ -122,3 +122,17 @@ def normalize_pod_spec(spec: dict[str, Any]) -> dict[str, Any]:
             if isinstance(res.get(part), dict):
                 res[part] = {k: _canonical_quantity(v) for k, v in res[part].items()}
     return spec
+
+
+def status_success(res: Resource, name: str, uid: str) -> dict[str, Any]:
+    """The body of a delete that left nothing behind."""
+    details: dict[str, Any] = {"name": name, "kind": res.plural, "uid": uid}
+    if res.group:
+        details["group"] = res.group
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Success",
+        "details": details,
+    }

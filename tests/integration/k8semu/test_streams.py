@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -37,7 +38,8 @@ def _exec(core: client.CoreV1Api, pod: str, argv: list[str], stdin: bytes | None
             ws.write_stdin(stdin[i : i + (1 << 20)])
         ws.close_channel(0)
     out = b""
-    while ws.is_open():
+    deadline = time.monotonic() + 20
+    while ws.is_open() and time.monotonic() < deadline:
         ws.update(timeout=1)
         out += ws.read_stdout(timeout=0) or b""
     out += ws.read_stdout(timeout=0) or b""
