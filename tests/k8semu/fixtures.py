@@ -52,6 +52,8 @@ def k8semu_factory(tmp_path: Path) -> Iterator[Factory]:
     yield make
     for emu in reversed(made):
         emu.stop()
+    bugs = [err for emu in made for err in emu.errors]
+    assert not bugs, "the emulator's controller raised:\n" + "\n".join(bugs)
 
 
 @pytest.fixture

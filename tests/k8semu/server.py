@@ -8,11 +8,13 @@ Needs root: pods get network, mount and UTS namespaces (see ``tests.k8semu.netwo
 
 from __future__ import annotations
 
+import logging
 import secrets
 import shutil
 import socket
 import threading
 import time
+import traceback
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -27,6 +29,8 @@ from tests.k8semu.cluster import Cluster
 from tests.k8semu.config import EmulatorConfig, Network, QueueSpec, Validator, minimal_vcjob_check
 from tests.k8semu.network import PodNetwork
 from tests.k8semu.volcano import Controller
+
+log = logging.getLogger(__name__)
 
 
 class K8sEmulator:
@@ -86,6 +90,8 @@ class K8sEmulator:
         self._thread: threading.Thread | None = None
         self._ticker: threading.Thread | None = None
         self._stop = threading.Event()
+        # tracebacks of controller ticks that raised (the fixtures fail a test that has any)
+        self.errors: list[str] = []
 
     @property
     def url(self) -> str:
@@ -109,8 +115,13 @@ class K8sEmulator:
 
     def _tick(self) -> None:
         while not self._stop.wait(self.config.tick_s):
-            with self.cluster.lock:
-                self.controller.reconcile()
+            try:
+                with self.cluster.lock:
+                    self.controller.reconcile()
+            except Exception:  # an emulator bug: keep ticking, let the test fail on it
+                self.errors.append(traceback.format_exc())
+                log.exception("k8semu controller tick failed")
+                time.sleep(0.5)
 
     def stop(self) -> None:
         """Stop the controller, every pod (SIGTERM, grace, SIGKILL), the server; remove the

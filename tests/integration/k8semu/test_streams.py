@@ -20,7 +20,9 @@ PVC_VOLUME = {"name": "ws", "persistentVolumeClaim": {"claimName": "workspace"}}
 PVC_MOUNT = {"name": "ws", "mountPath": "/workspace"}
 
 
-def _exec(core: client.CoreV1Api, pod: str, argv: list[str], stdin: bytes | None = None):  # type: ignore[no-untyped-def]
+def _exec(
+    core: client.CoreV1Api, pod: str, argv: list[str], stdin: bytes | None = None
+) -> tuple[int | None, bytes]:
     ws = stream(
         core.connect_get_namespaced_pod_exec,
         pod,
@@ -66,8 +68,9 @@ def test_exec_uploads_into_the_pvc_and_reads_back(
 
 def test_port_forward_reaches_a_server_in_the_pod(k8s_client: client.ApiClient) -> None:
     jobs = Jobs(k8s_client)
-    script = "cd /tmp && echo hello-pf > k8semu-pf.txt && exec python -m http.server 8765"
-    jobs.create(vcjob("x2", script, replicas=1))
+    # the image is ignored (pods see the host's files): serve from the PVC, not the host's /tmp
+    script = "cd /workspace && echo hello-pf > pf.txt && exec python -m http.server 8765"
+    jobs.create(vcjob("x2", script, replicas=1, volumes=[PVC_VOLUME], mounts=[PVC_MOUNT]))
     jobs.wait_phase("x2", "Running")
 
     def fetch() -> bytes | None:
@@ -78,7 +81,7 @@ def test_port_forward_reaches_a_server_in_the_pod(k8s_client: client.ApiClient) 
         sock.settimeout(5)
         data = b""
         try:  # until the server listens, the emulator reports an error and closes the stream
-            sock.sendall(b"GET /k8semu-pf.txt HTTP/1.0\r\nHost: x\r\n\r\n")
+            sock.sendall(b"GET /pf.txt HTTP/1.0\r\nHost: x\r\n\r\n")
             while chunk := sock.recv(65536):
                 data += chunk
         except OSError:
