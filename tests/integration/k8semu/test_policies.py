@@ -53,7 +53,10 @@ def test_logs_follow_and_since_seconds(k8s_client: client.ApiClient) -> None:
     jobs = Jobs(k8s_client)
     jobs.create(vcjob("p3", "echo early; sleep 1.5; echo late; printf tail", replicas=1))
     jobs.wait_phase("p3", "Running")
-    resp = jobs.core.read_namespaced_pod_log("p3-worker-0", NS, follow=True, _preload_content=False)
+    # without preloading, the client hands back the raw urllib3 response (typed as str)
+    resp: Any = jobs.core.read_namespaced_pod_log(
+        "p3-worker-0", NS, follow=True, _preload_content=False
+    )
     assert resp.headers["content-type"].startswith("text/plain")
     streamed = b"".join(resp.stream(64))
     assert streamed == b"early\nlate\ntail"  # followed until the container ended
