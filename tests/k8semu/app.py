@@ -65,6 +65,9 @@ class Api:
             raise errors.forbidden(res, verb, self.config.user, ns, name, sub)
         if res.group and not self.config.volcano_installed:
             raise errors.no_route()
+        if verb == "list" and conn.query_params.get("watch") in ("true", "1"):
+            # not emulated: fail loudly rather than answer a List the watcher cannot parse
+            raise errors.bad_request("k8semu does not serve watch requests")
         return ns
 
     async def body(self, request: Request) -> dict[str, Any]:
@@ -133,8 +136,10 @@ class Api:
                 raise errors.already_exists(VCJOBS, meta["name"])
             obj["metadata"] = new_meta(meta, ns)
             served = copy.deepcopy(obj)
+            t = now()
             obj["status"] = {
-                "state": {"phase": "Pending", "lastTransitionTime": now()},
+                "state": {"phase": "Pending", "lastTransitionTime": t},
+                "conditions": [{"status": "Pending", "lastTransitionTime": t}],
                 "minAvailable": spec["minAvailable"],
                 "retryCount": 0,
                 "version": 0,

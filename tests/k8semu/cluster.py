@@ -238,6 +238,8 @@ class Cluster:
             if rec.proc is not None and not rec.stopping and rec.phase == "Running":
                 code = rec.proc.exit_code()
                 if code is not None:
+                    # the container is gone with its main process (as its pid namespace would)
+                    rec.proc.kill_leftovers()
                     rec.proc.output_done(1.0)
                     self._terminate(rec, code)
                     self.network.remove(rec.proc.netns)

@@ -108,6 +108,7 @@ class PodProcess:
                 self.lines.extend((t, line + b"\n") for line in whole)
         if partial:
             self.lines.append((time.time(), partial))
+        self.proc.stdout.close()
 
     def output_done(self, timeout_s: float) -> bool:
         """Wait (≤ ``timeout_s``) until the output pipe is drained."""
@@ -126,6 +127,11 @@ class PodProcess:
         if rc is None:
             return None
         return 128 - rc if rc < 0 else rc
+
+    def kill_leftovers(self) -> None:
+        """SIGKILL what the exited main process left in its process group."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
 
     def stop(self, grace_s: float) -> int:
         """SIGTERM to the process group, ``grace_s``, then SIGKILL; the exit code."""

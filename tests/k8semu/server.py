@@ -33,6 +33,20 @@ from tests.k8semu.volcano import Controller
 log = logging.getLogger(__name__)
 
 
+class _DenialNoise(logging.Filter):
+    """uvicorn's sans-io WebSocket protocol logs an error after every refused upgrade (a
+    ``send_denial_response``, our 4xx answers to exec/port-forward) although the client got
+    the response; drop that one line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "returned without completing handshake" not in record.getMessage()
+
+
+_uvicorn_log = logging.getLogger("uvicorn.error")
+if not any(isinstance(f, _DenialNoise) for f in _uvicorn_log.filters):
+    _uvicorn_log.addFilter(_DenialNoise())
+
+
 class K8sEmulator:
     """A running emulated cluster; use as a context manager.
 
@@ -84,7 +98,10 @@ class K8sEmulator:
         self.api = Api(self.cluster, self.controller, f"127.0.0.1:{self.port}")
         self._server = uvicorn.Server(
             uvicorn.Config(
-                build_app(self.api), log_level="warning", lifespan="off", ws_ping_interval=None
+                build_app(self.api),
+                log_level="warning",
+                lifespan="off",
+                ws_ping_interval=None,
             )
         )
         self._thread: threading.Thread | None = None

@@ -21,7 +21,12 @@ SHOW = (
 
 def test_two_pods_get_plugin_env_hosts_and_logs(k8s_client: client.ApiClient) -> None:
     jobs = Jobs(k8s_client)
-    created = jobs.create(vcjob("r1", SHOW))
+    body = vcjob("r1", SHOW + '; echo "$GREETING"')
+    body["spec"]["tasks"][0]["template"]["spec"]["containers"][0]["env"] = [
+        {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+        {"name": "GREETING", "value": "ip=$(POD_IP) ns=$(MY_NS) $$(POD_IP)"},
+    ]
+    created = jobs.create(body)
     assert created["kind"] == "Job" and created["metadata"]["namespace"] == NS
     assert created["metadata"]["uid"] and created["metadata"]["resourceVersion"]
     job = jobs.wait_phase("r1", "Completed")
@@ -42,8 +47,17 @@ def test_two_pods_get_plugin_env_hosts_and_logs(k8s_client: client.ApiClient) ->
         assert lines[2] == "hosts=r1-worker-0.r1,r1-worker-1.r1 n=2"
         for name, ip in ips.items():
             assert f"{ip}\t{name}.r1.{NS}.svc.cluster.local {name}.r1 {name}" in log
-        tail = jobs.core.read_namespaced_pod_log(pod["metadata"]["name"], NS, tail_lines=1)
-        assert tail == lines[-1] + "\n"
+        assert lines[-1] == f"ip={ips[pod['metadata']['name']]} ns=$(MY_NS) $(POD_IP)"
+    listed: Any = jobs.co.list_namespaced_custom_object(
+        "batch.volcano.sh", "v1alpha1", NS, "jobs", label_selector="tcl/run=r1"
+    )
+    assert listed["kind"] == "JobList" and [j["metadata"]["name"] for j in listed["items"]] == [
+        "r1"
+    ]
+    none: Any = jobs.co.list_namespaced_custom_object(
+        "batch.volcano.sh", "v1alpha1", NS, "jobs", label_selector="tcl/run=zz"
+    )
+    assert none["items"] == [] and none["metadata"]["resourceVersion"]
 
 
 def test_gang_waits_for_queue_room_then_starts_together(k8semu_factory: Factory) -> None:
