@@ -11,6 +11,8 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -36,6 +38,8 @@ def new_client(kubeconfig: Path) -> client.ApiClient:
 
 @pytest.fixture
 def k8semu_factory(tmp_path: Path) -> Iterator[Factory]:
+    if os.geteuid() != 0 or not all(shutil.which(t) for t in ("ip", "unshare", "nsenter")):
+        pytest.skip("k8semu needs root and ip/unshare/nsenter (pods get their own namespaces)")
     made: list[K8sEmulator] = []
 
     def make(**kw: Any) -> K8sEmulator:
