@@ -126,7 +126,7 @@ class Api:
         problems = self.config.validate(copy.deepcopy(obj))
         if problems:
             raise errors.invalid(VCJOBS, meta["name"], problems)
-        if self.ctl.queue(spec["queue"]) is None:
+        if self.ctl.queues.get(spec["queue"]) is None:
             queue = f'queues.scheduling.volcano.sh "{spec["queue"]}" not found'
             raise errors.webhook_denied(
                 "validatejob.volcano.sh", f"unable to find job queue: {queue}"

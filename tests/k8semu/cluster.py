@@ -31,6 +31,7 @@ class PodRecord:
     job: str | None = None  # the owning vcjob's name
     queue: str | None = None  # its queue (pods hold their share until they end)
     proc: PodProcess | None = None
+    netns: str | None = None  # set when scheduled
     scheduled: bool = False
     stopping: bool = False
     delete_after_stop: bool = False
@@ -149,6 +150,7 @@ class Cluster:
         rec.obj["status"]["hostIP"] = self.network.gateway
         rec.obj["spec"]["nodeName"] = "k8semu-node"
         rec.scheduled = True
+        rec.netns = netns
         return netns, ip
 
     def start(self, rec: PodRecord, netns: str, ip: str) -> None:

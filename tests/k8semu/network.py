@@ -31,6 +31,7 @@ class PodNetwork:
         self._claims = Path("/run/k8semu") / net.bridge
         self._netns: dict[str, tuple[str, int]] = {}  # netns -> (veth, host octet)
         self._counter = 0
+        self._last = 9  # the last host octet handed out
         self._rule = ["FORWARD", "-i", net.bridge, "-o", net.bridge, "-j", "ACCEPT"]
         self._bridge_made = False
         self._added_rule = False
@@ -56,7 +57,10 @@ class PodNetwork:
         other processes sharing the bridge never pick the same address (a dead owner's claim
         is taken over)."""
         self._claims.mkdir(parents=True, exist_ok=True)
-        for octet in range(10, 250):
+        # from the last one handed out, as host-local IPAM does: a new pod rarely gets the
+        # address a deleted one just had
+        start = self._last + 1 - 10
+        for octet in [10 + (start + k) % 240 for k in range(240)]:
             f = self._claims / str(octet)
             try:
                 fd = os.open(f, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
@@ -73,6 +77,7 @@ class PodNetwork:
                         continue
             os.write(fd, str(os.getpid()).encode())
             os.close(fd)
+            self._last = octet
             return octet
         raise RuntimeError(f"no free address left on {self.net.bridge}")
 
@@ -104,9 +109,8 @@ class PodNetwork:
         lines += [f"{ip}\t{names}" for ip, names in entries]
         d = Path("/etc/netns") / ns
         d.mkdir(parents=True, exist_ok=True)
-        tmp = d / "hosts.tmp"
-        tmp.write_text("\n".join(lines) + "\n")
-        tmp.replace(d / "hosts")
+        # in place, not by rename: a running pod has this very inode bind-mounted on /etc/hosts
+        (d / "hosts").write_text("\n".join(lines) + "\n")
 
     def remove(self, ns: str) -> None:
         with self._lock:

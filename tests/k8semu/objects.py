@@ -96,12 +96,12 @@ class ObjectRoutes:
         return as_json(list_body(PVCS, items))
 
     def queue_obj(self, name: str) -> dict[str, Any]:
-        q = self.api.ctl.queue(name)
+        q = self.api.ctl.queues.get(name)
         if q is None:
             raise errors.not_found(QUEUES, name)
         with self.api.c.lock:
-            held = self.api.ctl.allocated(q)
-            counts = self.api.ctl.queue_counts(q)
+            held = self.api.ctl.queues.allocated(q)
+            counts = self.api.ctl.queues.counts(q)
         return {
             "apiVersion": "scheduling.volcano.sh/v1beta1",
             "kind": "Queue",

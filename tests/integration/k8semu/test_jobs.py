@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 from kubernetes import client
+from kubernetes.stream import stream
 
 from tests.integration.k8semu.conftest import NS, Jobs, vcjob, wait_for
 from tests.k8semu import K8sEmulator, QueueSpec
@@ -127,15 +128,55 @@ def test_eviction_restarts_the_job_with_new_pods(
     assert any(c["status"] == "Restarting" for c in job["status"]["conditions"])
 
 
-def test_failed_pod_without_policy_fails_the_job(k8s_client: client.ApiClient) -> None:
+def test_failed_pod_without_policy_fails_the_job_once_all_ended(
+    k8s_client: client.ApiClient,
+) -> None:
+    # Volcano's SyncJob: no policy → the job runs on until every pod has ended
     jobs = Jobs(k8s_client)
-    jobs.create(vcjob("r3", 'if [ "$VC_TASK_INDEX" = 0 ]; then exit 3; fi; sleep 60'))
-    job = jobs.wait_phase("r3", "Failed")
+    jobs.create(vcjob("r3", 'if [ "$VC_TASK_INDEX" = 0 ]; then exit 3; fi; sleep 1.5'))
+
+    def failed() -> list[dict[str, Any]]:
+        return [p for p in jobs.pods("r3") if p["status"]["phase"] == "Failed"]
+
+    [pod] = wait_for(failed)
+    assert pod["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 3
+    assert jobs.phase("r3") == "Running"
+    job = jobs.wait_phase("r3", "Failed", "Completed")
+    assert job["status"]["state"]["phase"] == "Failed"  # 1 succeeded < minAvailable 2
     assert job["status"]["retryCount"] == 0
-    failed = wait_for(lambda: [p for p in jobs.pods("r3") if p["status"]["phase"] == "Failed"])
-    assert failed[0]["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 3
-    # the other pod is stopped and deleted (Volcano keeps only Succeeded/Failed pods)
-    wait_for(lambda: [p["metadata"]["name"] for p in jobs.pods("r3")] == ["r3-worker-0"])
+    phases = [p["status"]["phase"] for p in jobs.pods("r3")]
+    assert phases == ["Failed", "Succeeded"]  # ended pods are kept
+
+
+def test_deleted_pod_without_policy_is_made_again(k8s_client: client.ApiClient) -> None:
+    jobs = Jobs(k8s_client)
+    jobs.create(vcjob("r5", "sleep 60"))
+    jobs.wait_phase("r5", "Running")
+    old = {p["metadata"]["name"]: p for p in jobs.pods("r5")}
+    jobs.core.delete_namespaced_pod("r5-worker-1", NS)
+
+    def remade() -> dict[str, Any] | None:
+        pods = {p["metadata"]["name"]: p for p in jobs.pods("r5")}
+        new = pods.get("r5-worker-1")
+        if new is None or new["metadata"]["uid"] == old["r5-worker-1"]["metadata"]["uid"]:
+            return None
+        return new if new["status"]["phase"] == "Running" else None
+
+    new = wait_for(remade, what="r5-worker-1 made again")
+    assert new["status"]["podIP"] != old["r5-worker-1"]["status"]["podIP"]
+    assert jobs.get("r5")["status"]["retryCount"] == 0
+    # the surviving pod's /etc/hosts now names the new address
+    hosts = stream(
+        jobs.core.connect_get_namespaced_pod_exec,
+        "r5-worker-0",
+        NS,
+        command=["cat", "/etc/hosts"],
+        stdout=True,
+        stderr=True,
+        stdin=False,
+        tty=False,
+    )
+    assert f"{new['status']['podIP']}\tr5-worker-1." in hosts
 
 
 def test_delete_job_stops_and_deletes_its_pods(k8s_client: client.ApiClient) -> None:
