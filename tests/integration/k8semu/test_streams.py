@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -61,6 +62,13 @@ def test_exec_uploads_into_the_pvc_and_reads_back(
     assert (host_dir / "x").read_bytes() == payload
     code, out = _exec(jobs.core, "x1-worker-0", ["sha256sum", "/workspace/x"])
     assert code == 0 and out.split()[0].decode() == hashlib.sha256(payload).hexdigest()
+    # the container's env, and bin_dir first on PATH (where tcl-runner resolves)
+    argv = ["sh", "-c", "echo $VC_TASK_INDEX $HOSTNAME; command -v tcl-runner"]
+    code, out = _exec(jobs.core, "x1-worker-0", argv)
+    assert code == 0 and out.decode().splitlines() == [
+        "0 x1-worker-0",
+        str(Path(sys.executable).parent / "tcl-runner"),
+    ]
     code, out = _exec(jobs.core, "x1-worker-0", ["sh", "-c", "hostname; exit 3"])
     assert code == 3 and out == b"x1-worker-0\n"
     assert not Path("/workspace/x").exists()  # mounted in the pod's own mount namespace only
