@@ -149,6 +149,27 @@ class PodProcess:
         return 137 if code is None else code
 
 
+def _setup_script(
+    pod: dict[str, Any], mounts: list[tuple[Path, str]], workdir: str, made_dirs: list[Path]
+) -> str:
+    """The shell run first inside the pod's namespaces: hostname, bind mounts, cd, exec."""
+    lines = [f"hostname {shlex.quote(pod['spec'].get('hostname') or pod['metadata']['name'])}"]
+    for src, dest in mounts:
+        top = None
+        for parent in [Path(dest), *Path(dest).parents]:
+            if parent.exists():
+                break
+            top = parent
+        if top is not None:
+            Path(dest).mkdir(parents=True, exist_ok=True)
+            made_dirs.append(top)
+        q = shlex.quote(dest)
+        lines.append(f"mount --bind {shlex.quote(str(src))} {q}")
+    lines.append(f"cd {shlex.quote(workdir)}")
+    lines.append('exec "$@"')
+    return " && ".join(lines)
+
+
 def start(
     pod: dict[str, Any],
     netns: str,
@@ -168,46 +189,16 @@ def start(
     env = container_env(pod, container, secrets)
     path = SYSTEM_PATH if bin_dir is None else f"{bin_dir}:{SYSTEM_PATH}"
     full_env = {"PATH": path, "HOSTNAME": pod["metadata"]["name"], "HOME": "/root", **env}
-    argv = [
-        expand(a, env) for a in (container.get("command") or []) + (container.get("args") or [])
-    ]
+    words = (container.get("command") or []) + (container.get("args") or [])
+    argv = [expand(a, env) for a in words]
     if not argv:
         raise ValueError("the emulator needs an explicit command (images are not run)")
     workdir = container.get("workingDir") or "/"
-    lines = [f"hostname {shlex.quote(pod['spec'].get('hostname') or pod['metadata']['name'])}"]
-    for src, dest in mounts:
-        top = None
-        for parent in [Path(dest), *Path(dest).parents]:
-            if parent.exists():
-                break
-            top = parent
-        if top is not None:
-            Path(dest).mkdir(parents=True, exist_ok=True)
-            made_dirs.append(top)
-        q = shlex.quote(dest)
-        lines.append(f"mkdir -p {q} && mount --bind {shlex.quote(str(src))} {q}")
-    lines.append(f"cd {shlex.quote(workdir)}")
-    lines.append('exec "$@"')
-    script = " && ".join(lines)
+    script = _setup_script(pod, mounts, workdir, made_dirs)
+    namespaces = [IP, "netns", "exec", netns, "unshare", "-m", "-u", "--propagation", "private"]
     log.parent.mkdir(parents=True, exist_ok=True)
     proc = subprocess.Popen(
-        [
-            IP,
-            "netns",
-            "exec",
-            netns,
-            "unshare",
-            "-m",
-            "-u",
-            "--propagation",
-            "private",
-            "--",
-            "/bin/sh",
-            "-c",
-            script,
-            "k8semu-pod",
-            *argv,
-        ],
+        [*namespaces, "--", "/bin/sh", "-c", script, "k8semu-pod", *argv],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
