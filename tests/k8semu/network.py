@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
+import secrets
 import shutil
+import signal
 import subprocess
 import threading
 from pathlib import Path
@@ -24,9 +27,12 @@ def _ip(*args: str, check: bool = True) -> None:
 
 
 class PodNetwork:
-    def __init__(self, net: Network, tag: str) -> None:
+    def __init__(self, net: Network) -> None:
         self.net = net
-        self.tag = tag  # short and unique per emulator: names its netns and veths
+        # names its netns (k8semu-<pid>-<tag>-<n>) and veths: unique per emulator, and the
+        # pid tells a later emulator whether their owner is gone
+        self.tag = f"{os.getpid()}-{secrets.token_hex(1)}"
+        self._veth_tag = f"k{os.getpid():06x}{self.tag[-2:]}"
         self._lock = threading.Lock()
         self._claims = Path("/run/k8semu") / net.bridge
         self._netns: dict[str, tuple[str, int]] = {}  # netns -> (veth, host octet)
@@ -40,17 +46,43 @@ class PodNetwork:
     def gateway(self) -> str:
         return f"{self.net.prefix}.1"
 
+    def _sweep(self) -> None:
+        """Remove the netns (and hosts files) of emulators whose process is gone (killed)."""
+        listing = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        for line in listing.splitlines():
+            m = re.match(r"(k8semu-(\d+)-\S+)", line)
+            if m and not _alive(int(m.group(2))):
+                # its pods' processes first (orphans of the dead emulator), then the netns
+                pids = subprocess.run(
+                    ["ip", "netns", "pids", m.group(1)], capture_output=True, text=True
+                ).stdout.split()
+                for pid in pids:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(int(pid), signal.SIGKILL)
+                _ip("netns", "del", m.group(1), check=False)  # its veth pair goes with it
+                shutil.rmtree(Path("/etc/netns") / m.group(1), ignore_errors=True)
+        for claim in self._claims.glob("*") if self._claims.is_dir() else []:
+            with contextlib.suppress(ValueError, OSError):
+                if not _alive(int(claim.read_text() or "0")):
+                    claim.unlink()
+
     def setup(self) -> None:
+        self._sweep()
         br = self.net.bridge
         probe = subprocess.run(["ip", "link", "show", br], capture_output=True)
         if probe.returncode != 0:
             _ip("link", "add", br, "type", "bridge")
+            self._bridge_made = True
+        elif not self._attached():
+            # nothing on it: a killed emulator's leftover, ours to remove when we stop
             self._bridge_made = True
         _ip("addr", "replace", f"{self.gateway}/24", "dev", br)
         _ip("link", "set", br, "up")
         if subprocess.run(["iptables", "-C", *self._rule], capture_output=True).returncode:
             subprocess.run(["iptables", "-I", *self._rule], check=True, capture_output=True)
             self._added_rule = True
+        else:
+            self._added_rule = self._bridge_made
 
     def _claim(self) -> int:
         """A free host octet, claimed by an ``O_EXCL`` file holding our pid, so emulators in
@@ -87,7 +119,7 @@ class PodNetwork:
             octet = self._claim()
             self._counter += 1
             ns = f"k8semu-{self.tag}-{self._counter}"
-            veth = f"k8{self.tag}{self._counter}"[:15]
+            veth = f"{self._veth_tag}{self._counter % 0x10000:04x}"  # ≤ 15 characters
             self._netns[ns] = (veth, octet)
         ip = f"{self.net.prefix}.{octet}"
         _ip("netns", "add", ns)
@@ -122,15 +154,28 @@ class PodNetwork:
         _ip("netns", "del", ns, check=False)
         shutil.rmtree(Path("/etc/netns") / ns, ignore_errors=True)
 
+    def _attached(self) -> bool:
+        ports = Path(f"/sys/class/net/{self.net.bridge}/brif")
+        return ports.exists() and any(ports.iterdir())
+
     def teardown(self) -> None:
         for ns in list(self._netns):
             self.remove(ns)
         # another emulator may still use the bridge: remove it only when nothing is attached
-        attached = Path(f"/sys/class/net/{self.net.bridge}/brif")
-        if self._bridge_made and not (attached.exists() and any(attached.iterdir())):
+        if self._bridge_made and not self._attached():
             _ip("link", "del", self.net.bridge, check=False)
             if self._added_rule:
                 subprocess.run(["iptables", "-D", *self._rule], capture_output=True)
             with contextlib.suppress(OSError):
                 self._claims.rmdir()
                 self._claims.parent.rmdir()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

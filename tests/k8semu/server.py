@@ -9,7 +9,6 @@ Needs root: pods get network, mount and UTS namespaces (see ``tests.k8semu.netwo
 from __future__ import annotations
 
 import logging
-import secrets
 import shutil
 import socket
 import threading
@@ -88,7 +87,7 @@ class K8sEmulator:
             network=network or Network(),
             state_dir=state,
         )
-        self.network = PodNetwork(self.config.network, secrets.token_hex(2))
+        self.network = PodNetwork(self.config.network)
         self.cluster = Cluster(self.config, self.network)
         self.controller = Controller(self.cluster)
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
