@@ -29,7 +29,9 @@ from tests.k8semu.resources import (
     PODS,
     VCJOBS,
     Resource,
+    field_filter,
     list_body,
+    match_fields,
     match_labels,
     new_meta,
     normalize_pod_spec,
@@ -69,6 +71,12 @@ class Api:
             # not emulated: fail loudly rather than answer a List the watcher cannot parse
             raise errors.bad_request("k8semu does not serve watch requests")
         return ns
+
+    def fields(self, res: Resource, request: Request) -> list[tuple[tuple[str, str], str, str]]:
+        try:
+            return field_filter(res, request.query_params.get("fieldSelector"))
+        except ValueError as err:
+            raise errors.bad_request(str(err)) from err
 
     async def body(self, request: Request) -> dict[str, Any]:
         raw = await request.body()
@@ -155,11 +163,12 @@ class Api:
     async def list_jobs(self, request: Request) -> Response:
         ns = self.guard(request, VCJOBS, "list")
         sel = parse_selector(request.query_params.get("labelSelector"))
+        fields = self.fields(VCJOBS, request)
         with self.c.lock:
             items = [
                 copy.deepcopy(j.obj)
                 for (n, _), j in self.c.jobs.items()
-                if n == ns and match_labels(j.obj, sel)
+                if n == ns and match_labels(j.obj, sel) and match_fields(j.obj, fields)
             ]
         return as_json(list_body(VCJOBS, items))
 
@@ -204,11 +213,12 @@ class Api:
     async def list_pods(self, request: Request) -> Response:
         ns = self.guard(request, PODS, "list")
         sel = parse_selector(request.query_params.get("labelSelector"))
+        fields = self.fields(PODS, request)
         with self.c.lock:
             items = [
                 copy.deepcopy(p.obj)
                 for (n, _), p in self.c.pods.items()
-                if n == ns and match_labels(p.obj, sel)
+                if n == ns and match_labels(p.obj, sel) and match_fields(p.obj, fields)
             ]
         return as_json(list_body(PODS, items))
 

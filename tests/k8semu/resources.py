@@ -136,3 +136,45 @@ def status_success(res: Resource, name: str, uid: str) -> dict[str, Any]:
         "status": "Success",
         "details": details,
     }
+
+
+# the field labels the API server accepts in a fieldSelector, per kind (others: 400)
+FIELDS = {
+    "Pod": {
+        "metadata.name": ("metadata", "name"),
+        "metadata.namespace": ("metadata", "namespace"),
+        "spec.nodeName": ("spec", "nodeName"),
+        "spec.restartPolicy": ("spec", "restartPolicy"),
+        "spec.schedulerName": ("spec", "schedulerName"),
+        "status.phase": ("status", "phase"),
+        "status.podIP": ("status", "podIP"),
+    },
+    "Job": {
+        "metadata.name": ("metadata", "name"),
+        "metadata.namespace": ("metadata", "namespace"),
+    },
+}
+
+
+def field_filter(res: Resource, selector: str | None) -> list[tuple[tuple[str, str], str, str]]:
+    """``status.phase=Running,metadata.name!=x`` → ``[(path, op, value)]``; ValueError names
+    an unsupported field label, as the server's 400 does."""
+    out: list[tuple[tuple[str, str], str, str]] = []
+    for term in (selector or "").split(","):
+        if not term.strip():
+            continue
+        op = "!=" if "!=" in term else "="
+        key, value = (s.strip() for s in term.replace("==", "=").split(op, 1))
+        path = FIELDS.get(res.kind, {}).get(key)
+        if path is None:
+            raise ValueError(f"field label not supported: {key}")
+        out.append((path, op, value))
+    return out
+
+
+def match_fields(obj: dict[str, Any], terms: list[tuple[tuple[str, str], str, str]]) -> bool:
+    for (part, key), op, value in terms:
+        actual = str((obj.get(part) or {}).get(key) or "")
+        if (actual == value) != (op == "="):
+            return False
+    return True

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 from kubernetes.stream import portforward, stream
 
 from tests.integration.k8semu.conftest import NS, Jobs, vcjob, wait_for
@@ -140,6 +141,11 @@ def test_secret_volume_files_have_the_default_mode(k8s_client: client.ApiClient)
     jobs = Jobs(k8s_client)
     wait_for(lambda: jobs.pod("helper")["status"]["phase"] == "Succeeded")
     assert core.list_namespaced_pod(NS, label_selector="app=helper,x!=y").items
+    assert core.list_namespaced_pod(NS, field_selector="status.phase=Succeeded").items
+    assert not core.list_namespaced_pod(NS, field_selector="status.phase!=Succeeded").items
+    with pytest.raises(ApiException) as exc:
+        core.list_namespaced_pod(NS, field_selector="spec.nope=1")
+    assert exc.value.status == 400 and "field label not supported: spec.nope" in str(exc.value.body)
     assert core.read_namespaced_pod_log("helper", NS) == "400 12\nsecret-bytes"
     deleted = core.delete_namespaced_pod("helper", NS)
     assert deleted.metadata is not None and deleted.metadata.deletion_timestamp
