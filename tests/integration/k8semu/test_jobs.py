@@ -190,3 +190,37 @@ def test_delete_job_stops_and_deletes_its_pods(k8s_client: client.ApiClient) -> 
 
 def _client(emu: K8sEmulator) -> client.ApiClient:
     return new_client(emu.write_kubeconfig(emu.config.state_dir / "kubeconfig"))
+
+
+RENDEZVOUS = """
+import os, socket, sys, time
+hosts = os.environ["VC_WORKER_HOSTS"].split(",")
+if os.environ["VC_TASK_INDEX"] == "0":
+    srv = socket.create_server(("0.0.0.0", 1234))
+    conn, _ = srv.accept()
+    conn.sendall(("hi from " + socket.gethostname()).encode())
+    conn.close()
+else:
+    for _ in range(100):
+        try:
+            with socket.create_connection((hosts[0], 1234), timeout=2) as s:
+                print(s.recv(100).decode(), "via", socket.gethostbyname(hosts[0]))
+                sys.exit(0)
+        except OSError:
+            time.sleep(0.1)
+    sys.exit(1)
+"""
+
+
+def test_pods_reach_each_other_by_their_svc_names(k8s_client: client.ApiClient) -> None:
+    # the JAX coordinator pattern: rank 1 dials VC_WORKER_HOSTS[0]:1234 over the pods' bridge
+    jobs = Jobs(k8s_client)
+    body = vcjob("r6", "")
+    body["spec"]["tasks"][0]["template"]["spec"]["containers"][0]["command"] = [
+        "python", "-c", RENDEZVOUS,
+    ]  # fmt: skip
+    jobs.create(body)
+    jobs.wait_phase("r6", "Completed")
+    ip0 = jobs.pod("r6-worker-0")["status"]["podIP"]
+    log = jobs.core.read_namespaced_pod_log("r6-worker-1", NS)
+    assert log == f"hi from r6-worker-0 via {ip0}\n"
