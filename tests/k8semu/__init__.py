@@ -15,7 +15,8 @@ Emulated, with the real paths, status codes and JSON shapes:
   the pluggable ``validate``; 400 from the ``validatejob.volcano.sh`` webhook for an unknown
   queue; 409 AlreadyExists), get, ``/status``, list (labelSelector), delete (Status Success;
   its pods are stopped and deleted);
-- pods create/get/list (labelSelector: ``=``, ``==``, ``!=``, exists, ``!``)/delete (the pod
+- pods create/get/list (labelSelector: ``=``, ``==``, ``!=``, exists, ``!``; fieldSelector
+  on name, namespace, nodeName, phase, podIP, …; other labels 400)/delete (the pod
   with ``deletionTimestamp``, gone once stopped); ``pods/log`` (text/plain; ``follow``,
   ``tailLines``, ``sinceSeconds``, ``container``); ``pods/exec`` and ``pods/portforward`` over
   WebSockets (``tests.k8semu.streams``); secrets create/get/delete (``stringData`` folded into
@@ -27,8 +28,11 @@ Emulated, with the real paths, status codes and JSON shapes:
   capability, pods ``<job>-<task>-<i>`` with Volcano's labels/annotations/ownerReferences,
   the env and svc plugins' env, hostname and subdomain; job phases and the policies
   PodEvicted/PodFailed (also by ``exitCode``)/TaskCompleted with the actions RestartJob
-  (``maxRetry``, default 3), AbortJob, TerminateJob, CompleteJob; no matching policy for a
-  failed pod fails the job; a pod deleted from under a running job counts as evicted;
+  (``retryCount`` counted at the restart; Failed once it reaches ``maxRetry``, default 3, so
+  the pods run at most ``maxRetry`` times), AbortJob, TerminateJob, CompleteJob; with no
+  matching policy the job runs on until every pod has ended (then Completed iff
+  ``minSuccess``/``minAvailable``/each task's ``minAvailable`` hold, else Failed) and a
+  deleted pod is made again; a pod deleted from under a running job is a PodEvicted event;
 - a kubelet (``tests.k8semu.kubelet``): the container's command + args (``$(VAR)``-expanded)
   run as a local process in its own network (own IP on ``br-k8semu``, 10.214.0.0/24, an
   /etc/hosts naming every pod of its job), mount (PVC and secret volumes bind-mounted) and
@@ -43,7 +47,8 @@ Simplified or absent (say so in tests that depend on it):
 - a secret volume's files are plain files (no ``..data`` symlinks), written at pod start; a
   pod whose secret is missing stays ContainerCreating (no retry);
 - no watch (refused with 400), patch/update, namespaces, services, PodGroup objects, events,
-  field selectors, pagination; ``resourceVersion`` is a counter;
+  pagination, ``/version``, ``/openapi``; ``resourceVersion`` is a counter; kubectl (client-go)
+  does not send a bearer token over plain http, so only the Python client gets in;
 - gang admission counts every pod of the job (not just ``minAvailable``) against the queue's
   own resource keys only; no node capacity, priorities, preemption or reclaim; jobs are
   admitted in creation order whenever they fit; pods of a queued job are created at once and
