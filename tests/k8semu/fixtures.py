@@ -3,7 +3,7 @@
 - ``k8semu_factory``: ``make(**K8sEmulator kwargs) -> K8sEmulator``, started, stopped at teardown;
   defaults: namespace ``tcl``, queue ``default`` with ``{"nvidia.com/gpu": 8}``, PVC
   ``workspace`` in ``tcl`` backed by ``<tmp>/pvc-workspace``, the venv's bin on PATH,
-  grace 1 s.
+  grace 1 s, vcjobs checked against the real CRD (``tests.k8semu.crd``).
 - ``k8semu``: one emulator with those defaults.
 - ``kubeconfig``: a kubeconfig file for ``k8semu`` (context namespace ``tcl``).
 - ``k8s_client``: a ``kubernetes.client.ApiClient`` loaded from that file.
@@ -22,6 +22,7 @@ import pytest
 from kubernetes import client, config
 
 from tests.k8semu.config import QueueSpec
+from tests.k8semu.crd import validate_vcjob
 from tests.k8semu.server import K8sEmulator
 
 Factory = Callable[..., K8sEmulator]
@@ -49,6 +50,7 @@ def k8semu_factory(tmp_path: Path) -> Iterator[Factory]:
         kw.setdefault("pvcs", {("tcl", "workspace"): pvc})
         kw.setdefault("bin_dir", Path(sys.executable).parent)
         kw.setdefault("grace_s", 1.0)
+        kw.setdefault("validate", validate_vcjob)  # the real CRD, strict, and the webhook's rules
         emu = K8sEmulator(**kw)
         made.append(emu)
         return emu.start()

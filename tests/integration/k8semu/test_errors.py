@@ -102,7 +102,7 @@ def test_default_check_unknown_queue_and_bad_token(
     bad["spec"]["tasks"] = []
     with pytest.raises(ApiException) as exc:
         jobs.create(bad)
-    assert exc.value.status == 422 and "spec.tasks: Required value" in _refusal(exc)["message"]
+    assert exc.value.status == 422 and "spec.tasks" in _refusal(exc)["message"]
     with pytest.raises(ApiException) as exc:
         jobs.create(vcjob("d2", "true", queue="nope"))
     assert exc.value.status == 400
