@@ -10,12 +10,16 @@ import typer
 
 from tcl.cli._common import err, out, print_json, with_control
 from tcl.cli.render import age, iso, run_json
+from tcl.control.states import RunState
 
 if TYPE_CHECKING:
     from rich.table import Table
 
     from tcl.control.service import Control
     from tcl.control.store import Run
+
+
+WAIT_REASON_CHARS = 100  # a queued run's reason in the STATE column (--json has all of it)
 
 
 @dataclass(frozen=True)
@@ -54,6 +58,13 @@ def state_text(r: Run, unreachable_since: float | None) -> str:
     if unreachable_since is not None and not r.state.is_final:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(unreachable_since))
         return f"unknown (host unreachable since {when})"
+    if r.state in (RunState.QUEUED, RunState.PENDING) and r.message:
+        why = (
+            r.message
+            if len(r.message) <= WAIT_REASON_CHARS
+            else r.message[:WAIT_REASON_CHARS] + "…"
+        )
+        return f"{r.state.value}: {why}"  # why it waits (a scheduler's reason)
     return r.state.value + (f" ({r.exit_code})" if r.exit_code not in (None, 0) else "")
 
 

@@ -213,6 +213,8 @@ class VolcanoBackend(Backend):
             )
         uploaded = await ship_code(kube, helper, manifest.code_path(cfg, snap.sha256), snap, obs)
         token = new_token()
+        # the runner reads the job's env (its out dir) from the spec, not its own environment
+        job = job.model_copy(update={"env": self._job_env(plan.host, job)})
         spec = {**job.model_dump(mode="json"), TOKEN_KEY: token}
         labels = {"tcl.run-id": job.run_id, "tcl.attempt": str(job.attempt)}
         obs.status(f"creating Volcano job {handle.job} in {handle.kube.namespace}")

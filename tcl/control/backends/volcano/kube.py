@@ -78,12 +78,22 @@ class KubeClient:
                 config.load_kube_config(config_file=path, context=context,
                                         client_configuration=cfg)  # fmt: skip
         self.server = str(cfg.host)
+        self._cfg = cfg
         self.api: Any = client.ApiClient(cfg)
         self.core: Any = client.CoreV1Api(self.api)
         self.custom: Any = client.CustomObjectsApi(self.api)
 
     def close(self) -> None:
         self.api.close()
+
+    def _stream_core(self) -> Any:
+        """A CoreV1Api of its own for one exec or port-forward: ``kubernetes.stream`` swaps
+        its client's ``request`` for a WebSocket call while it connects, so a shared client
+        would send another thread's plain calls there."""
+        from kubernetes import client as k8s_client
+
+        client: Any = k8s_client
+        return client.CoreV1Api(client.ApiClient(self._cfg))
 
     # Volcano jobs and queues -----------------------------------------------------------------
 
@@ -190,7 +200,8 @@ class KubeClient:
 
         with translated("create pods/exec", self.namespace):
             ws = stream(
-                self.core.connect_get_namespaced_pod_exec, pod, self.namespace, command=argv,
+                self._stream_core().connect_get_namespaced_pod_exec, pod, self.namespace,
+                command=argv,
                 stdin=stdin is not None, stdout=True, stderr=True, tty=False,
                 _preload_content=False, binary=True,
             )  # fmt: skip
@@ -253,7 +264,8 @@ class PortForward:
 
         try:
             with translated("create pods/portforward", self.kube.namespace):
-                pf = portforward(self.kube.core.connect_get_namespaced_pod_portforward,
+                core = self.kube._stream_core()
+                pf = portforward(core.connect_get_namespaced_pod_portforward,
                                  self.pod, self.kube.namespace, ports=str(self.port))  # fmt: skip
             remote = pf.socket(self.port)
             remote.setblocking(True)

@@ -52,6 +52,9 @@ SPEC_MODE = 0o400
 SHM_PATH = "/dev/shm"  # noqa: S108 (a mount point inside the pod, not a temp file)
 COORDINATOR_PORT = COORDINATOR_PORT_BASE  # each pod has its own network namespace
 HELPER_SLEEP_S = 3600
+# A runner serves its job's last events this long after the job ended; tcl deletes the Job as
+# soon as it kept them (release), so this bounds only what a run nobody follows holds
+RUNNER_LINGER_S = 300.0
 LABEL_RUN_ID = "tcl.run-id"
 LABEL_ATTEMPT = "tcl.attempt"
 LABEL_HELPER = "tcl.helper"
@@ -269,7 +272,7 @@ def _pod_spec(host: VolcanoHost, plan: PodPlan, run: VolcanoRun, job: str) -> k8
 def _runner_argv(host: VolcanoHost, run: VolcanoRun) -> list[str]:
     argv = [RUNNER_ARGV0, "batch", "--spec", f"{SPEC_DIR}/{SPEC_KEY}"]
     argv += ["--code", code_path(host, run.code_sha256)]
-    argv += ["--serve", f"0.0.0.0:{host.runner_port}"]
+    argv += ["--serve", f"0.0.0.0:{host.runner_port}", "--linger-s", f"{RUNNER_LINGER_S:g}"]
     return [*argv, "--state-dir", state_dir(host, run.run_id, run.attempt)]
 
 

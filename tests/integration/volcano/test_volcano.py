@@ -1,0 +1,250 @@
+"""`tcl` against a Kubernetes cluster with Volcano: the API emulator of tests/k8semu.
+
+The real `tcl` CLI and its `kubernetes` client code, unchanged: code to the PVC through a helper
+pod's exec stream, the spec in a Secret, one vcjob checked against the real CRD; each pod (a
+process in its own network and mount namespaces) runs the real `tcl-runner batch --serve`, and
+`tcl logs` reaches it through the API server's port-forward. JAX runs on CPU; the GPUs are only
+the queue's accounting.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from tests.integration.control.test_multinode_ssh import PSUM
+from tests.integration.jobs.helpers import resumable_gpt_yaml
+from tests.integration.tclcli import TclEnv
+from tests.k8semu.config import QueueSpec
+from tests.k8semu.fixtures import GPU, Factory, new_client
+from tests.k8semu.server import K8sEmulator
+
+pytestmark = [pytest.mark.integration, pytest.mark.volcano]
+PY = sys.executable
+NS = "tcl"
+TOTAL_STEPS = 200
+LOOP = "import time\nfor i in range(600):\n    print('tick', i, flush=True)\n    time.sleep(1)\n"
+
+
+@dataclass
+class Cluster:
+    env: TclEnv
+    emu: K8sEmulator
+    kubeconfig: Path
+    api: client.ApiClient
+
+    def pods(self, run_id: str) -> list[Any]:
+        core = client.CoreV1Api(self.api)
+        return list(core.list_namespaced_pod(NS, label_selector=f"tcl.run-id={run_id}").items)
+
+    def vcjobs(self) -> list[dict[str, Any]]:
+        custom = client.CustomObjectsApi(self.api)
+        got = custom.list_namespaced_custom_object("batch.volcano.sh", "v1alpha1", NS, "jobs")
+        return list(got["items"])
+
+    def secret(self, run_id: str, attempt: int = 0) -> bool:
+        """Whether the run's spec Secret exists."""
+        from kubernetes.client.exceptions import ApiException
+
+        from tcl.control.backends.volcano.manifest import spec_secret_name, vcjob_name
+
+        try:
+            client.CoreV1Api(self.api).read_namespaced_secret(
+                spec_secret_name(vcjob_name(run_id, attempt)), NS
+            )
+        except ApiException as e:
+            assert e.status == 404, e
+            return False
+        return True
+
+    def run(self, run_id: str) -> dict[str, Any]:
+        return {r["run_id"]: r for r in self.env.tcl_json("ps", "-a")}[run_id]
+
+    def wait(self, run_id: str, states: set[str], timeout_s: float = 120) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            run = self.run(run_id)
+            if run["state"] in states or time.monotonic() > deadline:
+                assert run["state"] in states, run
+                return run
+            time.sleep(0.5)
+
+    def pvc(self) -> Path:
+        return Path(self.emu.config.pvcs[(NS, "workspace")])
+
+
+def _config(kubeconfig: Path, extra: str = "", host_extra: str = "") -> str:
+    return f"""
+hosts:
+  k8s:
+    type: volcano
+    namespace: {NS}
+    queue: default
+    image: tcl-runner:local
+    pvc_name: workspace
+    pvc_mount_path: /workspace
+    chips: {{h100: 8}}
+    kubeconfig: {kubeconfig}
+    {host_extra}
+{extra}"""
+
+
+@pytest.fixture
+def cluster(k8semu_factory: Factory, tmp_path: Path) -> Iterator[Cluster]:
+    emu = k8semu_factory(queues=(QueueSpec("default", {GPU: 16}),))
+    kubeconfig = emu.write_kubeconfig(tmp_path / "kubeconfig")
+    home, repo = tmp_path / "home", tmp_path / "repo"
+    home.mkdir()
+    repo.mkdir()
+    (repo / "psum.py").write_text(PSUM)
+    (repo / "loop.py").write_text(LOOP)
+    (repo / "gpt.yaml").write_text(resumable_gpt_yaml(TOTAL_STEPS))
+    config = tmp_path / "config.yaml"
+    config.write_text(_config(kubeconfig))
+    api = new_client(kubeconfig)
+    c = Cluster(TclEnv(home, config, repo), emu, kubeconfig, api)
+    try:
+        yield c
+    finally:
+        for r in c.env.tcl_json("ps", "-a"):
+            if r["state"] not in ("succeeded", "failed", "terminated"):
+                c.env.tcl("stop", "--grace", "1", r["run_id"], check=False)
+        api.close()  # type: ignore[no-untyped-call]
+
+
+def test_a_two_pod_job_runs_jax_across_both_and_its_logs_follow(cluster: Cluster) -> None:
+    c = cluster
+    res = c.env.tcl("submit", "--chip", "h100", "-n", "16", "--", PY, "psum.py", timeout=300)
+    lines = sorted(line for line in res.stdout.splitlines() if "psum" in line)
+    # one JAX process per pod, joined through the svc plugin's names; 1 + 2 summed
+    assert lines == ["[pod 0] rank 0 of 2 psum 3.0", "[pod 1] rank 1 of 2 psum 3.0"], (
+        res.stdout + res.stderr
+    )
+    (run,) = c.env.tcl_json("ps", "-a")
+    assert (run["state"], run["host"]) == ("succeeded", "k8s"), run
+    only = c.env.tcl("logs", run["run_id"], "--node", "1").stdout
+    assert "rank 1 of 2 psum 3.0" in only and "rank 0" not in only
+    # its Job, pods and Secret are gone once its logs are kept; the code stays on the PVC
+    assert c.vcjobs() == [] and c.pods(run["run_id"]) == []
+    assert not c.secret(run["run_id"])
+    assert len(list((c.pvc() / "tcl" / "code").glob("*.tar.gz"))) == 1
+
+
+def test_stop_deletes_the_job_and_its_pods(cluster: Cluster) -> None:
+    c = cluster
+    run_id = c.env.tcl_json("submit", "-d", "--chip", "h100", "-n", "16", "--", PY, "loop.py")[
+        "run_id"
+    ]
+    deadline = time.monotonic() + 120
+    while "tick 2" not in c.env.tcl("logs", run_id).stdout:
+        assert time.monotonic() < deadline, c.run(run_id)
+        time.sleep(0.5)
+    assert len(c.pods(run_id)) == 2 and len(c.vcjobs()) == 1
+    c.env.tcl("stop", "--grace", "2", run_id)
+    assert c.run(run_id)["state"] == "terminated"
+    assert c.vcjobs() == []
+    deadline = time.monotonic() + 30
+    while c.pods(run_id):  # deleted with their Job (the emulator stops them first)
+        assert time.monotonic() < deadline
+        time.sleep(0.3)
+
+
+def test_a_gang_waits_until_the_queue_has_room_for_every_pod(cluster: Cluster) -> None:
+    c = cluster
+    blocker = c.env.tcl_json("submit", "-d", "--chip", "h100", "-n", "8", "--", PY, "loop.py")
+    c.wait(blocker["run_id"], {"running"})
+    # 16 GPUs, 8 held: room for one of the two pods, so neither starts
+    gang = c.env.tcl_json("submit", "-d", "--chip", "h100", "-n", "16", "--", PY, "psum.py")
+    run_id = gang["run_id"]
+    time.sleep(3)
+    run = c.run(run_id)
+    assert run["state"] == "queued", run
+    ps = c.env.tcl("ps", "-a").stdout
+    # the reason the scheduler gives (the solver's at submit, then the pods' Unschedulable)
+    reason = r"queue default: 8 of 16 nvidia.com/gpu free, 16 needed|Unschedulable"
+    assert re.search(rf"queued: ({reason})", ps), ps
+    assert re.search(reason, run["message"]), run
+    assert all(p.status.phase == "Pending" for p in c.pods(run_id))
+    c.env.tcl("stop", "--grace", "1", blocker["run_id"])
+    logs = c.env.tcl("logs", "-f", run_id, timeout=300).stdout
+    assert "[pod 0] rank 0 of 2 psum 3.0" in logs and "[pod 1] rank 1 of 2 psum 3.0" in logs, logs
+    assert c.run(run_id)["state"] == "succeeded"
+
+
+def _latest(pvc: Path) -> str:
+    found = sorted((pvc / "tcl" / "out").glob("checkpoints/**/latest"))
+    return found[0].read_text().strip() if found else ""
+
+
+def test_an_evicted_pod_restarts_the_job_and_the_trainer_resumes(cluster: Cluster) -> None:
+    c = cluster
+    res = c.env.tcl_json("submit", "-d", "--chip", "h100", "-n", "8", "--job", "gpt/train",
+                         "--job-config", "gpt.yaml")  # fmt: skip
+    run_id = res["run_id"]
+    deadline = time.monotonic() + 300
+    while not _latest(c.pvc()):
+        assert time.monotonic() < deadline, c.env.tcl("logs", run_id).stdout[-3000:]
+        time.sleep(0.5)
+    (pod,) = c.pods(run_id)
+    c.emu.evict(NS, pod.metadata.name)
+    logs = c.env.tcl("logs", "-f", run_id, timeout=600).stdout
+    run = c.run(run_id)
+    assert run["state"] == "succeeded", (run, logs[-3000:])
+    restored = re.findall(r"tcl\.jobs: restoring from \S+/step_(\d+)", logs)
+    assert restored and 0 < int(restored[0]) < TOTAL_STEPS, logs[-3000:]
+    assert _latest(c.pvc()) == f"step_{TOTAL_STEPS:08d}"
+    from tcl.control.store import Store
+
+    store = Store(f"sqlite:///{c.env.home / 'state' / 'tcl.db'}")
+    try:
+        attempts = store.attempts(run_id)
+    finally:
+        store.close()
+    assert [(a.attempt, a.state.value) for a in attempts] == [(0, "terminated"), (1, "succeeded")]
+
+
+def test_the_dry_run_prints_the_volcano_job(cluster: Cluster) -> None:
+    out = cluster.env.tcl("submit", "--dry-run", "--chip", "h100", "-n", "16", "--", "true").stdout
+    assert "kind: Job" in out and "minAvailable: 2" in out and "queue: default" in out, out
+    assert cluster.vcjobs() == []
+
+
+@pytest.mark.parametrize(
+    ("case", "expect"),
+    [
+        ("missing-pvc", "PVC nope not found in namespace tcl"),
+        ("forbidden-namespace", "may not"),
+        ("unknown-queue", "Volcano queue nope not found"),
+    ],
+)
+def test_bad_input_is_one_line_and_creates_nothing(
+    cluster: Cluster, case: str, expect: str
+) -> None:
+    c = cluster
+    args: list[str] = []
+    if case == "missing-pvc":
+        c.env.config.write_text(_config(c.kubeconfig).replace("pvc_name: workspace",
+                                                              "pvc_name: nope"))  # fmt: skip
+    elif case == "forbidden-namespace":
+        args = ["--volcano-namespace", "other"]
+    else:
+        c.env.config.write_text(_config(c.kubeconfig).replace("queue: default", "queue: nope"))
+    res = c.env.tcl("submit", *args, "--chip", "h100", "-n", "8", "--", "true", check=False)
+    assert res.returncode != 0, res.stdout + res.stderr
+    errors = [ln for ln in res.stderr.splitlines() if expect in ln]
+    assert len(errors) == 1, res.stderr
+    assert c.vcjobs() == []
+    runs = c.env.tcl_json("ps", "-a")
+    assert all(not c.secret(r["run_id"]) for r in runs), runs
+    core = client.CoreV1Api(c.api)
+    assert core.list_namespaced_pod(NS).items == []
+    assert json.dumps(runs).count('"running"') == 0
