@@ -88,8 +88,20 @@ class JobRef(_Strict):
     restore: ExecStr | None = None
 
 
+class SessionKind(enum.StrEnum):
+    """An interactive session: the runner builds its command and serves its port."""
+
+    JUPYTER = "jupyter"  # Jupyter Lab in the job's working dir (``tcl repl``)
+    REMOTE = "remote"  # the ``@tcl.remote`` call server (``tcl.remote.worker``)
+
+
+class SessionSpec(_Strict):
+    kind: SessionKind
+
+
 class JobSpec(_Strict):
-    """One job. It needs ``argv`` or ``job`` (checked at submit); ``argv`` wins if both."""
+    """One job. It needs ``argv``, ``job`` or ``session`` (checked at submit); ``argv`` wins
+    if several are given, then ``job``."""
 
     run_id: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
     attempt: int = Field(default=0, ge=0, strict=True)
@@ -109,6 +121,9 @@ class JobSpec(_Strict):
     max_duration_s: float | None = Field(default=None, gt=0, le=MAX_DURATION_S, strict=True)
     cluster: ClusterInfo = Field(default_factory=ClusterInfo)
     job: JobRef | None = None
+    # An interactive session (``tcl repl``, ``@tcl.remote``): bound to the job's loopback and
+    # reached only through ``WS /api/forward`` with this runner's token.
+    session: SessionSpec | None = None
 
 
 class EventKind(enum.StrEnum):
@@ -205,3 +220,57 @@ class ErrorBody(BaseModel):
 
     error: str  # stable machine-readable code, e.g. "spec_conflict"
     detail: str | list[dict[str, object]]
+
+
+class SessionInfo(BaseModel):
+    model_config = _LAZY
+
+    """``GET /api/session``: the job's interactive session, once its port accepts connections.
+
+    ``token`` is the session's own secret (Jupyter's token; the remote worker's handshake key),
+    made by the runner when the job starts; it leaves the runner only in this answer, which
+    needs the runner's bearer token."""
+
+    kind: SessionKind
+    ready: bool
+    token: str = ""
+    python: str = ""  # the interpreter that runs it
+    detail: str = ""  # why it is not ready (the job ended; still starting)
+
+
+# -- live code sync (``tcl sync``) -----------------------------------------------------------
+
+Sha256 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
+
+
+class SyncFile(_Strict):
+    """One path's change. ``old_sha256`` is what the client believes the remote holds (None:
+    absent); ``sha256`` what it must hold after (None: deleted). Content comes as ``data_b64``
+    or, for a rename or copy, from ``copy_from`` (a path whose current content is ``sha256``).
+    A symlink's ``sha256`` is that of its target string, given in ``link``."""
+
+    path: RelPath = Field(min_length=1)
+    old_sha256: Sha256 | None = None
+    sha256: Sha256 | None = None
+    mode: int = Field(default=0o644, ge=0, le=0o7777, strict=True)
+    data_b64: str | None = None
+    copy_from: RelPath | None = None
+    link: ExecStr | None = None
+
+
+class SyncPatch(_Strict):
+    """A content-addressed change of the working tree: ``id`` is the sha256 of the canonical
+    JSON of (base, new_base, files), so a retried patch is recognised and not applied twice."""
+
+    id: Sha256
+    base: str = Field(max_length=128)  # the tree id the client diffed against
+    new_base: str = Field(max_length=128)  # the tree id once applied
+    files: list[SyncFile] = Field(max_length=200_000)
+
+
+class SyncAck(BaseModel):
+    model_config = _LAZY
+
+    base: str  # the tree id the working dir is at now
+    applied: int  # paths changed by this patch (0 when ``already``)
+    already: bool = False  # this patch id was applied before (a retry)
