@@ -6,7 +6,20 @@ from typing import Annotated
 
 import typer
 
-from tcl.cli import checkpoints, hosts, jobs, logs, matrix, ps, serve, ssh, stop, submit
+from tcl.cli import (
+    checkpoints,
+    hosts,
+    jobs,
+    logs,
+    matrix,
+    ps,
+    repl,
+    serve,
+    ssh,
+    stop,
+    submit,
+    sync,
+)
 from tcl.cli._common import Globals
 
 app = typer.Typer(
@@ -61,6 +74,8 @@ jobs.register(app)
 serve.register(app)
 checkpoints.register(app)
 matrix.register(app)
+repl.register(app)
+sync.register(app)
 
 
 def main() -> None:

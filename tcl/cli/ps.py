@@ -80,10 +80,18 @@ def _table(listing: _Listing) -> Table:
         state = state_text(r, listing.unreachable_since.get(r.id))
         t.add_row(
             r.id, r.name, state, r.host or "-", f"{chips} {chip}".strip() if chips else "-",
-            age(r.created_at), (" ".join(r.request.get("argv", []))
-             or f"job {r.request.get('job') or ''}")[:60],
+            age(r.created_at), _command(r.request)[:60],
         )  # fmt: skip
     return t
+
+
+def _command(request: dict[str, Any]) -> str:
+    """What the run runs: its argv, a tcl.jobs job, or an interactive session."""
+    if request.get("argv"):
+        return " ".join(request["argv"])
+    if request.get("session"):
+        return f"({request['session']} session)"
+    return f"job {request.get('job') or ''}"
 
 
 def _json(r: Run, listing: _Listing) -> dict[str, Any]:

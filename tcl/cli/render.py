@@ -59,6 +59,7 @@ def run_json(r: Run) -> dict[str, Any]:
         "message": r.message,
         "argv": list(r.request.get("argv", [])),
         "job": r.request.get("job"),  # a tcl.jobs key (`submit --job`), else null
+        "session": r.request.get("session"),  # "jupyter" (`tcl repl`), "remote", else null
         "chip": r.request.get("chip"),
         "chips": r.request.get("chips", 0),
         "code_sha256": r.code_sha256,

@@ -7,6 +7,7 @@ SSH connections warm between commands; ``TCL_SERVE=0`` runs it in this process i
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -24,7 +25,6 @@ from tcl.runner.api import JobRef
 
 if TYPE_CHECKING:
     from tcl.control.store import Run
-    from tcl.control.submit import Submission
 
 
 def _pairs(values: list[str]) -> dict[str, str]:
@@ -93,6 +93,9 @@ def result_json(r: SubmitResult) -> dict[str, object]:
             "stop": f"tcl stop {r.run_id}",
         },
     }
+
+
+Announce = Callable[[SubmitResult], None]
 
 
 def cmd_submit(
@@ -228,13 +231,29 @@ def _confirmed(text: str) -> bool:
     return typer.confirm(f"{text}. Go ahead?", default=False, err=True)
 
 
-def _submit(req: SubmitRequest, as_json: bool) -> int:
+def _submit(req: SubmitRequest, as_json: bool, announce: Announce | None = None) -> int:
     obs = RichObserver(enabled=not as_json)
+    announce = announce or (lambda r: _announce(r, as_json))
     if os.environ.get("TCL_SERVE", "1") != "0":
-        code = _served(req, obs, as_json)
+        code = _served(req, obs, announce)
         if code is not None:
             return code
-    return _in_process(req, obs, as_json)
+    return _in_process(req, obs, announce)
+
+
+def start_run(req: SubmitRequest) -> SubmitResult:
+    """Submit without following and return once the run started (or queued): the first step
+    of ``tcl repl``. Errors exit as ``tcl submit``'s do."""
+    got: list[SubmitResult] = []
+
+    def announce(r: SubmitResult) -> None:
+        got.append(r)
+        _announce(r, False)
+
+    code = _submit(req.model_copy(update={"follow": False}), False, announce)
+    if not got:
+        raise typer.Exit(code or 1)
+    return got[0]
 
 
 def _options(
@@ -273,7 +292,7 @@ def _check_job(key: str, code_dir: str | None) -> None:
         err.print(f"note: {note}", markup=False)
 
 
-def _served(req: SubmitRequest, obs: RichObserver, as_json: bool) -> int | None:
+def _served(req: SubmitRequest, obs: RichObserver, announce: Announce) -> int | None:
     """The submit, run by the daemon; None when no daemon can be had (then in-process)."""
     from tcl.cli.served import submit_served
     from tcl.control.daemon.client import ensure_daemon
@@ -284,7 +303,7 @@ def _served(req: SubmitRequest, obs: RichObserver, as_json: bool) -> int | None:
         err.print(f"note: {e}; submitting from this process", markup=False)
         return None
     try:
-        return submit_served(client, req, obs, lambda r: _announce(r, as_json))
+        return submit_served(client, req, obs, announce)
     except SubmitCancelled as e:  # Ctrl-C before the run started, all of it cleaned up
         err.print(str(e), markup=False)
         return e.exit_code
@@ -294,27 +313,16 @@ def _served(req: SubmitRequest, obs: RichObserver, as_json: bool) -> int | None:
         raise fail(str(e), e.exit_code) from None
 
 
-def _submission(req: SubmitRequest) -> Submission:
-    from tcl.control.submit import Submission
-
-    return Submission(
-        argv=req.argv, name=req.name, chip=req.chip, chips=req.chips, nodes=req.nodes,
-        host=req.host, image=req.image, env=req.env, secrets=req.secrets, job=req.job,
-        code_dir=Path(req.code_dir) if req.code_dir is not None else None,
-        options=req.options, yes=req.yes, retry=req.retry,
-    )  # fmt: skip
-
-
 def _dry_run(req: SubmitRequest) -> int:
     """Solve and print what each plan would send; nothing is started or recorded."""
     from tcl.control.config import load_config_at
     from tcl.control.service import Control
-    from tcl.control.submit import dry_run
+    from tcl.control.submit import dry_run, submission_from
 
     async def go() -> str:
         ctl = Control(load_config_at(Path(req.config_path), req.config_named))
         try:
-            return await dry_run(ctl, _submission(req))
+            return await dry_run(ctl, submission_from(req))
         finally:
             await ctl.aclose()
 
@@ -327,12 +335,12 @@ def _dry_run(req: SubmitRequest) -> int:
     return 0
 
 
-def _in_process(req: SubmitRequest, obs: RichObserver, as_json: bool) -> int:
+def _in_process(req: SubmitRequest, obs: RichObserver, announce: Announce) -> int:
     from tcl.control.config import load_config_at
     from tcl.control.service import Control
-    from tcl.control.submit import submit
+    from tcl.control.submit import submission_from, submit
 
-    sub = _submission(req)
+    sub = submission_from(req)
     state: dict[str, SubmitResult] = {}
 
     async def go() -> Run | None:
@@ -343,7 +351,7 @@ def _in_process(req: SubmitRequest, obs: RichObserver, as_json: bool) -> int:
             finally:
                 obs.close()
             state["res"] = res
-            _announce(res, as_json)
+            announce(res)
             if not req.follow:
                 return None
             # same Control: the SSH connection and forwards made for the submit are reused

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-from tcl.runner.api import EventsPage, JobSpec
+from tcl.runner.api import EventsPage, JobSpec, SessionInfo, SyncAck, SyncPatch
 from tcl.shim.api import HostInfo, TaskInfo, TaskSpec, TerminationReason
 
 
@@ -45,6 +45,18 @@ class ShimApi(Protocol):
     async def aclose(self) -> None: ...
 
 
+class ForwardStream(Protocol):
+    """One TCP connection to a job's interactive session, carried by the runner's API."""
+
+    async def send(self, data: bytes) -> None: ...
+
+    async def recv(self) -> bytes:
+        """The next bytes from the session; ``b""`` once it closed."""
+        ...
+
+    async def aclose(self) -> None: ...
+
+
 class RunnerApi(Protocol):
     """What control needs from a runner."""
 
@@ -65,5 +77,13 @@ class RunnerApi(Protocol):
     async def events(self, after: int, wait_s: float = 0.0, limit: int = 1000) -> EventsPage: ...
 
     async def stop(self, grace_s: float = 10.0) -> None: ...
+
+    async def session(self) -> SessionInfo: ...
+
+    async def sync(self, patch: SyncPatch) -> SyncAck:
+        """Apply a code change; ``SyncConflictError`` names the paths changed under it."""
+        ...
+
+    async def open_forward(self) -> ForwardStream: ...
 
     async def aclose(self) -> None: ...

@@ -17,7 +17,8 @@
     ├── AgentError                a shim or runner answered with an error (translated from httpx)
     │   ├── AgentUnreachableError the connection to it failed or dropped: re-resolve and retry
     │   ├── NoCapacityError       the shim's 409 no_capacity
-    │   └── DaemonError           the local `tcl serve` daemon cannot be started or reached
+    │   ├── DaemonError           the local `tcl serve` daemon cannot be started or reached
+    │   └── SyncConflictError     the runner refused a code sync: those paths changed under it
     ├── NoPlacementError          the solver found nothing: carries what each host offers
     ├── SubmitCancelled           Ctrl-C during a submit, once what it started is cleaned up
     ├── ConfirmationNeededError   the plan creates something billed: the user must confirm
@@ -135,3 +136,7 @@ class SweepError(TclError):
     """A matrix or its entries: not found, or bad input (the message names the entries)."""
 
     exit_code = 2
+
+
+class SyncConflictError(AgentError):
+    """``tcl sync``: the remote tree changed under the patch (nothing was applied)."""

@@ -6,16 +6,26 @@ Their exception trees (``tcl.shim.errors``, ``tcl.runner.client``) are translate
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from tcl.control.errors import AgentError, AgentUnreachableError, NoCapacityError
-from tcl.runner.api import EventsPage, JobSpec
+from tcl.control.agents import ForwardStream
+from tcl.control.errors import (
+    AgentError,
+    AgentUnreachableError,
+    NoCapacityError,
+    SyncConflictError,
+)
+from tcl.runner.api import EventsPage, JobSpec, SessionInfo, SyncAck, SyncPatch
 from tcl.runner.client import RunnerAPIError, RunnerClient, RunnerUnavailable
 from tcl.shim.api import HostInfo, TaskInfo, TaskSpec, TerminationReason
 from tcl.shim.client import ShimClient
 from tcl.shim.errors import NoCapacity, ShimError, ShimUnavailable, Unauthorized
+
+if TYPE_CHECKING:
+    from websockets.asyncio.client import ClientConnection
 
 T = TypeVar("T")
 
@@ -135,5 +145,51 @@ class HttpRunner:
     async def stop(self, grace_s: float = 10.0) -> None:
         await self._call(self._client.stop(grace_s))
 
+    async def session(self) -> SessionInfo:
+        return await self._call(self._client.session())
+
+    async def sync(self, patch: SyncPatch) -> SyncAck:
+        try:
+            return await self._client.sync(patch)
+        except RunnerAPIError as e:
+            if e.error == "sync_conflict":
+                raise SyncConflictError(f"{self.name}: {e.detail}") from None
+            raise AgentError(f"{self.name}: {e.error}: {e.detail}") from None
+        except RunnerUnavailable as e:
+            raise AgentUnreachableError(f"{self.name}: {e}") from None
+
+    async def open_forward(self) -> ForwardStream:
+        ws = await self._call(self._client.open_forward())
+        return _WsStream(ws)
+
     async def aclose(self) -> None:
         await self._client.aclose()
+
+
+class _WsStream:
+    """A ``ForwardStream`` over the runner's ``WS /api/forward`` (websockets' errors stay here:
+    a broken stream reads as closed)."""
+
+    def __init__(self, ws: ClientConnection) -> None:
+        self._ws = ws
+
+    async def send(self, data: bytes) -> None:
+        from websockets.exceptions import WebSocketException
+
+        try:
+            await self._ws.send(data)
+        except (OSError, WebSocketException) as e:
+            raise AgentUnreachableError(f"forward: {e}") from None
+
+    async def recv(self) -> bytes:
+        from websockets.exceptions import WebSocketException
+
+        try:
+            message = await self._ws.recv()
+        except (OSError, WebSocketException):
+            return b""
+        return message if isinstance(message, bytes) else message.encode()
+
+    async def aclose(self) -> None:
+        with contextlib.suppress(Exception):
+            await self._ws.close()

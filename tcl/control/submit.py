@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from tcl.control.backends.base import Handle, Observer
+from tcl.control.daemon.api import SubmitRequest
 from tcl.control.errors import (
     ConfirmationNeededError,
     NoCapacityError,
@@ -30,7 +31,7 @@ from tcl.control.shipping import Snapshot, cached_snapshot, snapshot
 from tcl.control.solver import Request, Solution, solve
 from tcl.control.states import RunState
 from tcl.control.submitted import SubmitResult
-from tcl.runner.api import CodeRef, JobRef, JobSpec
+from tcl.runner.api import CodeRef, JobRef, JobSpec, SessionKind, SessionSpec
 
 __all__ = ["Observer", "Submission", "dry_run", "submit"]
 
@@ -65,6 +66,18 @@ class Submission:
     yes: bool = False  # the user confirmed a plan that creates something billed (--yes)
     job_cwd: str | None = None  # where the job starts in the tree (a relaunch: as first placed)
     retry: RetryPolicy | None = None  # place it again when it fails or is preempted
+    session: SessionKind | None = None  # an interactive session (`tcl repl`, `@tcl.remote`)
+
+
+def submission_from(req: SubmitRequest) -> Submission:
+    """The submit a CLI's request asks for (the daemon's, a dry run's, an in-process one's)."""
+    return Submission(
+        argv=req.argv, name=req.name, chip=req.chip, chips=req.chips, nodes=req.nodes,
+        host=req.host, image=req.image, env=req.env, secrets=req.secrets, cwd=Path(req.cwd),
+        code_dir=Path(req.code_dir) if req.code_dir is not None else None,
+        max_duration_s=req.max_duration_s, job=req.job, options=req.options, yes=req.yes,
+        retry=req.retry, session=req.session,
+    )  # fmt: skip
 
 
 async def submit(
@@ -149,6 +162,7 @@ def stored_request(sub: Submission, cwd: str) -> dict[str, Any]:
         "options": sub.options, "job_cwd": cwd,
         "max_duration_s": sub.max_duration_s,
         "retry": sub.retry.model_dump(mode="json") if sub.retry else None,
+        "session": sub.session.value if sub.session else None,
     }  # fmt: skip
 
 
@@ -187,7 +201,7 @@ async def _place_and_start(
             run_id=run_id, attempt=att.attempt, name=sub.name, argv=sub.argv or None,
             env=dict(sub.env), secrets=sub.secrets, cwd=_job_cwd(sub, snap),
             code=CodeRef(sha256=snap.sha256, size=snap.size), max_duration_s=sub.max_duration_s,
-            job=sub.job,
+            job=sub.job, session=SessionSpec(kind=sub.session) if sub.session else None,
         )  # fmt: skip
         recorded: list[Handle] = []
 
@@ -243,7 +257,7 @@ async def dry_run(ctl: Control, sub: Submission) -> str:
         run_id="dry-run", name=sub.name, argv=sub.argv or None, env=dict(sub.env),
         secrets=dict.fromkeys(sub.secrets, "***"), cwd=job_cwd(sub.cwd, snap.root),
         code=CodeRef(sha256=snap.sha256, size=snap.size), max_duration_s=sub.max_duration_s,
-        job=sub.job,
+        job=sub.job, session=SessionSpec(kind=sub.session) if sub.session else None,
     )  # fmt: skip
     out = [f"code: {snap.files} files, {snap.size} bytes, sha256 {snap.sha256[:12]}\n"]
     for host, why in sol.skipped:
@@ -302,6 +316,7 @@ async def relaunch(ctl: Control, run_id: str, obs: Observer | None = None) -> Su
         options=dict(r.get("options") or {}), yes=True, job_cwd=str(r.get("job_cwd") or ""),
         max_duration_s=r.get("max_duration_s"),
         retry=RetryPolicy.model_validate(r["retry"]) if r.get("retry") else None,
+        session=SessionKind(r["session"]) if r.get("session") else None,
     )  # fmt: skip
     snap = await asyncio.to_thread(cached_snapshot, cache_dir(), run.code_sha256)
     req = _request(sub)

@@ -19,7 +19,6 @@ own (404 unknown route, 405 wrong method) get the same shape.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -31,20 +30,21 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route, WebSocketRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
-from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from tcl.runner import errors
+from tcl.runner import errors, wsroutes
 from tcl.runner.api import (
     CachedCodeRequest,
     EventsPage,
     EventsQuery,
     HealthInfo,
     JobSpec,
-    LogsQuery,
     Metrics,
     RunnerState,
+    SessionInfo,
     StateInfo,
     StopRequest,
+    SyncAck,
+    SyncPatch,
 )
 from tcl.runner.service import Runner
 from tcl.tokenfile import bearer_matches
@@ -62,8 +62,9 @@ ERROR_STATUS: dict[type[errors.RunnerError], int] = {
 }
 # Starlette's own errors: status -> wire ``error``.
 HTTP_ERROR_CODES = {404: "not_found", 405: "method_not_allowed"}
-MAX_JSON_BODY_BYTES = 1024 * 1024  # every body but the code upload
-WS_IDLE_WAIT_S = 30.0
+MAX_JSON_BODY_BYTES = 1024 * 1024  # every body but the code upload and a sync patch
+# A sync patch carries changed files (base64): tcl.control.treesync caps their bytes below this.
+BODY_LIMITS = {"/api/sync": 96 * 1024 * 1024}
 
 
 class RequestInvalid(Exception):
@@ -168,6 +169,15 @@ async def metrics(_: Request, runner: Runner) -> Response:
     return _json(await asyncio.to_thread(collect, pid))
 
 
+async def session(_: Request, runner: Runner) -> Response:
+    return _json(runner.session_info())
+
+
+async def sync(request: Request, runner: Runner) -> Response:
+    body = _parse(SyncPatch, await request.body(), "body")
+    return _json(await asyncio.to_thread(runner.sync, body))
+
+
 def _state(runner: Runner, state: RunnerState) -> Response:
     return _json(StateInfo(state=state, exit_code=runner.machine.exit_code))
 
@@ -239,9 +249,27 @@ ROUTES: tuple[ApiRoute, ...] = (
         errors=(422,),
     ),
     ApiRoute("GET", "/api/metrics", metrics, "CPU, memory, accelerators", Metrics),
+    ApiRoute(
+        "GET",
+        "/api/session",
+        session,
+        "The interactive session's state and key (409 when the job is not one)",
+        SessionInfo,
+        errors=(409,),
+    ),
+    ApiRoute(
+        "POST",
+        "/api/sync",
+        sync,
+        "Apply a live code change to the working dir: all files or none (409 sync_conflict "
+        "names the paths changed under it)",
+        SyncAck,
+        body=SyncPatch,
+        errors=(400, 409, 413, 422),
+    ),
 )
-# WS /api/logs?after=SEQ (query model LogsQuery): every Event past ``after`` as one JSON text
-# message each, as they happen; closed with 1000 once the job has ended and all were sent.
+# WebSockets (tcl.runner.wsroutes): /api/logs?after=SEQ (query model LogsQuery), the job's
+# events as they happen; /api/forward, a byte stream to the job's interactive session.
 
 
 OPEN_PATHS = frozenset(r.path for r in ROUTES if r.public)  # the token is needed elsewhere
@@ -297,9 +325,10 @@ class BodyLimit:
         if scope["type"] != "http" or scope["path"] == "/api/code":
             await self.app(scope, receive, send)
             return
+        max_bytes = BODY_LIMITS.get(scope["path"], self.max_bytes)
         length = dict(scope["headers"]).get(b"content-length")
-        if length is not None and length.isdigit() and int(length) > self.max_bytes:
-            response = _error(413, errors.PayloadTooLarge.code, f"body over {self.max_bytes} bytes")
+        if length is not None and length.isdigit() and int(length) > max_bytes:
+            response = _error(413, errors.PayloadTooLarge.code, f"body over {max_bytes} bytes")
             await response(scope, receive, send)
             return
         seen = 0
@@ -308,8 +337,8 @@ class BodyLimit:
             nonlocal seen
             message = await receive()
             seen += len(message.get("body", b""))
-            if seen > self.max_bytes:
-                raise errors.PayloadTooLarge(f"body over {self.max_bytes} bytes")
+            if seen > max_bytes:
+                raise errors.PayloadTooLarge(f"body over {max_bytes} bytes")
             return message
 
         await self.app(scope, limited, send)
@@ -352,7 +381,8 @@ def create_app(runner: Runner | None, token: str | None) -> Starlette:
     routes: list[Route | WebSocketRoute] = [
         Route(r.path, _endpoint(r.handler, runner), methods=[r.method]) for r in ROUTES
     ]
-    routes.append(WebSocketRoute("/api/logs", _logs_endpoint(runner)))
+    routes.append(WebSocketRoute("/api/logs", wsroutes.logs_endpoint(runner)))
+    routes.append(WebSocketRoute("/api/forward", wsroutes.forward_endpoint(runner)))
     app = Starlette(
         routes=routes,
         exception_handlers={
@@ -367,53 +397,3 @@ def create_app(runner: Runner | None, token: str | None) -> Starlette:
         app.add_middleware(BearerAuth, token=token)  # outermost: before the body limit
     app.state.runner = runner
     return app
-
-
-def _logs_endpoint(runner: Runner | None) -> Callable[[WebSocket], Awaitable[None]]:
-    async def logs(ws: WebSocket) -> None:
-        assert runner is not None
-        try:
-            q = _parse(LogsQuery, dict(ws.query_params), "query")
-        except RequestInvalid:
-            await ws.close(1008)  # policy violation: a bad query
-            return
-        await ws.accept()
-        sender = asyncio.create_task(_push(ws, runner, q.after))
-        try:
-            receiver = asyncio.create_task(_until_disconnect(ws))
-            done, _ = await asyncio.wait({sender, receiver}, return_when=asyncio.FIRST_COMPLETED)
-            if sender in done:
-                receiver.cancel()
-                if sender.exception() is None:
-                    await ws.close(1000)
-            else:
-                sender.cancel()
-        except WebSocketDisconnect:
-            sender.cancel()
-        finally:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await sender
-
-    return logs
-
-
-async def _until_disconnect(ws: WebSocket) -> None:
-    """Returns when the client goes away; whatever it sends meanwhile is ignored."""
-    while (await ws.receive())["type"] != "websocket.disconnect":
-        pass
-
-
-async def _push(ws: WebSocket, runner: Runner, after: int) -> None:
-    """Send every event past ``after`` as a text message; return once the log is finished."""
-    log = runner.log
-    cursor = after
-    while True:
-        page = log.read_raw(cursor)
-        for line in page.lines:
-            await ws.send_text(line.decode())
-        cursor = page.next
-        if page.more:
-            continue
-        if log.finished and cursor >= log.last_seq:
-            return
-        await log.wait(cursor, WS_IDLE_WAIT_S)

@@ -16,7 +16,7 @@ import random
 from collections.abc import AsyncIterator
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
 from pydantic import BaseModel
@@ -28,9 +28,15 @@ from tcl.runner.api import (
     HealthInfo,
     JobSpec,
     Metrics,
+    SessionInfo,
     StateInfo,
     StopRequest,
+    SyncAck,
+    SyncPatch,
 )
+
+if TYPE_CHECKING:
+    from websockets.asyncio.client import ClientConnection
 
 M = TypeVar("M", bound=BaseModel)
 UPLOAD_CHUNK_BYTES = 1024 * 1024
@@ -142,6 +148,42 @@ class RunnerClient:
         timeout = httpx.Timeout(self._http.timeout.read or 30.0, read=wait_s + 30.0)
         return await self._call("GET", "/api/events", EventsPage, params=params, timeout=timeout)
 
+    async def session(self) -> SessionInfo:
+        """The job's interactive session (RunnerAPIError 409: the job is not one)."""
+        return await self._call("GET", "/api/session", SessionInfo)
+
+    async def sync(self, patch: SyncPatch) -> SyncAck:
+        """Apply a live code change (RunnerAPIError 409 ``sync_conflict`` names the paths)."""
+        body = patch.model_dump(mode="json")
+        timeout = httpx.Timeout(self._http.timeout.read or 30.0, read=120.0)
+        return await self._call("POST", "/api/sync", SyncAck, json=body, timeout=timeout)
+
+    def _ws_base(self) -> str:
+        if self.base_url.startswith("http"):
+            return "ws" + self.base_url[len("http") :]
+        return self.base_url
+
+    async def open_forward(self) -> ClientConnection:
+        """A WebSocket carrying one TCP connection to the job's session (``WS /api/forward``);
+        the caller closes it. RunnerUnavailable when the runner cannot be reached, or refuses
+        (the job is not a session, or not running)."""
+        from websockets.asyncio.client import connect
+        from websockets.exceptions import InvalidStatus, WebSocketException
+
+        try:
+            return await connect(
+                f"{self._ws_base()}/api/forward",
+                max_size=WS_MAX_MESSAGE_BYTES,
+                open_timeout=10,
+                proxy=None,
+                additional_headers=self._auth,
+                compression=None,  # bytes of a notebook's traffic: not worth the CPU
+            )
+        except InvalidStatus as e:
+            raise RunnerAPIError(e.response.status_code, "forward_refused", str(e)) from e
+        except (OSError, WebSocketException, TimeoutError) as e:
+            raise RunnerUnavailable(f"forward to {self.base_url}: {e!r}") from e
+
     async def poll(self, after: int = 0, wait_s: float = 25.0) -> AsyncIterator[Event]:
         """Every event past ``after`` by long polling, until the job has ended."""
         while True:
@@ -163,11 +205,7 @@ class RunnerClient:
         from websockets.asyncio.client import connect
         from websockets.exceptions import ConnectionClosedOK, WebSocketException
 
-        ws_base = (
-            "ws" + self.base_url[len("http") :]
-            if self.base_url.startswith("http")
-            else self.base_url
-        )
+        ws_base = self._ws_base()
         failures = 0
         while True:
             try:

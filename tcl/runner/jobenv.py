@@ -11,7 +11,7 @@ from pathlib import Path
 
 from tcl.atomic import write_atomic
 from tcl.runner import nodeenv
-from tcl.runner.api import ClusterInfo, JobSpec
+from tcl.runner.api import ClusterInfo, JobSpec, SessionKind
 from tcl.runner.cluster import resolve_placement
 from tcl.runner.errors import InvalidSpec
 
@@ -53,8 +53,12 @@ def public_env(
         **placement_env(placement.cluster, base),
     }
     tcl_path = base.get(JOB_TCL_PATH_VAR)
-    if spec.job is not None and tcl_path:
-        # Only for ``job`` specs: an argv job sees the image's imports and nothing of tcl's.
+    runs_tcl = spec.job is not None or (
+        spec.argv is None and spec.session is not None and spec.session.kind is SessionKind.REMOTE
+    )
+    if runs_tcl and tcl_path:
+        # Only for ``job`` specs and the ``@tcl.remote`` call server: an argv job sees the
+        # image's imports and nothing of tcl's.
         env["PYTHONPATH"] = os.pathsep.join(p for p in (tcl_path, base.get("PYTHONPATH")) if p)
     env.update(spec.env)
     return env

@@ -15,17 +15,29 @@ import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tcl import __version__
 from tcl.atomic import write_atomic
 from tcl.runner import code as codemod
 from tcl.runner import jobenv
-from tcl.runner.api import EventsPage, HealthInfo, JobSpec, LogStream, RunnerState
+from tcl.runner import session as sessionmod
+from tcl.runner.api import (
+    EventsPage,
+    HealthInfo,
+    JobSpec,
+    LogStream,
+    RunnerState,
+    SessionInfo,
+    SyncAck,
+    SyncPatch,
+)
 from tcl.runner.cluster import resolve_placement
 from tcl.runner.codecache import CodeCache
 from tcl.runner.errors import (
     CodeHashMismatch,
     CodeNotCached,
+    Conflict,
     ExecutorError,
     IllegalTransition,
     InvalidRequest,
@@ -39,6 +51,9 @@ from tcl.runner.executor import Executor
 from tcl.runner.limits import DEFAULT_GRACE_S
 from tcl.runner.masking import Masker
 from tcl.runner.states import StateMachine
+
+if TYPE_CHECKING:
+    from tcl.runner.treepatch import TreeSync
 
 S = RunnerState
 StateHook = Callable[[RunnerState, int | None], None]
@@ -77,6 +92,8 @@ class Runner:
         self._lock = threading.RLock()
         self._uploading = False
         self._code_sha256: str | None = None
+        self.session: sessionmod.Session | None = None
+        self._tree: TreeSync | None = None  # live code sync's view of the working dir
         # A stop signal reached the runner (scancel, preemption). SLURM signals every process
         # of the step, so the job may exit of it before the runner's own stop reaches the
         # executor: its exit is still the stop's outcome, not a failure.
@@ -120,8 +137,8 @@ class Runner:
                 raise SpecConflict(f"a different spec (run_id {self.spec.run_id}) was submitted")
             if spec.working_dir is not None and not Path(spec.working_dir).is_absolute():
                 raise InvalidSpec("working_dir", "working_dir must be an absolute path")
-            if spec.argv is None and spec.job is None:
-                raise InvalidSpec("argv", "neither argv nor job is given: nothing to run")
+            if spec.argv is None and spec.job is None and spec.session is None:
+                raise InvalidSpec("argv", "neither argv, job nor session is given: nothing to run")
             resolve_placement(spec, os.environ)  # a scheduler env that makes no sense: 422 now
             self.machine.move(
                 S.WAITING_CODE if spec.code else S.READY, expect=frozenset({S.WAITING_SPEC})
@@ -251,12 +268,13 @@ class Runner:
                     write_atomic(config_file, spec.job.config_yaml.encode())
             except (OSError, ValueError) as e:  # ValueError: a path the OS cannot take
                 raise StorageError(f"cannot prepare the working dir {workdir}: {e}") from e
+            argv, env, secret_values = self._command(spec, workdir, job_dir, config_file)
             executor = Executor(
                 self.log,
-                jobenv.job_argv(spec, workdir, config_file),
+                argv,
                 job_dir,
-                jobenv.job_env(spec, workdir),
-                list(spec.secrets.values()),
+                env,
+                secret_values,
                 self._on_exit,
                 spec.max_duration_s,
                 end_orphans=self.config.end_orphans,
@@ -278,6 +296,48 @@ class Runner:
                 executor.say(e.detail)
                 self.machine.move(S.FAILED, exit_code=127)
             return self.state
+
+    def _command(
+        self, spec: JobSpec, workdir: Path, job_dir: Path, config_file: Path
+    ) -> tuple[list[str], dict[str, str], list[str]]:
+        """The job's argv, environment and secret values (masked in its logs); a session's
+        command is built here, its port and key made (``tcl.runner.session``)."""
+        env = jobenv.job_env(spec, workdir)
+        secret_values = list(spec.secrets.values())
+        if spec.argv is not None or spec.job is not None or spec.session is None:
+            return jobenv.job_argv(spec, workdir, config_file), env, secret_values
+        try:
+            launch = sessionmod.start_spec(spec.session, job_dir, env, sessionmod.in_image())
+        except ExecutorError as e:
+            raise InvalidSpec("session", e.detail) from None
+        self.session = launch.session
+        env.update(launch.env)
+        env.update(launch.secrets)
+        return launch.argv, env, [*secret_values, *launch.secrets.values()]
+
+    def session_info(self) -> SessionInfo:
+        """The job's interactive session (409 when the job is not one, or has not started)."""
+        with self._lock:
+            session = self.session
+            state = self.state
+        if session is None:
+            kind = self.spec.session if self.spec is not None else None
+            why = "has not started" if kind is not None else "is not an interactive session"
+            raise Conflict(f"the job {why}")
+        running = state is S.RUNNING
+        return session.info(running, "" if running else f"the job is {state.value}")
+
+    def sync(self, patch: SyncPatch) -> SyncAck:
+        """Apply a live code change to the working dir (``tcl sync``): all files or none."""
+        from tcl.runner.treepatch import TreeSync
+
+        with self._lock:
+            if self.state not in (S.READY, S.RUNNING):
+                raise Conflict(f"cannot sync code in state {self.state.value}")
+            if self._tree is None:
+                self._tree = TreeSync(self.workdir, self._code_sha256 or "")
+            tree = self._tree
+        return tree.apply(patch)
 
     def fail_to_start(self, detail: str) -> RunnerState:
         """The job cannot start (its node lacks what it needs): ``detail`` on the runner's log,

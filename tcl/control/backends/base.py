@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict
 from tcl.control.states import RunState
 
 if TYPE_CHECKING:
+    from tcl.control.agents import RunnerApi
     from tcl.control.config import ClusterConfig, HostConfig
     from tcl.control.shipping import Snapshot
     from tcl.control.solver import Request
@@ -248,6 +249,14 @@ class Backend(abc.ABC):
     def ssh_endpoint(self, handle: Handle, node: int) -> SshEndpoint | None:
         """Where ``tcl ssh`` connects for ``node`` of the run (None: not possible)."""
         return None
+
+    async def runner(self, handle: Handle, node: int) -> RunnerApi:
+        """A fresh client for ``node``'s runner API, for interactive work (``tcl repl``'s
+        forward, ``tcl sync``, ``@tcl.remote``); the caller closes it. Re-resolved on each
+        call, so one made after :meth:`reset` goes through new connections."""
+        from tcl.control.errors import TclError
+
+        raise TclError(f"{self.kind} hosts do not run interactive sessions")
 
     def load_handle(self, raw: Mapping[str, Any]) -> Handle:
         return self.handle_model.model_validate(dict(raw))

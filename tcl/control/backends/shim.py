@@ -333,6 +333,13 @@ class ShimBackend(Backend):
             task.ports.runner, task.runner_token, node.task_id
         )
 
+    async def runner(self, handle: BaseHandle, node: int) -> RunnerApi:
+        assert isinstance(handle, ShimHandle)
+        runner = await self._runner(handle.nodes[node])
+        if isinstance(runner, TaskInfo):
+            raise TclError(f"task {runner.id} has ended: its runner is gone")
+        return runner
+
     async def events(self, handle: BaseHandle, node: int, after: int, wait_s: float) -> NodePage:
         assert isinstance(handle, ShimHandle)
         n = handle.nodes[node]

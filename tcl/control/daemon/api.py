@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from tcl.control.logcache import KeptEvent
 from tcl.control.retry import RetryPolicy
 from tcl.control.submitted import SubmitResult
-from tcl.runner.api import JobRef
+from tcl.runner.api import JobRef, SessionKind
 
 API_VERSION = 1
 
@@ -75,6 +75,7 @@ class SubmitRequest(_Strict):
     options: dict[str, str] = Field(default_factory=dict)  # backend options (tpu.version, down)
     yes: bool = False  # confirmed: a plan may create something billed (a TPU node)
     retry: RetryPolicy | None = None  # place the run again when it fails or is preempted
+    session: SessionKind | None = None  # an interactive session (`tcl repl`, `@tcl.remote`)
 
 
 class FollowRequest(_Strict):

@@ -39,7 +39,7 @@ from tcl.control.logcache import KeptEvent
 from tcl.control.service import Control
 from tcl.control.ssh import SshPool
 from tcl.control.store import Store
-from tcl.control.submit import Submission, submit
+from tcl.control.submit import submission_from, submit
 from tcl.control.sweep.scheduler import Scheduler
 from tcl.tokenfile import bearer_matches
 
@@ -119,16 +119,6 @@ class _QueueObserver:
 
     def note(self, text: str) -> None:
         self.queue.put_nowait(Line(kind=LineKind.NOTE, text=text))
-
-
-def _submission(req: SubmitRequest) -> Submission:
-    return Submission(
-        argv=req.argv, name=req.name, chip=req.chip, chips=req.chips, nodes=req.nodes,
-        host=req.host, image=req.image, env=req.env, secrets=req.secrets, cwd=Path(req.cwd),
-        code_dir=Path(req.code_dir) if req.code_dir is not None else None,
-        max_duration_s=req.max_duration_s, job=req.job, options=req.options, yes=req.yes,
-        retry=req.retry,
-    )  # fmt: skip
 
 
 async def _follow_into(
@@ -236,7 +226,8 @@ def create_app(d: Daemon, token: str) -> ASGIApp:
         async def work() -> None:
             ctl = d.control(req.config_path, req.config_named)
             try:
-                res = await submit(ctl, _submission(req), _QueueObserver(queue), check_job=False)
+                sub = submission_from(req)
+                res = await submit(ctl, sub, _QueueObserver(queue), check_job=False)
                 queue.put_nowait(Line(kind=LineKind.SUBMITTED, result=res))
                 d.submissions.pop(sid, None)  # started: nothing left to cancel
                 if req.follow:
