@@ -77,15 +77,22 @@ def _state(path: str) -> tuple[str, int]:
     markers above when it is no file or link."""
     try:
         st = os.lstat(path)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # (a parent file this patch deletes)
         return _ABSENT, 0
-    if stat.S_ISLNK(st.st_mode):
-        return hashlib.sha256(os.readlink(path).encode()).hexdigest(), 0
-    if stat.S_ISDIR(st.st_mode):
-        return _DIRECTORY, 0
-    if not stat.S_ISREG(st.st_mode):
-        return _OTHER, 0
-    return _sha_file(path), stat.S_IMODE(st.st_mode)
+    except OSError as e:
+        raise StorageError(f"cannot read {path}: {e}") from None
+    try:
+        if stat.S_ISLNK(st.st_mode):
+            return hashlib.sha256(os.readlink(path).encode()).hexdigest(), 0
+        if stat.S_ISDIR(st.st_mode):
+            return _DIRECTORY, 0
+        if not stat.S_ISREG(st.st_mode):
+            return _OTHER, 0
+        return _sha_file(path), stat.S_IMODE(st.st_mode)
+    except FileNotFoundError:  # removed meanwhile (by the job)
+        return _ABSENT, 0
+    except OSError as e:
+        raise StorageError(f"cannot read {path}: {e}") from None
 
 
 @dataclass
@@ -138,7 +145,8 @@ class TreeSync:
         written = {f.path for f in files if f.sha256 is not None}
         items: list[_Item] = []
         for f in files:
-            self._check_path(f.path, deleted, written)
+            # a written path below a written file cannot both exist; a deleted one can
+            self._check_path(f.path, deleted, written if f.sha256 is not None else set())
             if f.copy_from is not None:
                 self._check_path(f.copy_from, deleted, set())
             sources = (f.data_b64 is not None) + (f.copy_from is not None) + (f.link is not None)
