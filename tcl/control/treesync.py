@@ -16,7 +16,7 @@ import tarfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from tcl.atomic import write_atomic
 from tcl.control.errors import SyncError
@@ -33,8 +33,7 @@ _RACY_NS = 2_000_000_000
 _CHUNK = 1 << 20
 
 
-@dataclass(frozen=True)
-class Entry:
+class Entry(NamedTuple):  # a tuple: tens of thousands are built per scan
     sha256: str
     mode: int  # normalised permission bits
     size: int | None = None  # None: not known (from a tarball), hash again on the next scan
@@ -44,7 +43,10 @@ class Entry:
 
 @dataclass
 class Manifest:
+    """Treated as immutable once built: its tree id is computed once."""
+
     files: dict[str, Entry] = field(default_factory=dict)
+    _id: str | None = field(default=None, compare=False, repr=False)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -86,11 +88,12 @@ def _sha_path(path: Path) -> str:
 
 def tree_id(manifest: Manifest) -> str:
     """The id of a tree's content: a sha256 over the sorted (path, sha256, mode)."""
-    h = hashlib.sha256()
-    for p in sorted(manifest.files):
-        e = manifest.files[p]
-        h.update(f"{p}\0{e.sha256}\0{e.mode:o}\n".encode())
-    return h.hexdigest()
+    if manifest._id is not None:
+        return manifest._id
+    files = manifest.files
+    text = "".join(f"{p}\0{files[p].sha256}\0{files[p].mode:o}\n" for p in sorted(files))
+    manifest._id = hashlib.sha256(text.encode()).hexdigest()
+    return manifest._id
 
 
 def manifest_of_tarball(tarball: Path) -> Manifest:
@@ -133,7 +136,7 @@ def scan(root: Path, git: bool, previous: Manifest | None) -> Manifest:
             and prev.size == e.size
             and prev.mtime_ns == e.mtime_ns
         ):
-            files[e.rel] = Entry(prev.sha256, mode, e.size, e.mtime_ns)
+            files[e.rel] = prev if prev.mode == mode else prev._replace(mode=mode)
             continue
         try:
             sha = _sha_path(root / e.rel)
@@ -150,17 +153,23 @@ def _human(n: float) -> str:
     return f"{n / 2**20:.1f} MiB" if n >= 2**20 else f"{n / 1024:.0f} KiB"
 
 
+def _by_sha(base: Manifest) -> dict[str, str]:
+    """A base path for each regular file content; the first path in order wins."""
+    by_sha: dict[str, str] = {}
+    for p in sorted(base.files, reverse=True):
+        e = base.files[p]
+        if e.link is None:
+            by_sha[e.sha256] = p
+    return by_sha
+
+
 def make_patch(
     root: Path, base: Manifest, now: Manifest, max_bytes: int = MAX_PATCH_BYTES
 ) -> SyncPatch | None:
     """The patch taking a remote tree at ``base`` to ``now`` (None: nothing changed). A new
     file with the content of a base file is sent as a copy of it (a rename, a copy), not as
     data: the runner reads every copy source before it changes anything."""
-    by_sha: dict[str, str] = {}
-    for p in sorted(base.files, reverse=True):  # the first path wins: deterministic
-        e = base.files[p]
-        if e.link is None:
-            by_sha[e.sha256] = p
+    by_sha: dict[str, str] | None = None
     files: list[SyncFile] = []
     data: list[tuple[str, int]] = []  # (path, size) to send as data
     for p, gone in base.files.items():
@@ -168,13 +177,17 @@ def make_patch(
             files.append(SyncFile(path=p, old_sha256=gone.sha256, sha256=None))
     for p, e in now.files.items():
         was = base.files.get(p)
+        if was is e:  # scan reuses an unchanged entry: no need to compare its fields
+            continue
         if was is not None and (was.sha256, was.mode, was.link) == (e.sha256, e.mode, e.link):
             continue
         old = was.sha256 if was is not None else None
         src: str | None = None
         if e.link is None and was is not None and was.link is None and was.sha256 == e.sha256:
             src = p  # a mode change: the runner copies the file onto itself
-        elif e.link is None and (e.size or 0) > 0:
+        elif was is None and e.link is None and (e.size or 0) > 0:  # a rename or copy?
+            if by_sha is None:  # built on the first new content only: most syncs edit
+                by_sha = _by_sha(base)
             src = by_sha.get(e.sha256)
         if e.link is None and src is None:
             data.append((p, e.size or 0))
