@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import posixpath
 import tarfile
 import time
 from dataclasses import dataclass, field
@@ -237,7 +238,8 @@ def changed_modules(patch: SyncPatch, job_cwd: str) -> list[str]:
     relative to its cwd (``job_cwd``, relative to the tree root, "" the root) where they are
     below it, else relative to the root (a best guess). Names that no import statement could
     spell (``my-script.py``) are left out."""
-    prefix = job_cwd.strip("/") + "/" if job_cwd.strip("/") else ""
+    cwd = posixpath.normpath(job_cwd.strip("/") or ".")
+    prefix = "" if cwd == "." else cwd + "/"
     names: set[str] = set()
     for f in patch.files:
         if f.sha256 is None or not f.path.endswith(".py"):

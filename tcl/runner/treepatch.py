@@ -115,6 +115,12 @@ class TreeSync:
         self._applied: collections.OrderedDict[str, None] = collections.OrderedDict()
         self._fail_at = _fail_at  # tests: the k-th commit step (from 0) fails with EIO
         self._steps = 0
+        # a staging dir left by a runner killed mid-apply: its backups are of a patch that
+        # never completed, and the job should not see it
+        with contextlib.suppress(OSError):
+            for name in os.listdir(self._root):
+                if name.startswith(_STAGING_PREFIX):
+                    shutil.rmtree(os.path.join(self._root, name), ignore_errors=True)
 
     def apply(self, patch: SyncPatch) -> SyncAck:
         if patch_id(patch.base, patch.new_base, patch.files) != patch.id:

@@ -226,6 +226,8 @@ def test_changed_modules() -> None:
     ]
     p = SyncPatch(id="0" * 64, base="a", new_base="b", files=files)
     assert changed_modules(p, "src") == ["pkg", "pkg.mod", "pkg.sub.deep", "tools.helper"]
+    assert changed_modules(p, "./src/") == changed_modules(p, "src")
+    assert changed_modules(p, ".") == changed_modules(p, "")
     assert changed_modules(p, "") == [
         "src.pkg", "src.pkg.mod", "src.pkg.sub.deep", "tools.helper",
     ]  # fmt: skip

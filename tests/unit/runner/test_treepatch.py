@@ -310,3 +310,22 @@ def test_one_change_in_a_big_tree_hashes_only_its_path(tmp_path: Path) -> None:
         mp.setattr(os, "open", spy)
         ts.apply(patch(put("d7/f", b"y", old=b"x" * 1000)))
     assert all("d7/f" in p or ".tcl-sync-" in p for p in opened), opened
+
+
+def test_swap_two_files(tree: Path) -> None:
+    a, b = b"a = 1\n", b"b = 1\n"
+    TreeSync(tree, "b0").apply(
+        patch(
+            SyncFile(path="pkg/a.py", old_sha256=sha(a), sha256=sha(b), copy_from="pkg/b.py"),
+            SyncFile(path="pkg/b.py", old_sha256=sha(b), sha256=sha(a), copy_from="pkg/a.py"),
+        )
+    )
+    assert (tree / "pkg/a.py").read_bytes() == b and (tree / "pkg/b.py").read_bytes() == a
+
+
+def test_stale_staging_dir_is_removed(tree: Path) -> None:
+    (tree / ".tcl-sync-old" / "b0").mkdir(parents=True)
+    TreeSync(tree, "b0")
+    assert not (tree / ".tcl-sync-old").exists()
+    with pytest.raises(InvalidRequest, match="reserved"):
+        TreeSync(tree, "b0").apply(patch(put(".tcl-sync-x/f", b"x")))
