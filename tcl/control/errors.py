@@ -22,6 +22,7 @@
     ├── NoPlacementError          the solver found nothing: carries what each host offers
     ├── SubmitCancelled           Ctrl-C during a submit, once what it started is cleaned up
     ├── ConfirmationNeededError   the plan creates something billed: the user must confirm
+    ├── SyncError                 `tcl sync` cannot build a patch (too big, state file bad)
     └── HostSetupError            `tcl host setup` failed (names the step)
 
 Foreign exceptions (asyncssh, httpx, OSError, yaml, pydantic) are translated where they are
@@ -136,6 +137,11 @@ class SweepError(TclError):
     """A matrix or its entries: not found, or bad input (the message names the entries)."""
 
     exit_code = 2
+
+
+class SyncError(TclError):
+    """`tcl sync` cannot build or record a patch: over the size cap (names the largest
+    files), a file changed while it was read, or a damaged state file (names it)."""
 
 
 class SyncConflictError(AgentError):

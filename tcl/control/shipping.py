@@ -129,15 +129,16 @@ def list_files(root: Path, git: bool) -> tuple[list[FileEntry], int]:
     rules = IgnoreRules.from_dir(root)
     paths, unreadable = (_git_paths(root), 0) if git else _walk_paths(root, rules)
     entries: list[FileEntry] = []
+    prefix = os.path.join(root, "")  # string joins: a Path per file costs more than its lstat
     for rel in paths:
         if rel.startswith(".git/") or (rules and rules.ignored(rel)):
             continue
         try:
-            st = (root / rel).lstat()
+            st = os.lstat(prefix + rel)
         except FileNotFoundError:  # tracked but deleted in the work tree
             continue
         if stat.S_ISLNK(st.st_mode):
-            entries.append(FileEntry(rel, 0, st.st_mtime_ns, st.st_mode, os.readlink(root / rel)))
+            entries.append(FileEntry(rel, 0, st.st_mtime_ns, st.st_mode, os.readlink(prefix + rel)))
         elif stat.S_ISREG(st.st_mode):
             entries.append(FileEntry(rel, st.st_size, st.st_mtime_ns, st.st_mode))
         # directories (submodules), sockets, devices: never shipped

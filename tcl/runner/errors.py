@@ -5,7 +5,8 @@ RunnerError
 │   └── CodeHashMismatch    400  body sha256 differs from X-Code-Sha256 / the spec
 ├── Conflict                409  the request is legal, but not now
 │   ├── SpecConflict        409  a second, different spec
-│   └── IllegalTransition   409  e.g. run before the code
+│   ├── IllegalTransition   409  e.g. run before the code
+│   └── SyncConflict        409  a sync patch's paths changed remotely (names them)
 ├── CodeNotCached           404  the host's code cache has no tree with that sha256
 ├── InvalidSpec             422  a spec that parses but cannot run (names the field)
 ├── UnsafeArchive           422  a tarball member escapes the working dir
@@ -45,6 +46,19 @@ class SpecConflict(Conflict):
 
 class IllegalTransition(Conflict):
     code = "illegal_state"
+
+
+class SyncConflict(Conflict):
+    """A sync patch's paths no longer hold what the client diffed against; ``paths`` lists
+    them all (the message at most 20). Nothing was changed."""
+
+    code = "sync_conflict"
+
+    def __init__(self, paths: list[str]) -> None:
+        shown = ", ".join(paths[:20])
+        more = f" and {len(paths) - 20} more" if len(paths) > 20 else ""
+        super().__init__(f"changed on the remote since the last sync: {shown}{more}")
+        self.paths = paths
 
 
 class CodeNotCached(RunnerError):
