@@ -178,7 +178,9 @@ class TclSession:
             self._forward = None
 
     @staticmethod
-    def _run_on(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T], timeout_s: float) -> T:
+    def _run_on(
+        loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T], timeout_s: float
+    ) -> T:
         fut: Future[T] = asyncio.run_coroutine_threadsafe(coro, loop)
         return fut.result(timeout=timeout_s)
 

@@ -33,7 +33,7 @@ class Repl:
         sep = "&" if "?" in path else "?"
         url = f"http://127.0.0.1:{self.port}{path}" + (f"{sep}token={self.token}" if token else "")
         try:
-            with urllib.request.urlopen(url, timeout=timeout_s) as r:  # noqa: S310 (loopback)
+            with urllib.request.urlopen(url, timeout=timeout_s) as r:
                 body = r.read().decode()
                 status = r.status
         except urllib.error.HTTPError as e:

@@ -72,7 +72,8 @@ def tree(root: Path, skip: tuple[str, ...] = ()) -> dict[str, tuple[str, bool]]:
         rel = p.relative_to(root).as_posix()
         if rel.split("/")[0] in skip or not p.is_file():
             continue
-        out[rel] = (hashlib.sha256(p.read_bytes()).hexdigest(), bool(p.stat().st_mode & stat.S_IXUSR))
+        digest = hashlib.sha256(p.read_bytes()).hexdigest()
+        out[rel] = (digest, bool(p.stat().st_mode & stat.S_IXUSR))
     return out
 
 
