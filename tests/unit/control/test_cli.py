@@ -121,6 +121,7 @@ def test_ps_json_is_stable(home: Path) -> None:
         "message",
         "argv",
         "job",
+        "session",
         "chip",
         "chips",
         "code_sha256",
