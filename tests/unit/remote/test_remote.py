@@ -4,8 +4,11 @@ interrupts, conflicts and the handshake."""
 from __future__ import annotations
 
 import io
+import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -302,3 +305,35 @@ def test_round_trip_time(session: CountingSession) -> None:
     per_call = (time.monotonic() - started) / 10
     print(f"round trip through SubprocessSession: {per_call * 1000:.1f} ms")
     assert per_call < 2.0
+
+
+def test_the_worker_imports_only_the_stdlib_and_cloudpickle() -> None:
+    # It runs in the user's image: tcl's own dependencies (pydantic, ...) are not there.
+    probe = (
+        "import json, sys, tcl.remote.worker\n"
+        "tops = {m.split('.')[0] for m in sys.modules} - set(sys.stdlib_module_names)\n"
+        "print(json.dumps(sorted(tops)))\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.startswith('tcl'))))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+    assert set(json.loads(out[0])) <= {"tcl", "cloudpickle", "__main__"}, out[0]
+    assert json.loads(out[1]) == [
+        "tcl",
+        "tcl.remote",
+        "tcl.remote.errors",
+        "tcl.remote.payload",
+        "tcl.remote.wire",
+        "tcl.remote.worker",
+    ]
+
+
+def test_the_worker_will_not_start_without_a_token() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "TCL_SESSION_TOKEN"}
+    env["TCL_SESSION_PORT"] = "1"
+    r = subprocess.run(
+        [sys.executable, "-m", "tcl.remote.worker"], env=env, capture_output=True, text=True
+    )
+    assert r.returncode != 0
+    assert "TCL_SESSION_TOKEN" in r.stderr
