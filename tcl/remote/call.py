@@ -1,0 +1,216 @@
+"""The client side of one call over a connected socket: handshake, ship, stream the remote
+output live, then write the changed globals back (or re-raise the remote exception)."""
+
+from __future__ import annotations
+
+import socket
+import sys
+import threading
+import time
+import types
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+from tcl.remote import payload, wire
+from tcl.remote.capture import Shipment, prepare
+from tcl.remote.errors import (
+    ProtocolError,
+    RemoteCallFailed,
+    RemoteTraceback,
+    VersionMismatch,
+    WorkerRefused,
+)
+
+# After an INTERRUPT, how long to wait for the worker's KeyboardInterrupt before giving up.
+INTERRUPT_GRACE_S = 10.0
+
+
+@dataclass
+class CallStats:
+    """What one call moved and changed. `bytes_received` counts every frame of the reply
+    (output, result): a global the call did not change is not in it."""
+
+    bytes_sent: int = 0
+    bytes_received: int = 0
+    seconds: float = 0.0
+    changed: list[str] = field(default_factory=list)
+    written: list[str] = field(default_factory=list)
+    conflicts: list[str] = field(default_factory=list)
+
+
+_last = threading.local()
+_last_any: list[CallStats] = [CallStats()]
+
+
+def last_call_stats() -> CallStats:
+    """Stats of the last call finished in this thread (or, if none, in any thread)."""
+    stats: CallStats | None = getattr(_last, "stats", None)
+    return stats if stats is not None else _last_any[0]
+
+
+def _record(stats: CallStats) -> None:
+    _last.stats = stats
+    _last_any[0] = stats
+
+
+class ConflictWarning(UserWarning):
+    """A global changed locally while the call ran: the remote value was not written back."""
+
+
+def _handshake(chan: wire.Channel, token: str) -> None:
+    mine = wire.local_versions()
+    chan.send_json(wire.HELLO, {"token": token, **mine})
+    kind, body = chan.recv(max_len=wire.MAX_CONTROL_FRAME)
+    msg = wire.parse_json(body)
+    if kind == wire.REFUSED:
+        if msg.get("reason") == "version":
+            raise VersionMismatch(str(msg.get("message")))
+        raise WorkerRefused(f"the remote worker refused the connection: {msg.get('message')}")
+    if kind != wire.WELCOME:
+        raise ProtocolError(f"expected WELCOME, got frame {kind!r}")
+    problem = wire.version_problem(msg, mine)
+    if problem is not None:
+        raise VersionMismatch(problem)
+
+
+def _show(body: bytes) -> None:
+    # Looked up per frame: in a notebook, sys.stdout is the running cell's stream.
+    msg = wire.parse_json(body)
+    stream = sys.stderr if msg.get("stream") == "stderr" else sys.stdout
+    stream.write(str(msg.get("text", "")))
+    stream.flush()
+
+
+def _remote_exception(body: bytes) -> BaseException:
+    """The remote exception, the same type when it unpickles, with the remote traceback text
+    as its `__cause__`."""
+    info, exc_payload = wire.unpack_error(body)
+    text = str(info.get("traceback", ""))
+    exc: BaseException | None = None
+    if exc_payload:
+        try:
+            loaded = payload.loads(exc_payload)
+            exc = loaded if isinstance(loaded, BaseException) else None
+        except Exception:
+            exc = None
+    if exc is None:
+        exc = RemoteCallFailed(f"{info.get('type')}: {info.get('message')}")
+    exc.__cause__ = RemoteTraceback(text)
+    exc.__traceback__ = None
+    return exc
+
+
+def _wait_reply(chan: wire.Channel) -> tuple[bytes, bytes]:
+    """The RESULT or ERROR frame, showing OUT frames as they come. A KeyboardInterrupt here
+    asks the worker to interrupt the call and, once it confirms (or after a grace period),
+    raises KeyboardInterrupt with the remote traceback of where the call stopped."""
+    try:
+        while True:
+            kind, body = chan.recv()
+            if kind == wire.OUT:
+                _show(body)
+            elif kind in (wire.RESULT, wire.ERROR):
+                return kind, body
+            else:
+                raise ProtocolError(f"unexpected frame {kind!r} during a call")
+    except KeyboardInterrupt:
+        pass
+    interrupted = KeyboardInterrupt()
+    try:
+        chan.send(wire.INTERRUPT)
+        chan.sock.settimeout(INTERRUPT_GRACE_S)
+        while True:
+            kind, body = chan.recv()
+            if kind == wire.OUT:
+                _show(body)
+            elif kind == wire.ERROR:
+                interrupted.__cause__ = _remote_exception(body).__cause__
+                break
+            else:
+                break
+    except (OSError, ProtocolError):
+        print("tcl.remote: the worker did not confirm the interrupt", file=sys.stderr)
+    raise interrupted
+
+
+def _apply(g: dict[str, Any], name: str, new: Any) -> None:
+    """Write `new` into `g[name]`, in place where that keeps aliases working."""
+    old = g.get(name)
+    if isinstance(old, list) and isinstance(new, list):
+        old[:] = new
+    elif isinstance(old, dict | set) and type(new) is type(old):
+        old.clear()
+        old.update(new)
+    elif old is not None and _same_ndarray(old, new):
+        old[...] = new
+    else:
+        g[name] = new
+
+
+def _same_ndarray(old: Any, new: Any) -> bool:
+    np = sys.modules.get("numpy")
+    return (
+        np is not None
+        and type(old) is np.ndarray
+        and type(new) is np.ndarray
+        and old.shape == new.shape
+        and old.dtype == new.dtype
+        and bool(old.flags.writeable)
+    )
+
+
+def write_back(shipment: Shipment, changed: dict[str, Any], stats: CallStats) -> None:
+    """Apply the remote changes unless the local value moved on meanwhile (a conflict)."""
+    g = shipment.fn.__globals__
+    stats.changed = sorted(changed)
+    for name in stats.changed:
+        was = shipment.local_digests.get(name, "absent")
+        now = payload.digest(g[name]) if name in g else "absent"
+        if was != now:
+            stats.conflicts.append(name)
+            continue
+        _apply(g, name, changed[name])
+        stats.written.append(name)
+    if stats.conflicts:
+        warnings.warn(
+            f"tcl.remote: {', '.join(stats.conflicts)} changed locally while "
+            f"{shipment.fn.__qualname__} ran remotely; the remote values were not written back",
+            ConflictWarning,
+            stacklevel=4,
+        )
+
+
+def exchange(conn: socket.socket, shipment: Shipment, *, token: str) -> Any:
+    """Run a prepared call over `conn` (closed afterwards) and return its value."""
+    stats = CallStats()
+    started = time.monotonic()
+    chan = wire.Channel(conn)
+    try:
+        _handshake(chan, token)
+        chan.send(wire.CALL, shipment.body)
+        stats.bytes_sent = len(shipment.body)
+        received_before = chan.bytes_received
+        kind, body = _wait_reply(chan)
+        stats.bytes_received = chan.bytes_received - received_before
+    finally:
+        chan.close()
+        stats.seconds = time.monotonic() - started
+        _record(stats)
+    if kind == wire.ERROR:
+        raise _remote_exception(body)
+    result, changed = payload.loads(body)
+    write_back(shipment, changed, stats)
+    return result
+
+
+def call(
+    conn: socket.socket,
+    fn: types.FunctionType,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    *,
+    token: str,
+) -> Any:
+    """Call `fn(*args, **kwargs)` on the worker at the other end of `conn`."""
+    return exchange(conn, prepare(fn, args, kwargs), token=token)
