@@ -29,10 +29,10 @@ SessionFactory = Callable[[Placement], Session]
 
 
 def _default_session_factory(placement: Placement) -> Session:
-    raise NotImplementedError(
-        "tcl.remote has no session transport yet: the remote session job is not wired in "
-        "(tests inject one with tcl.remote.decorator.set_session_factory)"
-    )
+    """A ``remote`` session run placed like ``tcl submit`` (:mod:`tcl.remote.tclsession`)."""
+    from tcl.remote.tclsession import TclSession
+
+    return TclSession(placement)
 
 
 _lock = threading.Lock()

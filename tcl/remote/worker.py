@@ -199,6 +199,9 @@ def _handshake(chan: wire.Channel, token: str) -> bool:
     return True
 
 
+DEFAULT_IDLE_S = 3600.0  # TCL_REMOTE_IDLE_S; 0: never
+
+
 def _serve_connection(conn: socket.socket, token: str) -> None:
     chan = wire.Channel(conn)
     conn.settimeout(HELLO_TIMEOUT_S)  # a silent stranger must not hold the worker
@@ -213,11 +216,18 @@ def _serve_connection(conn: socket.socket, token: str) -> None:
         c.close()
 
 
-def serve(port: int, token: str) -> None:
+def serve(port: int, token: str, idle_s: float | None = None) -> None:
+    """Serve calls until SIGTERM, or until ``idle_s`` pass without a connection: a session
+    whose notebook died without closing it must not hold its accelerators for ever."""
     srv = socket.create_server(("127.0.0.1", port))
+    srv.settimeout(idle_s)
     _log(f"listening on 127.0.0.1:{port}")
     while True:
-        conn, _ = srv.accept()
+        try:
+            conn, _ = srv.accept()
+        except TimeoutError:
+            _log(f"no call for {idle_s:.0f}s: ending the session")
+            return
         try:
             _serve_connection(conn, token)
         except wire.ConnectionClosed:
@@ -235,6 +245,7 @@ def serve(port: int, token: str) -> None:
 def main() -> None:
     token = os.environ.pop("TCL_SESSION_TOKEN", "")  # not inherited by the user's subprocesses
     port = os.environ.get("TCL_SESSION_PORT", "")
+    idle = os.environ.get("TCL_REMOTE_IDLE_S", str(DEFAULT_IDLE_S))
     if not token or not port.isdigit():
         sys.exit("tcl.remote.worker: TCL_SESSION_TOKEN and TCL_SESSION_PORT must be set")
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -242,7 +253,7 @@ def main() -> None:
     sys.path.insert(0, os.getcwd())
     started = time.monotonic()
     try:
-        serve(int(port), token)
+        serve(int(port), token, float(idle) if float(idle) > 0 else None)
     finally:
         _log(f"exiting after {time.monotonic() - started:.0f}s")
 

@@ -89,13 +89,15 @@ def _has_module(python: str, module: str, env: Mapping[str, str]) -> bool:
 
 
 def pick_python(kind: SessionKind, env: Mapping[str, str], in_image: bool) -> str:
-    """The job's own interpreter (``python3`` on its PATH) when it has what the session needs,
-    else the runner's (a host's venv; in an image, the runner's venv, for Jupyter only: a
-    remote call must run where the user's packages are)."""
+    """Jupyter: the job's own interpreter (``python3`` on its PATH) when it has Jupyter Lab,
+    else the runner's. A remote call: as for a ``tcl.jobs`` job, the image's ``python3`` in an
+    image (where the user's packages are), the runner's on a host (tcl's own environment,
+    whose cloudpickle is the workstation's when both come from one lockfile)."""
     module = _NEEDS[kind]
-    candidates = ["python3"]
-    if kind is SessionKind.JUPYTER or not in_image:
-        candidates.append(sys.executable)
+    if kind is SessionKind.JUPYTER:
+        candidates = ["python3", sys.executable]
+    else:
+        candidates = ["python3"] if in_image else [sys.executable]
     for python in candidates:
         if _has_module(python, module, env):
             return python
