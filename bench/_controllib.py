@@ -43,7 +43,7 @@ def runner_image() -> str:
 
 
 class Bed:
-    def __init__(self, root: Path, image: str) -> None:
+    def __init__(self, root: Path, image: str, executor: str = "docker") -> None:
         self.root = root
         self.home = root / "home"
         self.home.mkdir()
@@ -56,8 +56,8 @@ class Bed:
             f"  box: {{type: ssh, ssh: 127.0.0.1, port: 2222, user: root,"
             f" identity_file: {self.ssh}/id_ed25519, known_hosts: {self.ssh}/known_hosts,"
             f" ssh_config_file: {self.ssh}/ssh_config, shim_venv: {VENV},"
-            f" shim_port: {free_port()}, shim_dir: {self.shim_dir}, executor: docker,"
-            f' fake_accelerators: "h100:8", image: "{image}"}}\n'
+            f" shim_port: {free_port()}, shim_dir: {self.shim_dir}, executor: {executor},"
+            f' fake_accelerators: "h100:8"' + (f', image: "{image}"' if image else "") + "}\n"
         )
 
     def env(self) -> dict[str, str]:
@@ -89,14 +89,16 @@ class Bed:
 
 
 @contextmanager
-def testbed() -> Iterator[Bed]:
+def testbed(executor: str = "docker") -> Iterator[Bed]:
+    """The sshd host ``box`` with a shim; jobs in the runner image (``docker``) or as processes
+    of the host (``process``: tcl's venv, shared with this checkout)."""
     env = {**os.environ, "BASE": SSH_BASE, "N": "0"}
     subprocess.run(["bash", str(REPO / "scripts/testbed/ssh-down.sh")], env=env, check=False,
                    capture_output=True)  # fmt: skip
     subprocess.run(["bash", str(REPO / "scripts/testbed/ssh-up.sh")], env=env, check=True,
                    capture_output=True)  # fmt: skip
     root = Path(tempfile.mkdtemp(prefix="tcl-bench-control."))
-    bed = Bed(root, runner_image())
+    bed = Bed(root, runner_image() if executor == "docker" else "", executor)
     try:
         bed.tcl("host", "setup", "box")
         yield bed

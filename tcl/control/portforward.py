@@ -87,6 +87,10 @@ class PortForward:
                 await _pump(reader, writer, stream)
             finally:
                 await stream.aclose()
+        except asyncio.CancelledError:
+            # aclose(): this task is the top of the connection, started by asyncio's server,
+            # which reads its outcome; a cancelled one would be logged as an error there.
+            return
         finally:
             self._conns.discard(task)
             writer.close()
