@@ -35,6 +35,7 @@ class Request:
     # backend options from the CLI (``tpu.version``, ``tpu.spot``, ``down``): each backend
     # reads the keys it knows
     options: Mapping[str, str] = field(default_factory=dict)
+    interactive: bool = False  # a session (`tcl repl`, `@tcl.remote`): its runner is reached
 
     def describe(self) -> str:
         nodes = f" on {self.nodes} nodes" if self.nodes > 1 else ""
@@ -92,7 +93,10 @@ async def solve(cfg: Config, req: Request, backend_of: BackendOf) -> Solution:
             except TclError as e:
                 why = str(e)
             else:
-                by_backend.setdefault(id(b), (b, []))[1].append(name)
+                if req.interactive and not b.interactive:
+                    why = f"{b.kind} hosts do not run interactive sessions"
+                else:
+                    by_backend.setdefault(id(b), (b, []))[1].append(name)
         if why is not None:
             reasons[name] = why
 

@@ -273,7 +273,7 @@ async def dry_run(ctl: Control, sub: Submission) -> str:
 
 def _request(sub: Submission) -> Request:
     return Request(chip=sub.chip, chips=sub.chips, nodes=sub.nodes, host=sub.host,
-                   options=dict(sub.options))  # fmt: skip
+                   options=dict(sub.options), interactive=sub.session is not None)  # fmt: skip
 
 
 def _job_cwd(sub: Submission, snap: Snapshot) -> str:

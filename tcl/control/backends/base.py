@@ -196,6 +196,9 @@ class HostCheck:
 class Backend(abc.ABC):
     kind: ClassVar[str]
     handle_model: ClassVar[type[Handle]]
+    # Whether :meth:`runner` hands out a node's runner API (interactive sessions need it):
+    # the solver skips other hosts for a session.
+    interactive: ClassVar[bool] = False
 
     def __init__(self, inputs: BackendInputs) -> None:
         self.inputs = inputs

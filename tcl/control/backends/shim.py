@@ -81,6 +81,7 @@ _REASON = {
 
 class ShimBackend(Backend):
     handle_model: ClassVar[type[BaseHandle]] = ShimHandle
+    interactive = True  # every shim's runner serves its API (the forward, code sync)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

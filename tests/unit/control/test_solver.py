@@ -135,3 +135,13 @@ hosts:
     assert [n.host for n in sol.candidates[0].nodes] == ["n1", "n2"]
     with pytest.raises(NoPlacementError, match="nothing fits 16 x h100"):
         await shims.solve(Request(chip="h100", chips=16), cfg)
+
+
+async def test_a_session_skips_hosts_that_run_no_interactive_sessions() -> None:
+    shims = FakeShims()
+    sol = await shims.solve(Request(chip="h100", chips=1, interactive=True))
+    assert [c.host for c in sol.candidates] == ["small", "big"]
+    assert dict(sol.skipped)["vol1"] == "volcano hosts do not run interactive sessions"
+    with pytest.raises(NoPlacementError) as e:
+        await shims.solve(Request(host="vol1", interactive=True))
+    assert "vol1: volcano hosts do not run interactive sessions" in str(e.value)
