@@ -25,27 +25,42 @@ if TYPE_CHECKING:
 READY_POLL_S = 0.5
 
 
-@dataclass(frozen=True)
+@dataclass
 class Target:
-    """A run's node whose runner serves the session."""
+    """A run's node whose runner serves the session. The forward's streams share one runner
+    client (its port and token come from the host's agent: one round trip saved per
+    connection); a failure drops it, and the next stream re-resolves through a new tunnel."""
 
     run_id: str
     backend: Backend
     handle: Handle
     node: int = 0
+    _forwarding: RunnerApi | None = None
 
     async def runner(self) -> RunnerApi:
+        """A fresh client (the caller closes it)."""
         return await self.backend.runner(self.handle, self.node)
 
     async def reset(self) -> None:
+        forwarding, self._forwarding = self._forwarding, None
+        if forwarding is not None:
+            await forwarding.aclose()
         await self.backend.reset(self.handle)
 
     async def open_stream(self) -> ForwardStream:
-        runner = await self.runner()
+        if self._forwarding is None:
+            self._forwarding = await self.runner()
         try:
-            return await runner.open_forward()
-        finally:
-            await runner.aclose()
+            return await self._forwarding.open_forward()
+        except TclError:
+            forwarding, self._forwarding = self._forwarding, None
+            await forwarding.aclose()
+            raise
+
+    async def aclose(self) -> None:
+        forwarding, self._forwarding = self._forwarding, None
+        if forwarding is not None:
+            await forwarding.aclose()
 
 
 def target(ctl: Control, run_id: str) -> Target | None:
@@ -98,4 +113,6 @@ def forward(
     tgt: Target, port: int = 0, on_reconnect: Callable[[str], None] | None = None
 ) -> PortForward:
     """A local port forwarded to the session (call ``start()``)."""
-    return PortForward(tgt.open_stream, tgt.reset, port=port, on_reconnect=on_reconnect)
+    return PortForward(
+        tgt.open_stream, tgt.reset, port=port, on_reconnect=on_reconnect, on_close=tgt.aclose
+    )

@@ -35,6 +35,7 @@ class PortForward:
         open_stream: OpenStream,
         reset: Reset | None = None,
         *,
+        on_close: Reset | None = None,
         port: int = 0,
         reconnect_s: float = 60.0,
         on_reconnect: Callable[[str], None] | None = None,
@@ -44,6 +45,7 @@ class PortForward:
         self._port = port
         self.reconnect_s = reconnect_s
         self._on_reconnect = on_reconnect
+        self._on_close = on_close
         self._server: asyncio.Server | None = None
         self._conns: set[asyncio.Task[None]] = set()
         self.connections = 0  # accepted so far (tests, `tcl repl` status)
@@ -73,6 +75,8 @@ class PortForward:
             with contextlib.suppress(Exception):
                 await self._server.wait_closed()
             self._server = None
+        if self._on_close is not None:
+            await self._on_close()
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
