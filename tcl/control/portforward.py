@@ -18,6 +18,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
+from tcl.aiotasks import until_first
 from tcl.control.agents import ForwardStream
 from tcl.control.backoff import backoff_s
 from tcl.control.errors import AgentUnreachableError, SshError, TclError
@@ -142,12 +143,4 @@ async def _pump(
             writer.write(data)
             await writer.drain()
 
-    tasks = {asyncio.create_task(upstream()), asyncio.create_task(downstream())}
-    try:
-        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for t in tasks:
-            t.cancel()
-        for t in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t
+    await until_first(upstream(), downstream())

@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable
 from pydantic import ValidationError
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from tcl.aiotasks import until_first
 from tcl.runner.api import LogsQuery, RunnerState
 from tcl.runner.service import Runner
 
@@ -124,14 +125,6 @@ async def _pump(ws: WebSocket, reader: asyncio.StreamReader, writer: asyncio.Str
         while data := await reader.read(FORWARD_CHUNK_BYTES):
             await ws.send_bytes(data)
 
-    tasks = {asyncio.create_task(upstream()), asyncio.create_task(downstream())}
-    try:
-        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for t in tasks:
-            t.cancel()
-        for t in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t
+    await until_first(upstream(), downstream())
     with contextlib.suppress(Exception):  # the session closed: say so to the client
         await ws.close(1000)

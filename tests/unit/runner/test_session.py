@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from starlette.websockets import WebSocketDisconnect
 
+from tcl.remote import wire
 from tcl.runner import session as sessionmod
 from tcl.runner.api import (
     CodeRef,
@@ -29,7 +30,6 @@ from tcl.runner.client import RunnerAPIError, RunnerClient
 from tcl.runner.service import Runner
 from tcl.runner.treepatch import patch_id
 from tcl.runner.wsroutes import CLOSE_NO_SESSION
-from tcl.remote import wire
 
 from .conftest import PY, TOKEN, sha, tarball
 
@@ -67,15 +67,15 @@ async def test_forward_carries_bytes_to_the_session_and_only_there(
     runner.run()
     token = await _ready(client)
     hello = json.dumps({**wire.local_versions(), "token": token}).encode()
-    with TestClient(create_app(runner, TOKEN), headers=AUTH) as http:
-        with http.websocket_connect("/api/forward") as ws:
-            ws.send_bytes(_frame(wire.HELLO, hello))
-            got = b""
-            while len(got) < 9 or len(got) < 9 + struct.unpack(">cQ", got[:9])[1]:
-                got += ws.receive_bytes()
-            kind, length = struct.unpack(">cQ", got[:9])
-            assert kind == wire.WELCOME, got
-            assert json.loads(got[9 : 9 + length])["pid"] > 0
+    app = create_app(runner, TOKEN)
+    with TestClient(app, headers=AUTH) as http, http.websocket_connect("/api/forward") as ws:
+        ws.send_bytes(_frame(wire.HELLO, hello))
+        got = b""
+        while len(got) < 9 or len(got) < 9 + struct.unpack(">cQ", got[:9])[1]:
+            got += ws.receive_bytes()
+        kind, length = struct.unpack(">cQ", got[:9])
+        assert kind == wire.WELCOME, got
+        assert json.loads(got[9 : 9 + length])["pid"] > 0
     # The session's key never reaches the job's logs.
     assert token not in "".join(e.data or "" for e in runner.log.read(0)[0])
 
@@ -83,14 +83,12 @@ async def test_forward_carries_bytes_to_the_session_and_only_there(
 def test_forward_refuses_a_job_that_is_no_session(runner: Runner) -> None:
     runner.submit(JobSpec(run_id="r", argv=[PY, "-c", "import time; time.sleep(30)"]))
     runner.run()
-    with TestClient(create_app(runner, TOKEN), headers=AUTH) as http:
-        with pytest.raises(WebSocketDisconnect) as closed:
-            with http.websocket_connect("/api/forward") as ws:
-                ws.receive_bytes()
-        assert closed.value.code == CLOSE_NO_SESSION
-    with TestClient(create_app(runner, TOKEN)) as http:  # no token: refused before anything
-        with pytest.raises(WebSocketDisconnect), http.websocket_connect("/api/forward") as ws:
-            ws.receive_bytes()
+    app = create_app(runner, TOKEN)
+    for headers, code in ((AUTH, CLOSE_NO_SESSION), ({}, 1008)):  # no token: refused first
+        http = TestClient(app, headers=headers)
+        with pytest.raises(WebSocketDisconnect) as closed, http.websocket_connect("/api/forward"):
+            pass
+        assert closed.value.code == code
 
 
 async def test_a_session_missing_its_module_is_refused_naming_it(
