@@ -62,23 +62,20 @@ async def warm(bed: Bed, repo: Path, run_id: str, reps: int) -> tuple[list[float
     ctl = Control(load_config_at(bed.config, True))
     target = repo / "pkg007" / "mod00007.py"
     sync_s, rtt_s = [], []
+    tgt = interactive.target(ctl, run_id)  # kept between syncs, as --watch does
+    assert tgt is not None
     try:
-        await syncing.sync_once(ctl, run_id)  # warm: connection, stat cache
-        tgt = interactive.target(ctl, run_id)
-        assert tgt is not None
+        await syncing.sync_once(ctl, run_id, tgt)  # warm: connection, stat cache
         for i in range(reps):
             target.write_text(f"VALUE_7 = {1000 + i}\n")
-            s = await syncing.sync_once(ctl, run_id)
+            s = await syncing.sync_once(ctl, run_id, tgt)
             assert s.paths == 1, s
             sync_s.append(s.elapsed_s)
             t0 = time.perf_counter()
-            runner = await tgt.runner()
-            try:
-                await runner.session()
-            finally:
-                await runner.aclose()
+            await (await tgt.api()).session()
             rtt_s.append(time.perf_counter() - t0)
     finally:
+        await tgt.aclose()
         await ctl.aclose()
     return sync_s, rtt_s
 

@@ -27,40 +27,43 @@ READY_POLL_S = 0.5
 
 @dataclass
 class Target:
-    """A run's node whose runner serves the session. The forward's streams share one runner
-    client (its port and token come from the host's agent: one round trip saved per
-    connection); a failure drops it, and the next stream re-resolves through a new tunnel."""
+    """A run's node whose runner serves the session. The forward's streams and the syncs share
+    one runner client (its port and token come from the host's agent: one round trip saved
+    per use); a failure drops it, and the next use re-resolves through a new tunnel."""
 
     run_id: str
     backend: Backend
     handle: Handle
     node: int = 0
-    _forwarding: RunnerApi | None = None
+    _api: RunnerApi | None = None
 
     async def runner(self) -> RunnerApi:
         """A fresh client (the caller closes it)."""
         return await self.backend.runner(self.handle, self.node)
 
+    async def api(self) -> RunnerApi:
+        """The shared client (made on first use; :meth:`reset` drops it)."""
+        if self._api is None:
+            self._api = await self.runner()
+        return self._api
+
     async def reset(self) -> None:
-        forwarding, self._forwarding = self._forwarding, None
-        if forwarding is not None:
-            await forwarding.aclose()
+        await self.aclose()
         await self.backend.reset(self.handle)
 
     async def open_stream(self) -> ForwardStream:
-        if self._forwarding is None:
-            self._forwarding = await self.runner()
+        api = await self.api()
         try:
-            return await self._forwarding.open_forward()
+            return await api.open_forward()
         except TclError:
-            forwarding, self._forwarding = self._forwarding, None
-            await forwarding.aclose()
+            if self._api is api:
+                await self.aclose()
             raise
 
     async def aclose(self) -> None:
-        forwarding, self._forwarding = self._forwarding, None
-        if forwarding is not None:
-            await forwarding.aclose()
+        api, self._api = self._api, None
+        if api is not None:
+            await api.aclose()
 
 
 def target(ctl: Control, run_id: str) -> Target | None:

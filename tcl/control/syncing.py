@@ -76,8 +76,9 @@ def latest_session(ctl: Control, start: Path) -> str:
     raise TclError(f"no live session was started from {root}: tcl sync RUN")
 
 
-async def sync_once(ctl: Control, run_id: str) -> Synced:
-    """Diff, send, and on acknowledgement make the new tree the base."""
+async def sync_once(ctl: Control, run_id: str, tgt: interactive.Target | None = None) -> Synced:
+    """Diff, send, and on acknowledgement make the new tree the base. ``tgt``: the run's
+    target, kept between calls (``watch``) so its runner client is reused."""
     started = time.perf_counter()
     state = _state(ctl, run_id)
     root = state.root
@@ -85,20 +86,22 @@ async def sync_once(ctl: Control, run_id: str) -> Synced:
     patch = treesync.make_patch(root, state.manifest, now)
     if patch is None:
         return Synced(0, [], time.perf_counter() - started)
-    tgt = interactive.target(ctl, run_id)
+    own = tgt is None
+    tgt = tgt or interactive.target(ctl, run_id)
     if tgt is None:
         raise TclError(f"run {run_id} has not been placed yet")
-    for attempt in (0, 1):
-        runner = await tgt.runner()
-        try:
-            ack = await runner.sync(patch)
-            break
-        except (AgentUnreachableError, SshError):
-            if attempt:
-                raise
-            await tgt.reset()  # a dropped tunnel: the same patch again, through a new one
-        finally:
-            await runner.aclose()
+    try:
+        for attempt in (0, 1):
+            try:
+                ack = await (await tgt.api()).sync(patch)
+                break
+            except (AgentUnreachableError, SshError):
+                if attempt:
+                    raise
+                await tgt.reset()  # a dropped tunnel: the same patch again, through a new one
+    finally:
+        if own:
+            await tgt.aclose()
     state.manifest = now
     state.base = ack.base
     state.save(state_path(run_id))
@@ -122,16 +125,21 @@ async def watch(ctl: Control, run_id: str, say: Callable[[str], None]) -> None:
     """Sync on every change until cancelled; a conflict is reported once and waited out (the
     user resolves it; the base stays)."""
     reported = ""
-    while True:
-        try:
-            s = await sync_once(ctl, run_id)
-            if s.paths:
-                say(describe(s))
-            reported = ""
-        except SyncConflictError as e:
-            if str(e) != reported:
-                say(f"sync refused: {e}")
-                reported = str(e)
-        except (AgentUnreachableError, SshError) as e:
-            say(f"sync: {e}; retrying")
-        await asyncio.sleep(WATCH_INTERVAL_S)
+    tgt = interactive.target(ctl, run_id)
+    try:
+        while True:
+            try:
+                s = await sync_once(ctl, run_id, tgt)
+                if s.paths:
+                    say(describe(s))
+                reported = ""
+            except SyncConflictError as e:
+                if str(e) != reported:
+                    say(f"sync refused: {e}")
+                    reported = str(e)
+            except (AgentUnreachableError, SshError) as e:
+                say(f"sync: {e}; retrying")
+            await asyncio.sleep(WATCH_INTERVAL_S)
+    finally:
+        if tgt is not None:
+            await tgt.aclose()
