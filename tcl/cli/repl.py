@@ -10,6 +10,16 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from tcl.cli._common import err, fail, globals_of, out, with_control
+from tcl.cli.placementopts import (
+    ChipOpt,
+    ChipsOpt,
+    DirOpt,
+    EnvOpt,
+    HostOpt,
+    ImageOpt,
+    NameOpt,
+    SecretOpt,
+)
 from tcl.control.paths import config_path
 
 if TYPE_CHECKING:
@@ -31,19 +41,14 @@ def cmd_repl(
     port: Annotated[
         int, typer.Option("--port", min=0, max=65535, help="Local port (default: any free one).")
     ] = 0,
-    name: Annotated[str, typer.Option("--name", help="A name for the run.")] = "",
-    chip: Annotated[str | None, typer.Option("--chip", help="Chip type, e.g. h100.")] = None,
-    n: Annotated[int, typer.Option("-n", "--chips", min=0, help="How many chips.")] = 0,
-    host: Annotated[str | None, typer.Option("--host", help="Only this host.")] = None,
-    image: Annotated[str | None, typer.Option("--image", help="Container image.")] = None,
-    env: Annotated[list[str] | None, typer.Option("--env", help="KEY=VALUE (repeatable).")] = None,
-    secret: Annotated[
-        list[str] | None,
-        typer.Option("--secret", help="NAME of an env var to pass as a masked secret."),
-    ] = None,
-    code_dir: Annotated[
-        str | None, typer.Option("--dir", help="Ship this directory (default: the git repo).")
-    ] = None,
+    name: NameOpt = "",
+    chip: ChipOpt = None,
+    n: ChipsOpt = 0,
+    host: HostOpt = None,
+    image: ImageOpt = None,
+    env: EnvOpt = None,
+    secret: SecretOpt = None,
+    code_dir: DirOpt = None,
     max_duration_s: Annotated[
         float | None, typer.Option("--max-duration-s", min=1, help="End the session after this.")
     ] = None,

@@ -15,6 +15,16 @@ import typer
 
 from tcl.cli import follow as follow_cmd
 from tcl.cli._common import err, fail, globals_of, out, print_json
+from tcl.cli.placementopts import (
+    ChipOpt,
+    ChipsOpt,
+    DirOpt,
+    EnvOpt,
+    HostOpt,
+    ImageOpt,
+    NameOpt,
+    SecretOpt,
+)
 from tcl.cli.render import RichObserver
 from tcl.cli.retryopts import RETRY_BACKOFF_HELP, RETRY_HELP, RETRY_ON_HELP, retry_policy
 from tcl.control.daemon.api import SubmitRequest
@@ -103,9 +113,9 @@ def cmd_submit(
     command: Annotated[
         list[str] | None, typer.Argument(help="The command to run, after `--`.")
     ] = None,
-    name: Annotated[str, typer.Option("--name", help="A name for the run.")] = "",
-    chip: Annotated[str | None, typer.Option("--chip", help="Chip type, e.g. h100.")] = None,
-    n: Annotated[int, typer.Option("-n", "--chips", min=0, help="How many chips (in all).")] = 0,
+    name: NameOpt = "",
+    chip: ChipOpt = None,
+    n: ChipsOpt = 0,
     nodes: Annotated[
         int,
         typer.Option(
@@ -114,13 +124,10 @@ def cmd_submit(
             help="Nodes of one host group (default: as many as the chips need).",
         ),
     ] = 0,
-    host: Annotated[str | None, typer.Option("--host", help="Only this host.")] = None,
-    image: Annotated[str | None, typer.Option("--image", help="Container image.")] = None,
-    env: Annotated[list[str] | None, typer.Option("--env", help="KEY=VALUE (repeatable).")] = None,
-    secret: Annotated[
-        list[str] | None,
-        typer.Option("--secret", help="NAME of an env var to pass as a masked secret."),
-    ] = None,
+    host: HostOpt = None,
+    image: ImageOpt = None,
+    env: EnvOpt = None,
+    secret: SecretOpt = None,
     follow: Annotated[bool, typer.Option("-f", "--follow", help="Follow logs (default).")] = False,
     detach: Annotated[bool, typer.Option("-d", "--detach", help="Return once started.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
@@ -139,12 +146,7 @@ def cmd_submit(
             "OUT/checkpoints; see `tcl checkpoints`).",
         ),
     ] = None,
-    code_dir: Annotated[
-        str | None,
-        typer.Option(
-            "--dir", help="Ship this directory (default: the current git repo, else the cwd)."
-        ),
-    ] = None,
+    code_dir: DirOpt = None,
     dry_run: Annotated[
         bool,
         typer.Option(

@@ -1,0 +1,24 @@
+"""The placement flags `tcl submit` and `tcl repl` share (one definition, one help text)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+NameOpt = Annotated[str, typer.Option("--name", help="A name for the run.")]
+ChipOpt = Annotated[str | None, typer.Option("--chip", help="Chip type, e.g. h100.")]
+ChipsOpt = Annotated[int, typer.Option("-n", "--chips", min=0, help="How many chips (in all).")]
+HostOpt = Annotated[str | None, typer.Option("--host", help="Only this host.")]
+ImageOpt = Annotated[str | None, typer.Option("--image", help="Container image.")]
+EnvOpt = Annotated[list[str] | None, typer.Option("--env", help="KEY=VALUE (repeatable).")]
+SecretOpt = Annotated[
+    list[str] | None,
+    typer.Option("--secret", help="NAME of an env var to pass as a masked secret."),
+]
+DirOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--dir", help="Ship this directory (default: the current git repo, else the cwd)."
+    ),
+]
