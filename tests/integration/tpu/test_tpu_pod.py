@@ -281,8 +281,13 @@ def test_down_deletes_the_node_when_the_run_ends(pod: Pod) -> None:
 
 
 def _latest(out: Path) -> str | None:
-    found = sorted(out.glob("checkpoints/**/latest"))
-    return found[0].read_text().strip() if found else None
+    for _ in range(10):
+        try:
+            found = sorted(out.glob("checkpoints/**/latest"))
+            return found[0].read_text().strip() if found else None
+        except FileNotFoundError:  # a checkpoint's .partial dir was renamed while walked
+            continue
+    return None
 
 
 TOTAL_STEPS = 300
