@@ -58,13 +58,6 @@ def begin(ctl: Control, run_id: str, start: Path) -> treesync.SyncState:
     return state
 
 
-def _state(ctl: Control, run_id: str) -> treesync.SyncState:
-    path = state_path(run_id)
-    if path.exists():
-        return treesync.SyncState.load(path)
-    return begin(ctl, run_id, Path.cwd())  # a session started elsewhere: this tree's base
-
-
 def latest_session(ctl: Control, start: Path) -> str:
     """The newest live session shipped from the repo around ``start`` (``tcl sync``'s
     default run)."""
@@ -80,10 +73,16 @@ async def sync_once(ctl: Control, run_id: str, tgt: interactive.Target | None = 
     """Diff, send, and on acknowledgement make the new tree the base. ``tgt``: the run's
     target, kept between calls (``watch``) so its runner client is reused."""
     started = time.perf_counter()
-    state = _state(ctl, run_id)
+    # Off the loop: `tcl repl --sync` forwards the notebook's traffic on it, and the state
+    # (a manifest of every file) is read, hashed and written here.
+    path = state_path(run_id)
+    if path.exists():
+        state = await asyncio.to_thread(treesync.SyncState.load, path)
+    else:  # a session started elsewhere: this tree's base (reads the store: on the loop)
+        state = begin(ctl, run_id, Path.cwd())
     root = state.root
     now = await asyncio.to_thread(treesync.scan, root, state.git, state.manifest)
-    patch = treesync.make_patch(root, state.manifest, now)
+    patch = await asyncio.to_thread(treesync.make_patch, root, state.manifest, now)
     if patch is None:
         return Synced(0, [], time.perf_counter() - started)
     own = tgt is None
@@ -104,7 +103,7 @@ async def sync_once(ctl: Control, run_id: str, tgt: interactive.Target | None = 
             await tgt.aclose()
     state.manifest = now
     state.base = ack.base
-    state.save(state_path(run_id))
+    await asyncio.to_thread(state.save, state_path(run_id))
     modules = treesync.changed_modules(patch, state.job_cwd)
     return Synced(ack.applied or len(patch.files), modules, time.perf_counter() - started,
                   ack.already)  # fmt: skip

@@ -4,6 +4,7 @@ as the session: it starts fast and speaks a framed protocol we can check byte fo
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import struct
@@ -53,7 +54,7 @@ async def _ready(client: RunnerClient, timeout_s: float = 30) -> str:
         if info.ready:
             assert info.kind is SessionKind.REMOTE and info.token
             return info.token
-        time.sleep(0.1)
+        await asyncio.sleep(0.1)
     raise AssertionError("the session never became ready")
 
 
