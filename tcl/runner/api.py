@@ -129,6 +129,7 @@ class JobSpec(_Strict):
 class EventKind(enum.StrEnum):
     LOG = "log"
     STATE = "state"
+    METRIC = "metric"  # a ``TCL_METRIC`` line of the job's stdout (``tcl.runner.metricline``)
 
 
 class LogStream(enum.StrEnum):

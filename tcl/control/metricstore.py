@@ -1,0 +1,117 @@
+"""Metrics kept in the state store: one row per ``metric`` event of a run.
+
+A run's metric events arrive with its other events (a pull of its log, :mod:`.follow`); they
+are kept here as well as in the local log cache so that every reader of the store (``tcl
+metrics``, ``tcl ui``, a team's PostgreSQL) sees them. The key is the run-wide ``seq`` the log
+cache gave the event, so keeping the same events twice changes nothing.
+
+Its own table (made by ``create_all``, no migration), like the retry rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import JSON, Float, ForeignKey, Integer, String, func, select
+from sqlalchemy.orm import Mapped, mapped_column
+
+from tcl.control.logcache import KeptEvent
+from tcl.control.store import Store, TableBase
+from tcl.runner.api import EventKind
+from tcl.runner.metricline import parse_json
+
+READ_LIMIT = 50_000  # points per read; a reader pages on with ``after``
+
+
+class MetricRow(TableBase):
+    __tablename__ = "tcl_metrics"
+
+    run_id: Mapped[str] = mapped_column(ForeignKey("tcl_runs.id"), primary_key=True)
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True)  # the log cache's run-wide seq
+    attempt: Mapped[int] = mapped_column(Integer)
+    node: Mapped[int] = mapped_column(Integer)
+    ts: Mapped[float] = mapped_column(Float)
+    step: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    kind: Mapped[str] = mapped_column(String(64), default="")
+    values: Mapped[dict[str, float]] = mapped_column(JSON)
+
+
+@dataclass(frozen=True)
+class MetricPoint:
+    run_id: str
+    seq: int
+    attempt: int
+    node: int
+    ts: float
+    step: int | None
+    kind: str
+    values: dict[str, float]
+
+
+def _point(row: MetricRow) -> MetricPoint:
+    return MetricPoint(
+        row.run_id, row.seq, row.attempt, row.node, row.ts, row.step, row.kind, dict(row.values)
+    )
+
+
+class MetricStore:
+    """The metric rows of one store."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        store.ensure_tables()
+
+    def add(self, run_id: str, events: Iterable[KeptEvent]) -> int:
+        """Keep the metric events among ``events`` (others are skipped); returns how many
+        were new."""
+        rows = []
+        for e in events:
+            if e.kind is not EventKind.METRIC or e.data is None:
+                continue
+            rec = parse_json(e.data)
+            if rec is None:
+                continue
+            rows.append(
+                MetricRow(
+                    run_id=run_id, seq=e.seq, attempt=e.attempt, node=e.node, ts=e.ts,
+                    step=rec.step, kind=rec.kind, values=rec.values,
+                )  # fmt: skip
+            )
+        if not rows:
+            return 0
+        with self.store.session() as s:
+            have = set(
+                s.scalars(
+                    select(MetricRow.seq).where(
+                        MetricRow.run_id == run_id,
+                        MetricRow.seq.in_([r.seq for r in rows]),
+                    )
+                )
+            )
+            fresh = [r for r in rows if r.seq not in have]
+            s.add_all(fresh)
+            return len(fresh)
+
+    def read(self, run_id: str, after: int = 0, limit: int = READ_LIMIT) -> list[MetricPoint]:
+        """The run's points with ``seq > after``, in order (at most ``limit``)."""
+        with self.store.session() as s:
+            rows = s.scalars(
+                select(MetricRow)
+                .where(MetricRow.run_id == run_id, MetricRow.seq > after)
+                .order_by(MetricRow.seq)
+                .limit(limit)
+            )
+            return [_point(r) for r in rows]
+
+    def counts(self, run_ids: Sequence[str]) -> dict[str, int]:
+        """How many points each run has (runs with none are absent)."""
+        if not run_ids:
+            return {}
+        with self.store.session() as s:
+            q = (
+                select(MetricRow.run_id, func.count())
+                .where(MetricRow.run_id.in_(list(run_ids)))
+                .group_by(MetricRow.run_id)
+            )
+            return {run_id: int(n) for run_id, n in s.execute(q)}
