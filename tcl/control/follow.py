@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from tcl.control.backends.base import Backend, Handle, NodePage, worst_state
+from tcl.control.backends.base import RUNNER_STATES, Backend, Handle, NodePage, worst_state
 from tcl.control.backoff import backoff_s
 from tcl.control.errors import AgentUnreachableError, SshConnectError, TclError
 from tcl.control.logcache import KeptEvent, LogCache
@@ -44,16 +44,26 @@ class PullResult:
 async def _pages(
     backend: Backend, handle: Handle, att: Attempt, cache: LogCache, wait_s: float
 ) -> dict[int, NodePage]:
-    """One page from each node that answers: the first answer ends every node's long-poll."""
+    """One page from each node that answers: the first answer ends every node's long-poll.
+
+    A node whose final state is kept has nothing more to say and answers at once: polled beside
+    live nodes it would win every race and cut their long-polls short, so their events would
+    starve. Such a node is asked again only once every node is settled, and then all are asked
+    at once and all answers are awaited (each comes at once): the backend's own final word."""
+    nodes = range(handle.node_count)
+    live = [n for n in nodes if cache.node_final(att.attempt, n) is None]
     polls = {
         asyncio.ensure_future(backend.events(handle, n, cache.node_last(att.attempt, n), wait_s)): n
-        for n in range(handle.node_count)
+        for n in (live or nodes)
     }
     try:
-        done, pending = await asyncio.wait(polls, return_when=asyncio.FIRST_COMPLETED)
-        if pending and len(polls) > 1:
-            more_done, pending = await asyncio.wait(pending, timeout=SIBLING_GRACE_S)
-            done |= more_done
+        if not live:
+            done, _ = await asyncio.wait(polls)
+        else:
+            done, pending = await asyncio.wait(polls, return_when=asyncio.FIRST_COMPLETED)
+            if pending and len(polls) > 1:
+                more_done, pending = await asyncio.wait(pending, timeout=SIBLING_GRACE_S)
+                done |= more_done
     finally:
         for t in polls:
             if not t.done():
@@ -100,8 +110,7 @@ async def pull(
             return PullResult(fresh, run.state, False)
         await _relaunch(ctl, run, att, lost.message or "its host lost it")
         return PullResult(fresh, ctl.store.get_run(run.id).state, True)
-    # a node whose poll was cut short is still live as far as this pull knows
-    states = [pages[n].state if n in pages else RunState.RUNNING for n in range(handle.node_count)]
+    states = [_node_state(pages, cache, att, n) for n in range(handle.node_count)]
     failed = _failed_node(pages, states) if not run.state.is_final else None
     if failed is not None:
         # Watchdog: one node's job failed while others still run. A multi-host job cannot go
@@ -118,6 +127,9 @@ async def pull(
         # stop nothing twice
         return PullResult(fresh, RunState.RUNNING, True)
     state = worst_state(states)
+    if state.is_final and len(pages) < handle.node_count:
+        # every node ended, some known only from the kept log: the next pull asks them all
+        return PullResult(fresh, RunState.RUNNING, True)
     more = any(p.more for p in pages.values())
     if not more or not state.is_final:
         codes = [p.exit_code for p in pages.values() if p.exit_code]
@@ -145,6 +157,17 @@ async def _retry_when_due(ctl: Control, run: Run, wait_s: float, relaunch: bool)
     if relaunch and waiting is not None and waiting.due:
         await place_waiting(ctl, run.id)
     return PullResult([], ctl.store.get_run(run.id).state, True)
+
+
+def _node_state(pages: dict[int, NodePage], cache: LogCache, att: Attempt, node: int) -> RunState:
+    """A node's state as this pull knows it: its page's; else its kept final state; else (its
+    poll was cut short) still live."""
+    if node in pages:
+        return pages[node].state
+    final = cache.node_final(att.attempt, node)
+    if final is not None and final.state is not None:
+        return RUNNER_STATES[final.state]
+    return RunState.RUNNING
 
 
 def _failed_node(

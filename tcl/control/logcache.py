@@ -18,7 +18,7 @@ from pathlib import Path
 from pydantic import model_validator
 
 from tcl.control.paths import logs_dir
-from tcl.runner.api import Event
+from tcl.runner.api import Event, EventKind
 
 
 class KeptEvent(Event):
@@ -42,6 +42,7 @@ class LogCache:
         self.path = (directory or logs_dir()) / f"{run_id}.jsonl"
         self._last: int | None = None
         self._node_last: dict[tuple[int, int], int] | None = None
+        self._node_final: dict[tuple[int, int], KeptEvent] = {}  # filled with _node_last
 
     def last_seq(self) -> int:
         """The highest ``seq`` stored (0 when nothing is)."""
@@ -57,12 +58,26 @@ class LogCache:
 
     def node_last(self, attempt: int, node: int) -> int:
         """The highest ``seq`` of that node's runner kept (0 when none): where its pull starts."""
+        return self._scan().get((attempt, node), 0)
+
+    def node_final(self, attempt: int, node: int) -> KeptEvent | None:
+        """That node's final state event when it is kept (its runner has nothing more to say)."""
+        self._scan()
+        return self._node_final.get((attempt, node))
+
+    def _scan(self) -> dict[tuple[int, int], int]:
         if self._node_last is None:
             self._node_last = {}
             for e in self.read():
-                key = (e.attempt, e.node)
-                self._node_last[key] = max(self._node_last.get(key, 0), e.node_seq)
-        return self._node_last.get((attempt, node), 0)
+                self._note(e)
+        return self._node_last
+
+    def _note(self, e: KeptEvent) -> None:
+        assert self._node_last is not None
+        key = (e.attempt, e.node)
+        self._node_last[key] = max(self._node_last.get(key, 0), e.node_seq)
+        if e.kind is EventKind.STATE and e.state is not None and e.state.is_final:
+            self._node_final[key] = e
 
     def append(
         self, events: list[Event], attempt: int = 0, node: int = 0, nodes: int = 1,
@@ -86,8 +101,8 @@ class LogCache:
                 f.flush()
                 os.fsync(f.fileno())
             self._last = last
-            assert self._node_last is not None
-            self._node_last[(attempt, node)] = node_last
+            for e in fresh:
+                self._note(e)
         return fresh
 
     def read(self, after: int = 0) -> Iterator[KeptEvent]:

@@ -72,12 +72,9 @@ class MetricStore:
             rec = parse_json(e.data)
             if rec is None:
                 continue
-            rows.append(
-                MetricRow(
-                    run_id=run_id, seq=e.seq, attempt=e.attempt, node=e.node, ts=e.ts,
-                    step=rec.step, kind=rec.kind, values=rec.values,
-                )  # fmt: skip
-            )
+            row = MetricRow(run_id=run_id, seq=e.seq, attempt=e.attempt, node=e.node, ts=e.ts)
+            row.step, row.kind, row.values = rec.step, rec.kind, rec.values
+            rows.append(row)
         if not rows:
             return 0
         with self.store.session() as s:

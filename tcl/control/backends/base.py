@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 from pydantic import BaseModel, ConfigDict
 
 from tcl.control.states import RunState
+from tcl.runner.api import RunnerState
 
 if TYPE_CHECKING:
     from tcl.control.agents import RunnerApi
@@ -285,6 +286,18 @@ class Backend(abc.ABC):
     async def aclose(self) -> None:
         """Release connections (never stops remote work)."""
         return None
+
+
+# what a runner's own state means for the run, on every backend that runs the runner
+RUNNER_STATES = {
+    RunnerState.WAITING_SPEC: RunState.PROVISIONING,
+    RunnerState.WAITING_CODE: RunState.PROVISIONING,
+    RunnerState.READY: RunState.PROVISIONING,
+    RunnerState.RUNNING: RunState.RUNNING,
+    RunnerState.SUCCEEDED: RunState.SUCCEEDED,
+    RunnerState.FAILED: RunState.FAILED,
+    RunnerState.TERMINATED: RunState.TERMINATED,
+}
 
 
 def worst_state(states: Sequence[RunState]) -> RunState:

@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 
 from tcl.control.agents import RunnerApi
 from tcl.control.backends.base import (
+    RUNNER_STATES,
     Backend,
     HostCheck,
     Launched,
@@ -58,15 +59,6 @@ from tcl.shim.api import (
 
 PROBE_TIMEOUT_S = 30.0
 
-RUNNER_STATES = {
-    RunnerState.WAITING_SPEC: RunState.PROVISIONING,
-    RunnerState.WAITING_CODE: RunState.PROVISIONING,
-    RunnerState.READY: RunState.PROVISIONING,
-    RunnerState.RUNNING: RunState.RUNNING,
-    RunnerState.SUCCEEDED: RunState.SUCCEEDED,
-    RunnerState.FAILED: RunState.FAILED,
-    RunnerState.TERMINATED: RunState.TERMINATED,
-}
 _OUTCOME = {
     TerminationReason.DONE: RunState.SUCCEEDED,
     TerminationReason.STOPPED_BY_USER: RunState.TERMINATED,

@@ -3,6 +3,8 @@ a node whose job fails stops the others; a node the host lost is placed again as
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import ClassVar
@@ -10,6 +12,7 @@ from typing import ClassVar
 import pytest
 
 from tcl.control.backends.base import (
+    RUNNER_STATES,
     Backend,
     Handle,
     HostCheck,
@@ -24,13 +27,14 @@ from tcl.control.backends.base import (
 from tcl.control.backends.table import BACKENDS
 from tcl.control.config import default_config
 from tcl.control.follow import pull
+from tcl.control.logcache import LogCache
 from tcl.control.paths import cache_dir
 from tcl.control.service import Control
 from tcl.control.shipping import Snapshot
 from tcl.control.solver import Request
 from tcl.control.states import RunState
 from tcl.control.store import Store
-from tcl.runner.api import JobSpec
+from tcl.runner.api import Event, EventKind, JobSpec, RunnerState
 
 
 class TwoNodes(Handle):
@@ -153,3 +157,51 @@ async def test_only_a_follower_places_a_lost_run_again(ctl: Control) -> None:
     res = await pull(ctl, ctl.store.get_run("r-1"), relaunch=False)
     assert not res.more and Scripted.launched == [] and Scripted.released == []
     assert ctl.store.get_run("r-1").state is RunState.RUNNING
+
+
+class SlowNode1(Scripted):
+    """Node 1 answers 0.3 s after node 0 (past the sibling grace), as a slower host does."""
+
+    async def events(self, handle: Handle, node: int, after: int, wait_s: float) -> NodePage:
+        if node == 1:
+            await asyncio.sleep(0.3)
+        page = self.pages[node]
+        return dataclasses.replace(page, events=[e for e in page.events if e.seq > after])
+
+
+def _ended(code: int) -> NodePage:
+    state = RunnerState.SUCCEEDED if code == 0 else RunnerState.FAILED
+    end = Event(seq=1, ts=0.0, kind=EventKind.STATE, state=state, exit_code=code)
+    return NodePage([end], RUNNER_STATES[state], exit_code=code)
+
+
+async def test_a_node_that_ended_first_does_not_starve_a_slower_one(
+    ctl: Control, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Seen as `tcl submit` hanging after a two-node SLURM job ended: the node that ended first
+    answered every pull at once, the other's poll was cut each time, the run stayed running."""
+    monkeypatch.setitem(BACKENDS, "local", SlowNode1)
+    Scripted.pages = {0: _ended(0), 1: _ended(0)}
+    run = ctl.store.get_run("r-1")
+    for _ in range(4):
+        res = await pull(ctl, run, wait_s=1.0)
+        if res.state.is_final:
+            break
+    assert ctl.store.get_run("r-1").state is RunState.SUCCEEDED
+    kept = [e for e in LogCache("r-1").read() if e.kind is EventKind.STATE]
+    assert sorted(e.node for e in kept) == [0, 1]
+
+
+async def test_the_final_word_on_a_run_is_the_backends_not_the_kept_log(
+    ctl: Control, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A node's kept log says failed, its backend says terminated (SLURM: scancel): the run ends
+    with the backend's state, asked of every node once all have ended."""
+    monkeypatch.setitem(BACKENDS, "local", SlowNode1)
+    stopped = dataclasses.replace(_ended(143), state=RunState.TERMINATED)
+    Scripted.pages = {0: stopped, 1: stopped}
+    run = ctl.store.get_run("r-1")
+    for _ in range(4):
+        if (await pull(ctl, run, wait_s=1.0)).state.is_final:
+            break
+    assert ctl.store.get_run("r-1").state is RunState.TERMINATED

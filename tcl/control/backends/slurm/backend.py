@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from tcl.control.backends.base import (
+    RUNNER_STATES,
     Backend,
     HostCheck,
     Launched,
@@ -28,7 +29,6 @@ from tcl.control.backends.base import (
     worst_state,
 )
 from tcl.control.backends.base import Handle as BaseHandle
-from tcl.control.backends.shim import RUNNER_STATES
 from tcl.control.backends.slurm import parse, remote
 from tcl.control.backends.slurm.handle import SlurmHandle, SlurmLogin
 from tcl.control.backends.slurm.script import BatchScript, render

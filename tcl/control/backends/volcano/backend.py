@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from tcl.control.backends.base import (
+    RUNNER_STATES,
     Backend,
     HostCheck,
     Launched,
@@ -34,7 +35,6 @@ from tcl.control.backends.base import (
     worst_state,
 )
 from tcl.control.backends.base import Handle as BaseHandle
-from tcl.control.backends.shim import RUNNER_STATES
 from tcl.control.backends.volcano import manifest
 from tcl.control.backends.volcano.handle import KubeTarget, VolcanoHandle
 from tcl.control.backends.volcano.kube import KubeClient, PortForward
