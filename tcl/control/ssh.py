@@ -268,7 +268,15 @@ class SshPool:
         command = shlex.join(argv)
         async with st.sessions:
             try:
-                res = await conn.run(command, input=input, check=False, timeout=timeout_s)
+                proc = await conn.create_process(command, input=input)
+                try:
+                    res = await proc.wait(check=False, timeout=timeout_s)
+                except BaseException:
+                    # cancelled (a sibling's long-poll answered first) or timed out: close the
+                    # channel now, not when the remote command ends (sshd counts open channels
+                    # against its MaxSessions)
+                    proc.close()
+                    raise
             except asyncssh.TimeoutError:
                 raise SshCommandError(f"{target.name}: `{argv[0]}` timed out") from None
             except (OSError, asyncssh.Error) as e:
