@@ -292,6 +292,8 @@ def _slurm_slot_env(slot: int) -> dict[str, str]:
         "LOGIN_PORT": str(2230 + slot),
         "SLURMCTLD_PORT": str(16817 + 10 * slot),
         "SLURMD_PORT": str(17001 + 10 * slot),
+        # coordinator ports follow job ids (61440 + id % 4096): a slot's jobs get their own
+        "FIRST_JOB_ID": str(1 + 512 * slot),
     }
 
 

@@ -12,13 +12,15 @@
 # Everything lives under $BASE/slurm; nothing in /etc/slurm or /etc/munge is used or touched.
 # Clients find the cluster through SLURM_CONF=$BASE/slurm/slurm.conf (set in the login node's
 # sessions). Idempotent: whatever an earlier run left (also a crashed one) is stopped first, and
-# slurmctld starts with -c (no old jobs; job ids restart at 1).
+# slurmctld starts with -c (no old jobs; job ids restart at FIRST_JOB_ID).
 # The LAST line of stdout is an ssh config file in which the login node is the host `slurm-login`:
 #   ssh -F "$(bash scripts/testbed/slurm-up.sh | tail -n1)" slurm-login sinfo
 #
 #   BASE            (default /tmp/tcl-testbed)
 #   LOGIN_PORT      login node's sshd port on 127.0.0.1 (default 2230; the ssh testbed uses 2222)
 #   SLURMCTLD_PORT  (default 16817)   SLURMD_PORT  node1's port, node2 gets the next (default 17001)
+#   FIRST_JOB_ID    (default 1) two clusters on this machine share one network namespace, and a
+#                   multi-node job's coordinator port follows its job id: give each its own range
 #   PYTHON          the interpreter the login node offers as python3 (default: the base
 #                   interpreter of `python3`, a virtualenv's resolved to the one it was made from)
 set -euo pipefail
@@ -27,6 +29,7 @@ BASE=${BASE:-/tmp/tcl-testbed}; S=$BASE/slurm
 LOGIN_PORT=${LOGIN_PORT:-2230}
 CTLD_PORT=${SLURMCTLD_PORT:-16817}
 NODE_PORT=${SLURMD_PORT:-17001}
+FIRST_JOB_ID=${FIRST_JOB_ID:-1}
 NODES=(node1 node2)
 GPUS_PER_NODE=4
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -74,6 +77,7 @@ AuthType=auth/munge
 CredType=cred/munge
 AuthInfo=socket=$M/munge.sock
 StateSaveLocation=$S/state
+FirstJobId=$FIRST_JOB_ID
 SlurmdSpoolDir=$S/spool-%n
 SlurmctldPidFile=$S/run/slurmctld.pid
 SlurmdPidFile=$S/run/slurmd-%n.pid
