@@ -199,10 +199,6 @@ def seed_runs(store: Store, n: int) -> None:
         advance(store, run_id, state, i)
 
 
-def _counted_runs(store: Store) -> Counter[RunState]:
-    return Counter(r.state for r in store.list_runs(limit=1_000_000))
-
-
 def seed(root: Path, runs: int, entries: int) -> Seeded:
     """A fresh HOME, state dir and config under ``root``, the store seeded: ``runs`` runs in
     all (the matrix's started entries' runs among them) and a matrix of ``entries``."""
@@ -213,19 +209,24 @@ def seed(root: Path, runs: int, entries: int) -> Seeded:
     config.write_text("hosts: {}\n")
     store = Store(f"sqlite:///{state / 'tcl.db'}")
     try:
-        queue = SweepQueue(store)
-        try:
-            by_entry = seed_matrix(store, queue, entries, config)
-        finally:
-            queue.close()
-        made = len(store.list_runs(limit=1_000_000))
-        if made > runs:
-            raise SystemExit(f"--runs {runs}: the matrix's entries made {made} runs already")
-        seed_runs(store, runs - made)
-        by_run = _counted_runs(store)
+        by_entry = _fill(store, runs, entries, config)
+        by_run = Counter(r.state for r in store.list_runs(limit=1_000_000))
     finally:
         store.close()
     return Seeded(root, home, state, config, MATRIX, by_run, by_entry, time.perf_counter() - t0)
+
+
+def _fill(store: Store, runs: int, entries: int, config: Path) -> Counter[EntryState]:
+    queue = SweepQueue(store)
+    try:
+        by_entry = seed_matrix(store, queue, entries, config)
+    finally:
+        queue.close()
+    made = len(store.list_runs(limit=1_000_000))
+    if made > runs:
+        raise SystemExit(f"--runs {runs}: the matrix's entries made {made} runs already")
+    seed_runs(store, runs - made)
+    return by_entry
 
 
 def describe(s: Seeded) -> Iterator[str]:
