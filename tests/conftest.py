@@ -1,4 +1,5 @@
-"""Shared pytest setup: markers by folder, and the real-service fixtures of tests/testbed.py."""
+"""Shared pytest setup: markers by folder, and the fixtures of tests/testbed.py (real services)
+and tests/browser.py (headless chromium)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-pytest_plugins = ["tests.testbed"]
+pytest_plugins = ["tests.testbed", "tests.browser"]
 
 _TESTS = Path(__file__).parent
 
