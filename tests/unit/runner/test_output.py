@@ -83,10 +83,9 @@ def test_a_jobs_metric_lines_become_events_and_secrets_stay_masked(tmp_path: Pat
     (tmp_path / "w").mkdir()
     (tmp_path / "w" / "job.py").write_text(script)
     runner = Runner(RunnerConfig(tmp_path / "s"))
-    runner.submit(
-        JobSpec(run_id="m", argv=[sys.executable, "job.py"], working_dir=str(tmp_path / "w"),
-                secrets={"TOK": "hunter2"})  # fmt: skip
-    )
+    spec = JobSpec(run_id="m", argv=[sys.executable, "job.py"], working_dir=str(tmp_path / "w"),
+                   secrets={"TOK": "hunter2"})  # fmt: skip
+    runner.submit(spec)
     runner.run()
     assert runner.wait(30) and runner.state is RunnerState.SUCCEEDED
     events, _ = runner.log.read(0)
