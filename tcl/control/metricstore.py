@@ -12,17 +12,19 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from sqlalchemy import JSON, Float, ForeignKey, Integer, String, func, select
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.engine import CursorResult
 from sqlalchemy.orm import Mapped, Session, mapped_column
 
 from tcl.control.logcache import KeptEvent
 from tcl.control.store import Store, TableBase
 from tcl.runner.api import EventKind
 from tcl.runner.metricline import parse_json
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import CursorResult, Dialect
 
 READ_LIMIT = 50_000  # points per read; a reader pages on with ``after``
 # Rows per INSERT: 8 parameters each stay far below SQLite's 32,766 per statement.
@@ -86,7 +88,7 @@ class MetricStore:
             return 0
         new = 0
         with self.store.session() as s:
-            dialect = s.get_bind().dialect.name
+            dialect = s.get_bind().dialect
             for i in range(0, len(rows), ADD_CHUNK_ROWS):
                 new += _insert_new(s, dialect, rows[i : i + ADD_CHUNK_ROWS])
         return new
@@ -115,14 +117,16 @@ class MetricStore:
             return {run_id: int(n) for run_id, n in s.execute(q)}
 
 
-def _insert_new(s: Session, dialect: str, rows: list[dict[str, Any]]) -> int:
+def _insert_new(s: Session, dialect: Dialect, rows: list[dict[str, Any]]) -> int:
     """Insert the rows whose key is not there yet; how many were. Two processes keeping the
     same run's events at once (a ``tcl serve`` follow and a ``tcl logs``) both succeed: the
     database skips a key it has (ON CONFLICT DO NOTHING), rather than failing the second."""
-    if dialect in ("sqlite", "postgresql"):
-        insert = sqlite.insert if dialect == "sqlite" else postgresql.insert
+    if dialect.name in ("sqlite", "postgresql"):
+        insert = sqlite.insert if dialect.name == "sqlite" else postgresql.insert
         stmt = insert(MetricRow).values(rows).on_conflict_do_nothing(index_elements=_KEY)
-        done = cast("CursorResult[Any]", s.execute(stmt))
+        if dialect.insert_returning:  # the rows inserted, by name (psycopg's rowcount is -1)
+            return len(s.execute(stmt.returning(MetricRow.seq)).all())
+        done = cast("CursorResult[Any]", s.execute(stmt))  # SQLite before 3.35
         return max(0, done.rowcount)
     have = set(
         s.scalars(

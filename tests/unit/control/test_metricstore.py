@@ -6,6 +6,8 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
+import pytest
+
 from tcl.control.logcache import KeptEvent
 from tcl.control.metricstore import ADD_CHUNK_ROWS, MetricPoint, MetricStore
 from tcl.control.store import Store
@@ -73,6 +75,17 @@ def exercise_metricstore(store: Store) -> None:
 
 def test_metric_store_on_sqlite(tmp_path: Path) -> None:
     store = Store(f"sqlite:///{tmp_path / 'tcl.db'}")
+    try:
+        exercise_metricstore(store)
+    finally:
+        store.close()
+
+
+def test_metric_store_on_an_sqlite_without_returning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = Store(f"sqlite:///{tmp_path / 'tcl.db'}")
+    monkeypatch.setattr(store.engine.dialect, "insert_returning", False)  # before SQLite 3.35
     try:
         exercise_metricstore(store)
     finally:
