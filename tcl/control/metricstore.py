@@ -93,16 +93,25 @@ class MetricStore:
                 new += _insert_new(s, dialect, rows[i : i + ADD_CHUNK_ROWS])
         return new
 
-    def read(self, run_id: str, after: int = 0, limit: int = READ_LIMIT) -> list[MetricPoint]:
-        """The run's points with ``seq > after``, in order (at most ``limit``)."""
+    def read(
+        self, run_id: str, after: int = 0, limit: int = READ_LIMIT, kind: str | None = None
+    ) -> list[MetricPoint]:
+        """The run's points with ``seq > after`` (of that ``kind`` only, when given), in
+        order (at most ``limit``)."""
+        q = select(MetricRow).where(MetricRow.run_id == run_id, MetricRow.seq > after)
+        if kind is not None:
+            q = q.where(MetricRow.kind == kind)
         with self.store.session() as s:
-            rows = s.scalars(
-                select(MetricRow)
-                .where(MetricRow.run_id == run_id, MetricRow.seq > after)
-                .order_by(MetricRow.seq)
-                .limit(limit)
-            )
-            return [_point(r) for r in rows]
+            return [_point(r) for r in s.scalars(q.order_by(MetricRow.seq).limit(limit))]
+
+    def read_all(self, run_id: str, kind: str | None = None) -> list[MetricPoint]:
+        """Every point of the run (of that ``kind`` only, when given), in order."""
+        points: list[MetricPoint] = []
+        while page := self.read(run_id, points[-1].seq if points else 0, kind=kind):
+            points += page
+            if len(page) < READ_LIMIT:
+                break
+        return points
 
     def counts(self, run_ids: Sequence[str]) -> dict[str, int]:
         """How many points each run has (runs with none are absent)."""
