@@ -109,3 +109,18 @@ def test_a_metric_event_is_never_printed_as_a_log_line(capsys: pytest.CaptureFix
                       data=POINTS[0]))  # fmt: skip
     print_event(Event(seq=2, ts=0.0, kind=EventKind.LOG, stream=LogStream.STDOUT, data="x\n"))
     assert capsys.readouterr().out == "x\n"
+
+
+def test_a_multi_node_runs_table_says_whose_point_it_is(home: Path) -> None:
+    _seed(home, "wide-cccccc", POINTS[:1])
+    LogCache("wide-cccccc", home / "state" / "logs").append(
+        [Event(seq=1, ts=20.0, kind=EventKind.METRIC, stream=LogStream.STDOUT, data=POINTS[1])],
+        node=1, nodes=2,
+    )  # fmt: skip
+    res = runner.invoke(app, ["metrics", "wide"])
+    assert res.exit_code == 0, res.output
+    assert [line.split() for line in res.stdout.splitlines()] == [
+        ["STEP", "KIND", "NODE", "loss", "lr"],
+        ["1", "train", "0", "2.5", "0.001"],
+        ["2", "train", "1", "2.25"],
+    ]
