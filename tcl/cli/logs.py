@@ -42,23 +42,6 @@ def _most_recent(ctl: Control) -> str:
     return runs[0].id
 
 
-async def _sync(ctl: Control, ref: str) -> tuple[str, str | None]:
-    """Pull what the runner has that we do not; return (run id, warning)."""
-    from tcl.control.follow import pull
-
-    run = ctl.store.resolve(ref)
-    if run.host is None:
-        return run.id, None
-    try:
-        for _ in range(1000):
-            res = await pull(ctl, ctl.store.get_run(run.id), relaunch=False)
-            if not res.more:
-                break
-    except TclError as e:
-        return run.id, f"{run.host} unreachable ({str(e).splitlines()[0]}); showing kept logs"
-    return run.id, None
-
-
 def cmd_logs(
     ctx: typer.Context,
     run_ref: Annotated[
@@ -80,8 +63,8 @@ def cmd_logs(
     def show(run_id: str) -> int:
         cache = LogCache(run_id)
         events: list[Event] = [
-            e for e in cache.read()
-            if e.kind is EventKind.LOG and (since_ts is None or e.ts >= since_ts)
+            e for e in cache.read(kind=EventKind.LOG)
+            if (since_ts is None or e.ts >= since_ts)
             and (node is None or e.node == node)
         ]  # fmt: skip
         if tail is not None:
@@ -93,6 +76,7 @@ def cmd_logs(
     state: dict[str, str] = {}
 
     async def go() -> Run | None:
+        from tcl.control.catchup import catch_up
         from tcl.control.service import Control
 
         ctl = Control(g.config())
@@ -101,10 +85,10 @@ def cmd_logs(
             if ref is None:
                 ref = _most_recent(ctl)
                 err.print(f"logs of the most recent run, {ref}", markup=False)
-            run_id, warning = await _sync(ctl, ref)
-            state["run_id"] = run_id
-            if warning and not follow:
-                err.print(f"warning: {warning}", markup=False)
+            caught = await catch_up(ctl, ref)
+            run_id = state["run_id"] = caught.run_id
+            if caught.unreachable and not follow:
+                err.print(f"warning: {caught.unreachable}; showing kept logs", markup=False)
             last = show(run_id)
             if not follow:
                 return None

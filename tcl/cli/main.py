@@ -12,6 +12,7 @@ from tcl.cli import (
     jobs,
     logs,
     matrix,
+    metrics,
     ps,
     repl,
     serve,
@@ -66,6 +67,7 @@ def _root(
 
 submit.register(app)
 logs.register(app)
+metrics.register(app)
 ps.register(app)
 stop.register(app)
 ssh.register(app)

@@ -2,7 +2,8 @@
 
 The local cache is the cursor: a pull asks each node for ``after = last seq kept of it`` and
 appends only newer events, so a follow that loses its connection reconnects (jittered backoff)
-and continues with no lost and no repeated line.
+and continues with no lost and no repeated line. The metric events among them are kept in the
+state store as well (:mod:`.metricstore`).
 """
 
 from __future__ import annotations
@@ -96,6 +97,9 @@ async def pull(
     for node in sorted(pages):
         fresh += cache.append(pages[node].events, att.attempt, node, handle.node_count,
                               handle.node_noun)  # fmt: skip
+    # The metric points go to the store too, for its other readers (`tcl metrics`, a team's
+    # PostgreSQL); keyed by the cache's seq, so keeping them again changes nothing.
+    ctl.metrics.add(run.id, fresh)
     ctl.store.update_attempt(run.id, att.attempt, log_cursor=cache.last_seq())
     requeued = next((p.next_attempt for p in pages.values() if p.next_attempt), None)
     if requeued is not None:

@@ -105,16 +105,22 @@ class LogCache:
                 self._note(e)
         return fresh
 
-    def read(self, after: int = 0) -> Iterator[KeptEvent]:
+    def read(self, after: int = 0, kind: EventKind | None = None) -> Iterator[KeptEvent]:
+        """The kept events past ``after`` (only those of ``kind``, when given), in order."""
         if not self.path.exists():
             return
+        # Lines are written compact (``"kind":"log"``): a kind's events are found without
+        # parsing the others, which a long log has many of.
+        marker = f'"kind":"{kind.value}"' if kind is not None else ""
         with open(self.path, encoding="utf-8") as f:
             for line in f:
+                if marker not in line:
+                    continue
                 try:
                     e = KeptEvent.model_validate_json(line)
                 except ValueError:
                     continue
-                if e.seq > after:
+                if e.seq > after and (kind is None or e.kind is kind):
                     yield e
 
 

@@ -12,16 +12,24 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, cast
 
 from sqlalchemy import JSON, Float, ForeignKey, Integer, String, func, select
-from sqlalchemy.orm import Mapped, mapped_column
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Mapped, Session, mapped_column
 
 from tcl.control.logcache import KeptEvent
 from tcl.control.store import Store, TableBase
 from tcl.runner.api import EventKind
 from tcl.runner.metricline import parse_json
 
+if TYPE_CHECKING:
+    from sqlalchemy.engine import CursorResult, Dialect
+
 READ_LIMIT = 50_000  # points per read; a reader pages on with ``after``
+# Rows per INSERT: 8 parameters each stay far below SQLite's 32,766 per statement.
+ADD_CHUNK_ROWS = 500
+_KEY = ("run_id", "seq")
 
 
 class MetricRow(TableBase):
@@ -65,41 +73,45 @@ class MetricStore:
     def add(self, run_id: str, events: Iterable[KeptEvent]) -> int:
         """Keep the metric events among ``events`` (others are skipped); returns how many
         were new."""
-        rows = []
+        rows: list[dict[str, Any]] = []
         for e in events:
             if e.kind is not EventKind.METRIC or e.data is None:
                 continue
             rec = parse_json(e.data)
             if rec is None:
                 continue
-            row = MetricRow(run_id=run_id, seq=e.seq, attempt=e.attempt, node=e.node, ts=e.ts)
-            row.step, row.kind, row.values = rec.step, rec.kind, rec.values
-            rows.append(row)
+            rows.append(
+                {"run_id": run_id, "seq": e.seq, "attempt": e.attempt, "node": e.node,
+                 "ts": e.ts, "step": rec.step, "kind": rec.kind, "values": rec.values}
+            )  # fmt: skip
         if not rows:
             return 0
+        new = 0
         with self.store.session() as s:
-            have = set(
-                s.scalars(
-                    select(MetricRow.seq).where(
-                        MetricRow.run_id == run_id,
-                        MetricRow.seq.in_([r.seq for r in rows]),
-                    )
-                )
-            )
-            fresh = [r for r in rows if r.seq not in have]
-            s.add_all(fresh)
-            return len(fresh)
+            dialect = s.get_bind().dialect
+            for i in range(0, len(rows), ADD_CHUNK_ROWS):
+                new += _insert_new(s, dialect, rows[i : i + ADD_CHUNK_ROWS])
+        return new
 
-    def read(self, run_id: str, after: int = 0, limit: int = READ_LIMIT) -> list[MetricPoint]:
-        """The run's points with ``seq > after``, in order (at most ``limit``)."""
+    def read(
+        self, run_id: str, after: int = 0, limit: int = READ_LIMIT, kind: str | None = None
+    ) -> list[MetricPoint]:
+        """The run's points with ``seq > after`` (of that ``kind`` only, when given), in
+        order (at most ``limit``)."""
+        q = select(MetricRow).where(MetricRow.run_id == run_id, MetricRow.seq > after)
+        if kind is not None:
+            q = q.where(MetricRow.kind == kind)
         with self.store.session() as s:
-            rows = s.scalars(
-                select(MetricRow)
-                .where(MetricRow.run_id == run_id, MetricRow.seq > after)
-                .order_by(MetricRow.seq)
-                .limit(limit)
-            )
-            return [_point(r) for r in rows]
+            return [_point(r) for r in s.scalars(q.order_by(MetricRow.seq).limit(limit))]
+
+    def read_all(self, run_id: str, kind: str | None = None) -> list[MetricPoint]:
+        """Every point of the run (of that ``kind`` only, when given), in order."""
+        points: list[MetricPoint] = []
+        while page := self.read(run_id, points[-1].seq if points else 0, kind=kind):
+            points += page
+            if len(page) < READ_LIMIT:
+                break
+        return points
 
     def counts(self, run_ids: Sequence[str]) -> dict[str, int]:
         """How many points each run has (runs with none are absent)."""
@@ -112,3 +124,26 @@ class MetricStore:
                 .group_by(MetricRow.run_id)
             )
             return {run_id: int(n) for run_id, n in s.execute(q)}
+
+
+def _insert_new(s: Session, dialect: Dialect, rows: list[dict[str, Any]]) -> int:
+    """Insert the rows whose key is not there yet; how many were. Two processes keeping the
+    same run's events at once (a ``tcl serve`` follow and a ``tcl logs``) both succeed: the
+    database skips a key it has (ON CONFLICT DO NOTHING), rather than failing the second."""
+    if dialect.name in ("sqlite", "postgresql"):
+        insert = sqlite.insert if dialect.name == "sqlite" else postgresql.insert
+        stmt = insert(MetricRow).values(rows).on_conflict_do_nothing(index_elements=_KEY)
+        if dialect.insert_returning:  # the rows inserted, by name (psycopg's rowcount is -1)
+            return len(s.execute(stmt.returning(MetricRow.seq)).all())
+        done = cast("CursorResult[Any]", s.execute(stmt))  # SQLite before 3.35
+        return max(0, done.rowcount)
+    have = set(
+        s.scalars(
+            select(MetricRow.seq).where(
+                MetricRow.run_id == rows[0]["run_id"], MetricRow.seq.in_([r["seq"] for r in rows])
+            )
+        )
+    )
+    fresh = [MetricRow(**r) for r in rows if r["seq"] not in have]
+    s.add_all(fresh)
+    return len(fresh)

@@ -12,6 +12,7 @@ from tcl.control.config import Config
 from tcl.control.errors import TclError
 
 if TYPE_CHECKING:
+    from tcl.control.metricstore import MetricStore
     from tcl.control.retries import Retries
     from tcl.control.ssh import SshPool
     from tcl.control.store import Attempt, Store
@@ -42,6 +43,7 @@ class Control:
         self._shared = shared
         self._backends: dict[str, Backend] = {}  # by kind
         self._retries: Retries | None = None
+        self._metrics: MetricStore | None = None
 
     @property
     def store(self) -> Store:
@@ -62,6 +64,15 @@ class Control:
 
             self._retries = Retries(self.store)
         return self._retries
+
+    @property
+    def metrics(self) -> MetricStore:
+        """The runs' metric points (kept by each pull), on the same store."""
+        if self._metrics is None:
+            from tcl.control.metricstore import MetricStore
+
+            self._metrics = MetricStore(self.store)
+        return self._metrics
 
     @property
     def pool(self) -> SshPool:

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 from pathlib import Path
 from typing import IO, Any
 
 import jax
+
+from tcl.runner.metricline import format_line
 
 # Dense bf16 peak FLOP/s per device, by a substring of `device.device_kind`.
 PEAK_BF16_FLOPS: tuple[tuple[str, float], ...] = (
@@ -53,7 +56,9 @@ def summary_line(record: dict[str, Any]) -> str:
 
 
 class MetricsWriter:
-    """Appends one JSON object per line to `path` (main process only), and logs a summary."""
+    """Appends one JSON object per line to `path` (main process only), logs a summary, and
+    prints the record as a ``TCL_METRIC`` line on stdout: the runner keeps that line as a
+    metric event, so `tcl metrics RUN` has the points wherever the job ran."""
 
     def __init__(self, path: Path, enabled: bool = True) -> None:
         self.path = path
@@ -66,11 +71,17 @@ class MetricsWriter:
         if self._f is not None:
             self._f.write(json.dumps({"ts": round(time.time(), 3), **record}) + "\n")
             log.info("%s", summary_line(record))
+            print(format_line(_finite(record)), flush=True)
 
     def close(self) -> None:
         if self._f is not None:
             self._f.close()
             self._f = None
+
+
+def _finite(record: dict[str, Any]) -> dict[str, Any]:
+    """The record less its NaN and infinite values, which JSON (and so the line) cannot hold."""
+    return {k: v for k, v in record.items() if not (isinstance(v, float) and not math.isfinite(v))}
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:

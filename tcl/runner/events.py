@@ -1,4 +1,4 @@
-"""The event log: every log chunk and state change, append-only on disk, read by cursor.
+"""The event log: every log chunk, metric and state change, append-only on disk, read by cursor.
 
 Two files in the log's directory:
 
@@ -91,6 +91,10 @@ class EventLog:
 
     def append_log(self, stream: LogStream, data: str) -> int:
         return self._append({"kind": EventKind.LOG.value, "stream": stream.value, "data": data})
+
+    def append_metric(self, stream: LogStream, data: str) -> int:
+        """A metric the job printed (``tcl.runner.metricline``); ``data`` its canonical JSON."""
+        return self._append({"kind": EventKind.METRIC.value, "stream": stream.value, "data": data})
 
     def append_state(self, state: RunnerState, exit_code: int | None = None) -> int:
         return self._append(

@@ -1,11 +1,12 @@
 """Runs the job: its own process group, output pumped into the event log, stop and time limit.
 
 Threads, not the event loop, move the bytes: one pump per stream reads the pipe, decodes UTF-8,
-masks secrets and appends events, so a busy job never stalls the HTTP server. A waiter thread
-reaps the process, waits until both pumps have drained their pipes and only then reports the
-exit, so the last log events always come before the terminal state. One watchdog thread keeps
-the two deadlines (the kill after a stop's grace, the spec's time limit): stops, however many,
-only move a deadline, so they cost no thread.
+masks secrets and appends events (stdout's metric lines as metric events: :mod:`.output`), so
+a busy job never stalls the HTTP server. A waiter thread reaps the process, waits until both
+pumps have drained their pipes and only then reports the exit, so the last log events always
+come before the terminal state. One watchdog thread keeps the two deadlines (the kill after a
+stop's grace, the spec's time limit): stops, however many, only move a deadline, so they cost
+no thread.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from tcl.runner.errors import ExecutorError
 from tcl.runner.events import EventLog
 from tcl.runner.limits import DEFAULT_GRACE_S
 from tcl.runner.masking import Masker
+from tcl.runner.output import StreamOutput
 
 READ_BYTES = 256 * 1024
 PIPE_BYTES = 1024 * 1024  # F_SETPIPE_SZ: room for COALESCE_S of fast output
@@ -229,17 +231,19 @@ class Executor:
         decoder = codecs.getincrementaldecoder("utf-8")("replace")
         masker = Masker(self._secrets)
         pending = ""
-        emit = self._emitter(stream)
+        out = StreamOutput(self._log, stream)
         last_read = 0.0
         eof = False
         while not eof:
-            if pending:
+            # An unfinished line goes out after a moment of silence (a prompt), unless it may
+            # become a metric line, which counts only whole: that one waits for its newline.
+            if pending and not out.waits(pending):
                 try:
                     ready, _, _ = select.select([fd], [], [], PARTIAL_LINE_FLUSH_S)
                 except (OSError, ValueError):
                     break
                 if not ready:
-                    emit(pending)
+                    out.write(pending)
                     pending = ""
                     continue
             # A job that keeps writing (the previous read was moments ago) gets its output
@@ -253,20 +257,12 @@ class Executor:
             pending += masker.feed(decoder.decode(data))
             cut = pending.rfind("\n")
             if cut >= 0:
-                emit(pending[: cut + 1])
+                out.write(pending[: cut + 1])
                 pending = pending[cut + 1 :]
             if len(pending) >= MAX_PENDING_CHARS:
-                emit(pending)
+                out.write(pending)
                 pending = ""
-        emit(pending + masker.feed(decoder.decode(b"", final=True)) + masker.flush())
-
-    def _emitter(self, stream: LogStream) -> Callable[[str], None]:
-        def emit(text: str) -> None:
-            if text:
-                with contextlib.suppress(RuntimeError):  # log finished: a leftover process
-                    self._log.append_log(stream, text)
-
-        return emit
+        out.write(pending + masker.feed(decoder.decode(b"", final=True)) + masker.flush())
 
     def _reap(self, pumps: list[threading.Thread]) -> None:
         assert self._proc is not None

@@ -11,7 +11,7 @@ Routes (all but the healthcheck need ``Authorization: Bearer <token>``):
 - ``POST /api/submit``                      :class:`SubmitRequest` -> stream of :class:`Line`
 - ``POST /api/submissions/{id}/cancel``     204; the submit's stream ends with its error line
 - ``POST /api/follow``                      :class:`FollowRequest` -> stream of :class:`Line`
-                                            (log events after ``after``, then ``end``)
+                                            (its events after ``after``, then ``end``)
 - ``POST /api/hosts/{name}/forget``         204; drop what is cached about a host
 - ``GET  /api/status``                      -> :class:`Status`
 - ``POST /api/shutdown``                    204; the daemon exits once its streams end
@@ -93,7 +93,7 @@ class LineKind(StrEnum):
     PROGRESS = "progress"  # done, total: code upload bytes
     NOTE = "note"  # text: one line the user should read
     SUBMITTED = "submitted"  # result: the run started
-    EVENT = "event"  # event: one of the run's log events
+    EVENT = "event"  # event: one of the run's events (log, state, metric: print log ones only)
     RECONNECTING = "reconnecting"  # text: the host's connection dropped; following resumes
     END = "end"  # run: the run ended and every event was sent
     ERROR = "error"  # text, exit_code: the submit or follow failed (cancelled: Ctrl-C)

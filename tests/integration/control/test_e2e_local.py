@@ -111,6 +111,12 @@ def test_submit_a_tcl_jobs_job_by_key_on_the_local_default(tmp_path: Path) -> No
         ps = tcl("ps", "-a", "--json")
         [run] = json.loads(ps.stdout)
         assert run["job"] == "gpt/train" and run["argv"] == [] and run["state"] == "succeeded"
+        # its metrics travelled as TCL_METRIC lines: points of `tcl metrics`, not log lines
+        assert "TCL_METRIC" not in res.stdout + res.stderr
+        points = json.loads(tcl("metrics", run["run_id"], "--json").stdout)
+        train = [p for p in points if p["kind"] == "train"]
+        assert [p["step"] for p in train] == [10, 20, 30]
+        assert all(p["values"]["loss"] > 0 and "lr" in p["values"] for p in train)
         bad = tcl("submit", "--job", "gpt/train", "--", "python", "-c", "1")
         assert bad.returncode != 0 and "not both" in bad.stderr
     finally:

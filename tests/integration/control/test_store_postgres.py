@@ -8,6 +8,7 @@ import uuid
 from sqlalchemy import text
 
 from tcl.control.store import Store
+from tests.unit.control.test_metricstore import exercise_metricstore
 from tests.unit.control.test_store import exercise_store
 
 
@@ -21,6 +22,21 @@ def test_postgres_store(postgres_url: str) -> None:
     store = Store(f"{postgres_url}{sep}options=-csearch_path%3D{schema}")
     try:
         exercise_store(store)
+        assert store.engine.dialect.name == "postgresql"
+    finally:
+        store.close()
+
+
+def test_postgres_metric_store(postgres_url: str) -> None:
+    schema = f"tcl_metrics_{uuid.uuid4().hex[:8]}"
+    admin = Store(postgres_url)
+    with admin.engine.begin() as c:
+        c.execute(text(f'CREATE SCHEMA "{schema}"'))
+    admin.close()
+    sep = "&" if "?" in postgres_url else "?"
+    store = Store(f"{postgres_url}{sep}options=-csearch_path%3D{schema}")
+    try:
+        exercise_metricstore(store)
         assert store.engine.dialect.name == "postgresql"
     finally:
         store.close()

@@ -221,6 +221,33 @@ async def test_a_run_whose_runner_the_host_removed_gets_its_outcome(
     assert (await refresh(ctl, final)).state is RunState.FAILED  # `tcl ps`: settled
 
 
+class MetricRunner(FakeRunner):
+    """Its job printed metric lines between its log lines (every third event a metric)."""
+
+    def __init__(self, drop_at_call: int | None) -> None:
+        super().__init__(drop_at_call)
+        for e in self.log[:N]:
+            if e.seq % 3 == 0:
+                e.kind = EventKind.METRIC
+                e.data = f'{{"kind":"train","loss":{e.seq / 10},"step":{e.seq}}}'
+
+
+async def test_a_pull_keeps_metric_events_in_the_store(
+    ctl: Control, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runner = MetricRunner(drop_at_call=2)
+    use_hosts(monkeypatch, local=FakeBackend(runner, FakeShim()))
+    seen: list[EventKind] = []
+    final = await follow(ctl, ctl.store.get_run("r-1"), lambda e: seen.append(e.kind), None)
+    assert final.state is RunState.SUCCEEDED  # the follow ends on the final state
+    assert seen.count(EventKind.METRIC) == 3 and seen[-1] is EventKind.STATE
+    points = ctl.metrics.read("r-1")
+    assert [(p.seq, p.step, p.kind, p.values) for p in points] == [
+        (s, s, "train", {"loss": s / 10}) for s in (3, 6, 9)
+    ]
+    assert [e.seq for e in LogCache("r-1").read() if e.kind is EventKind.METRIC] == [3, 6, 9]
+
+
 def test_log_cache_appends_only_newer_events(tmp_path: Path) -> None:
     cache = LogCache("r", tmp_path)
     ev = [Event(seq=i, ts=0.0, kind=EventKind.LOG, data=f"{i}\n") for i in range(1, 6)]

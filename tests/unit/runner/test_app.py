@@ -28,7 +28,7 @@ async def collect(
         if e.kind is EventKind.LOG:
             assert e.stream is not None and e.data is not None
             text[e.stream] += e.data
-        else:
+        elif e.kind is EventKind.STATE:
             assert e.state is not None
             states.append(e.state)
             exit_code = e.exit_code

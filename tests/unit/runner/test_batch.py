@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tcl.runner.api import CodeRef, JobSpec
+from tcl.runner.api import CodeRef, JobSpec, LogStream
 from tcl.runner.events import EventLog
 
 from .conftest import PY, TOKEN, sha, tarball
@@ -244,3 +244,23 @@ async def test_sigterm_stops_the_job_then_the_server(tmp_path: Path) -> None:
         if proc.returncode is None:
             proc.kill()
             await proc.wait()
+
+
+def test_batch_keeps_metric_lines_as_metric_events(tmp_path: Path) -> None:
+    """SLURM and Volcano run the runner in batch mode: its metric events are the same."""
+    job = b'print("x"); print(\'TCL_METRIC {"step": 3, "kind": "train", "loss": 0.5}\')'
+    code = tarball({"job.py": job})
+    (tmp_path / "code.tgz").write_bytes(code)
+    spec = JobSpec(run_id="b2", argv=[PY, "job.py"], code=CodeRef(sha256=sha(code), size=len(code)))
+    state_dir = tmp_path / "state"
+    proc = subprocess.run(
+        [*RUNNER, "batch", "--spec", str(write_spec(tmp_path, spec)),
+         "--code", str(tmp_path / "code.tgz"), "--state-dir", str(state_dir)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    events, _ = EventLog(state_dir / "events").read(0)
+    assert [(e.kind.value, e.data) for e in events if e.stream is LogStream.STDOUT] == [
+        ("log", "x\n"),
+        ("metric", '{"kind":"train","loss":0.5,"step":3}'),
+    ]

@@ -1,0 +1,78 @@
+"""``tcl metrics RUN [--json] [--kind K]``: the metric points a run's job printed.
+
+A job prints ``TCL_METRIC {json}`` lines on stdout (``tcl.jobs`` trainers do); the runner keeps
+them as metric events and every pull keeps them in the state store. This command brings the
+run's events up to date first (as ``tcl logs`` does), then shows what the store holds.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from tcl.cli._common import err, out, print_json, with_control
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from tcl.control.metricstore import MetricPoint
+    from tcl.control.service import Control
+
+
+def point_json(p: MetricPoint) -> dict[str, Any]:
+    """The stable JSON form of a point (documented in docs/cli.md)."""
+    return {"seq": p.seq, "attempt": p.attempt, "node": p.node, "ts": p.ts, "step": p.step,
+            "kind": p.kind, "values": p.values}  # fmt: skip
+
+
+def _table(points: list[MetricPoint]) -> Table:
+    from rich.table import Table
+
+    names = sorted({name for p in points for name in p.values})
+    nodes = len({p.node for p in points}) > 1  # a multi-node run: say whose point it is
+    t = Table(box=None, header_style="bold", pad_edge=False)
+    for col in ("STEP", "KIND", *(["NODE"] if nodes else [])):
+        t.add_column(col, justify="right" if col != "KIND" else "left")
+    for name in names:
+        t.add_column(name, justify="right", overflow="fold")
+    for p in points:
+        cells = [str(p.step) if p.step is not None else "", p.kind]
+        cells += [str(p.node)] if nodes else []
+        cells += [f"{p.values[n]:.6g}" if n in p.values else "" for n in names]
+        t.add_row(*cells)
+    return t
+
+
+def cmd_metrics(
+    ctx: typer.Context,
+    run_ref: Annotated[str, typer.Argument(metavar="RUN", help="Run id, prefix or name.")],
+    as_json: Annotated[bool, typer.Option("--json", help="A JSON list of points.")] = False,
+    kind: Annotated[
+        str | None, typer.Option("--kind", help="Only points of this kind (train, val, …).")
+    ] = None,
+) -> None:
+    """Show the metric points of a run (its job's TCL_METRIC lines), in the order printed."""
+
+    async def body(ctl: Control) -> tuple[str, list[MetricPoint]]:
+        from tcl.control.catchup import catch_up, keep_cached_metrics
+
+        caught = await catch_up(ctl, run_ref)
+        if caught.unreachable:
+            err.print(f"warning: {caught.unreachable}; showing kept metrics", markup=False)
+        keep_cached_metrics(ctl, caught.run_id)
+        return caught.run_id, ctl.metrics.read_all(caught.run_id, kind=kind)
+
+    run_id, points = with_control(ctx, body)
+    if not points:
+        of_kind = f" of kind {kind!r}" if kind is not None else ""
+        err.print(f"run {run_id} has no metric points{of_kind} (a job prints them as "
+                  "TCL_METRIC lines on stdout)", markup=False)  # fmt: skip
+    if as_json:
+        print_json([point_json(p) for p in points])
+    elif points:
+        out.print(_table(points))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("metrics")(cmd_metrics)
