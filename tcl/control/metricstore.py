@@ -2,8 +2,11 @@
 
 A run's metric events arrive with its other events (a pull of its log, :mod:`.follow`); they
 are kept here as well as in the local log cache so that every reader of the store (``tcl
-metrics``, ``tcl ui``, a team's PostgreSQL) sees them. The key is the run-wide ``seq`` the log
-cache gave the event, so keeping the same events twice changes nothing.
+metrics``, ``tcl ui``, a team's PostgreSQL) sees them. An event is known by its attempt, node
+and the node's own ``seq`` (the runner's numbering, the same on every workstation; a log
+cache's run-wide numbering is not, when two workstations pulled different parts of a run), so
+keeping the same events twice, from one workstation or two, changes nothing. A point's ``seq``
+is its place in the store: the cursor a reader pages on with.
 
 Its own table (made by ``create_all``, no migration), like the retry rows.
 """
@@ -14,7 +17,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
-from sqlalchemy import JSON, Float, ForeignKey, Integer, String, func, select
+from sqlalchemy import JSON, Float, ForeignKey, Integer, String, UniqueConstraint, func, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Mapped, Session, mapped_column
 
@@ -29,16 +32,19 @@ if TYPE_CHECKING:
 READ_LIMIT = 50_000  # points per read; a reader pages on with ``after``
 # Rows per INSERT: 8 parameters each stay far below SQLite's 32,766 per statement.
 ADD_CHUNK_ROWS = 500
-_KEY = ("run_id", "seq")
+_KEY = ("run_id", "attempt", "node", "node_seq")
 
 
 class MetricRow(TableBase):
     __tablename__ = "tcl_metrics"
 
-    run_id: Mapped[str] = mapped_column(ForeignKey("tcl_runs.id"), primary_key=True)
-    seq: Mapped[int] = mapped_column(Integer, primary_key=True)  # the log cache's run-wide seq
+    __table_args__ = (UniqueConstraint(*_KEY, name="tcl_metrics_event"),)
+
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("tcl_runs.id"), index=True)
     attempt: Mapped[int] = mapped_column(Integer)
     node: Mapped[int] = mapped_column(Integer)
+    node_seq: Mapped[int] = mapped_column(Integer)  # the runner's own seq of the event
     ts: Mapped[float] = mapped_column(Float)
     step: Mapped[int | None] = mapped_column(Integer, nullable=True)
     kind: Mapped[str] = mapped_column(String(64), default="")
@@ -81,8 +87,9 @@ class MetricStore:
             if rec is None:
                 continue
             rows.append(
-                {"run_id": run_id, "seq": e.seq, "attempt": e.attempt, "node": e.node,
-                 "ts": e.ts, "step": rec.step, "kind": rec.kind, "values": rec.values}
+                {"run_id": run_id, "attempt": e.attempt, "node": e.node,
+                 "node_seq": e.node_seq, "ts": e.ts, "step": rec.step, "kind": rec.kind,
+                 "values": rec.values}
             )  # fmt: skip
         if not rows:
             return 0
@@ -137,13 +144,10 @@ def _insert_new(s: Session, dialect: Dialect, rows: list[dict[str, Any]]) -> int
             return len(s.execute(stmt.returning(MetricRow.seq)).all())
         done = cast("CursorResult[Any]", s.execute(stmt))  # SQLite before 3.35
         return max(0, done.rowcount)
-    have = set(
-        s.scalars(
-            select(MetricRow.seq).where(
-                MetricRow.run_id == rows[0]["run_id"], MetricRow.seq.in_([r["seq"] for r in rows])
-            )
-        )
+    q = select(MetricRow.attempt, MetricRow.node, MetricRow.node_seq).where(
+        MetricRow.run_id == rows[0]["run_id"]
     )
-    fresh = [MetricRow(**r) for r in rows if r["seq"] not in have]
+    have = {tuple(k) for k in s.execute(q)}
+    fresh = [MetricRow(**r) for r in rows if (r["attempt"], r["node"], r["node_seq"]) not in have]
     s.add_all(fresh)
     return len(fresh)

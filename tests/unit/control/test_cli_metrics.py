@@ -72,15 +72,15 @@ def test_metrics_table_json_and_kind(home: Path) -> None:
     res = runner.invoke(app, ["metrics", "train-a", "--json"])
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout) == [
-        {"seq": 2, "attempt": 0, "node": 0, "ts": 11.0, "step": 1, "kind": "train",
+        {"seq": 1, "attempt": 0, "node": 0, "ts": 11.0, "step": 1, "kind": "train",
          "values": {"loss": 2.5, "lr": 0.001}},
-        {"seq": 3, "attempt": 0, "node": 0, "ts": 12.0, "step": 2, "kind": "train",
+        {"seq": 2, "attempt": 0, "node": 0, "ts": 12.0, "step": 2, "kind": "train",
          "values": {"loss": 2.25}},
-        {"seq": 4, "attempt": 0, "node": 0, "ts": 13.0, "step": 2, "kind": "val",
+        {"seq": 3, "attempt": 0, "node": 0, "ts": 13.0, "step": 2, "kind": "val",
          "values": {"val_loss": 3.125}},
     ]  # fmt: skip
     res = runner.invoke(app, ["metrics", "train", "--kind", "val", "--json"])
-    assert [p["seq"] for p in json.loads(res.stdout)] == [4]
+    assert [p["seq"] for p in json.loads(res.stdout)] == [3]
     res = runner.invoke(app, ["metrics", "train", "--kind", "nope"])
     assert res.exit_code == 0 and res.stdout == ""
     assert "has no metric points of kind 'nope'" in res.stderr

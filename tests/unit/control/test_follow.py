@@ -243,7 +243,7 @@ async def test_a_pull_keeps_metric_events_in_the_store(
     assert seen.count(EventKind.METRIC) == 3 and seen[-1] is EventKind.STATE
     points = ctl.metrics.read("r-1")
     assert [(p.seq, p.step, p.kind, p.values) for p in points] == [
-        (s, s, "train", {"loss": s / 10}) for s in (3, 6, 9)
+        (i + 1, s, "train", {"loss": s / 10}) for i, s in enumerate((3, 6, 9))
     ]
     assert [e.seq for e in LogCache("r-1").read() if e.kind is EventKind.METRIC] == [3, 6, 9]
 

@@ -35,13 +35,17 @@ def exercise_metricstore(store: Store) -> None:
     assert ms.add("m-1", events) == 3
     assert ms.add("m-1", events) == 0  # the same events again: nothing new
     assert ms.add("m-1", [*events, metric(7, '{"step":2,"loss":2.0}')]) == 1
-    assert ms.read("m-1") == [
-        MetricPoint("m-1", 2, 0, 0, 102.0, 1, "train", {"loss": 2.5}),
-        MetricPoint("m-1", 3, 0, 1, 103.0, 1, "val", {"val_loss": 3.0}),
-        MetricPoint("m-1", 6, 1, 0, 106.0, None, "", {"acc": 0.5}),
-        MetricPoint("m-1", 7, 0, 0, 107.0, 2, "", {"loss": 2.0}),
+    # another workstation's log cache numbers the same events otherwise (it pulled from a
+    # later point): an event is known by its attempt, node and the runner's own seq
+    elsewhere = [e.model_copy(update={"seq": e.seq + 40}) for e in events]
+    assert ms.add("m-1", elsewhere) == 0
+    assert ms.read("m-1") == [  # a point's seq is its place in the store
+        MetricPoint("m-1", 1, 0, 0, 102.0, 1, "train", {"loss": 2.5}),
+        MetricPoint("m-1", 2, 0, 1, 103.0, 1, "val", {"val_loss": 3.0}),
+        MetricPoint("m-1", 3, 1, 0, 106.0, None, "", {"acc": 0.5}),
+        MetricPoint("m-1", 4, 0, 0, 107.0, 2, "", {"loss": 2.0}),
     ]
-    assert [p.seq for p in ms.read("m-1", after=3, limit=1)] == [6]
+    assert [p.ts for p in ms.read("m-1", after=2, limit=1)] == [106.0]
     # more points than one INSERT holds, some already kept
     many = [metric(i, f'{{"step":{i},"x":{i}}}') for i in range(1, 2 * ADD_CHUNK_ROWS + 10)]
     assert ms.add("m-2", many[:10]) == 10
