@@ -19,6 +19,7 @@ from tcl.cli import (
     stop,
     submit,
     sync,
+    ui,
 )
 from tcl.cli._common import Globals
 
@@ -76,6 +77,7 @@ checkpoints.register(app)
 matrix.register(app)
 repl.register(app)
 sync.register(app)
+ui.register(app)
 
 
 def main() -> None:
