@@ -51,6 +51,7 @@ class Ui:
         self.queue = SweepQueue(store)
         self.metrics = MetricStore(store)
         self._pool: SshPool | None = None
+        self.viewers = 0  # log WebSockets open now (each with its own follow)
 
     @property
     def pool(self) -> SshPool:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 
@@ -24,11 +24,15 @@ from tcl.control.errors import RunNotFoundError, TclError
 from tcl.control.follow import follow
 from tcl.control.logcache import KeptEvent
 from tcl.runner.api import EventKind
-from tcl.ui.context import ui_of
+from tcl.ui.context import Ui, ui_of
+
+if TYPE_CHECKING:
+    from tcl.control.store import Run
 
 router = APIRouter()
 log = logging.getLogger("tcl.ui")
 Message = dict[str, Any]
+PLACEMENT_POLL_S = 1.0
 
 
 def event_message(e: KeptEvent) -> Message | None:
@@ -40,6 +44,18 @@ def event_message(e: KeptEvent) -> Message | None:
         "stream": e.stream.value if e.stream else None, "data": e.data,
         "state": e.state.value if e.state else None, "exit_code": e.exit_code,
     }  # fmt: skip
+
+
+async def placed_or_ended(ui: Ui, run_id: str) -> Run:
+    """The run once it has a placed attempt (a handle) or has ended. :func:`follow` pulls
+    without waiting while a run has no handle yet (pending): on this shared event loop that
+    would starve every other request, so the wait for a placement happens here."""
+    while True:
+        run = ui.store.get_run(run_id)
+        att = ui.store.latest_attempt(run_id)
+        if run.state.is_final or (att is not None and att.handle):
+            return run
+        await asyncio.sleep(PLACEMENT_POLL_S)
 
 
 async def _until_gone(ws: WebSocket) -> None:
@@ -69,6 +85,7 @@ async def run_logs(ws: WebSocket, run_id: str, after: int = 0) -> None:
 
     async def work() -> None:
         try:
+            run = await placed_or_ended(ui, run_id)
             async with ui.control() as ctl:
                 final = await follow(
                     ctl, run, on_event,
@@ -85,6 +102,7 @@ async def run_logs(ws: WebSocket, run_id: str, after: int = 0) -> None:
 
     follower = asyncio.create_task(work())
     listener = asyncio.create_task(_until_gone(ws))
+    ui.viewers += 1
     try:
         while True:
             getter = asyncio.create_task(queue.get())
@@ -100,6 +118,7 @@ async def run_logs(ws: WebSocket, run_id: str, after: int = 0) -> None:
     except (WebSocketDisconnect, RuntimeError):
         return  # sending to a socket the viewer closed
     finally:
+        ui.viewers -= 1
         for t in (follower, listener):
             t.cancel()
         await asyncio.gather(follower, listener, return_exceptions=True)
