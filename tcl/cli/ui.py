@@ -47,8 +47,16 @@ def cmd_ui(
     except TclError as e:
         raise fail(str(e), e.exit_code) from None
     try:
-        run(serve(store, g.config, port=port, allow_actions=allow_actions,
-                  open_browser=not no_browser, start_scheduler=_start_scheduler))  # fmt: skip
+        run(
+            serve(
+                store,
+                g.config,
+                port=port,
+                allow_actions=allow_actions,
+                open_browser=not no_browser,
+                start_scheduler=_start_scheduler,
+            )
+        )
     except KeyboardInterrupt:
         pass
     except OSError as e:

@@ -31,7 +31,8 @@ from tcl.ui.guard import Guard, cookie_name, query_token
 STATIC = Path(__file__).parent / "static"
 # The page loads only its own files and talks only to its own origin.
 CSP = (
-    "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+    "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+    "img-src 'self' data:; "
     "connect-src 'self' ws://127.0.0.1:* ws://localhost:*; frame-ancestors 'none'; "
     "base-uri 'none'; form-action 'none'"
 )
@@ -68,8 +69,9 @@ def _secured(response: Response) -> Response:
 
 
 def create_app(ui: Ui) -> ASGIApp:
-    app = FastAPI(title="tcl ui", version=__version__, docs_url=None, redoc_url=None,
-                  openapi_url=None)  # fmt: skip
+    app = FastAPI(
+        title="tcl ui", version=__version__, docs_url=None, redoc_url=None, openapi_url=None
+    )
     app.state.ui = ui
     app.add_exception_handler(TclError, _tcl_error)
     app.add_exception_handler(HTTPException, _http_error)
@@ -85,9 +87,12 @@ def create_app(ui: Ui) -> ASGIApp:
         response = _secured(FileResponse(STATIC / "index.html", media_type="text/html"))
         if query_token(request.scope) is not None:  # the Guard checked it: keep it as a cookie
             response.set_cookie(
-                cookie_name(ui.settings.port), ui.settings.token, httponly=True,
-                samesite="strict", path="/",
-            )  # fmt: skip
+                cookie_name(ui.settings.port),
+                ui.settings.token,
+                httponly=True,
+                samesite="strict",
+                path="/",
+            )
         return response
 
     @app.middleware("http")

@@ -88,9 +88,9 @@ class Guard:
         if host is None or not loopback_host(host):
             return 421, "tcl ui answers only to 127.0.0.1 or localhost (Host header refused)"
         origin = _header(scope, b"origin")
-        if origin is not None and (scope["type"] == "websocket" or scope.get("method") == "POST"):
-            if not loopback_host(urlsplit(origin).netloc):
-                return 403, "requests from other sites are refused (Origin header)"
+        checked = scope["type"] == "websocket" or scope.get("method") == "POST"
+        if checked and origin is not None and not loopback_host(urlsplit(origin).netloc):
+            return 403, "requests from other sites are refused (Origin header)"
         authed = (
             bearer_matches(scope["headers"], self.token)
             or _same(_cookie_token(scope, self.cookie), self.token)

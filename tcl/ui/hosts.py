@@ -19,15 +19,25 @@ def host_item(s: HostStatus) -> HostItem:
     accs = []
     if s.info is not None:
         accs = [
-            AcceleratorItem(index=a.index, chip=a.chip,
-                            free=a.task_id is None and not a.busy_outside, task_id=a.task_id)
+            AcceleratorItem(
+                index=a.index,
+                chip=a.chip,
+                free=a.task_id is None and not a.busy_outside,
+                task_id=a.task_id,
+            )
             for a in s.info.accelerators
-        ]  # fmt: skip
+        ]
     free = sum(1 for a in accs if a.free)
     return HostItem(
-        name=s.name, type=s.type, address=s.address, reachable=s.reachable, detail=s.detail,
-        free=free, busy=len(accs) - free, accelerators=accs,
-    )  # fmt: skip
+        name=s.name,
+        type=s.type,
+        address=s.address,
+        reachable=s.reachable,
+        detail=s.detail,
+        free=free,
+        busy=len(accs) - free,
+        accelerators=accs,
+    )
 
 
 @router.get("")

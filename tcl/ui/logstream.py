@@ -40,10 +40,16 @@ def event_message(e: KeptEvent) -> Message | None:
     if e.kind is EventKind.METRIC:
         return None
     return {
-        "seq": e.seq, "ts": e.ts, "kind": e.kind.value, "node": e.node, "nodes": e.nodes,
-        "stream": e.stream.value if e.stream else None, "data": e.data,
-        "state": e.state.value if e.state else None, "exit_code": e.exit_code,
-    }  # fmt: skip
+        "seq": e.seq,
+        "ts": e.ts,
+        "kind": e.kind.value,
+        "node": e.node,
+        "nodes": e.nodes,
+        "stream": e.stream.value if e.stream else None,
+        "data": e.data,
+        "state": e.state.value if e.state else None,
+        "exit_code": e.exit_code,
+    }
 
 
 async def placed_or_ended(ui: Ui, run_id: str) -> Run:
@@ -71,7 +77,7 @@ async def _until_gone(ws: WebSocket) -> None:
 async def run_logs(ws: WebSocket, run_id: str, after: int = 0) -> None:
     ui = ui_of(ws)
     try:
-        run = ui.store.get_run(run_id)
+        ui.store.get_run(run_id)
     except RunNotFoundError:
         await ws.close(code=4404, reason=f"no run {run_id!r}"[:120])
         return
@@ -88,9 +94,12 @@ async def run_logs(ws: WebSocket, run_id: str, after: int = 0) -> None:
             run = await placed_or_ended(ui, run_id)
             async with ui.control() as ctl:
                 final = await follow(
-                    ctl, run, on_event,
-                    lambda why: queue.put_nowait({"reconnecting": why}), max(0, after),
-                )  # fmt: skip
+                    ctl,
+                    run,
+                    on_event,
+                    lambda why: queue.put_nowait({"reconnecting": why}),
+                    max(0, after),
+                )
             queue.put_nowait({"end": final.state.value, "exit_code": final.exit_code})
         except TclError as e:
             queue.put_nowait({"error": str(e).splitlines()[0] if str(e) else type(e).__name__})

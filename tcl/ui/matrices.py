@@ -32,8 +32,11 @@ def list_matrices(ui: UiDep) -> list[MatrixItem]:
     out = []
     for m in ui.queue.matrices():
         c = _counts(counts.get(m.name, {}))
-        out.append(MatrixItem(id=m.name, name=m.name, counts=c, total=sum(c.values()),
-                              created_at=m.created_at))  # fmt: skip
+        out.append(
+            MatrixItem(
+                id=m.name, name=m.name, counts=c, total=sum(c.values()), created_at=m.created_at
+            )
+        )
     return out
 
 
@@ -61,20 +64,31 @@ def matrix_detail(ui: UiDep, matrix_id: str) -> MatrixDetail:
     entries = ui.queue.entries(matrix_id)
     eta = s.eta_s if s.eta_s is not None else eta_from_durations(entries)
     return MatrixDetail(
-        id=s.name, name=s.name, created_at=s.created_at, counts=_counts(s.counts),
+        id=s.name,
+        name=s.name,
+        created_at=s.created_at,
+        counts=_counts(s.counts),
         total=s.total,
         entries=[
-            EntryItem(index=i, job_id=e.job_id, state=e.state.value, run_id=e.run_id,
-                      params=e.fields, error=last_line(e.last_error), started_at=e.started_at,
-                      ended_at=e.ended_at)
+            EntryItem(
+                index=i,
+                job_id=e.job_id,
+                state=e.state.value,
+                run_id=e.run_id,
+                params=e.fields,
+                error=last_line(e.last_error),
+                started_at=e.started_at,
+                ended_at=e.ended_at,
+            )
             for i, e in enumerate(entries)
         ],
-        runs_per_hour=s.runs_per_hour, eta_s=eta,
+        runs_per_hour=s.runs_per_hour,
+        eta_s=eta,
         failures=[
             FailureItem(job_id=f.job_id, run_id=f.run_id, ended_at=f.ended_at, error=f.error)
             for f in s.failures
         ],
-    )  # fmt: skip
+    )
 
 
 @router.post("/{matrix_id}/requeue")

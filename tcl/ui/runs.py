@@ -33,12 +33,21 @@ def run_item(r: Run, now: float | None = None) -> RunItem:
     req = r.request
     chips = req.get("chips")
     return RunItem(
-        run_id=r.id, name=r.name, state=r.state.value, host=r.host, backend=r.backend,
-        chips=chips if isinstance(chips, int) else 0, chip=req.get("chip"),
-        created_at=r.created_at, age_s=max(0.0, now - r.created_at), command=command_of(req),
-        message=r.message, exit_code=r.exit_code, session=req.get("session"),
+        run_id=r.id,
+        name=r.name,
+        state=r.state.value,
+        host=r.host,
+        backend=r.backend,
+        chips=chips if isinstance(chips, int) else 0,
+        chip=req.get("chip"),
+        created_at=r.created_at,
+        age_s=max(0.0, now - r.created_at),
+        command=command_of(req),
+        message=r.message,
+        exit_code=r.exit_code,
+        session=req.get("session"),
         live=not r.state.is_final,
-    )  # fmt: skip
+    )
 
 
 def get_run(ui: Ui, run_id: str) -> Run:
@@ -81,10 +90,15 @@ async def run_detail(ui: UiDep, run_id: str) -> RunDetail:
         run=run_item(run),
         request=run.request,
         attempts=[
-            AttemptItem(attempt=a.attempt, host=a.host, backend=a.backend, state=a.state.value,
-                        created_at=a.created_at or None)
+            AttemptItem(
+                attempt=a.attempt,
+                host=a.host,
+                backend=a.backend,
+                state=a.state.value,
+                created_at=a.created_at or None,
+            )
             for a in attempts
-        ],  # fmt: skip
+        ],
         nodes=nodes,
     )
 
@@ -100,10 +114,11 @@ def run_metrics(
     points = ui.metrics.read(run.id, after, limit)
     return MetricPage(
         points=[
-            MetricPointItem(seq=p.seq, step=p.step, kind=p.kind, node=p.node, ts=p.ts,
-                            values=p.values)
+            MetricPointItem(
+                seq=p.seq, step=p.step, kind=p.kind, node=p.node, ts=p.ts, values=p.values
+            )
             for p in points
-        ],  # fmt: skip
+        ],
         next=points[-1].seq if points else after,
         more=len(points) >= limit,
     )

@@ -58,9 +58,13 @@ async def serve(
     ui = Ui(settings, store, config, start_scheduler)
     server = uvicorn.Server(
         uvicorn.Config(
-            create_app(ui), log_level="warning", access_log=False, lifespan="off",
-            timeout_graceful_shutdown=3, ws="websockets-sansio",
-        )  # fmt: skip
+            create_app(ui),
+            log_level="warning",
+            access_log=False,
+            lifespan="off",
+            timeout_graceful_shutdown=3,
+            ws="websockets-sansio",
+        )
     )
     url = page_url(bound, settings.token)
     stream = out or sys.stdout

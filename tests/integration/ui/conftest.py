@@ -7,11 +7,10 @@ import json
 import socket
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-
-import warnings
 
 import pytest
 
@@ -60,8 +59,11 @@ def seed(store: Store) -> None:
     """Runs: ok-run (succeeded, logs kept, metrics), bad-run (failed, exit 3), live-run
     (running), wait-run (pending, never placed); a matrix ``sweep`` of 6 entries: 2 done,
     2 failed, 1 running, 1 queued."""
-    store.create_run("ok-run", "train-small", {"argv": ["python", "train.py", "--lr", "0.1"],
-                                               "chip": "h100", "chips": 2})  # fmt: skip
+    store.create_run(
+        "ok-run",
+        "train-small",
+        {"argv": ["python", "train.py", "--lr", "0.1"], "chip": "h100", "chips": 2},
+    )
     store.set_placement("ok-run", "here", "local", None)
     store.add_attempt("ok-run", "here", "local")
     _advance(store, "ok-run", RunState.PROVISIONING, RunState.RUNNING)
@@ -75,17 +77,26 @@ def seed(store: Store) -> None:
     store.create_run("live-run", "train-live", {"argv": ["bash", "-c", "sleep 1000"]})
     _advance(store, "live-run", RunState.PROVISIONING, RunState.RUNNING)
     store.create_run("wait-run", "<b>waiting</b>", {"job": "lm1b", "chips": 4})
-    MetricStore(store).add("ok-run", [
-        _metric(2, 1, "train", loss=2.0, lr=0.1), _metric(3, 2, "train", loss=1.5, lr=0.1),
-        _metric(4, 2, "val", val_loss=1.7), _metric(6, 3, "train", loss=1.2, lr=0.1),
-    ])  # fmt: skip
+    MetricStore(store).add(
+        "ok-run",
+        [
+            _metric(2, 1, "train", loss=2.0, lr=0.1),
+            _metric(3, 2, "train", loss=1.5, lr=0.1),
+            _metric(4, 2, "val", val_loss=1.7),
+            _metric(6, 3, "train", loss=1.2, lr=0.1),
+        ],
+    )
     cache = LogCache("ok-run")
-    cache.append([
-        Event(seq=1, ts=1001.0, kind=EventKind.LOG, stream=LogStream.STDOUT, data="hello\n"),
-        Event(seq=2, ts=1002.0, kind=EventKind.METRIC, data='{"step":1,"kind":"train","loss":2}'),
-        Event(seq=3, ts=1003.0, kind=EventKind.LOG, stream=LogStream.STDERR, data="<warn>\n"),
-        Event(seq=4, ts=1004.0, kind=EventKind.STATE, state=RunnerState.SUCCEEDED, exit_code=0),
-    ])  # fmt: skip
+    cache.append(
+        [
+            Event(seq=1, ts=1001.0, kind=EventKind.LOG, stream=LogStream.STDOUT, data="hello\n"),
+            Event(
+                seq=2, ts=1002.0, kind=EventKind.METRIC, data='{"step":1,"kind":"train","loss":2}'
+            ),
+            Event(seq=3, ts=1003.0, kind=EventKind.LOG, stream=LogStream.STDERR, data="<warn>\n"),
+            Event(seq=4, ts=1004.0, kind=EventKind.STATE, state=RunnerState.SUCCEEDED, exit_code=0),
+        ]
+    )
     q = SweepQueue(store)
     q.add("sweep", {"argv": ["true"]}, [NewEntry(f"j{i}", {"lr": 0.1 * i}) for i in range(6)])
     ids = {e.job_id: e.id for e in q.entries("sweep")}
@@ -158,10 +169,19 @@ def make_client(seeded: Seeded) -> Iterator[MakeClient]:
     """``make_client(allow_actions=False, start_scheduler=None, **client_kwargs)``."""
     made: list[TestClient] = []
 
-    def make(allow_actions: bool = False, start_scheduler: Callable[[], str] | None = None,
-             base_url: str = BASE, headers: dict[str, str] | None = None) -> TestClient:  # fmt: skip
-        settings = UiSettings(token=TOKEN, allow_actions=allow_actions, port=8765,
-                              hosts_timeout_s=1.0, stop_grace_s=1.0)  # fmt: skip
+    def make(
+        allow_actions: bool = False,
+        start_scheduler: Callable[[], str] | None = None,
+        base_url: str = BASE,
+        headers: dict[str, str] | None = None,
+    ) -> TestClient:
+        settings = UiSettings(
+            token=TOKEN,
+            allow_actions=allow_actions,
+            port=8765,
+            hosts_timeout_s=1.0,
+            stop_grace_s=1.0,
+        )
         ui = Ui(settings, seeded.store, lambda: seeded.config, start_scheduler)
         client = TestClient(create_app(ui), base_url=base_url, headers=headers)
         client.__enter__()

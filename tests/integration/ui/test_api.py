@@ -21,8 +21,17 @@ pytestmark = pytest.mark.integration
 # auth and Host ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("path", ["/", "/api/info", "/api/runs", "/api/matrices",
-                                  "/static/app.js", "/static/vendor/uplot/uPlot.iife.min.js"])  # fmt: skip
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/",
+        "/api/info",
+        "/api/runs",
+        "/api/matrices",
+        "/static/app.js",
+        "/static/vendor/uplot/uPlot.iife.min.js",
+    ],
+)
 def test_every_path_needs_the_token(make_client: MakeClient, path: str) -> None:
     anon = make_client()
     assert anon.get(path).status_code == 401
@@ -80,7 +89,12 @@ def test_runs_list_filter_search_limit(client: TestClient) -> None:
     assert [r["run_id"] for r in body["runs"]] == ["wait-run", "live-run", "bad-run", "ok-run"]
     ok = by_id["ok-run"]
     assert (ok["state"], ok["host"], ok["backend"], ok["chips"], ok["chip"]) == (
-        "succeeded", "here", "local", 2, "h100")  # fmt: skip
+        "succeeded",
+        "here",
+        "local",
+        2,
+        "h100",
+    )
     assert ok["command"] == "python train.py --lr 0.1" and ok["exit_code"] == 0
     assert ok["age_s"] >= 0 and not ok["live"]
     assert by_id["wait-run"]["command"] == "job lm1b" and by_id["wait-run"]["live"]
@@ -88,9 +102,15 @@ def test_runs_list_filter_search_limit(client: TestClient) -> None:
 
     failed = client.get("/api/runs", params={"state": "failed"}).json()
     assert [r["run_id"] for r in failed["runs"]] == ["bad-run"] and failed["total"] == 1
-    for q, want in (("TRAIN.PY", ["ok-run"]), ("farbox", ["bad-run"]), ("eval-big", ["bad-run"]),
-                    ("live-", ["live-run"]), ("train", ["live-run", "ok-run"]),
-                    ("--lr 0.1", ["ok-run"]), ("nothing-like-it", [])):  # fmt: skip
+    for q, want in (
+        ("TRAIN.PY", ["ok-run"]),
+        ("farbox", ["bad-run"]),
+        ("eval-big", ["bad-run"]),
+        ("live-", ["live-run"]),
+        ("train", ["live-run", "ok-run"]),
+        ("--lr 0.1", ["ok-run"]),
+        ("nothing-like-it", []),
+    ):
         got = client.get("/api/runs", params={"q": q}).json()
         assert [r["run_id"] for r in got["runs"]] == want, q
         assert got["total"] == len(want)
@@ -105,28 +125,41 @@ def test_runs_list_is_fast_with_2000_runs(seeded: Seeded, client: TestClient) ->
     now = time.time()
     with seeded.store.session() as s:
         s.add_all(
-            RunRow(id=f"bulk-{i:04d}", name=f"sweep-{i}", state=RunState.SUCCEEDED.value,
-                   host="here", backend="local", request={"argv": ["python", "t.py", str(i)]},
-                   message="", created_at=now - i, updated_at=now)
+            RunRow(
+                id=f"bulk-{i:04d}",
+                name=f"sweep-{i}",
+                state=RunState.SUCCEEDED.value,
+                host="here",
+                backend="local",
+                request={"argv": ["python", "t.py", str(i)]},
+                message="",
+                created_at=now - i,
+                updated_at=now,
+            )
             for i in range(2000)
-        )  # fmt: skip
+        )
     client.get("/api/runs")  # warm
     took = timed(lambda: client.get("/api/runs", params={"limit": 5000}))
     body = client.get("/api/runs", params={"limit": 5000}).json()
     assert body["total"] == 2004 and len(body["runs"]) == 2004
     assert took < 1.5, f"{took:.2f} s for 2,000 runs"
     took_q = timed(lambda: client.get("/api/runs", params={"q": "t.py 1999"}))
-    assert [r["run_id"] for r in client.get("/api/runs", params={"q": "t.py 1999"}).json()
-            ["runs"]] == ["bulk-1999"]  # fmt: skip
+    assert [
+        r["run_id"] for r in client.get("/api/runs", params={"q": "t.py 1999"}).json()["runs"]
+    ] == ["bulk-1999"]
     assert took_q < 1.5
 
 
 def test_run_detail_and_404(client: TestClient) -> None:
     d = client.get("/api/runs/bad-run").json()
-    assert d["run"]["state"] == "failed" and d["request"] == {"argv": ["python", "eval.py"],
-                                                             "chips": 1}  # fmt: skip
+    assert d["run"]["state"] == "failed" and d["request"] == {
+        "argv": ["python", "eval.py"],
+        "chips": 1,
+    }
     assert [(a["attempt"], a["host"], a["backend"]) for a in d["attempts"]] == [
-        (0, "farbox", "ssh"), (1, "farbox", "ssh")]  # fmt: skip
+        (0, "farbox", "ssh"),
+        (1, "farbox", "ssh"),
+    ]
     assert all(a["created_at"] > 0 for a in d["attempts"]) and d["nodes"] == 1
     r = client.get("/api/runs/no-such-run")
     assert r.status_code == 404 and "no-such-run" in r.json()["detail"]
@@ -136,8 +169,14 @@ def test_metrics_paging_with_after(client: TestClient) -> None:
     page = client.get("/api/runs/ok-run/metrics").json()
     assert [p["seq"] for p in page["points"]] == [2, 3, 4, 6]
     assert page["next"] == 6 and not page["more"]
-    assert page["points"][2] == {"seq": 4, "step": 2, "kind": "val", "node": 0, "ts": 1004.0,
-                                 "values": {"val_loss": 1.7}}  # fmt: skip
+    assert page["points"][2] == {
+        "seq": 4,
+        "step": 2,
+        "kind": "val",
+        "node": 0,
+        "ts": 1004.0,
+        "values": {"val_loss": 1.7},
+    }
     page = client.get("/api/runs/ok-run/metrics", params={"after": 3, "limit": 1}).json()
     assert [p["seq"] for p in page["points"]] == [4] and page["next"] == 4 and page["more"]
     page = client.get("/api/runs/ok-run/metrics", params={"after": 6}).json()
@@ -170,13 +209,24 @@ def test_stop_with_actions(make_client: MakeClient, seeded: Seeded) -> None:
 def test_matrices_list_and_detail(client: TestClient) -> None:
     (m,) = client.get("/api/matrices").json()
     assert m["id"] == "sweep" and m["total"] == 6
-    assert m["counts"] == {"queued": 1, "claimed": 0, "running": 1, "done": 2, "failed": 2,
-                           "cancelled": 0}  # fmt: skip
+    assert m["counts"] == {
+        "queued": 1,
+        "claimed": 0,
+        "running": 1,
+        "done": 2,
+        "failed": 2,
+        "cancelled": 0,
+    }
     d = client.get("/api/matrices/sweep").json()
     assert d["counts"] == m["counts"] and d["total"] == 6
     assert [(e["index"], e["job_id"], e["state"]) for e in d["entries"]] == [
-        (0, "j0", "done"), (1, "j1", "done"), (2, "j2", "failed"), (3, "j3", "failed"),
-        (4, "j4", "running"), (5, "j5", "queued")]  # fmt: skip
+        (0, "j0", "done"),
+        (1, "j1", "done"),
+        (2, "j2", "failed"),
+        (3, "j3", "failed"),
+        (4, "j4", "running"),
+        (5, "j5", "queued"),
+    ]
     assert d["entries"][2]["error"] == "ValueError: nan loss"
     assert d["entries"][3]["params"] == {"lr": pytest.approx(0.3)}
     assert all(e["run_id"] for e in d["entries"])
@@ -238,15 +288,24 @@ def test_hosts_unreachable_answers_an_error_not_a_hang(client: TestClient) -> No
 
 
 def test_host_item_counts_free_and_busy() -> None:
-    info = HostInfo(hostname="box", cpus=8, memory_bytes=1, executors=[], accelerators=[
-        Accelerator(index=0, chip="h100", vendor="fake"),
-        Accelerator(index=1, chip="h100", vendor="fake", task_id="t1"),
-        Accelerator(index=2, chip="h100", vendor="fake", busy_outside=True),
-    ])  # fmt: skip
-    item = host_item(HostStatus("box", "ssh", "box.lan", True, "3 × h100", info))
+    info = HostInfo(
+        hostname="box",
+        cpus=8,
+        memory_bytes=1,
+        executors=[],
+        accelerators=[
+            Accelerator(index=0, chip="h100", vendor="fake"),
+            Accelerator(index=1, chip="h100", vendor="fake", task_id="t1"),
+            Accelerator(index=2, chip="h100", vendor="fake", busy_outside=True),
+        ],
+    )
+    item = host_item(HostStatus("box", "ssh", "box.lan", True, "3 x h100", info))
     assert (item.free, item.busy) == (1, 2)
     assert [(a.index, a.free, a.task_id) for a in item.accelerators] == [
-        (0, True, None), (1, False, "t1"), (2, False, None)]  # fmt: skip
+        (0, True, None),
+        (1, False, "t1"),
+        (2, False, None),
+    ]
 
 
 # static -----------------------------------------------------------------------------------

@@ -30,9 +30,13 @@ def test_tcl_ui_prints_its_url_first_and_guards_it(tmp_path: Path) -> None:
     env.home.mkdir()
     env.config.write_text("hosts:\n  here: {type: local}\n")
     proc = subprocess.Popen(
-        [TCL, "ui", "--no-browser", "--port", "0"], cwd=tmp_path, env=env.env(),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [TCL, "ui", "--no-browser", "--port", "0"],
+        cwd=tmp_path,
+        env=env.env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         url = _first_line(proc, 30)
         parts = urlsplit(url)

@@ -17,10 +17,9 @@ WS = "ws://127.0.0.1:8765"  # the TestClient sends this Host (its default is ref
 
 def _all(client: TestClient, path: str) -> tuple[list[dict[str, Any]], int]:
     msgs: list[dict[str, Any]] = []
-    with client.websocket_connect(WS + path) as ws:
-        with pytest.raises(WebSocketDisconnect) as closed:
-            while True:
-                msgs.append(ws.receive_json())
+    with client.websocket_connect(WS + path) as ws, pytest.raises(WebSocketDisconnect) as closed:
+        while True:
+            msgs.append(ws.receive_json())
     return msgs, closed.value.code
 
 
@@ -28,7 +27,10 @@ def test_final_run_sends_kept_events_then_end(client: TestClient) -> None:
     msgs, code = _all(client, "/api/runs/ok-run/logs")
     assert code == 1000
     assert [(m.get("seq"), m.get("kind"), m.get("data")) for m in msgs[:-1]] == [
-        (1, "log", "hello\n"), (3, "log", "<warn>\n"), (4, "state", None)]  # fmt: skip
+        (1, "log", "hello\n"),
+        (3, "log", "<warn>\n"),
+        (4, "state", None),
+    ]
     assert msgs[1]["stream"] == "stderr" and msgs[1]["node"] == 0 and msgs[1]["nodes"] == 1
     assert msgs[2]["state"] == "succeeded" and msgs[2]["exit_code"] == 0
     assert msgs[-1] == {"end": "succeeded", "exit_code": 0}
@@ -41,13 +43,19 @@ def test_after_resumes_past_the_cursor(client: TestClient) -> None:
 
 
 def test_unknown_run_and_no_token_are_refused(make_client: MakeClient) -> None:
-    with pytest.raises(WebSocketDisconnect) as closed:
-        with make_client(headers=AUTH).websocket_connect(f"{WS}/api/runs/nope/logs"):
-            pass
+    ok = make_client(headers=AUTH)
+    with (
+        pytest.raises(WebSocketDisconnect) as closed,
+        ok.websocket_connect(f"{WS}/api/runs/nope/logs"),
+    ):
+        pass
     assert closed.value.code == 4404
-    with pytest.raises(WebSocketDisconnect) as closed:
-        with make_client().websocket_connect(f"{WS}/api/runs/ok-run/logs"):
-            pass
+    anon = make_client()
+    with (
+        pytest.raises(WebSocketDisconnect) as closed,
+        anon.websocket_connect(f"{WS}/api/runs/ok-run/logs"),
+    ):
+        pass
     assert closed.value.code == 1008
     cross = make_client(headers={**AUTH, "Origin": "http://evil.example"})
     with pytest.raises(WebSocketDisconnect), cross.websocket_connect(f"{WS}/api/runs/ok-run/logs"):
