@@ -14,6 +14,7 @@ from starlette.requests import HTTPConnection
 from tcl.control.metricstore import MetricStore
 from tcl.control.service import Control
 from tcl.control.sweep.queue import SweepQueue
+from tcl.ui.feeds import Feeds
 
 if TYPE_CHECKING:
     from tcl.control.config import Config
@@ -51,7 +52,8 @@ class Ui:
         self.queue = SweepQueue(store)
         self.metrics = MetricStore(store)
         self._pool: SshPool | None = None
-        self.viewers = 0  # log WebSockets open now (each with its own follow)
+        self.viewers = 0  # log WebSockets open now
+        self.feeds = Feeds(self)  # one follow per run, shared by its viewers
 
     @property
     def pool(self) -> SshPool:
@@ -74,6 +76,7 @@ class Ui:
             raise HTTPException(403, ACTIONS_OFF)
 
     async def aclose(self) -> None:
+        await self.feeds.aclose()
         self.queue.close()
         if self._pool is not None:
             await self._pool.close()

@@ -1,9 +1,9 @@
 """``WS /api/runs/{id}/logs?after=N``: a run's log and state events as ``tcl logs -f`` shows
-them, first those kept locally, then live (:func:`tcl.control.follow.follow`), then one
-``{"end": state}`` message and the socket is closed.
+them, first those kept locally, then live (the run's shared :class:`~tcl.ui.feeds.Feed`), then
+one ``{"end": state}`` message and the socket is closed.
 
-Each viewer has its own follow; a viewer that goes away cancels it. Metric events are left out
-(the page reads them from ``/metrics``). Messages::
+Metric events are left out (the page reads them from ``/metrics``). A viewer that goes away
+leaves its run's feed, which stops once nobody watches. Messages::
 
     {"seq", "ts", "kind": "log"|"state", "node", "nodes", "stream", "data", "state", "exit_code"}
     {"reconnecting": why}            the host's connection dropped; it is being tried again
@@ -15,53 +15,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
-from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 
-from tcl.control.errors import RunNotFoundError, TclError
-from tcl.control.follow import follow
-from tcl.control.logcache import KeptEvent
-from tcl.runner.api import EventKind
-from tcl.ui.context import Ui, ui_of
-
-if TYPE_CHECKING:
-    from tcl.control.store import Run
+from tcl.control.errors import RunNotFoundError
+from tcl.control.logcache import LogCache
+from tcl.ui.context import ui_of
+from tcl.ui.feeds import Message, event_message
 
 router = APIRouter()
-log = logging.getLogger("tcl.ui")
-Message = dict[str, Any]
-PLACEMENT_POLL_S = 1.0
-
-
-def event_message(e: KeptEvent) -> Message | None:
-    """The wire form of a kept event; None for those the log view does not show (metrics)."""
-    if e.kind is EventKind.METRIC:
-        return None
-    return {
-        "seq": e.seq,
-        "ts": e.ts,
-        "kind": e.kind.value,
-        "node": e.node,
-        "nodes": e.nodes,
-        "stream": e.stream.value if e.stream else None,
-        "data": e.data,
-        "state": e.state.value if e.state else None,
-        "exit_code": e.exit_code,
-    }
-
-
-async def placed_or_ended(ui: Ui, run_id: str) -> Run:
-    """The run once it has a placed attempt (a handle) or has ended. :func:`follow` pulls
-    without waiting while a run has no handle yet (pending): on this shared event loop that
-    would starve every other request, so the wait for a placement happens here."""
-    while True:
-        run = ui.store.get_run(run_id)
-        att = ui.store.latest_attempt(run_id)
-        if run.state.is_final or (att is not None and att.handle):
-            return run
-        await asyncio.sleep(PLACEMENT_POLL_S)
 
 
 async def _until_gone(ws: WebSocket) -> None:
@@ -73,6 +35,17 @@ async def _until_gone(ws: WebSocket) -> None:
                 return
 
 
+async def _next(queue: asyncio.Queue[Message | None], listener: asyncio.Task[None]) -> Message:
+    """The feed's next message; raises ``WebSocketDisconnect`` once the viewer left, and
+    returns ``{}`` when the feed ended."""
+    getter = asyncio.create_task(queue.get())
+    done, _ = await asyncio.wait({getter, listener}, return_when=asyncio.FIRST_COMPLETED)
+    if getter not in done:
+        getter.cancel()
+        raise WebSocketDisconnect(1001)
+    return getter.result() or {}
+
+
 @router.websocket("/api/runs/{run_id}/logs")
 async def run_logs(ws: WebSocket, run_id: str, after: int = 0) -> None:
     ui = ui_of(ws)
@@ -82,52 +55,30 @@ async def run_logs(ws: WebSocket, run_id: str, after: int = 0) -> None:
         await ws.close(code=4404, reason=f"no run {run_id!r}"[:120])
         return
     await ws.accept()
-    queue: asyncio.Queue[Message | None] = asyncio.Queue()
-
-    def on_event(e: KeptEvent) -> None:
-        msg = event_message(e)
-        if msg is not None:
-            queue.put_nowait(msg)
-
-    async def work() -> None:
-        try:
-            run = await placed_or_ended(ui, run_id)
-            async with ui.control() as ctl:
-                final = await follow(
-                    ctl,
-                    run,
-                    on_event,
-                    lambda why: queue.put_nowait({"reconnecting": why}),
-                    max(0, after),
-                )
-            queue.put_nowait({"end": final.state.value, "exit_code": final.exit_code})
-        except TclError as e:
-            queue.put_nowait({"error": str(e).splitlines()[0] if str(e) else type(e).__name__})
-        except Exception as e:  # a bug: the viewer sees one line, the server's log the rest
-            log.exception("following %s failed", run_id)
-            queue.put_nowait({"error": f"{type(e).__name__}: {e}"})
-        finally:
-            queue.put_nowait(None)
-
-    follower = asyncio.create_task(work())
+    feed, queue = ui.feeds.subscribe(run_id)  # first: what is kept after this comes through it
     listener = asyncio.create_task(_until_gone(ws))
     ui.viewers += 1
     try:
-        while True:
-            getter = asyncio.create_task(queue.get())
-            done, _ = await asyncio.wait({getter, listener}, return_when=asyncio.FIRST_COMPLETED)
-            if getter not in done:
-                getter.cancel()
-                return  # the viewer went away: its follow is cancelled below
-            msg = getter.result()
-            if msg is None:
-                break
+        last = max(0, after)
+        kept = list(LogCache(run_id).read(last))  # at once: the feed may append meanwhile
+        for e in kept:
+            last = e.seq
+            msg = event_message(e)
+            if msg is not None:
+                await ws.send_json(msg)
+        while msg := await _next(queue, listener):
+            seq = msg.get("seq")
+            if isinstance(seq, int):
+                if seq <= last:
+                    continue  # sent from the cache already
+                last = seq
             await ws.send_json(msg)
         await ws.close()
     except (WebSocketDisconnect, RuntimeError):
-        return  # sending to a socket the viewer closed
+        return  # the viewer went away (sending to a closed socket raises RuntimeError)
     finally:
         ui.viewers -= 1
-        for t in (follower, listener):
-            t.cancel()
-        await asyncio.gather(follower, listener, return_exceptions=True)
+        ui.feeds.unsubscribe(feed, queue)
+        listener.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await listener

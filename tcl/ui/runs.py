@@ -131,6 +131,7 @@ async def stop_run(ui: UiDep, run_id: str) -> StopResult:
     from tcl.control.follow import stop
 
     run = get_run(ui, run_id)
-    async with ui.control() as ctl:
+    # its viewers' follow waits meanwhile: two pulls at once would keep lines twice
+    async with ui.feeds.paused(run.id), ui.control() as ctl:
         stopped = await stop(ctl, run, ui.settings.stop_grace_s)
     return StopResult(run=run_item(stopped))

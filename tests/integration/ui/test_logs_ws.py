@@ -81,8 +81,56 @@ def test_viewer_leaving_cancels_its_follow(make_client: MakeClient) -> None:
     with first.websocket_connect(f"{WS}/api/runs/wait-run/logs") as one:
         with second, second.websocket_connect(f"{WS}/api/runs/wait-run/logs") as two:
             assert viewers(2) == 2
+            assert ui.feeds.following == 1  # one follow for both: each pull would keep lines twice
             assert first.get("/api/info").status_code == 200  # the server still answers
             two.close()
             assert viewers(1) == 1
         one.close()
         assert viewers(0) == 0
+    deadline = time.monotonic() + 5
+    while ui.feeds.following and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert ui.feeds.following == 0  # nobody watches: its follow was cancelled
+
+
+def test_stop_while_watched_ends_the_stream(make_client: MakeClient) -> None:
+    """The stop pauses the run's feed, and the feed started again reports the end."""
+    client = make_client(allow_actions=True, headers=AUTH)
+    ui = client.app.app.state.ui  # type: ignore[attr-defined]
+    with client.websocket_connect(f"{WS}/api/runs/wait-run/logs") as ws:
+        deadline = time.monotonic() + 5
+        while not ui.feeds.following and time.monotonic() < deadline:
+            time.sleep(0.05)
+        r = client.post("/api/runs/wait-run/stop")
+        assert r.status_code == 200 and r.json()["run"]["state"] == "terminated"
+        assert ws.receive_json() == {"end": "terminated", "exit_code": None}
+        with pytest.raises(WebSocketDisconnect) as closed:
+            ws.receive_json()
+        assert closed.value.code == 1000
+
+
+def test_no_follow_runs_while_a_stop_pulls(
+    make_client: MakeClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two pulls of one run at once would keep its lines twice: the stop's pulls run alone."""
+    import tcl.control.follow as follow_mod
+    from tcl.control.states import RunState
+
+    client = make_client(allow_actions=True, headers=AUTH)
+    ui = client.app.app.state.ui  # type: ignore[attr-defined]
+    seen: list[int] = []
+
+    async def fake_stop(ctl: Any, run: Any, grace_s: float) -> Any:
+        seen.append(ui.feeds.following)
+        ctl.store.set_state(run.id, RunState.TERMINATED, message="stopped by user")
+        return ctl.store.get_run(run.id)
+
+    monkeypatch.setattr(follow_mod, "stop", fake_stop)
+    with client.websocket_connect(f"{WS}/api/runs/wait-run/logs") as ws:
+        deadline = time.monotonic() + 5
+        while not ui.feeds.following and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert ui.feeds.following == 1
+        assert client.post("/api/runs/wait-run/stop").status_code == 200
+        assert ws.receive_json()["end"] == "terminated"
+    assert seen == [0]
