@@ -64,6 +64,8 @@ async def serve(
             lifespan="off",
             timeout_graceful_shutdown=3,
             ws="websockets-sansio",
+            proxy_headers=False,  # nothing sits in front of it: X-Forwarded-* is never trusted
+            server_header=False,
         )
     )
     url = page_url(bound, settings.token)
