@@ -43,9 +43,9 @@ class Seeded:
     state_dir: Path
 
 
-def _advance(store: Store, run_id: str, *states: RunState, **kw: object) -> None:
+def _advance(store: Store, run_id: str, *states: RunState) -> None:
     for st in states:
-        store.set_state(run_id, st, **kw if st.is_final else {})  # type: ignore[arg-type]
+        store.set_state(run_id, st)
 
 
 def _metric(seq: int, step: int | None, kind: str, **values: float) -> KeptEvent:
