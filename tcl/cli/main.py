@@ -20,6 +20,7 @@ from tcl.cli import (
     stop,
     submit,
     sync,
+    ui,
 )
 from tcl.cli._common import Globals
 
@@ -78,6 +79,7 @@ checkpoints.register(app)
 matrix.register(app)
 repl.register(app)
 sync.register(app)
+ui.register(app)
 
 
 def main() -> None:

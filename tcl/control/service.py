@@ -115,7 +115,11 @@ class Control:
         """The attempt's typed handle (``host``: for handles stored before the contract)."""
         return self.backend_for(att).load_handle({"host": att.host, **att.handle})
 
-    async def host_statuses(self, check: bool) -> list[HostStatus]:
+    async def host_statuses(self, check: bool, timeout_s: float | None = None) -> list[HostStatus]:
+        """Every config host in solver order; with ``check``, what each offers now. With
+        ``timeout_s``, a host that has not answered by then is reported unreachable (a dashboard
+        must not hang on one dead host)."""
+
         async def one(name: str) -> HostStatus:
             host = self.cfg.hosts[name]
             try:
@@ -125,7 +129,10 @@ class Control:
             addr = b.address(name)
             if not check:
                 return HostStatus(name, host.type, addr, None, "")
-            res = await b.check(name)
+            try:
+                res = await asyncio.wait_for(b.check(name), timeout_s)
+            except TimeoutError:
+                return HostStatus(name, host.type, addr, False, f"no answer within {timeout_s:g} s")
             return HostStatus(name, host.type, addr, res.reachable, res.detail, res.info)
 
         return list(await asyncio.gather(*(one(n) for n in self.cfg.ordered_hosts())))

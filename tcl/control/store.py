@@ -119,6 +119,7 @@ class Attempt:
     handle: dict[str, Any]  # the backend's typed handle as JSON (``Control.handle`` reads it)
     state: RunState
     log_cursor: int
+    created_at: float = 0.0
 
 
 def _run(row: RunRow) -> Run:
@@ -131,7 +132,7 @@ def _run(row: RunRow) -> Run:
 def _attempt(row: AttemptRow) -> Attempt:
     return Attempt(
         row.run_id, row.attempt, row.host, row.backend, dict(row.handle), RunState(row.state),
-        row.log_cursor,
+        row.log_cursor, row.created_at,
     )  # fmt: skip
 
 
@@ -139,6 +140,22 @@ def _starts_with(column: Any, prefix: str) -> Any:
     """``column LIKE 'prefix%'`` with the prefix's own wildcards escaped."""
     like = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
     return column.like(like, escape="\\")
+
+
+def command_of(request: dict[str, Any]) -> str:
+    """A run's command as one line: its argv, else its job's key, else its session kind."""
+    import shlex
+
+    argv = request.get("argv")
+    if argv:
+        return shlex.join(str(a) for a in argv)
+    if request.get("job"):
+        return f"job {request['job']}"
+    return str(request.get("session") or "")
+
+
+def _haystack(row: RunRow) -> str:
+    return " ".join((row.id, row.name, row.host or "", command_of(row.request))).casefold()
 
 
 def new_run_id(name: str = "") -> str:
@@ -304,6 +321,36 @@ class Store:
                 finals = [st.value for st in RunState if st.is_final]
                 q = q.where(RunRow.state.not_in(finals))
             return [_run(r) for r in s.scalars(q)]
+
+    def search_runs(
+        self, state: RunState | None = None, text: str = "", limit: int = 200, offset: int = 0
+    ) -> tuple[list[Run], int]:
+        """A page of runs, newest first, and how many match in all: one query. ``text`` (case
+        folded) must occur in the id, name, host or command (argv, or the job's key); it is
+        matched here rather than in SQL, where argv is JSON text with its own escapes."""
+        with self._session() as s:
+            if not text:
+                q = select(RunRow, func.count().over()).order_by(RunRow.created_at.desc())
+                if state is not None:
+                    q = q.where(RunRow.state == state.value)
+                rows = s.execute(q.limit(limit).offset(offset)).all()
+                if rows:
+                    return [_run(r) for r, _ in rows], int(rows[0][1])
+                total = 0 if offset == 0 else self._count(s, state)
+                return [], total
+            q2 = select(RunRow).order_by(RunRow.created_at.desc())
+            if state is not None:
+                q2 = q2.where(RunRow.state == state.value)
+            needle = text.casefold()
+            hits = [r for r in s.scalars(q2) if needle in _haystack(r)]
+            return [_run(r) for r in hits[offset : offset + limit]], len(hits)
+
+    @staticmethod
+    def _count(s: Session, state: RunState | None) -> int:
+        q = select(func.count()).select_from(RunRow)
+        if state is not None:
+            q = q.where(RunRow.state == state.value)
+        return int(s.execute(q).scalar_one())
 
     def set_state(
         self,

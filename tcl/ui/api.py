@@ -1,0 +1,139 @@
+"""The dashboard's wire schema (pydantic): what ``tcl ui``'s endpoints answer. The UI owns it;
+the page (``static/app.js``) reads exactly these fields."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+
+class Info(BaseModel):
+    version: str
+    allow_actions: bool
+
+
+class RunItem(BaseModel):
+    run_id: str
+    name: str
+    state: str
+    host: str | None
+    backend: str | None
+    chips: int
+    chip: str | None
+    created_at: float  # epoch seconds
+    age_s: float
+    command: str
+    message: str
+    exit_code: int | None
+    session: str | None
+    live: bool  # not final: it can be stopped
+
+
+class RunList(BaseModel):
+    runs: list[RunItem]
+    total: int  # runs matching the filter (the page holds at most ``limit`` of them)
+
+
+class AttemptItem(BaseModel):
+    attempt: int
+    host: str
+    backend: str
+    state: str
+    created_at: float | None
+
+
+class RunDetail(BaseModel):
+    run: RunItem
+    request: dict[str, Any]  # what was submitted (secrets by name only)
+    attempts: list[AttemptItem]
+    nodes: int  # of its latest attempt
+
+
+class MetricPointItem(BaseModel):
+    seq: int
+    step: int | None
+    kind: str
+    node: int
+    ts: float
+    values: dict[str, float]
+
+
+class MetricPage(BaseModel):
+    points: list[MetricPointItem]
+    next: int  # the ``after`` of the next poll
+    more: bool  # the page was full: ask again at once
+
+
+class StopResult(BaseModel):
+    run: RunItem
+
+
+class MatrixItem(BaseModel):
+    id: str
+    name: str
+    counts: dict[str, int]  # every entry state, zeros included
+    total: int
+    created_at: float
+
+
+class EntryItem(BaseModel):
+    index: int  # its position in the matrix (the order entries were added)
+    job_id: str
+    state: str
+    run_id: str | None
+    params: dict[str, Any]
+    error: str  # the last line of its last error ("" when none)
+    started_at: float | None
+    ended_at: float | None
+
+
+class FailureItem(BaseModel):
+    job_id: str
+    run_id: str | None
+    ended_at: float | None
+    error: str
+
+
+class MatrixDetail(BaseModel):
+    id: str
+    name: str
+    created_at: float
+    counts: dict[str, int]
+    total: int
+    entries: list[EntryItem]
+    runs_per_hour: float
+    eta_s: float | None  # None: nothing to estimate from yet
+    failures: list[FailureItem]  # newest first
+
+
+class RequeueResult(BaseModel):
+    requeued: int
+    scheduler: str  # what places them (a `tcl serve` started or found), or why nothing does
+
+
+class AcceleratorItem(BaseModel):
+    index: int
+    chip: str
+    free: bool
+    task_id: str | None = None
+
+
+class HostItem(BaseModel):
+    name: str
+    type: str
+    address: str
+    reachable: bool | None
+    detail: str  # what it offers, or why it cannot be reached
+    free: int
+    busy: int
+    accelerators: list[AcceleratorItem] = Field(default_factory=list)
+
+
+class HostList(BaseModel):
+    hosts: list[HostItem]
+
+
+class ErrorBody(BaseModel):
+    error: str
+    detail: str

@@ -1,0 +1,137 @@
+"""``/api/runs``: the runs table, one run, its metrics, and stopping it."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, HTTPException, Query
+
+from tcl.control.errors import RunNotFoundError, TclError
+from tcl.control.metricstore import READ_LIMIT
+from tcl.control.states import RunState
+from tcl.control.store import Run, command_of
+from tcl.ui.api import (
+    AttemptItem,
+    MetricPage,
+    MetricPointItem,
+    RunDetail,
+    RunItem,
+    RunList,
+    StopResult,
+)
+from tcl.ui.context import Ui, ui_of
+
+router = APIRouter(prefix="/api/runs", tags=["runs"])
+UiDep = Annotated[Ui, Depends(ui_of)]
+MAX_PAGE = 10_000
+METRICS_PAGE = 20_000
+
+
+def run_item(r: Run, now: float | None = None) -> RunItem:
+    now = time.time() if now is None else now
+    req = r.request
+    chips = req.get("chips")
+    return RunItem(
+        run_id=r.id,
+        name=r.name,
+        state=r.state.value,
+        host=r.host,
+        backend=r.backend,
+        chips=chips if isinstance(chips, int) else 0,
+        chip=req.get("chip"),
+        created_at=r.created_at,
+        age_s=max(0.0, now - r.created_at),
+        command=command_of(req),
+        message=r.message,
+        exit_code=r.exit_code,
+        session=req.get("session"),
+        live=not r.state.is_final,
+    )
+
+
+def get_run(ui: Ui, run_id: str) -> Run:
+    try:
+        return ui.store.get_run(run_id)
+    except RunNotFoundError:
+        raise HTTPException(404, f"no run {run_id!r}") from None
+
+
+@router.get("")
+def list_runs(
+    ui: UiDep,
+    state: str = "",
+    q: str = "",
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 5000,
+    offset: Annotated[int, Query(ge=0)] = 0,
+) -> RunList:
+    try:
+        wanted = RunState(state) if state else None
+    except ValueError:
+        known = ", ".join(s.value for s in RunState)
+        raise HTTPException(422, f"state {state!r}: one of {known}") from None
+    runs, total = ui.store.search_runs(wanted, q.strip(), limit, offset)
+    now = time.time()
+    return RunList(runs=[run_item(r, now) for r in runs], total=total)
+
+
+@router.get("/{run_id}")
+async def run_detail(ui: UiDep, run_id: str) -> RunDetail:
+    run = get_run(ui, run_id)
+    attempts = ui.store.attempts(run.id)
+    nodes = 1
+    if attempts and attempts[-1].handle:
+        try:
+            async with ui.control() as ctl:
+                nodes = ctl.handle(attempts[-1]).node_count
+        except (TclError, ValueError):  # an unknown backend, an old handle: one node shown
+            nodes = 1
+    return RunDetail(
+        run=run_item(run),
+        request=run.request,
+        attempts=[
+            AttemptItem(
+                attempt=a.attempt,
+                host=a.host,
+                backend=a.backend,
+                state=a.state.value,
+                created_at=a.created_at or None,
+            )
+            for a in attempts
+        ],
+        nodes=nodes,
+    )
+
+
+@router.get("/{run_id}/metrics")
+def run_metrics(
+    ui: UiDep,
+    run_id: str,
+    after: Annotated[int, Query(ge=0)] = 0,
+    limit: Annotated[int, Query(ge=1, le=READ_LIMIT)] = METRICS_PAGE,
+) -> MetricPage:
+    run = get_run(ui, run_id)
+    points = ui.metrics.read(run.id, after, limit)
+    return MetricPage(
+        points=[
+            MetricPointItem(
+                seq=p.seq, step=p.step, kind=p.kind, node=p.node, ts=p.ts, values=p.values
+            )
+            for p in points
+        ],
+        next=points[-1].seq if points else after,
+        more=len(points) >= limit,
+    )
+
+
+@router.post("/{run_id}/stop")
+async def stop_run(ui: UiDep, run_id: str) -> StopResult:
+    """What `tcl stop` does: SIGTERM, SIGKILL after the grace, free its accelerators."""
+    ui.require_actions()
+    from tcl.control.follow import stop
+
+    run = get_run(ui, run_id)
+    # its viewers' follow waits meanwhile: two pulls at once would keep lines twice
+    async with ui.feeds.paused(run.id), ui.control() as ctl:
+        stopped = await stop(ctl, run, ui.settings.stop_grace_s)
+    return StopResult(run=run_item(stopped))

@@ -1,0 +1,204 @@
+"""A seeded store (runs in every state, attempts, a matrix, metrics, kept logs) and the
+``tcl ui`` app over it, driven in-process with FastAPI's TestClient."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tcl.control.config import Config, load_config_at
+from tcl.control.logcache import KeptEvent, LogCache
+from tcl.control.metricstore import MetricStore
+from tcl.control.states import RunState
+from tcl.control.store import Store
+from tcl.control.sweep.model import EntryState
+from tcl.control.sweep.queue import NewEntry, SweepQueue
+from tcl.runner.api import Event, EventKind, LogStream, RunnerState
+from tcl.ui.app import create_app
+from tcl.ui.context import Ui, UiSettings
+
+with warnings.catch_warnings():
+    # Starlette wants `httpx2` for its TestClient; httpx is what this project has.
+    warnings.simplefilter("ignore")
+    from starlette.testclient import TestClient
+
+TOKEN = "t" * 43
+BASE = "http://127.0.0.1:8765"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+OWNER = "sched-test"
+
+
+@dataclass
+class Seeded:
+    store: Store
+    config: Config
+    state_dir: Path
+
+
+def _advance(store: Store, run_id: str, *states: RunState) -> None:
+    for st in states:
+        store.set_state(run_id, st)
+
+
+def _metric(seq: int, step: int | None, kind: str, **values: float) -> KeptEvent:
+    data: dict[str, object] = {"kind": kind, **values}
+    if step is not None:
+        data["step"] = step
+    return KeptEvent(seq=seq, ts=1000.0 + seq, kind=EventKind.METRIC, data=json.dumps(data))
+
+
+def seed(store: Store) -> None:
+    """Runs: ok-run (succeeded, logs kept, metrics), bad-run (failed, exit 3), live-run
+    (running), wait-run (pending, never placed); a matrix ``sweep`` of 6 entries: 2 done,
+    2 failed, 1 running, 1 queued."""
+    store.create_run(
+        "ok-run",
+        "train-small",
+        {"argv": ["python", "train.py", "--lr", "0.1"], "chip": "h100", "chips": 2},
+    )
+    store.set_placement("ok-run", "here", "local", None)
+    store.add_attempt("ok-run", "here", "local")
+    _advance(store, "ok-run", RunState.PROVISIONING, RunState.RUNNING)
+    store.set_state("ok-run", RunState.SUCCEEDED, exit_code=0)
+    store.create_run("bad-run", "eval-big", {"argv": ["python", "eval.py"], "chips": 1})
+    store.set_placement("bad-run", "farbox", "ssh", None)
+    store.add_attempt("bad-run", "farbox", "ssh")
+    store.add_attempt("bad-run", "farbox", "ssh")
+    _advance(store, "bad-run", RunState.PROVISIONING, RunState.RUNNING)
+    store.set_state("bad-run", RunState.FAILED, exit_code=3, message="exit code 3")
+    store.create_run("live-run", "train-live", {"argv": ["bash", "-c", "sleep 1000"]})
+    _advance(store, "live-run", RunState.PROVISIONING, RunState.RUNNING)
+    store.create_run("wait-run", "<b>waiting</b>", {"job": "lm1b", "chips": 4})
+    MetricStore(store).add(
+        "ok-run",
+        [
+            _metric(2, 1, "train", loss=2.0, lr=0.1),
+            _metric(3, 2, "train", loss=1.5, lr=0.1),
+            _metric(4, 2, "val", val_loss=1.7),
+            _metric(6, 3, "train", loss=1.2, lr=0.1),
+        ],
+    )
+    cache = LogCache("ok-run")
+    cache.append(
+        [
+            Event(seq=1, ts=1001.0, kind=EventKind.LOG, stream=LogStream.STDOUT, data="hello\n"),
+            Event(
+                seq=2, ts=1002.0, kind=EventKind.METRIC, data='{"step":1,"kind":"train","loss":2}'
+            ),
+            Event(seq=3, ts=1003.0, kind=EventKind.LOG, stream=LogStream.STDERR, data="<warn>\n"),
+            Event(seq=4, ts=1004.0, kind=EventKind.STATE, state=RunnerState.SUCCEEDED, exit_code=0),
+        ]
+    )
+    q = SweepQueue(store)
+    q.add("sweep", {"argv": ["true"]}, [NewEntry(f"j{i}", {"lr": 0.1 * i}) for i in range(6)])
+    ids = {e.job_id: e.id for e in q.entries("sweep")}
+    q.claim(OWNER, limit=100, lease_s=600)
+    for job in ("j0", "j1", "j2", "j3", "j4"):
+        q.started(OWNER, ids[job])
+    q.finish(OWNER, ids["j0"], EntryState.DONE)
+    q.finish(OWNER, ids["j1"], EntryState.DONE)
+    q.finish(OWNER, ids["j2"], EntryState.FAILED, "Traceback\nValueError: nan loss")
+    q.finish(OWNER, ids["j3"], EntryState.FAILED, "exit code 1")
+    q.release(OWNER, ids["j5"], not_before=0.0)
+    q.close()
+
+
+def silent_listener() -> tuple[int, Callable[[], None]]:
+    """A TCP port that accepts and never says a word (an SSH server that hangs)."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(8)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        srv.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(srv.accept()[0])
+            except OSError:
+                continue
+
+    t = threading.Thread(target=accept, daemon=True)
+    t.start()
+
+    def close() -> None:
+        stop.set()
+        t.join(2)
+        for c in held:
+            c.close()
+        srv.close()
+
+    return srv.getsockname()[1], close
+
+
+@pytest.fixture
+def seeded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Seeded]:
+    state = tmp_path / "state"
+    monkeypatch.setenv("TCL_STATE_DIR", str(state))
+    port, close = silent_listener()
+    empty = tmp_path / "ssh_config"
+    empty.write_text("")
+    (tmp_path / "known_hosts").write_text("")
+    cfg_path = tmp_path / "config.yaml"
+    cfg_path.write_text(
+        "hosts:\n"
+        f"  deadbox: {{type: ssh, ssh: 127.0.0.1, port: {port}, connect_timeout_s: 60,\n"
+        f"            ssh_config_file: {empty}, known_hosts: {tmp_path / 'known_hosts'}}}\n"
+    )
+    store = Store(f"sqlite:///{tmp_path / 'tcl.db'}")
+    seed(store)
+    yield Seeded(store, load_config_at(cfg_path, True), state)
+    store.close()
+    close()
+
+
+MakeClient = Callable[..., TestClient]
+
+
+@pytest.fixture
+def make_client(seeded: Seeded) -> Iterator[MakeClient]:
+    """``make_client(allow_actions=False, start_scheduler=None, **client_kwargs)``."""
+    made: list[TestClient] = []
+
+    def make(
+        allow_actions: bool = False,
+        start_scheduler: Callable[[], str] | None = None,
+        base_url: str = BASE,
+        headers: dict[str, str] | None = None,
+    ) -> TestClient:
+        settings = UiSettings(
+            token=TOKEN,
+            allow_actions=allow_actions,
+            port=8765,
+            hosts_timeout_s=1.0,
+            stop_grace_s=1.0,
+        )
+        ui = Ui(settings, seeded.store, lambda: seeded.config, start_scheduler)
+        client = TestClient(create_app(ui), base_url=base_url, headers=headers)
+        client.__enter__()
+        made.append(client)
+        return client
+
+    yield make
+    for c in made:
+        c.__exit__(None, None, None)
+
+
+@pytest.fixture
+def client(make_client: MakeClient) -> TestClient:
+    return make_client(headers=AUTH)
+
+
+def timed(fn: Callable[[], object]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0

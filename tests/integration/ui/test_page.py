@@ -1,0 +1,139 @@
+"""The page in a real headless Chromium (skipped where none is installed), against the real
+``tcl ui``: each view reaches ``data-ready="1"`` with the elements of its DOM contract, and the
+strings it shows are escaped."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import socket
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tcl.control.store import Store
+from tests.integration.tclcli import TCL, TclEnv
+from tests.integration.ui.conftest import seed
+from tests.integration.ui.test_cli import _first_line
+
+pytestmark = pytest.mark.integration
+BROWSER = next(
+    (b for b in ("chromium", "chromium-browser", "google-chrome") if shutil.which(b)), None
+)
+
+
+@pytest.fixture
+def page_url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    if BROWSER is None:
+        pytest.skip("no headless Chromium here")
+    env = TclEnv(home=tmp_path / "home", config=tmp_path / "config.yaml", repo=tmp_path)
+    state = env.home / "state"
+    state.mkdir(parents=True)
+    monkeypatch.setenv("TCL_STATE_DIR", str(state))  # where seed() keeps its logs
+    store = Store(f"sqlite:///{state / 'tcl.db'}")
+    seed(store)
+    store.close()
+    with socket.socket() as s:  # a port nobody listens on: the host is refused at once
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+    empty = tmp_path / "ssh_config"
+    empty.write_text("")
+    (tmp_path / "known_hosts").write_text("")
+    env.config.write_text(
+        f"hosts:\n  deadbox: {{type: ssh, ssh: 127.0.0.1, port: {closed}, "
+        f"ssh_config_file: {empty}, known_hosts: {tmp_path / 'known_hosts'}}}\n"
+    )
+    proc = subprocess.Popen(
+        [TCL, "ui", "--no-browser", "--allow-actions"],
+        cwd=tmp_path,
+        env=env.env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        yield _first_line(proc, 30)
+    finally:
+        proc.terminate()
+        try:
+            proc.communicate(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+
+
+def dom(url: str, tmp_path: Path) -> str:
+    assert BROWSER is not None
+    out = subprocess.run(
+        [
+            BROWSER,
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            "--virtual-time-budget=5000",
+            "--dump-dom",
+            url,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
+    )
+    assert "<body" in out.stdout, out.stderr[-2000:]
+    return out.stdout
+
+
+def body(html: str) -> dict[str, str]:
+    tag = re.search(r"<body([^>]*)>", html)
+    assert tag is not None
+    return dict(re.findall(r'data-([a-z]+)="([^"]*)"', tag.group(1)))
+
+
+def test_views_render_their_contract(page_url: str, tmp_path: Path) -> None:
+    runs = dom(page_url + "#/runs", tmp_path)
+    assert body(runs) == {"view": "runs", "ready": "1"}
+    rows = re.findall(r'<tr data-run-id="([^"]+)" data-state="([^"]+)">', runs)
+    assert sorted(rows) == [
+        ("bad-run", "failed"),
+        ("live-run", "running"),
+        ("ok-run", "succeeded"),
+        ("wait-run", "pending"),
+    ]
+    assert runs.count('<td class="state') == 4 and 'href="#/runs/ok-run"' in runs
+    assert 'id="runs-search"' in runs and 'id="runs-state"' in runs
+    assert re.search(r'id="runs-count">4/4<', runs)
+    assert runs.count('class="stop"') == 2  # the live runs, with --allow-actions
+    assert "&lt;b&gt;waiting&lt;/b&gt;" in runs and "<b>waiting" not in runs
+
+    run = dom(page_url + "#/runs/ok-run", tmp_path)
+    assert body(run) == {"view": "run", "ready": "1"}
+    assert re.search(r'id="run-state"[^>]*>succeeded<', run)
+    assert 'id="stop-run"' not in run  # it ended
+    charts = dict(re.findall(r'<div class="chart" data-metric="([^"]+)" data-points="(\d+)"', run))
+    assert charts == {"loss": "3", "lr": "3", "val_loss": "1"}
+    lines = re.findall(r'<div class="log-line[^"]*" data-node="0">([^<]*)</div>', run)
+    assert lines == ["hello", "&lt;warn&gt;"]
+    assert 'id="run-spec"' in run and "train.py" in run and 'id="attempts"' in run
+    assert 'id="log-scale"' in run and 'id="overlay-run"' in run and 'id="overlay-add"' in run
+
+    live = dom(page_url + "#/runs/live-run", tmp_path)
+    assert 'id="stop-run"' in live and re.search(r'id="run-state"[^>]*>running<', live)
+
+    matrices = dom(page_url + "#/matrices", tmp_path)
+    assert body(matrices) == {"view": "matrices", "ready": "1"}
+    assert '<tr data-matrix-id="sweep">' in matrices
+
+    matrix = dom(page_url + "#/matrices/sweep", tmp_path)
+    assert body(matrix) == {"view": "matrix", "ready": "1"}
+    cells = re.findall(r'<div class="cell[^"]*" data-index="(\d+)" data-state="([a-z]+)"', matrix)
+    assert [s for _, s in cells] == ["done", "done", "failed", "failed", "running", "queued"]
+    assert 'id="matrix-counts"' in matrix and 'id="matrix-eta"' in matrix
+    assert 'id="requeue-failed"' in matrix
+
+    hosts = dom(page_url + "#/hosts", tmp_path)
+    assert body(hosts) == {"view": "hosts", "ready": "1"}
+    assert re.search(r'<tr data-host="deadbox" data-reachable="unreachable">', hosts)
