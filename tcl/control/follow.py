@@ -276,8 +276,10 @@ async def follow(
         if res.state.is_final and not res.more:
             await release(ctl, run.id)
             return ctl.store.get_run(run.id)
-        if not res.events and res.state is RunState.QUEUED:
-            await asyncio.sleep(0.2)  # a queued run's backend may answer without waiting
+        if not res.events and res.state in (RunState.QUEUED, RunState.PENDING):
+            # a queued run's backend may answer without waiting, and a run not placed yet
+            # has no host to wait on: without a pause this loop would never yield
+            await asyncio.sleep(0.2)
 
 
 class ResumingPull:

@@ -50,9 +50,8 @@ def event_message(e: KeptEvent) -> Message | None:
 
 
 async def placed_or_ended(ui: Ui, run_id: str) -> Run:
-    """The run once it has a placed attempt (a handle) or has ended. :func:`follow` pulls
-    without waiting while a run has no handle yet (pending): on this shared event loop that
-    would starve every other request, so the wait for a placement happens here."""
+    """The run once it has a placed attempt (a handle) or has ended: a viewer of a run still
+    pending waits here, reading the store only, before its feed starts following."""
     while True:
         run = ui.store.get_run(run_id)
         att = ui.store.latest_attempt(run_id)
