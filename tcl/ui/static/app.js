@@ -398,6 +398,8 @@
   }
 
   // One uPlot chart per metric name; one series per (run, kind): "train loss", "val loss".
+  // A "val_" name joins its train twin's chart (tcl.jobs logs loss and val_loss): train vs val.
+  const chartOf = (name) => (name.startsWith("val_") && name.length > 4 ? name.slice(4) : name);
   class Charts {
     constructor(box, logScale) {
       this.box = box;
@@ -409,10 +411,11 @@
     add(runLabel, points) {
       for (const p of points) {
         const x = p.step != null ? p.step : p.seq;
-        for (const [name, v] of Object.entries(p.values)) {
+        for (const [metric, v] of Object.entries(p.values)) {
+          const name = chartOf(metric);
           if (!this.metrics.has(name)) this.metrics.set(name, new Map());
           const series = this.metrics.get(name);
-          const label = [runLabel, p.kind || "", name].filter(Boolean).join(" ");
+          const label = [runLabel, p.kind || "", metric].filter(Boolean).join(" ");
           if (!series.has(label)) series.set(label, new Map());
           series.get(label).set(x, v);
           this.dirty.add(name);
@@ -467,8 +470,9 @@
         title: name, width, height: 240,
         scales: { x: { time: false }, y: { distr: this.logScale() ? 3 : 1 } },
         series: [{ label: "step" }, ...labels.map((label, i) => ({
-          label, stroke: COLORS[i % COLORS.length], width: 1.5, spanGaps: true, points: { show: false },
+          label, stroke: COLORS[i % COLORS.length], width: 1.5, spanGaps: true,
         }))],
+        axes: [{}, { size: 64 }],  // room for labels like 40,000
         legend: { live: true },
       };
       window.tclCharts[name] = new uPlot(opts, data, div);

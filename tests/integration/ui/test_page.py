@@ -1,11 +1,10 @@
-"""The page in a real headless Chromium (skipped where none is installed), against the real
+"""The page in a real headless Chromium (Debian's, installed by chromium.sh), against the real
 ``tcl ui``: each view reaches ``data-ready="1"`` with the elements of its DOM contract, and the
 strings it shows are escaped."""
 
 from __future__ import annotations
 
 import re
-import shutil
 import socket
 import subprocess
 from collections.abc import Iterator
@@ -18,16 +17,11 @@ from tests.integration.tclcli import TCL, TclEnv
 from tests.integration.ui.conftest import seed
 from tests.integration.ui.test_cli import _first_line
 
-pytestmark = pytest.mark.integration
-BROWSER = next(
-    (b for b in ("chromium", "chromium-browser", "google-chrome") if shutil.which(b)), None
-)
+pytestmark = [pytest.mark.integration, pytest.mark.browser]
 
 
 @pytest.fixture
 def page_url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    if BROWSER is None:
-        pytest.skip("no headless Chromium here")
     env = TclEnv(home=tmp_path / "home", config=tmp_path / "config.yaml", repo=tmp_path)
     state = env.home / "state"
     state.mkdir(parents=True)
@@ -64,11 +58,10 @@ def page_url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
             proc.communicate()
 
 
-def dom(url: str, tmp_path: Path) -> str:
-    assert BROWSER is not None
+def dom(url: str, tmp_path: Path, chromium: str) -> str:
     out = subprocess.run(
         [
-            BROWSER,
+            chromium,
             "--headless=new",
             "--no-sandbox",
             "--disable-gpu",
@@ -93,8 +86,8 @@ def body(html: str) -> dict[str, str]:
     return dict(re.findall(r'data-([a-z]+)="([^"]*)"', tag.group(1)))
 
 
-def test_views_render_their_contract(page_url: str, tmp_path: Path) -> None:
-    runs = dom(page_url + "#/runs", tmp_path)
+def test_views_render_their_contract(page_url: str, tmp_path: Path, chromium_path: str) -> None:
+    runs = dom(page_url + "#/runs", tmp_path, chromium_path)
     assert body(runs) == {"view": "runs", "ready": "1"}
     rows = re.findall(r'<tr data-run-id="([^"]+)" data-state="([^"]+)">', runs)
     assert sorted(rows) == [
@@ -109,31 +102,31 @@ def test_views_render_their_contract(page_url: str, tmp_path: Path) -> None:
     assert runs.count('class="stop"') == 2  # the live runs, with --allow-actions
     assert "&lt;b&gt;waiting&lt;/b&gt;" in runs and "<b>waiting" not in runs
 
-    run = dom(page_url + "#/runs/ok-run", tmp_path)
+    run = dom(page_url + "#/runs/ok-run", tmp_path, chromium_path)
     assert body(run) == {"view": "run", "ready": "1"}
     assert re.search(r'id="run-state"[^>]*>succeeded<', run)
     assert 'id="stop-run"' not in run  # it ended
     charts = dict(re.findall(r'<div class="chart" data-metric="([^"]+)" data-points="(\d+)"', run))
-    assert charts == {"loss": "3", "lr": "3", "val_loss": "1"}
+    assert charts == {"loss": "4", "lr": "3"}  # val_loss joins loss: train vs val
     lines = re.findall(r'<div class="log-line[^"]*" data-node="0">([^<]*)</div>', run)
     assert lines == ["hello", "&lt;warn&gt;"]
     assert 'id="run-spec"' in run and "train.py" in run and 'id="attempts"' in run
     assert 'id="log-scale"' in run and 'id="overlay-run"' in run and 'id="overlay-add"' in run
 
-    live = dom(page_url + "#/runs/live-run", tmp_path)
+    live = dom(page_url + "#/runs/live-run", tmp_path, chromium_path)
     assert 'id="stop-run"' in live and re.search(r'id="run-state"[^>]*>running<', live)
 
-    matrices = dom(page_url + "#/matrices", tmp_path)
+    matrices = dom(page_url + "#/matrices", tmp_path, chromium_path)
     assert body(matrices) == {"view": "matrices", "ready": "1"}
     assert '<tr data-matrix-id="sweep">' in matrices
 
-    matrix = dom(page_url + "#/matrices/sweep", tmp_path)
+    matrix = dom(page_url + "#/matrices/sweep", tmp_path, chromium_path)
     assert body(matrix) == {"view": "matrix", "ready": "1"}
     cells = re.findall(r'<div class="cell[^"]*" data-index="(\d+)" data-state="([a-z]+)"', matrix)
     assert [s for _, s in cells] == ["done", "done", "failed", "failed", "running", "queued"]
     assert 'id="matrix-counts"' in matrix and 'id="matrix-eta"' in matrix
     assert 'id="requeue-failed"' in matrix
 
-    hosts = dom(page_url + "#/hosts", tmp_path)
+    hosts = dom(page_url + "#/hosts", tmp_path, chromium_path)
     assert body(hosts) == {"view": "hosts", "ready": "1"}
     assert re.search(r'<tr data-host="deadbox" data-reachable="unreachable">', hosts)
