@@ -61,6 +61,16 @@ def _first_line(proc: subprocess.Popen[str], timeout_s: float) -> str:
     return proc.stdout.readline().strip()
 
 
+def _stop_live_runs(env: dict[str, str], work: Path) -> None:
+    def tcl(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([TCL, *args], cwd=work, env=env, capture_output=True, text=True,
+                              timeout=120, check=False)  # fmt: skip
+
+    for run in json.loads(tcl("ps", "-a", "--json").stdout or "[]"):
+        if run["state"] not in ("succeeded", "failed", "terminated"):
+            tcl("stop", run["run_id"])
+
+
 @pytest.fixture
 def dash(tmp_path: Path) -> Iterator[Dash]:
     home, work = tmp_path / "home", tmp_path / "work"
@@ -78,6 +88,7 @@ def dash(tmp_path: Path) -> Iterator[Dash]:
         assert d.url.startswith("http://127.0.0.1:") and "token=" in d.url, d.url
         yield d
     finally:
+        _stop_live_runs(env, work)  # a failed test leaves its training run going otherwise
         ui.terminate()
         ui.wait(timeout=20)
         subprocess.run([TCL, "serve", "--stop"], cwd=work, env=env, capture_output=True,
