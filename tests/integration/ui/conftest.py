@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import socket
 import threading
-import time
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -196,9 +195,3 @@ def make_client(seeded: Seeded) -> Iterator[MakeClient]:
 @pytest.fixture
 def client(make_client: MakeClient) -> TestClient:
     return make_client(headers=AUTH)
-
-
-def timed(fn: Callable[[], object]) -> float:
-    t0 = time.perf_counter()
-    fn()
-    return time.perf_counter() - t0
