@@ -85,25 +85,19 @@ def cmd_repl(
         with_control(ctx, record_base)
     else:
         run_ref = attach
-    progress: dict[str, bool] = {}
     try:
-        with_control(ctx, lambda ctl: _serve(ctl, run_ref, sync, no_browser, port, timeout_s,
-                                             progress))  # fmt: skip
-    except KeyboardInterrupt:  # Ctrl-C: the forward is closed
-        if progress.get("ready") or attach is not None:
-            _after_interrupt(ctx, run_ref)
-        else:  # still waiting (in a scheduler's queue, starting): nothing to keep yet
-            err.print(f"run {run_ref} {_stop(ctx, run_ref)}: cancelled while it waited",
-                      markup=False)  # fmt: skip
-            raise typer.Exit(130) from None
+        run_id = with_control(ctx, lambda ctl: _serve(ctl, run_ref, sync, no_browser, port,
+                                                      timeout_s))  # fmt: skip
+    except KeyboardInterrupt:
+        run_id = None
+    if run_id is None:  # Ctrl-C: the forward is closed
+        _after_interrupt(ctx, attach or run_ref)
 
 
 async def _serve(
-    ctl: Control, run_ref: str, sync: bool, no_browser: bool, port: int, timeout_s: float,
-    progress: dict[str, bool],
-) -> str:  # fmt: skip
-    """Forward a local port to the run's Jupyter until the run ends (returns its id);
-    ``progress["ready"]`` once the session answered."""
+    ctl: Control, run_ref: str, sync: bool, no_browser: bool, port: int, timeout_s: float
+) -> str:
+    """Forward a local port to the run's Jupyter until the run ends (returns its id)."""
     import asyncio
     import contextlib
 
@@ -113,7 +107,6 @@ async def _serve(
     tgt, info = await interactive.wait_ready(
         ctl, run.id, timeout_s, lambda why: err.print(f"waiting: {why}", markup=False)
     )
-    progress["ready"] = True
     fwd = interactive.forward(
         tgt, port, on_reconnect=lambda why: err.print(f"forward: {why}", markup=False)
     )
@@ -161,18 +154,12 @@ def _after_interrupt(ctx: typer.Context, run_ref: str) -> None:
         )
         raise typer.Exit(0)
 
-    err.print(f"run {run_ref} {_stop(ctx, run_ref)}", markup=False)
-
-
-def _stop(ctx: typer.Context, run_ref: str) -> str:
-    """Stop the run (SLURM: scancel, queued or not: no allocation is left behind)."""
-
     async def go(ctl: Control) -> str:
         from tcl.control.follow import stop as stop_run
 
         return (await stop_run(ctl, ctl.store.resolve(run_ref), 10.0)).state.value
 
-    return with_control(ctx, go)
+    err.print(f"run {run_ref} {with_control(ctx, go)}", markup=False)
 
 
 def register(app: typer.Typer) -> None:

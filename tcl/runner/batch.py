@@ -57,7 +57,6 @@ class StatusFile:
 
 
 TOKEN_KEY = "runner_token"  # beside the JobSpec's keys in a batch spec file; never sent on
-PORT_FILE = "runner.port"  # in the state dir: where --serve listens (tcl.control...slurm.session)
 CLUSTER_FS_KEY = "cluster_fs"  # beside them too: what this node mounts (its password included)
 
 
@@ -215,8 +214,7 @@ async def _drive_serving(
 ) -> None:
     from tcl.runner.server import Server
 
-    # The bound port, for the control plane (a port 0 was asked for: any free one)
-    server = Server(runner, *serve, token, port_file=runner.config.state_dir / PORT_FILE)
+    server = Server(runner, *serve, token)
     task = asyncio.create_task(server.serve())
     try:
         await server.started()

@@ -14,7 +14,6 @@ import posixpath
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from tcl.control.agents import RunnerApi
 from tcl.control.backends.base import (
     RUNNER_STATES,
     Backend,
@@ -30,20 +29,19 @@ from tcl.control.backends.base import (
     worst_state,
 )
 from tcl.control.backends.base import Handle as BaseHandle
-from tcl.control.backends.slurm import parse, remote, session
+from tcl.control.backends.slurm import parse, remote
 from tcl.control.backends.slurm.handle import SlurmHandle, SlurmLogin
 from tcl.control.backends.slurm.script import BatchScript, render
 from tcl.control.backends.slurm.venv import IMAGE_JOB_TCL_PATH, ensure_runner, runner_program
 from tcl.control.clusterfs import JUICEFS_REQUIREMENT, cluster_fs, out_dir_env
 from tcl.control.config import SlurmHost
 from tcl.control.errors import AgentError, ConfigError, TclError
-from tcl.control.httpagents import HttpRunner
 from tcl.control.shipping import Snapshot
 from tcl.control.solver import Request
 from tcl.control.ssh import SshTarget
 from tcl.control.states import RunState
 from tcl.runner.api import Event, JobSpec, RunnerState
-from tcl.runner.batch import CLUSTER_FS_KEY, TOKEN_KEY
+from tcl.runner.batch import CLUSTER_FS_KEY
 from tcl.runner.jobenv import JOB_TCL_PATH_VAR
 from tcl.shim.api import ClusterFs
 
@@ -53,7 +51,6 @@ PAGE_LIMIT = 5000
 class SlurmBackend(Backend):
     kind = "slurm"
     handle_model = SlurmHandle
-    interactive = True  # node 0's runner serves its API for a session (.session)
 
     # config --------------------------------------------------------------------------------
 
@@ -151,7 +148,6 @@ class SlurmBackend(Backend):
             extra_env=(
                 () if cfg.container == "none" else ((JOB_TCL_PATH_VAR, IMAGE_JOB_TCL_PATH),)
             ),
-            serve=session.SERVE_ADDR if job.session is not None else None,
         )  # fmt: skip
 
     def dry_run(self, plan: Offer, job: JobSpec, image: str | None) -> str:
@@ -201,9 +197,8 @@ class SlurmBackend(Backend):
         obs.status(f"sbatch on {name}")
         # one round trip: the spec (secrets, the mount's password; one JSON line) over stdin
         # into a 0600 file, then the script, then sbatch
-        token = session.new_token() if job.session is not None else None
         res = await pool.run(target, ["sh", "-c", _SUBMIT, "sh", run_dir],
-                             input=spec_line(job, fs, token) + "\n" + text)  # fmt: skip
+                             input=spec_line(job, fs) + "\n" + text)  # fmt: skip
         job_id = res.stdout.strip().split(";")[0]
         if not job_id.isdigit():
             raise AgentError(f"{name}: sbatch answered {res.stdout.strip()!r}")
@@ -216,17 +211,6 @@ class SlurmBackend(Backend):
                         state=RunState.QUEUED)  # fmt: skip
 
     # a launched run ------------------------------------------------------------------------
-
-    async def runner(self, handle: BaseHandle, node: int) -> RunnerApi:
-        """Node ``node``'s runner API (a session's), through the login node."""
-        assert isinstance(handle, SlurmHandle)
-        pool, target = self.inputs.ssh_pool(), self._handle_target(handle)
-        argv = [handle.login.python, "-c", session.RUNNER_PY, handle.run_dir,
-                handle.state_dir(node), handle.job_id, TOKEN_KEY]  # fmt: skip
-        res = await pool.run(target, argv, timeout_s=60)
-        token, port, addr = session.parse_answer(res.stdout, handle.host)
-        local = await pool.forward(target, port, remote_host=addr)
-        return HttpRunner(f"http://127.0.0.1:{local}", token, f"runner {handle.job_id}")
 
     async def events(self, handle: BaseHandle, node: int, after: int, wait_s: float) -> NodePage:
         assert isinstance(handle, SlurmHandle)
@@ -327,7 +311,7 @@ class SlurmBackend(Backend):
             rows = await self._sinfo(host)
         except TclError as e:
             return HostCheck(False, str(e).splitlines()[0])
-        return HostCheck(True, parse.summary(rows))
+        return HostCheck(True, summary(rows))
 
     async def reset(self, handle: BaseHandle | None = None) -> None:
         if isinstance(handle, SlurmHandle):
@@ -344,21 +328,34 @@ _SUBMIT = (
 )
 
 
-def spec_line(job: JobSpec, fs: ClusterFs | None, token: str | None = None) -> str:
-    """The spec file's one line: the JobSpec, with what each node mounts and the token its
-    served API needs (a session) beside it."""
-    if fs is None and token is None:
+def spec_line(job: JobSpec, fs: ClusterFs | None) -> str:
+    """The spec file's one line: the JobSpec, with what each node mounts beside it."""
+    if fs is None:
         return job.model_dump_json()
     body = job.model_dump(mode="json")
-    if fs is not None:
-        body[CLUSTER_FS_KEY] = fs.model_dump(mode="json")
-    if token is not None:
-        body[TOKEN_KEY] = token
+    body[CLUSTER_FS_KEY] = fs.model_dump(mode="json")
     return json.dumps(body, separators=(",", ":"))
 
 
 def _ordered(cfg: SlurmHost) -> list[Any]:
     return sorted(cfg.partitions, key=lambda p: not p.default)
+
+
+def summary(rows: list[parse.NodeRow]) -> str:
+    """``tcl hosts --check``: per partition, its GRES free of total."""
+    parts: dict[str, list[parse.NodeRow]] = {}
+    for r in rows:
+        parts.setdefault(r.partition, []).append(r)
+    out = []
+    for p, rs in parts.items():
+        kinds = sorted({g for r in rs for g in r.gres})
+        free = ", ".join(
+            f"{g.split(':', 1)[-1]}: {sum(r.free(g) for r in rs)} of "
+            f"{sum(r.gres.get(g, 0) for r in rs)} free"
+            for g in kinds
+        )
+        out.append(f"{p} ({len(rs)} nodes{': ' + free if free else ''})")
+    return "; ".join(out)
 
 
 _STOPPED = {"CANCELLED", "PREEMPTED", "TIMEOUT", "DEADLINE", "COMPLETING", "REQUEUED"}

@@ -60,7 +60,6 @@ class BatchScript:
     container_image: str | None = None
     work: str = ""  # the cluster's work dir (bound into a container)
     extra_env: Sequence[tuple[str, str]] = field(default_factory=tuple)
-    serve: str | None = None  # HOST:PORT: the runners also serve their API (a session)
 
 
 def slurm_time(seconds: float) -> str:
@@ -146,8 +145,6 @@ def render(s: BatchScript) -> str:
     if s.code:
         runner += ["--code", inside(s, s.code)]
     runner += ["--spec", inside(s, s.spec)]
-    if s.serve:
-        runner += ["--serve", s.serve]
     binds = [(s.work, CONTAINER_MOUNT)] if s.container == "charliecloud" and s.work else []
     if s.container in ("pyxis", "apptainer") and s.work:
         binds = [(s.work, s.work)]
