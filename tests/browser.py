@@ -44,9 +44,13 @@ def chromium_path() -> str:
     return run_script("chromium.sh").strip().splitlines()[-1]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser(chromium_path: str) -> Iterator[Browser]:
-    """One headless chromium for the session, closed (its processes gone) at the end."""
+    """One headless chromium per test module, closed (its processes gone) at its end.
+
+    Not one per session: Playwright's sync API keeps its event loop marked running in this
+    thread while it is open, and every asyncio test after it would fail ("cannot be called
+    from a running event loop")."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
