@@ -23,17 +23,23 @@ def exit_code_of(state: RunState, exit_code: int | None) -> int:
 
 
 async def follow_with(
-    ctl: Control, run_ref: str, timestamps: bool, after: int = 0, node: int | None = None
+    ctl: Control,
+    run_ref: str,
+    timestamps: bool,
+    after: int = 0,
+    node: int | None = None,
+    raw: bool = False,
 ) -> Run:
     """Follow on an open :class:`Control` (``submit`` reuses its SSH connection) and print the
-    outcome once the host has released the task."""
+    outcome once the host has released the task. ``raw``: the job's control sequences as they
+    are (``tcl logs --raw``)."""
     from tcl.control.follow import follow  # the control plane: only where it runs in-process
 
     run = ctl.store.resolve(run_ref)
 
     def show(e: KeptEvent) -> None:
         if node is None or e.node == node:
-            print_event(e, timestamps)
+            print_event(e, timestamps, raw)
 
     final = await follow(ctl, run, show, reconnecting, after=after)
     report_end(final.id, final.state, final.exit_code)

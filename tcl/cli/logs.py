@@ -55,6 +55,12 @@ def cmd_logs(
     node: Annotated[
         int | None, typer.Option("--node", min=0, help="Only this node of a multi-node run.")
     ] = None,
+    raw: Annotated[
+        bool,
+        typer.Option(
+            "--raw", help="Pass the job's terminal control sequences (default: colours only)."
+        ),
+    ] = False,
 ) -> None:
     """Print a run's logs (kept locally, so they outlive the host)."""
     since_ts = parse_since(since) if since else None
@@ -70,7 +76,7 @@ def cmd_logs(
         if tail is not None:
             events = events[-tail:] if tail else []
         for e in events:
-            print_event(e, timestamps)
+            print_event(e, timestamps, raw)
         return cache.last_seq()
 
     state: dict[str, str] = {}
@@ -93,7 +99,9 @@ def cmd_logs(
             if not follow:
                 return None
             # one Control: the connection made for the catch-up is reused for following
-            return await follow_cmd.follow_with(ctl, run_id, timestamps, after=last, node=node)
+            return await follow_cmd.follow_with(
+                ctl, run_id, timestamps, after=last, node=node, raw=raw
+            )
         finally:
             await ctl.aclose()
 

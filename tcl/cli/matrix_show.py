@@ -11,6 +11,7 @@ import typer
 
 from tcl.cli._common import err, fail, out, print_json
 from tcl.cli.render import age
+from tcl.cli.termsafe import cell
 from tcl.control.errors import TclError
 
 if TYPE_CHECKING:
@@ -109,7 +110,7 @@ def cmd_status(
         if i:
             out.print()
         for line in _status_lines(s):
-            out.print(line, markup=False)
+            out.print(cell(line))  # names, job ids, errors: shown literally
 
 
 def _ls_table(queue: SweepQueue) -> tuple[Table, list[dict[str, object]]]:
@@ -129,7 +130,7 @@ def _ls_table(queue: SweepQueue) -> tuple[Table, list[dict[str, object]]]:
         held = c[EntryState.CLAIMED] + c[EntryState.RUNNING]
         total = sum(c.values())
         t.add_row(
-            m.name, str(total), str(c[EntryState.QUEUED]), str(held),
+            cell(m.name), str(total), str(c[EntryState.QUEUED]), str(held),
             str(c[EntryState.DONE]), str(c[EntryState.FAILED]),
             str(c[EntryState.CANCELLED]), age(m.created_at),
         )  # fmt: skip

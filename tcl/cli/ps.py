@@ -10,6 +10,7 @@ import typer
 
 from tcl.cli._common import err, out, print_json, with_control
 from tcl.cli.render import age, iso, run_json
+from tcl.cli.termsafe import cell, plain
 from tcl.control.states import RunState
 
 if TYPE_CHECKING:
@@ -78,10 +79,10 @@ def _table(listing: _Listing) -> Table:
         chips = r.request.get("chips", 0)
         chip = r.request.get("chip") or ""
         state = state_text(r, listing.unreachable_since.get(r.id))
-        t.add_row(
-            r.id, r.name, state, r.host or "-", f"{chips} {chip}".strip() if chips else "-",
-            age(r.created_at), _command(r.request)[:60],
-        )  # fmt: skip
+        chips_text = f"{chips} {chip}".strip() if chips else "-"
+        command = plain(_command(r.request))[:60]
+        shown = [r.id, r.name, state, r.host or "-", chips_text, age(r.created_at), command]
+        t.add_row(*(cell(text) for text in shown))  # names, commands, hosts: shown literally
     return t
 
 

@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from tcl.cli._common import err
+from tcl.cli.termsafe import terminal_text
 from tcl.runner.api import Event, EventKind, LogStream
 
 if TYPE_CHECKING:
@@ -30,12 +31,14 @@ def age(ts: float) -> str:
     return f"{int(s)}s ago"
 
 
-def print_event(e: Event, timestamps: bool = False) -> None:
-    """A log event goes to stdout (stderr lines to stderr); state events are not printed."""
+def print_event(e: Event, timestamps: bool = False, raw: bool = False) -> None:
+    """A log event goes to stdout (stderr lines to stderr); state events are not printed.
+    The job's control sequences other than colours are dropped unless ``raw``
+    (:mod:`tcl.cli.termsafe`)."""
     if e.kind is not EventKind.LOG or e.data is None:
         return
     stream = sys.stderr if e.stream is LogStream.STDERR else sys.stdout
-    text = e.data
+    text = e.data if raw else terminal_text(e.data)
     if getattr(e, "nodes", 1) > 1:  # a multi-node run's kept event: say whose line it is
         prefix = f"[{getattr(e, 'noun', 'node')} {getattr(e, 'node', 0)}] "
         text = "".join(prefix + line for line in text.splitlines(keepends=True))
