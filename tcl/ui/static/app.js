@@ -25,7 +25,10 @@
   // ---- plumbing ---------------------------------------------------------------------------
 
   async function api(path, opts = {}) {
-    const r = await fetch(path, { credentials: "same-origin", ...opts });
+    // X-Tcl-UI: the server refuses a state change without it (another origin's page, which
+    // shares the token cookie when it is on another loopback port, cannot add a header)
+    const headers = { "X-Tcl-UI": "1", ...(opts.headers || {}) };
+    const r = await fetch(path, { credentials: "same-origin", ...opts, headers });
     if (!r.ok) {
       let detail = r.statusText;
       try { detail = (await r.json()).detail || detail; } catch (_) { /* not JSON */ }

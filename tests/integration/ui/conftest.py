@@ -1,10 +1,12 @@
 """A seeded store (runs in every state, attempts, a matrix, metrics, kept logs) and the
-``tcl ui`` app over it, driven in-process with FastAPI's TestClient."""
+``tcl ui`` app over it, driven in-process with FastAPI's TestClient, or served by the real
+``tcl ui`` for the browser tests (:func:`page_url`)."""
 
 from __future__ import annotations
 
 import json
 import socket
+import subprocess
 import threading
 import warnings
 from collections.abc import Callable, Iterator
@@ -23,6 +25,8 @@ from tcl.control.sweep.queue import NewEntry, SweepQueue
 from tcl.runner.api import Event, EventKind, LogStream, RunnerState
 from tcl.ui.app import create_app
 from tcl.ui.context import Ui, UiSettings
+from tests.integration.tclcli import TCL, TclEnv
+from tests.integration.ui.test_cli import _first_line
 
 with warnings.catch_warnings():
     # Starlette wants `httpx2` for its TestClient; httpx is what this project has.
@@ -32,6 +36,10 @@ with warnings.catch_warnings():
 TOKEN = "t" * 43
 BASE = "http://127.0.0.1:8765"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
+# what the page's own requests carry besides the token: its origin, and the header that
+# state-changing requests need (a request from another origin cannot add it without CORS)
+OWN = {"Origin": BASE, "X-Tcl-UI": "1"}
+PAGE = {**AUTH, **OWN}
 OWNER = "sched-test"
 
 
@@ -194,4 +202,45 @@ def make_client(seeded: Seeded) -> Iterator[MakeClient]:
 
 @pytest.fixture
 def client(make_client: MakeClient) -> TestClient:
-    return make_client(headers=AUTH)
+    """A client that sends what the page sends: the token, its origin, the action header."""
+    return make_client(headers=PAGE)
+
+
+@pytest.fixture
+def page_url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """The real ``tcl ui --allow-actions`` over the seeded store; yields the URL it printed.
+    A requeue starts no ``tcl serve`` (``TCL_SERVE=0``)."""
+    env = TclEnv(home=tmp_path / "home", config=tmp_path / "config.yaml", repo=tmp_path)
+    state = env.home / "state"
+    state.mkdir(parents=True)
+    monkeypatch.setenv("TCL_STATE_DIR", str(state))  # where seed() keeps its logs
+    store = Store(f"sqlite:///{state / 'tcl.db'}")
+    seed(store)
+    store.close()
+    with socket.socket() as s:  # a port nobody listens on: the host is refused at once
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+    empty = tmp_path / "ssh_config"
+    empty.write_text("")
+    (tmp_path / "known_hosts").write_text("")
+    env.config.write_text(
+        f"hosts:\n  deadbox: {{type: ssh, ssh: 127.0.0.1, port: {closed}, "
+        f"ssh_config_file: {empty}, known_hosts: {tmp_path / 'known_hosts'}}}\n"
+    )
+    proc = subprocess.Popen(
+        [TCL, "ui", "--no-browser", "--allow-actions"],
+        cwd=tmp_path,
+        env={**env.env(), "TCL_SERVE": "0"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        yield _first_line(proc, 30)
+    finally:
+        proc.terminate()
+        try:
+            proc.communicate(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()

@@ -13,7 +13,7 @@ from tcl.control.store import RunRow
 from tcl.control.sweep.queue import NewEntry, SweepQueue
 from tcl.shim.api import Accelerator, HostInfo
 from tcl.ui.hosts import host_item
-from tests.integration.ui.conftest import AUTH, TOKEN, MakeClient, Seeded, TestClient
+from tests.integration.ui.conftest import AUTH, PAGE, TOKEN, MakeClient, Seeded, TestClient
 
 pytestmark = pytest.mark.integration
 
@@ -197,7 +197,7 @@ def test_stop_is_refused_read_only(client: TestClient, seeded: Seeded) -> None:
 
 
 def test_stop_with_actions(make_client: MakeClient, seeded: Seeded) -> None:
-    c = make_client(allow_actions=True, headers=AUTH)
+    c = make_client(allow_actions=True, headers=PAGE)
     assert c.get("/api/info").json()["allow_actions"] is True
     r = c.post("/api/runs/wait-run/stop")
     assert r.status_code == 200, r.text
@@ -248,7 +248,7 @@ def test_matrix_detail_holds_1200_entries(  # speed: bench/ui_load.py
 
 
 def test_requeue_read_only_then_with_actions(make_client: MakeClient, seeded: Seeded) -> None:
-    ro = make_client(headers=AUTH)
+    ro = make_client(headers=PAGE)
     r = ro.post("/api/matrices/sweep/requeue")
     assert r.status_code == 403 and "--allow-actions" in r.json()["detail"]
     assert ro.get("/api/matrices/sweep").json()["counts"]["failed"] == 2
@@ -258,7 +258,7 @@ def test_requeue_read_only_then_with_actions(make_client: MakeClient, seeded: Se
         calls.append(1)
         return "tcl serve (pid 1) schedules them"
 
-    rw = make_client(allow_actions=True, start_scheduler=scheduler, headers=AUTH)
+    rw = make_client(allow_actions=True, start_scheduler=scheduler, headers=PAGE)
     before = {e["job_id"]: e["run_id"] for e in rw.get("/api/matrices/sweep").json()["entries"]}
     r = rw.post("/api/matrices/sweep/requeue")
     assert r.status_code == 200, r.text

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from starlette.websockets import WebSocketDisconnect
 
-from tests.integration.ui.conftest import AUTH, MakeClient, TestClient
+from tests.integration.ui.conftest import AUTH, PAGE, MakeClient, TestClient
 
 pytestmark = pytest.mark.integration
 WS = "ws://127.0.0.1:8765"  # the TestClient sends this Host (its default is refused)
@@ -43,7 +43,7 @@ def test_after_resumes_past_the_cursor(client: TestClient) -> None:
 
 
 def test_unknown_run_and_no_token_are_refused(make_client: MakeClient) -> None:
-    ok = make_client(headers=AUTH)
+    ok = make_client(headers=PAGE)
     with (
         pytest.raises(WebSocketDisconnect) as closed,
         ok.websocket_connect(f"{WS}/api/runs/nope/logs"),
@@ -65,9 +65,9 @@ def test_unknown_run_and_no_token_are_refused(make_client: MakeClient) -> None:
 def test_viewer_leaving_cancels_its_follow(make_client: MakeClient) -> None:
     """wait-run is never placed: its follows wait; each viewer's ends when it closes, while
     the other's goes on."""
-    first = make_client(headers=AUTH)
+    first = make_client(headers=PAGE)
     app = first.app
-    second = TestClient(app, base_url=str(first.base_url), headers=AUTH)
+    second = TestClient(app, base_url=str(first.base_url), headers=PAGE)
     ui = app.app.state.ui  # type: ignore[attr-defined]
 
     def viewers(n: int) -> int:
@@ -95,7 +95,7 @@ def test_viewer_leaving_cancels_its_follow(make_client: MakeClient) -> None:
 
 def test_stop_while_watched_ends_the_stream(make_client: MakeClient) -> None:
     """The stop pauses the run's feed, and the feed started again reports the end."""
-    client = make_client(allow_actions=True, headers=AUTH)
+    client = make_client(allow_actions=True, headers=PAGE)
     ui = client.app.app.state.ui  # type: ignore[attr-defined]
     with client.websocket_connect(f"{WS}/api/runs/wait-run/logs") as ws:
         deadline = time.monotonic() + 5
@@ -116,7 +116,7 @@ def test_no_follow_runs_while_a_stop_pulls(
     import tcl.control.follow as follow_mod
     from tcl.control.states import RunState
 
-    client = make_client(allow_actions=True, headers=AUTH)
+    client = make_client(allow_actions=True, headers=PAGE)
     ui = client.app.app.state.ui  # type: ignore[attr-defined]
     seen: list[int] = []
 

@@ -5,57 +5,12 @@ strings it shows are escaped."""
 from __future__ import annotations
 
 import re
-import socket
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tcl.control.store import Store
-from tests.integration.tclcli import TCL, TclEnv
-from tests.integration.ui.conftest import seed
-from tests.integration.ui.test_cli import _first_line
-
 pytestmark = [pytest.mark.integration, pytest.mark.browser]
-
-
-@pytest.fixture
-def page_url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    env = TclEnv(home=tmp_path / "home", config=tmp_path / "config.yaml", repo=tmp_path)
-    state = env.home / "state"
-    state.mkdir(parents=True)
-    monkeypatch.setenv("TCL_STATE_DIR", str(state))  # where seed() keeps its logs
-    store = Store(f"sqlite:///{state / 'tcl.db'}")
-    seed(store)
-    store.close()
-    with socket.socket() as s:  # a port nobody listens on: the host is refused at once
-        s.bind(("127.0.0.1", 0))
-        closed = s.getsockname()[1]
-    empty = tmp_path / "ssh_config"
-    empty.write_text("")
-    (tmp_path / "known_hosts").write_text("")
-    env.config.write_text(
-        f"hosts:\n  deadbox: {{type: ssh, ssh: 127.0.0.1, port: {closed}, "
-        f"ssh_config_file: {empty}, known_hosts: {tmp_path / 'known_hosts'}}}\n"
-    )
-    proc = subprocess.Popen(
-        [TCL, "ui", "--no-browser", "--allow-actions"],
-        cwd=tmp_path,
-        env=env.env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        yield _first_line(proc, 30)
-    finally:
-        proc.terminate()
-        try:
-            proc.communicate(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.communicate()
 
 
 def dom(url: str, tmp_path: Path, chromium: str) -> str:
