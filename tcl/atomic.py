@@ -2,6 +2,8 @@
 
 A reader sees either the old content or the whole new content, never a torn file: write a
 temporary file in the same folder, fsync it, rename it over the target, fsync the folder.
+Files are 0600 unless a caller asks for more; :func:`private_opener` makes an ``open()`` create
+its file 0600 too, whatever the umask.
 """
 
 from __future__ import annotations
@@ -19,6 +21,11 @@ def fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def private_opener(path: str | os.PathLike[str], flags: int) -> int:
+    """An ``opener`` for ``open()``: a file it creates is 0600 (the umask can only take away)."""
+    return os.open(path, flags, 0o600)
 
 
 def write_atomic(path: Path, data: bytes | str, mode: int = 0o600) -> None:

@@ -17,7 +17,8 @@ from pathlib import Path
 
 from pydantic import model_validator
 
-from tcl.control.paths import logs_dir
+from tcl.atomic import private_opener
+from tcl.control.paths import logs_dir, private_dir
 from tcl.runner.api import Event, EventKind
 
 
@@ -95,8 +96,8 @@ class LogCache:
                 fresh.append(KeptEvent(**{**e.model_dump(), **kept}))
                 node_last = e.seq
         if fresh:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with open(self.path, "a", encoding="utf-8") as f:
+            private_dir(self.path.parent)
+            with open(self.path, "a", encoding="utf-8", opener=private_opener) as f:
                 f.write("".join(e.model_dump_json(exclude_none=True) + "\n" for e in fresh))
                 f.flush()
                 os.fsync(f.fileno())

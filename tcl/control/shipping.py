@@ -26,9 +26,10 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from tcl.atomic import write_atomic
+from tcl.atomic import private_opener, write_atomic
 from tcl.control.errors import CodeTooLargeError, ShippingError
 from tcl.control.ignore import IgnoreRules
+from tcl.control.paths import private_dir
 
 _GZIP_LEVEL = 1  # code is re-shipped often; speed beats ratio here
 
@@ -206,7 +207,7 @@ def write_tarball(root: Path, entries: list[FileEntry], dest: Path) -> str:
             return self.f.write(b)
 
     try:
-        with open(tmp, "wb") as raw:
+        with open(tmp, "wb", opener=private_opener) as raw:
             sink = _Hashing(raw)
             with (
                 gzip.GzipFile(fileobj=sink, mode="wb", mtime=0, compresslevel=_GZIP_LEVEL) as gz,
@@ -290,7 +291,7 @@ def _snapshot(start: Path, cache_dir: Path, max_bytes: int, explicit: bool) -> S
         )
     entries, unreadable = list_files(root, git)
     total = check_size(entries, max_bytes)
-    index = cache_dir / "index"
+    index = private_dir(cache_dir / "index")
     key = _manifest_key(root, entries)
     known = index / f"{key}.json"
     if known.is_file():
@@ -310,7 +311,7 @@ def _snapshot(start: Path, cache_dir: Path, max_bytes: int, explicit: bool) -> S
     sha = write_tarball(root, entries, building)
     tarball = cache_dir / f"{sha}.tar.gz"
     os.replace(building, tarball)
-    write_atomic(known, json.dumps({"version": 1, "sha256": sha}), mode=0o644)
+    write_atomic(known, json.dumps({"version": 1, "sha256": sha}))
     size = tarball.stat().st_size
     return Snapshot(root, tarball, sha, size, len(entries), total, git, unreadable)
 

@@ -53,7 +53,7 @@ def public_key() -> str:
         import asyncssh
 
         text = asyncssh.read_private_key(private).export_public_key().decode()
-        write_atomic(pub, text, mode=0o644)  # every writer writes the same text
+        write_atomic(pub, text)  # 0600, as all state; every writer writes the same text
     return pub.read_text().strip()
 
 
@@ -107,5 +107,5 @@ def render(entries: dict[str, tuple[str, SshEndpoint]], include: list[str]) -> s
 
 def write(entries: dict[str, tuple[str, SshEndpoint]], include: list[str]) -> Path:
     path = config_path()
-    write_atomic(path, render(entries, include), mode=0o644)
+    write_atomic(path, render(entries, include))  # 0600: ssh reads it as its owner
     return path

@@ -9,6 +9,7 @@ The schema uses only portable types, so the same code runs on SQLite and Postgre
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import secrets
@@ -173,6 +174,25 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cur.close()
 
 
+def _private_sqlite_file(engine: Engine) -> None:
+    """A SQLite database file is 0600 before SQLite opens it: SQLite gives its ``-wal``,
+    ``-shm`` and ``-journal`` files the database file's mode, so the umask decides nothing.
+    One made before (0644) is tightened, with its companions, when it is ours."""
+    db = engine.url.database
+    if engine.dialect.name != "sqlite" or not db or db == ":memory:" or db.startswith("file:"):
+        return
+    try:
+        with contextlib.suppress(FileExistsError):  # made 0600 if missing; else not opened here
+            os.close(os.open(db, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except OSError as e:
+        raise StoreError(f"cannot open the state store {db}: {e.strerror or e}") from None
+    for path in (db, f"{db}-wal", f"{db}-shm", f"{db}-journal", f"{db}.schema-lock"):
+        with contextlib.suppress(OSError):  # gone, or a read-only mount: the 0700 dir guards
+            st = os.stat(path)
+            if st.st_uid == os.geteuid() and st.st_mode & 0o077:
+                os.chmod(path, 0o600)
+
+
 _PG_SCHEMA_LOCK = 0x7C1_5C4E  # an advisory lock key of tcl's own ("tcl schema")
 
 
@@ -211,6 +231,7 @@ class Store:
             self.engine: Engine = create_engine(url, future=True)
             if self.engine.dialect.name == "sqlite":
                 event.listen(self.engine, "connect", _sqlite_pragmas)
+                _private_sqlite_file(self.engine)
             with _schema_lock(self.engine):
                 _Base.metadata.create_all(self.engine)
                 self._tables_made = set(_Base.metadata.tables)
