@@ -3,6 +3,7 @@ output live, then write the changed globals back (or re-raise the remote excepti
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 import sys
 import threading
@@ -17,13 +18,18 @@ from tcl.remote.capture import Shipment, prepare
 from tcl.remote.errors import (
     ProtocolError,
     RemoteCallFailed,
+    RemoteError,
     RemoteTraceback,
     VersionMismatch,
     WorkerRefused,
+    WorkerUnverified,
 )
 
 # After an INTERRUPT, how long to wait for the worker's KeyboardInterrupt before giving up.
 INTERRUPT_GRACE_S = 10.0
+# The handshake's own limit on this side (the worker gives it a few seconds from its accept;
+# this also covers a tunnel that is slow to open). The call itself has none.
+HANDSHAKE_TIMEOUT_S = 60.0
 
 
 @dataclass
@@ -58,20 +64,32 @@ class ConflictWarning(UserWarning):
     """A global changed locally while the call ran: the remote value was not written back."""
 
 
-def _handshake(chan: wire.Channel, token: str) -> None:
-    mine = wire.local_versions()
-    chan.send_json(wire.HELLO, {"token": token, **mine})
+def _handshake(chan: wire.Channel, token: str) -> wire.Proof:
+    """Both ends prove they hold the key without sending it (see :mod:`tcl.remote.wire`); the
+    worker proves it first, so nothing goes to, or is unpickled from, an impostor. Returns the
+    client's proof, which goes with the CALL: the worker's verdict on it comes as the reply."""
+    hello = wire.Hello(nonce=wire.new_nonce(), **wire.local_versions())
+    chan.send_msg(hello)
     kind, body = chan.recv(max_len=wire.MAX_CONTROL_FRAME)
-    msg = wire.parse_json(body)
     if kind == wire.REFUSED:
-        if msg.get("reason") == "version":
-            raise VersionMismatch(str(msg.get("message")))
-        raise WorkerRefused(f"the remote worker refused the connection: {msg.get('message')}")
-    if kind != wire.WELCOME:
-        raise ProtocolError(f"expected WELCOME, got frame {kind!r}")
-    problem = wire.version_problem(msg, mine)
+        raise _refused(body)
+    challenge = wire.decode(wire.Challenge, kind, body)
+    if not wire.proof_ok(challenge.proof, token, wire.WORKER, challenge.nonce, hello.nonce):
+        raise WorkerUnverified(
+            "wrong session token, or not this session's worker: the other end could not prove "
+            "it holds the session key (nothing was sent to it)"
+        )
+    problem = wire.version_problem(dataclasses.asdict(challenge), wire.local_versions())
     if problem is not None:
         raise VersionMismatch(problem)
+    return wire.Proof(wire.proof(token, wire.CLIENT, challenge.nonce, hello.nonce))
+
+
+def _refused(body: bytes) -> RemoteError:
+    refused = wire.decode(wire.Refused, wire.REFUSED, body)
+    if refused.reason == "version":
+        return VersionMismatch(refused.message)
+    return WorkerRefused(f"the remote worker refused the connection: {refused.message}")
 
 
 def _show(body: bytes) -> None:
@@ -112,6 +130,8 @@ def _wait_reply(chan: wire.Channel) -> tuple[bytes, bytes]:
                 _show(body)
             elif kind in (wire.RESULT, wire.ERROR):
                 return kind, body
+            elif kind == wire.REFUSED:
+                raise _refused(body)
             else:
                 raise ProtocolError(f"unexpected frame {kind!r} during a call")
     except KeyboardInterrupt:
@@ -187,8 +207,10 @@ def exchange(conn: socket.socket, shipment: Shipment, *, token: str) -> Any:
     started = time.monotonic()
     chan = wire.Channel(conn)
     try:
-        _handshake(chan, token)
-        chan.send(wire.CALL, shipment.body)
+        conn.settimeout(HANDSHAKE_TIMEOUT_S)
+        proof = _handshake(chan, token)
+        conn.settimeout(None)  # a call may print nothing for hours
+        chan.send(wire.CALL, shipment.body, after=proof)
         stats.bytes_sent = len(shipment.body)
         received_before = chan.bytes_received
         kind, body = _wait_reply(chan)

@@ -30,6 +30,11 @@ class WorkerRefused(RemoteError):
     """The worker refused the connection (wrong token)."""
 
 
+class WorkerUnverified(WorkerRefused):
+    """The other end could not prove it holds the session key (the key is wrong, or what
+    listens is not the session's worker): nothing was sent to it, nothing from it unpickled."""
+
+
 class ProtocolError(RemoteError):
     """The peer sent something the protocol does not allow, or the connection broke."""
 

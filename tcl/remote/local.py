@@ -53,7 +53,7 @@ class SubprocessSession:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"the worker exited with status {self.proc.returncode}")
             try:
-                # The worker drops this probe after its HELLO never comes (EOF).
+                # The worker's gate drops this probe at its EOF.
                 socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
                 return
             except OSError:

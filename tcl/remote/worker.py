@@ -1,9 +1,11 @@
 """The remote end: `python -m tcl.remote.worker`, started inside the job's environment.
 
-Listens on 127.0.0.1:$TCL_SESSION_PORT (reached through a port-forward), requires the key in
-$TCL_SESSION_TOKEN, and serves calls one at a time. It imports only the stdlib, cloudpickle and
-its two sibling modules: the user's image has the user's packages, not tcl's dependencies. A
-failed call never ends it; SIGTERM does."""
+Listens on 127.0.0.1:$TCL_SESSION_PORT (reached through a port-forward). A gate thread
+(:mod:`tcl.remote.gate`) runs every connection's handshake at once, with a deadline, and admits
+only clients that prove they hold the key in $TCL_SESSION_TOKEN; the main thread serves the
+admitted connections' calls one at a time. It imports only the stdlib, cloudpickle and its
+sibling modules: the user's image has the user's packages, not tcl's dependencies. A failed
+call never ends it; SIGTERM does."""
 
 from __future__ import annotations
 
@@ -20,10 +22,9 @@ import time
 import traceback
 from typing import Any
 
-from tcl.remote import payload, wire
+from tcl.remote import gate, payload, wire
 from tcl.remote.errors import ProtocolError
 
-HELLO_TIMEOUT_S = 30.0
 FLUSH_INTERVAL_S = 0.05
 
 
@@ -184,30 +185,10 @@ def _send_error(chan: wire.Channel, exc: BaseException, note: str = "") -> None:
     chan.send(wire.ERROR, wire.pack_error(info, exc_payload))
 
 
-def _handshake(chan: wire.Channel, token: str) -> bool:
-    kind, body = chan.recv(max_len=wire.MAX_CONTROL_FRAME)
-    hello = wire.parse_json(body) if kind == wire.HELLO else {}
-    if kind != wire.HELLO or not wire.token_ok(hello.get("token"), token):
-        chan.send_json(wire.REFUSED, {"reason": "token", "message": "wrong session token"})
-        return False
-    mine = wire.local_versions()
-    problem = wire.version_problem(mine, {k: str(hello.get(k, "?")) for k in mine})
-    if problem is not None:
-        chan.send_json(wire.REFUSED, {"reason": "version", "message": problem})
-        return False
-    chan.send_json(wire.WELCOME, {**mine, "pid": os.getpid()})
-    return True
-
-
 DEFAULT_IDLE_S = 3600.0  # TCL_REMOTE_IDLE_S; 0: never
 
 
-def _serve_connection(conn: socket.socket, token: str) -> None:
-    chan = wire.Channel(conn)
-    conn.settimeout(HELLO_TIMEOUT_S)  # a silent stranger must not hold the worker
-    if not _handshake(chan, token):
-        return
-    conn.settimeout(None)
+def _serve_connection(chan: wire.Channel) -> None:
     c = _Conn(chan)
     try:
         while (body := c.calls.get()) is not None:
@@ -217,29 +198,37 @@ def _serve_connection(conn: socket.socket, token: str) -> None:
 
 
 def serve(port: int, token: str, idle_s: float | None = None) -> None:
-    """Serve calls until SIGTERM, or until ``idle_s`` pass without a connection: a session
-    whose notebook died without closing it must not hold its accelerators for ever."""
+    """Serve calls until SIGTERM, or until ``idle_s`` pass without an admitted connection: a
+    session whose notebook died without closing it must not hold its accelerators for ever."""
     srv = socket.create_server(("127.0.0.1", port))
-    srv.settimeout(idle_s)
+    admitted: queue.Queue[wire.Channel | None] = queue.Queue()
+
+    def front_door() -> None:
+        try:
+            gate.Gate(srv, token, admitted.put).run()
+        finally:
+            admitted.put(None)  # the gate died: so does the worker, loudly
+
+    threading.Thread(target=front_door, name="tcl-remote-gate", daemon=True).start()
     _log(f"listening on 127.0.0.1:{port}")
     while True:
         try:
-            conn, _ = srv.accept()
-        except TimeoutError:
+            chan = admitted.get(timeout=idle_s)
+        except queue.Empty:
             _log(f"no call for {idle_s:.0f}s: ending the session")
             return
+        if chan is None:
+            raise RuntimeError("the connection gate stopped")
         try:
-            _serve_connection(conn, token)
-        except wire.ConnectionClosed:
-            pass  # e.g. a readiness probe that never says HELLO
+            _serve_connection(chan)
         except KeyboardInterrupt:
             _log("a late interrupt arrived after the call ended; ignored")
         except (OSError, ProtocolError) as e:
             _log(f"connection ended: {e}")
         finally:
             with contextlib.suppress(OSError):
-                conn.shutdown(socket.SHUT_RDWR)  # wakes this connection's reader thread
-            conn.close()
+                chan.sock.shutdown(socket.SHUT_RDWR)  # wakes this connection's reader thread
+            chan.close()
 
 
 def main() -> None:

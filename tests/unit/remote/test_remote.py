@@ -323,6 +323,7 @@ def test_the_worker_imports_only_the_stdlib_and_cloudpickle() -> None:
         "tcl",
         "tcl.remote",
         "tcl.remote.errors",
+        "tcl.remote.gate",
         "tcl.remote.payload",
         "tcl.remote.wire",
         "tcl.remote.worker",

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import json
-import struct
 import time
 import warnings
 from pathlib import Path
@@ -43,10 +41,6 @@ with warnings.catch_warnings():
 REMOTE = SessionSpec(kind=SessionKind.REMOTE)
 
 
-def _frame(kind: bytes, body: bytes) -> bytes:
-    return struct.pack(">cQ", kind, len(body)) + body
-
-
 async def _ready(client: RunnerClient, timeout_s: float = 30) -> str:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -67,16 +61,16 @@ async def test_forward_carries_bytes_to_the_session_and_only_there(
     runner.submit(JobSpec(run_id="r", session=REMOTE))
     runner.run()
     token = await _ready(client)
-    hello = json.dumps({**wire.local_versions(), "token": token}).encode()
+    hello = wire.Hello(nonce=wire.new_nonce(), **wire.local_versions())
     app = create_app(runner, TOKEN)
     with TestClient(app, headers=AUTH) as http, http.websocket_connect("/api/forward") as ws:
-        ws.send_bytes(_frame(wire.HELLO, hello))
-        got = b""
-        while len(got) < 9 or len(got) < 9 + struct.unpack(">cQ", got[:9])[1]:
+        ws.send_bytes(wire.frame(hello))
+        got = bytearray()
+        while (frame := wire.take_frame(got)) is None:
             got += ws.receive_bytes()
-        kind, length = struct.unpack(">cQ", got[:9])
-        assert kind == wire.WELCOME, got
-        assert json.loads(got[9 : 9 + length])["pid"] > 0
+        challenge = wire.decode(wire.Challenge, *frame)  # the session's own answer
+        assert challenge.pid > 0
+        assert wire.proof_ok(challenge.proof, token, wire.WORKER, challenge.nonce, hello.nonce)
     # The session's key never reaches the job's logs.
     assert token not in "".join(e.data or "" for e in runner.log.read(0)[0])
 
