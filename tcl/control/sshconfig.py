@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import tempfile
 from pathlib import Path
 
 from tcl.atomic import fsync_dir, write_atomic
 from tcl.control.backends.base import SshEndpoint
+from tcl.control.errors import ConfigError
 from tcl.control.paths import ssh_dir
 
 KEY_NAME = "id_ed25519"
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def key_path() -> Path:
@@ -61,11 +64,27 @@ def config_path() -> Path:
     return ssh_dir() / "config"
 
 
-def _opt(name: str, value: object) -> str:
+def _value(name: str, value: object) -> str:
+    """A value as the ssh config reads it (quoted when it has spaces); one that would end the
+    line or its quotes is refused (endpoints come from the config, checked at load, and from
+    cloud APIs)."""
     text = str(value)
-    if any(c.isspace() for c in text):
-        text = f'"{text}"'
-    return f"  {name} {text}\n"
+    if _CONTROL.search(text) or '"' in text:
+        raise ConfigError(
+            f"ssh config {name} {text!r}: a control character or a double quote would change "
+            "the ssh config tcl writes"
+        )
+    return f'"{text}"' if any(c.isspace() for c in text) else text
+
+
+def _opt(name: str, value: object) -> str:
+    return f"  {name} {_value(name, value)}\n"
+
+
+def _host(name: str) -> str:
+    if not name or _CONTROL.search(name) or any(c.isspace() for c in name) or '"' in name:
+        raise ConfigError(f"ssh config Host {name!r}: not one word (a control character?)")
+    return f"\nHost {name}\n"
 
 
 def render(entries: dict[str, tuple[str, SshEndpoint]], include: list[str]) -> str:
@@ -75,7 +94,7 @@ def render(entries: dict[str, tuple[str, SshEndpoint]], include: list[str]) -> s
     for run_id, (host, ep) in sorted(entries.items()):
         jump = f"tcl-host-{host}"
         jumps[jump] = ep
-        out.append(f"\nHost {run_id}\n")
+        out.append(_host(run_id))
         out.append(_opt("HostName", "127.0.0.1"))
         out.append(_opt("Port", ep.container_port))
         out.append(_opt("User", "root"))
@@ -87,7 +106,7 @@ def render(entries: dict[str, tuple[str, SshEndpoint]], include: list[str]) -> s
         out.append(_opt("UserKnownHostsFile", "/dev/null"))
         out.append(_opt("LogLevel", "ERROR"))
     for jump, ep in sorted(jumps.items()):
-        out.append(f"\nHost {jump}\n")
+        out.append(_host(jump))
         out.append(_opt("HostName", ep.host))
         if ep.port is not None:
             out.append(_opt("Port", ep.port))
@@ -101,7 +120,7 @@ def render(entries: dict[str, tuple[str, SshEndpoint]], include: list[str]) -> s
             out.append(_opt("ProxyJump", ep.proxy_jump))
     if include:
         out.append("\nMatch all\n")
-        out.extend(f"Include {os.path.expanduser(p)}\n" for p in include)
+        out.extend(f"Include {_value('Include', os.path.expanduser(p))}\n" for p in include)
     return "".join(out)
 
 

@@ -28,9 +28,12 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from tcl.control import yamlsafe
 from tcl.control.errors import SweepError
+from tcl.control.sweep.shellsafe import refusal, script_placeholder, unsafe_placeholder
 
 JOB_ID = "job_id"
+MAX_ENTRY_BYTES = 64 * 1024  # an entry's fields as compact JSON (they go to every run's env)
 _NAMED_AT_MOST = 10  # an error lists this many job ids, then "and N more"
 
 _INT = re.compile(r"[+-]?\d+")
@@ -89,13 +92,23 @@ def _read_document(path: Path) -> Any:
             return json.loads(text)
         except json.JSONDecodeError as e:
             raise SweepError(f"{path}:{e.lineno}: not valid JSON: {e.msg}") from None
-    try:  # YAML (a JSON document is YAML too)
-        return yaml.safe_load(text)
+        except RecursionError:
+            raise SweepError(f"{path}: not valid JSON: nested too deeply") from None
+    try:  # YAML (a JSON document is YAML too), its aliases bounded
+        return yamlsafe.load(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f":{mark.line + 1}" if mark is not None else ""
         problem = getattr(e, "problem", None) or str(e)
         raise SweepError(f"{path}{where}: not valid YAML: {problem}") from None
+
+
+def _size(item: dict[Any, Any]) -> int:
+    """An entry's size as compact JSON (its ``repr`` where JSON cannot hold a key)."""
+    try:
+        return len(json.dumps(item, separators=(",", ":"), default=str))
+    except (TypeError, ValueError):
+        return len(repr(item))
 
 
 def load_manifest(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
@@ -115,6 +128,13 @@ def load_manifest(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
         elif not isinstance(item.get(JOB_ID), str) or not item[JOB_ID].strip():
             got = "missing" if JOB_ID not in item else f"{item[JOB_ID]!r}"
             problems.append(f"entry {i} has no job_id (a non-empty string; got {got})")
+        else:
+            size = _size(item)
+            if size > MAX_ENTRY_BYTES:
+                problems.append(
+                    f"entry {i} ({item[JOB_ID]!r}) is {size / 1024:.0f} KiB, over the "
+                    f"{MAX_ENTRY_BYTES // 1024} KiB an entry may hold"
+                )
     if problems:
         more = f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""
         raise SweepError(f"{file}: " + "; ".join(problems[:5]) + more)
@@ -217,14 +237,27 @@ def _pieces(element: str) -> list[tuple[str, str | None, str, str | None]]:
     for _, name, _, _ in pieces:
         if name is not None and (not name or name.isdigit()):
             raise SweepError(f"argv element {element!r}: a placeholder needs a field name")
+    unsafe = unsafe_placeholder([(lit, name) for lit, name, _, _ in pieces])
+    if unsafe is not None:
+        raise refusal(element, *unsafe)
     return pieces
+
+
+def _parsed(template: Sequence[str]) -> list[list[tuple[str, str | None, str, str | None]]]:
+    """Each element's pieces; a template where a value would be a shell's script is refused."""
+    parsed = [_pieces(element) for element in template]
+    whole = [p[0][1] if len(p) == 1 and p[0][0] == "" else None for p in parsed]
+    i = script_placeholder(template, whole)
+    if i is not None:
+        raise refusal(template[i], str(whole[i]), f"the script of `{' '.join(template[:i])}`")
+    return parsed
 
 
 def template_fields(template: Sequence[str]) -> list[str]:
     """The fields an argv template names (``job_id`` included when named), first use first."""
     names: dict[str, None] = {}
-    for element in template:
-        for _, name, _, _ in _pieces(element):
+    for pieces in _parsed(template):
+        for _, name, _, _ in pieces:
             if name is not None:
                 names.setdefault(name)
     return list(names)
@@ -240,12 +273,14 @@ def fill_argv(template: Sequence[str], fields: dict[str, Any], job_id: str) -> l
     the argv runs as a list, so no shell sees it. In any other element (``"--lr={lr}"``, or the
     command string of ``["bash", "-c", "python train.py --lr {lr}"]``) each value is
     ``shlex.quote``d, so a shell reading the string gets it as one word; values made only of
-    letters, digits and ``@%+=:,./-_`` (numbers, names, paths) read the same quoted or not.
+    letters, digits and ``@%+=:,./-_`` (numbers, names, paths) read the same quoted or not. A
+    placeholder where a quoted value could still run (inside shell quotes, a comment, ...) is
+    refused (:mod:`tcl.control.sweep.shellsafe`); the run's environment has every field as
+    ``TCL_FIELD_<NAME>`` instead.
     """
     values = {**fields, JOB_ID: job_id}
     out: list[str] = []
-    for element in template:
-        pieces = _pieces(element)
+    for element, pieces in zip(template, _parsed(template), strict=True):
         alone = len(pieces) == 1 and pieces[0][0] == "" and pieces[0][1] is not None
         parts: list[str] = []
         for literal, name, spec, conv in pieces:
@@ -287,7 +322,7 @@ def job_config(base_yaml: str, fields: dict[str, Any]) -> str:
     """A ``tcl.jobs`` job's config YAML with the entry's fields set over ``base_yaml`` (a
     dotted key such as ``optim.lr`` sets a nested value; ``job_id`` is not set)."""
     try:
-        base = yaml.safe_load(base_yaml) if base_yaml.strip() else {}
+        base = yamlsafe.load(base_yaml) if base_yaml.strip() else {}
     except yaml.YAMLError as e:
         raise SweepError(f"the job's base config is not valid YAML: {e}") from None
     if not isinstance(base, dict):

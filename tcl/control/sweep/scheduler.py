@@ -48,6 +48,7 @@ from tcl.control.sweep.admission import Admission
 from tcl.control.sweep.manifest import fill_argv, job_config
 from tcl.control.sweep.model import Entry, EntryState
 from tcl.control.sweep.queue import SweepQueue
+from tcl.control.sweep.shellsafe import field_env
 from tcl.control.sweep.spec import MatrixSpec
 from tcl.runner.api import JobRef
 
@@ -373,7 +374,8 @@ def _submission(spec: MatrixSpec, entry: Entry) -> Submission:
     return Submission(
         argv=argv, name=run_name(entry), chip=spec.chip, chips=spec.chips,
         nodes=spec.nodes, host=spec.host, image=spec.image,
-        env={**spec.env, "TCL_MATRIX": entry.matrix, "TCL_MATRIX_JOB_ID": entry.job_id},
+        env={**spec.env, **field_env(entry.fields), "TCL_MATRIX": entry.matrix,
+             "TCL_MATRIX_JOB_ID": entry.job_id},
         job=job, yes=True, job_cwd=spec.job_cwd, max_duration_s=spec.max_duration_s,
         retry=spec.retry,
     )  # fmt: skip

@@ -170,7 +170,7 @@ def test_a_matrix_shows_its_entries_as_a_grid_coloured_by_state(
     dash: Dash, page: Page, request: pytest.FixtureRequest
 ) -> None:
     dash.tcl("matrix", "add", "--name", "grid", "--grid", "x=0,1,2,3,4,5", "--",
-             "python3", "-c", "import sys; sys.exit(int('{x}') % 3 == 0)")  # fmt: skip
+             "python3", "-c", "import sys; sys.exit(int(sys.argv[1]) % 3 == 0)", "{x}")  # fmt: skip
     page.goto(dash.url + "#/matrices")
     page.wait_for_selector('body[data-view="matrices"][data-ready="1"]')
     row = page.locator("table#matrices tr[data-matrix-id]")
