@@ -34,5 +34,5 @@ def _stop_serve_daemons(tmp_path_factory: pytest.TempPathFactory) -> Iterator[No
     yield
     from tcl.control.daemon.client import stop_daemon
 
-    for record in tmp_path_factory.getbasetemp().glob("**/serve/daemon.json"):
+    for record in tmp_path_factory.getbasetemp().glob("**/serve/daemon.sock"):
         stop_daemon(record.parent)

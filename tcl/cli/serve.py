@@ -11,7 +11,6 @@ from tcl.cli._common import err, fail, print_json
 
 
 def cmd_serve(
-    port: Annotated[int, typer.Option("--port", help="Loopback port (default: any free).")] = 0,
     idle_exit_s: Annotated[
         float, typer.Option("--idle-exit-s", min=0, help="Exit after this long idle (0: never).")
     ] = 0.0,
@@ -44,8 +43,10 @@ def cmd_serve(
         return
     from tcl.control.daemon.server import main
 
-    argv = ["--port", str(port), "--idle-exit-s", str(idle_exit_s), "--lease-s", str(lease_s),
-            "--heartbeat-s", str(heartbeat_s), "--batch", str(batch)]  # fmt: skip
+    argv = [
+        *("--idle-exit-s", str(idle_exit_s), "--lease-s", str(lease_s)),
+        *("--heartbeat-s", str(heartbeat_s), "--batch", str(batch)),
+    ]
     code = main(argv + (["--no-scheduler"] if no_scheduler else []))
     if code:
         raise typer.Exit(code)

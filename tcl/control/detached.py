@@ -61,15 +61,19 @@ def ensure_started(
 
 def spawn_until(
     argv: list[str], log: Path, ready: Callable[[], T | None], what: str, timeout_s: float,
-    poll_s: float = 0.05,
+    poll_s: float = 0.05, env: dict[str, str] | None = None,
 ) -> tuple[T, int]:  # fmt: skip
-    """Start ``argv`` detached (own session, output appended to ``log``) and return what
+    """Start ``argv`` detached (own session, output appended to ``log``, 0600) and return what
     ``ready()`` gives once it gives something, and the pid; an ``AgentError`` (naming the log's
-    last lines) when it exits first or stays silent for ``timeout_s``."""
-    with open(log, "ab") as out:
+    last lines) when it exits first or stays silent for ``timeout_s``. ``env``: the agent's whole
+    environment (``tcl.agentenv``: an allow-list, never the caller's shell as it is)."""
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+    os.fchmod(fd, 0o600)  # one made before files were kept private
+    with os.fdopen(fd, "ab") as out:
         proc = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True
-        )
+            argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True,
+            env=env, cwd=log.parent,
+        )  # fmt: skip
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:

@@ -35,13 +35,13 @@ class HttpShim:
 
     def __init__(
         self, base_url: str, token: str, name: str = "shim", unreachable_hint: str = "",
-        on_unauthorized: Callable[[], None] | None = None,
+        on_unauthorized: Callable[[], None] | None = None, uds: Path | None = None,
     ) -> None:  # fmt: skip
         self.name = name
         self.unreachable_hint = unreachable_hint  # appended when the shim does not answer
         # a token that no longer matches (the host was set up again): the owner forgets it
         self.on_unauthorized = on_unauthorized
-        self._client = ShimClient(base_url, token)
+        self._client = ShimClient(base_url, token, uds=uds)
 
     async def _call(self, coro: Awaitable[T]) -> T:
         try:

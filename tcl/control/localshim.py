@@ -1,8 +1,13 @@
 """The local default: a shim on this machine, started on demand as a detached daemon.
 
-It listens on 127.0.0.1 with a token in a 0600 file, uses the process executor (or docker if
-configured) and outlives the ``tcl`` command that started it, so a detached job keeps running.
-Its pid and port are in ``<state-dir>/local-shim/shim.json`` (versioned, written atomically).
+It listens on the Unix socket ``<state-dir>/local-shim/shim.sock`` (0600 in a 0700 dir; other
+users' connections are dropped, and a client checks the listener runs as this user before it
+sends the token: ``tcl.localsock``), with a token that is new at each start, uses the process
+executor (or docker if configured) and outlives the ``tcl`` command that started it, so a
+detached job keeps running. It starts with an allow-listed environment (``tcl.agentenv``), never
+the whole shell of the ``tcl`` that started it. Its pid and flags are in
+``<state-dir>/local-shim/shim.json`` (versioned, written atomically); the pid that is stopped is
+the one the kernel reports for the socket's listener.
 
 Many ``tcl`` processes may want it at once (parallel ``tcl submit -d``, ``tcl ps`` over several
 runs), so starting is serialized by ``start.lock`` and the winner starts at most one daemon; the
@@ -11,27 +16,32 @@ shim itself refuses a state dir that another shim holds (``tcl.shim.server.lock_
 
 from __future__ import annotations
 
-import contextlib
+import http.client
 import json
-import secrets
+import os
 import shutil
-import socket
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
-
+from tcl.agentenv import shim_env
 from tcl.atomic import write_atomic
 from tcl.control.detached import ensure_started, spawn_until, stop_pid
+from tcl.localsock import PeerError, connect_checked
+from tcl.tokenfile import new_token
 
-STATE_VERSION = 1
+STATE_VERSION = 2
+SOCKET = "shim.sock"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+@dataclass(frozen=True)
+class LocalShim:
+    """Where the local shim answers, and how to talk to it."""
+
+    socket: Path
+    token: str
+    pid: int  # the listener's, as the kernel reported it
 
 
 def shim_executable() -> list[str]:
@@ -45,84 +55,122 @@ def shim_executable() -> list[str]:
     return [sys.executable, "-c", "from tcl.shim.main import main; main()"]
 
 
-def _healthy(port: int, token: str) -> bool:
+class _UnixConnection(http.client.HTTPConnection):
+    def __init__(self, path: Path) -> None:
+        super().__init__("localhost", timeout=2.0)
+        self._path = path
+        self.peer_pid = 0
+
+    def connect(self) -> None:
+        self.sock, peer = connect_checked(self._path, "the local shim", self.timeout)
+        self.peer_pid = peer.pid
+
+
+def _healthy(path: Path, token: str) -> int | None:
+    """The listener's pid if this user's shim answers at ``path`` and takes ``token``; the token
+    is sent only once the kernel has said the listener runs as this user."""
+    conn = _UnixConnection(path)
     try:
-        r = httpx.get(
-            f"http://127.0.0.1:{port}/api/healthcheck",
-            headers={"Authorization": f"Bearer {token}"},
-            timeout=2.0,
-        )
-        return r.status_code == 200
-    except httpx.HTTPError:
-        return False
+        conn.request("GET", "/api/healthcheck", headers={"Authorization": f"Bearer {token}"})
+        resp = conn.getresponse()
+        resp.read()
+        return conn.peer_pid if resp.status == 200 else None
+    except PeerError as e:
+        print(f"tcl: {e}", file=sys.stderr)
+        return None
+    except (OSError, http.client.HTTPException):
+        return None
+    finally:
+        conn.close()
 
 
 def _recorded(base: Path) -> tuple[dict[str, Any], str] | None:
-    """The recorded shim's state and the token, if both files are readable."""
+    """The recorded shim's flags and the token, if both files are readable."""
     try:
         token = (base / "token").read_text().strip()
         st = json.loads((base / "shim.json").read_text())
-        int(st["pid"]), int(st["port"])
-    except (ValueError, KeyError, TypeError, OSError):
+        if st.get("version") != STATE_VERSION:
+            return None
+    except (ValueError, TypeError, OSError):
         return None
     return st, token
 
 
-def _usable(base: Path, want: dict[str, Any]) -> tuple[int, str] | None:
-    """(port, token) of the recorded shim if it answers and runs with the wanted flags."""
+def _usable(base: Path, want: dict[str, Any]) -> LocalShim | None:
+    """The recorded shim if it answers and runs with the wanted flags."""
     rec = _recorded(base)
     if rec is None:
         return None
     st, token = rec
-    if {k: st.get(k) for k in want} != want or not _healthy(int(st["port"]), token):
+    if {k: st.get(k) for k in want} != want:
         return None
-    return int(st["port"]), token
+    pid = _healthy(base / SOCKET, token)
+    return None if pid is None else LocalShim(base / SOCKET, token, pid)
 
 
 def ensure_local_shim(
     base: Path, executor: str, fake_accelerators: str | None, timeout_s: float = 30.0
-) -> tuple[int, str]:
-    """Return (port, token) of a healthy local shim, starting one if needed (at most one
-    however many callers ask at once: :func:`tcl.control.detached.ensure_started`)."""
+) -> LocalShim:
+    """A healthy local shim, started if needed (at most one however many callers ask at once:
+    :func:`tcl.control.detached.ensure_started`)."""
     want = {"executor": executor, "fake_accelerators": fake_accelerators}
 
-    def start() -> tuple[int, str]:
-        if not (base / "token").exists():
-            write_atomic(base / "token", secrets.token_urlsafe(32))
-        rec = _recorded(base)
-        if rec is not None and _healthy(int(rec[0]["port"]), rec[1]):
-            stop_pid(int(rec[0]["pid"]))  # config changed: restart with the new flags
+    def start() -> LocalShim:
+        running = _running_pid(base)
+        if running is not None:
+            stop_pid(running)  # config changed: restart with the new flags
         return _start(base, want, timeout_s)
 
     return ensure_started(base, lambda: _usable(base, want), start, "the local shim", timeout_s)
 
 
-def _start(base: Path, want: dict[str, Any], timeout_s: float) -> tuple[int, str]:
-    """Start the daemon and record it; the caller holds the starter lock."""
+def _running_pid(base: Path) -> int | None:
+    """The pid of this user's shim of ``base``, whatever its flags: the kernel's for the socket's
+    listener when it answers, else the recorded one if that process is still this user's shim
+    of this socket (a wedged shim; never a pid that something else reused)."""
+    rec = _recorded(base)
+    if rec is None:
+        return None
+    pid = _healthy(base / SOCKET, rec[1])
+    if pid is not None:
+        return pid
+    import psutil
+
+    try:
+        proc = psutil.Process(int(rec[0]["pid"]))
+        ours = proc.uids().real == os.getuid() and str(base / SOCKET) in proc.cmdline()
+    except (psutil.Error, KeyError, ValueError):
+        return None
+    return proc.pid if ours else None
+
+
+def _start(base: Path, want: dict[str, Any], timeout_s: float) -> LocalShim:
+    """Start the daemon and record it; the caller holds the starter lock. The token is new at
+    each start (whoever read the old one has nothing)."""
     token_file = base / "token"
-    token = token_file.read_text().strip()
-    port = _free_port()
+    token = new_token()
+    write_atomic(token_file, token + "\n")  # 0600
+    (base / "shim.json").unlink(missing_ok=True)
     argv = [
-        *shim_executable(), "--host", "127.0.0.1", "--port", str(port),
+        *shim_executable(), "--uds", str(base / SOCKET),
         "--state-dir", str(base / "state"), "--token-file", str(token_file),
         "--executor", str(want["executor"]),
     ]  # fmt: skip
     if want["fake_accelerators"]:
         argv += ["--fake-accelerators", str(want["fake_accelerators"])]
 
-    def healthy() -> bool | None:
-        return True if _healthy(port, token) else None
+    def ready() -> int | None:
+        return _healthy(base / SOCKET, token)
 
-    _, pid = spawn_until(argv, base / "shim.log", healthy, "the local shim", timeout_s, 0.1)
-    state = {"version": STATE_VERSION, "pid": pid, "port": port, **want}
-    write_atomic(base / "shim.json", json.dumps(state))
-    return port, token
+    env = shim_env(os.environ)
+    pid, _ = spawn_until(argv, base / "shim.log", ready, "the local shim", timeout_s, 0.1, env=env)
+    write_atomic(base / "shim.json", json.dumps({"version": STATE_VERSION, "pid": pid, **want}))
+    return LocalShim(base / SOCKET, token, pid)
 
 
 def stop_local_shim(base: Path) -> None:
     """Stop the local shim daemon if one runs (tests, `tcl host stop-local`)."""
-    state_file = base / "shim.json"
-    if state_file.exists():
-        with contextlib.suppress(ValueError, KeyError):
-            stop_pid(int(json.loads(state_file.read_text())["pid"]))
-        state_file.unlink(missing_ok=True)
+    pid = _running_pid(base)
+    if pid is not None:
+        stop_pid(pid)
+    (base / "shim.json").unlink(missing_ok=True)

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -55,7 +56,11 @@ class ShimClient:
         token: str,
         transport: httpx.AsyncBaseTransport | None = None,
         timeout_s: float = 30.0,
+        uds: Path | None = None,
     ) -> None:
+        if uds is not None and transport is None:  # the local default's shim (tcl.localsock)
+            limits = httpx.Limits(keepalive_expiry=KEEPALIVE_EXPIRY_S)
+            transport = httpx.AsyncHTTPTransport(uds=str(uds), limits=limits)
         self._http = httpx.AsyncClient(
             base_url=base_url.rstrip("/"),
             transport=transport,

@@ -25,6 +25,15 @@ def run(
         str, typer.Option(envvar="TCL_SHIM_HOST", help="Loopback address to listen on.")
     ] = "127.0.0.1",
     port: Annotated[int, typer.Option(envvar="TCL_SHIM_PORT", help="Port to listen on.")] = 10998,
+    uds: Annotated[
+        Path | None,
+        typer.Option(
+            envvar="TCL_SHIM_UDS",
+            help="Listen on this Unix socket instead of --host/--port (made 0600; its directory "
+            "must be this user's, mode 0700; other users' connections are dropped). The local "
+            "default's shim listens this way.",
+        ),
+    ] = None,
     state_dir: Annotated[
         Path,
         typer.Option(
@@ -153,6 +162,7 @@ def run(
         token_file=token_file,
         host=host,
         port=port,
+        uds=uds,
         executor=executor,
         fake_accelerators=fake_accelerators,
         tpu_chip=tpu_chip,

@@ -8,6 +8,7 @@ import ipaddress
 import logging
 import os
 import shutil
+import socket
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +16,7 @@ from pathlib import Path
 import uvicorn
 from fastapi import FastAPI
 
+from tcl.localsock import listen_unix
 from tcl.shim.api import ExecutorKind
 from tcl.shim.app import create_app
 from tcl.shim.clusterfs import ClusterMounts
@@ -40,6 +42,7 @@ class ShimSettings:
     token_file: Path
     host: str = "127.0.0.1"
     port: int = 10998
+    uds: Path | None = None  # a Unix socket instead of host:port (tcl.localsock)
     executor: ExecutorKind | None = None  # None: docker where it works, else process
     fake_accelerators: str | None = None
     tpu_chip: str | None = None  # what TPU chips are called (/dev does not say); e.g. tpu-v4
@@ -79,7 +82,7 @@ def load_token(path: Path) -> str:
         raise SettingsError(str(e)) from None
 
 
-def lock_state_dir(state_dir: Path, port: int) -> int:
+def lock_state_dir(state_dir: Path, where: str) -> int:
     """Take the state dir for this process (non-blocking ``flock`` on ``<state-dir>/lock``).
 
     Two shims on one state dir would each take the other's runners for orphans and kill them,
@@ -98,7 +101,7 @@ def lock_state_dir(state_dir: Path, port: int) -> int:
             f"--state-dir {state_dir}: another tcl-shim is using it ({holder})"
         ) from None
     os.ftruncate(fd, 0)
-    os.pwrite(fd, f"pid {os.getpid()}, port {port}\n".encode(), 0)
+    os.pwrite(fd, f"pid {os.getpid()}, {where}\n".encode(), 0)
     return fd
 
 
@@ -156,7 +159,8 @@ def build(settings: ShimSettings) -> tuple[TaskService, Reconciler]:
 
 
 def make_app(settings: ShimSettings) -> FastAPI:
-    check_loopback(settings.host)
+    if settings.uds is None:
+        check_loopback(settings.host)
     token = load_token(settings.token_file)
     service, reconciler = build(settings)
 
@@ -172,8 +176,10 @@ def make_app(settings: ShimSettings) -> FastAPI:
 
 
 def serve(settings: ShimSettings, log_level: str = "info") -> None:
-    check_loopback(settings.host)
-    lock_fd = lock_state_dir(settings.state_dir, settings.port)  # before reconcile adopts
+    if settings.uds is None:
+        check_loopback(settings.host)
+    where = f"socket {settings.uds}" if settings.uds else f"port {settings.port}"
+    lock_fd = lock_state_dir(settings.state_dir, where)  # before reconcile adopts
     try:
         app = make_app(settings)
         config = uvicorn.Config(
@@ -185,6 +191,12 @@ def serve(settings: ShimSettings, log_level: str = "info") -> None:
             lifespan="on",
         )
         os.umask(0o077)
-        asyncio.run(uvicorn.Server(config).serve())
+        sockets: list[socket.socket] | None = None
+        if settings.uds is not None:
+            try:
+                sockets = [listen_unix(settings.uds)]
+            except OSError as e:
+                raise SettingsError(f"--uds {settings.uds}: {e}") from None
+        asyncio.run(uvicorn.Server(config).serve(sockets=sockets))
     finally:
         os.close(lock_fd)  # also when a setting is refused: an in-process caller may retry

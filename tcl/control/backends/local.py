@@ -28,13 +28,15 @@ class LocalShimHost(ShimHost):
 
     async def shim(self) -> ShimApi:
         if self._shim is None:
-            port, token = await asyncio.to_thread(
+            local = await asyncio.to_thread(
                 ensure_local_shim,
                 self.shim_state_dir,
                 self.cfg.executor,
                 self.cfg.fake_accelerators,
             )
-            self._shim = HttpShim(f"http://127.0.0.1:{port}", token, name=f"shim {self.name}")
+            self._shim = HttpShim(
+                "http://localhost", local.token, name=f"shim {self.name}", uds=local.socket
+            )
         return self._shim
 
     def placement(self) -> LocalPlacement:

@@ -5,7 +5,8 @@ forwards, the state store, the shims' addresses and tokens), and runs ``tcl subm
 CLI: the CLI sends a :class:`SubmitRequest` and reads back a stream of :class:`Line` (one JSON
 object per line: what the submit is doing, its result, then the run's log events until it ends).
 
-Routes (all but the healthcheck need ``Authorization: Bearer <token>``):
+Served on the Unix socket ``<state dir>/serve/daemon.sock`` (only this user can connect:
+``tcl.localsock``). Routes:
 
 - ``GET  /api/healthcheck``                 -> :class:`Health`
 - ``POST /api/submit``                      :class:`SubmitRequest` -> stream of :class:`Line`

@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 from fastapi import FastAPI, HTTPException
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import Response, StreamingResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from tcl.control.config import load_config_at
@@ -41,10 +41,8 @@ from tcl.control.ssh import SshPool
 from tcl.control.store import Store
 from tcl.control.submit import submission_from, submit
 from tcl.control.sweep.scheduler import Scheduler
-from tcl.tokenfile import bearer_matches
 
 log = logging.getLogger("tcl.serve")
-OPEN_PATHS = frozenset({"/api/healthcheck"})
 NDJSON = "application/x-ndjson"
 TRACE = os.environ.get("TCL_TRACE") == "1"  # inherited from the tcl that started the daemon
 
@@ -175,31 +173,20 @@ async def _stream(
         d.last_active = time.monotonic()
 
 
-class BearerAuth:
-    """401 unless ``Authorization: Bearer <token>`` matches, before any route runs; each
-    request counts as activity (the idle limit runs from the last one)."""
+class Activity:
+    """Each request counts as activity (the idle limit runs from the last one). No token: only
+    this user can connect to the daemon's socket (``tcl.localsock``)."""
 
-    def __init__(self, app: ASGIApp, token: str, d: Daemon) -> None:
+    def __init__(self, app: ASGIApp, d: Daemon) -> None:
         self.app = app
-        self.token = token.encode()
         self.d = d
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         self.d.last_active = time.monotonic()
-        if scope["type"] != "http" or scope["path"] in OPEN_PATHS:
-            await self.app(scope, receive, send)
-            return
-        if not bearer_matches(scope["headers"], self.token):
-            response = JSONResponse(
-                {"error": "unauthorized", "detail": "missing or wrong bearer token"},
-                status_code=401, headers={"WWW-Authenticate": "Bearer"},
-            )  # fmt: skip
-            await response(scope, receive, send)
-            return
         await self.app(scope, receive, send)
 
 
-def create_app(d: Daemon, token: str) -> ASGIApp:
+def create_app(d: Daemon) -> ASGIApp:
     app = FastAPI(title="tcl serve", version=d.identity.version, docs_url=None, redoc_url=None)
 
     @app.get("/api/healthcheck")
@@ -273,4 +260,4 @@ def create_app(d: Daemon, token: str) -> ASGIApp:
         d.shutdown.set()
         return Response(status_code=204)
 
-    return BearerAuth(app, token, d)
+    return Activity(app, d)

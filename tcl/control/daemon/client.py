@@ -3,6 +3,10 @@
 Synchronous and on the standard library's ``http.client``: the CLI's path to the daemon must
 start in tens of milliseconds, so it imports no asyncio HTTP stack; each stream is one request
 whose response is read a JSON line at a time.
+
+The daemon is reached through ``<state dir>/serve/daemon.sock`` only, and each connection first
+asks the kernel who listens (``SO_PEERCRED``): a listener of another user gets no byte (no
+request, no secret). The pid that may be stopped is the kernel's, never one the daemon states.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tcl.agentenv import daemon_env
 from tcl.control.daemon.api import (
     FollowRequest,
     Health,
@@ -25,8 +30,9 @@ from tcl.control.daemon.api import (
 from tcl.control.daemon.identity import current_identity, daemon_dir
 from tcl.control.detached import ensure_started, spawn_until, stop_pid
 from tcl.control.errors import AgentError, DaemonError
+from tcl.localsock import PeerError, connect_checked
 
-RECORD = "daemon.json"  # written by tcl.control.daemon.server
+SOCKET = "daemon.sock"  # tcl.control.daemon.server listens there
 START_TIMEOUT_S = 30.0
 DEFAULT_IDLE_EXIT_S = 1800.0  # a daemon tcl started itself goes after 30 min with nothing to do
 
@@ -58,14 +64,27 @@ class LineStream:
         self._conn.close()
 
 
+class _UnixConnection(http.client.HTTPConnection):
+    """HTTP over the daemon's Unix socket, to a listener checked to run as this user."""
+
+    def __init__(self, path: Path, timeout_s: float | None) -> None:
+        super().__init__("localhost", timeout=timeout_s)
+        self._path = path
+        self.peer_pid = 0
+
+    def connect(self) -> None:
+        sock, peer = connect_checked(self._path, "tcl serve", self.timeout)
+        self.sock = sock
+        self.peer_pid = peer.pid
+
+
 class DaemonClient:
-    def __init__(self, port: int, token: str, pid: int) -> None:
-        self.port = port
-        self.pid = pid
-        self._headers = {"Authorization": f"Bearer {token}"}
+    def __init__(self, path: Path, pid: int) -> None:
+        self.path = path
+        self.pid = pid  # the listener's, as the kernel reported it
 
     def _conn(self, timeout_s: float | None) -> http.client.HTTPConnection:
-        return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout_s)
+        return _UnixConnection(self.path, timeout_s)
 
     def _request(
         self, method: str, path: str, body: Any = None, timeout_s: float = 10.0,
@@ -79,7 +98,7 @@ class DaemonClient:
             resp = conn.getresponse()
             payload = resp.read()
         except (OSError, http.client.HTTPException) as e:
-            raise DaemonError(f"tcl serve on port {self.port}: {e}") from None
+            raise DaemonError(f"tcl serve at {self.path}: {e}") from None
         finally:
             conn.close()
         if resp.status >= 400 and resp.status not in ok:
@@ -88,9 +107,8 @@ class DaemonClient:
 
     def _body(self, body: Any) -> tuple[bytes | None, dict[str, str]]:
         if body is None:
-            return None, dict(self._headers)
-        data = body.model_dump_json().encode()
-        return data, {**self._headers, "Content-Type": "application/json"}
+            return None, {}
+        return body.model_dump_json().encode(), {"Content-Type": "application/json"}
 
     def _stream(self, path: str, body: SubmitRequest | FollowRequest) -> LineStream:
         conn = self._conn(None)  # a follow may wait for hours between lines
@@ -100,7 +118,7 @@ class DaemonClient:
             resp = conn.getresponse()
         except (OSError, http.client.HTTPException) as e:
             conn.close()
-            raise DaemonError(f"tcl serve on port {self.port}: {e}") from None
+            raise DaemonError(f"tcl serve at {self.path}: {e}") from None
         if resp.status >= 400:
             detail = resp.read()[:300]
             conn.close()
@@ -128,39 +146,31 @@ class DaemonClient:
         self._request("POST", "/api/shutdown")
 
 
-def _health(port: int) -> Health | None:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2.0)
+def _health(path: Path) -> tuple[Health, int] | None:
+    """The daemon's health and its pid as the kernel reports it; None when nothing of this
+    user's answers there (no socket, a dead daemon's leftover, another user's listener)."""
+    conn = _UnixConnection(path, 2.0)
     try:
         conn.request("GET", "/api/healthcheck")
         resp = conn.getresponse()
         if resp.status != 200:
             return None
-        return Health.model_validate_json(resp.read())
+        return Health.model_validate_json(resp.read()), conn.peer_pid
+    except PeerError as e:
+        print(f"tcl: {e}", file=sys.stderr)  # someone else's process at our socket: say so
+        return None
     except (OSError, http.client.HTTPException, ValueError):
         return None
     finally:
         conn.close()
 
 
-def _recorded(base: Path) -> tuple[dict[str, Any], str] | None:
-    try:
-        token = (base / "token").read_text().strip()
-        rec = json.loads((base / RECORD).read_text())
-        int(rec["pid"]), int(rec["port"])
-    except (ValueError, KeyError, TypeError, OSError):
-        return None
-    return rec, token
-
-
 def _answering(base: Path, want: Identity | None = None) -> DaemonClient | None:
-    """A client for the recorded daemon if it answers (and, given ``want``, runs with it)."""
-    rec = _recorded(base)
-    if rec is None:
+    """A client for this state dir's daemon if it answers (and, given ``want``, runs with it)."""
+    found = _health(base / SOCKET)
+    if found is None or (want is not None and found[0].identity != want):
         return None
-    health = _health(int(rec[0]["port"]))
-    if health is None or (want is not None and health.identity != want):
-        return None
-    return DaemonClient(int(rec[0]["port"]), rec[1], health.pid)
+    return DaemonClient(base / SOCKET, found[1])
 
 
 def running_daemon(base: Path | None = None) -> DaemonClient | None:
@@ -189,8 +199,10 @@ def ensure_daemon(idle_exit_s: float | None = None) -> DaemonClient:
 def _start(base: Path, want: Identity, idle_exit_s: float) -> DaemonClient:
     argv = [sys.executable, "-m", "tcl.control.daemon", "--idle-exit-s", str(idle_exit_s)]
     try:
-        client, _ = spawn_until(argv, base / "serve.log", lambda: _answering(base, want),
-                                "tcl serve", START_TIMEOUT_S, 0.02)  # fmt: skip
+        client, _ = spawn_until(
+            argv, base / "serve.log", lambda: _answering(base, want), "tcl serve",
+            START_TIMEOUT_S, 0.02, env=daemon_env(os.environ),
+        )  # fmt: skip
     except AgentError as e:
         raise DaemonError(str(e)) from None
     return client

@@ -1,10 +1,11 @@
-"""Running the ``tcl serve`` daemon: one per state dir, on loopback, with a token.
+"""Running the ``tcl serve`` daemon: one per state dir, on a Unix socket in that dir.
 
 ``tcl serve`` runs it in the foreground (for as long as it is wanted); ``tcl submit`` starts it
 detached when none answers, with an idle limit, so nobody has to think about it. It holds
-``<state dir>/serve/daemon.lock`` while it lives (a second one refuses to start), keeps its
-token in ``token`` (0600) and its address in ``daemon.json`` (versioned, written atomically,
-removed on exit).
+``<state dir>/serve/daemon.lock`` while it lives (a second one refuses to start) and listens on
+``daemon.sock`` (0600, in the 0700 ``serve`` dir; connections from other users are dropped:
+``tcl.localsock``), removed on exit. Nothing listens on a TCP port and there is no token: the
+file system is the authentication, as for dockerd or ssh-agent.
 """
 
 from __future__ import annotations
@@ -13,26 +14,22 @@ import argparse
 import asyncio
 import contextlib
 import fcntl
-import json
 import logging
 import os
-import socket
 import sys
 from pathlib import Path
 
 import uvicorn
 
-from tcl.atomic import write_atomic
 from tcl.control.daemon.app import Daemon, create_app
 from tcl.control.daemon.identity import current_identity, daemon_dir
 from tcl.control.paths import db_url
 from tcl.control.store import Store
 from tcl.control.sweep.queue import SweepQueue
 from tcl.control.sweep.scheduler import Scheduler, SchedulerSettings
-from tcl.tokenfile import new_token
+from tcl.localsock import listen_unix
 
-RECORD = "daemon.json"
-RECORD_VERSION = 1
+SOCKET = "daemon.sock"
 LOCK = "daemon.lock"
 
 
@@ -51,18 +48,6 @@ def lock_dir(base: Path) -> int:
     return fd
 
 
-def ensure_token(base: Path) -> str:
-    path = base / "token"
-    try:
-        token = path.read_text().strip()
-    except FileNotFoundError:
-        token = ""
-    if not token:
-        token = new_token()
-        write_atomic(path, token)  # 0600
-    return token
-
-
 async def _watch_idle(d: Daemon, server: uvicorn.Server) -> None:
     while not server.should_exit:
         if d.idle() or d.shutdown.is_set():
@@ -71,11 +56,9 @@ async def _watch_idle(d: Daemon, server: uvicorn.Server) -> None:
         await asyncio.sleep(1.0)
 
 
-async def serve(base: Path, port: int, idle_exit_s: float, sched: SchedulerSettings | None) -> None:
-    token = ensure_token(base)
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", port))  # loopback only; the token guards it from other users
+async def serve(base: Path, idle_exit_s: float, sched: SchedulerSettings | None) -> None:
+    # Listening already: a client may connect before uvicorn accepts.
+    sock = listen_unix(base / SOCKET)
     identity = current_identity()
     d = Daemon(identity, Store(db_url()), idle_exit_s)
     stopping = asyncio.Event()
@@ -84,16 +67,9 @@ async def serve(base: Path, port: int, idle_exit_s: float, sched: SchedulerSetti
         d.scheduler = Scheduler(SweepQueue(d.store), d.scheduler_control, sched)
         scheduling = asyncio.create_task(d.scheduler.run(stopping))
     config = uvicorn.Config(
-        create_app(d, token), log_level="warning", lifespan="off", timeout_graceful_shutdown=5
+        create_app(d), log_level="warning", lifespan="off", timeout_graceful_shutdown=5
     )
     server = uvicorn.Server(config)
-    record = {
-        "version": RECORD_VERSION, "pid": os.getpid(), "port": sock.getsockname()[1],
-        "identity": identity.model_dump(),
-    }  # fmt: skip
-    # Listening already: a client that reads the record may connect before uvicorn accepts.
-    sock.listen(128)
-    write_atomic(base / RECORD, json.dumps(record))
     watcher = asyncio.create_task(_watch_idle(d, server))
     try:
         await server.serve(sockets=[sock])
@@ -103,15 +79,13 @@ async def serve(base: Path, port: int, idle_exit_s: float, sched: SchedulerSetti
         if scheduling is not None:
             with contextlib.suppress(Exception):
                 await scheduling  # hands its entries back to the queue
-        with contextlib.suppress(OSError, ValueError):
-            if json.loads((base / RECORD).read_text()).get("pid") == os.getpid():
-                (base / RECORD).unlink()
+        with contextlib.suppress(OSError):
+            (base / SOCKET).unlink()  # ours: the lock kept any other daemon out
         await d.aclose()
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="tcl serve", description=__doc__)
-    ap.add_argument("--port", type=int, default=0, help="loopback port (default: any free one)")
     ap.add_argument("--idle-exit-s", type=float, default=0.0,
                     help="exit after this long with nothing to do (0: never)")  # fmt: skip
     ap.add_argument(
@@ -144,5 +118,5 @@ def main(argv: list[str] | None = None) -> int:
     except AlreadyRunning as e:
         print(f"tcl serve: {e}", file=sys.stderr)
         return 1
-    asyncio.run(serve(base, args.port, args.idle_exit_s, sched))
+    asyncio.run(serve(base, args.idle_exit_s, sched))
     return 0

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import psutil
 
+from tcl.agentenv import job_base_env
 from tcl.shim.api import ExecutorKind, Ports
 from tcl.shim.errors import BadRequest, ContainerError
 from tcl.shim.executors.base import Launch, Liveness, Observed, ProgressFn, Started, accelerator_env
@@ -67,7 +68,7 @@ class ProcessExecutor:
         runner_dir.mkdir(exist_ok=True, mode=0o700)
         exit_file = launch.task_dir / EXIT_FILE
         exit_file.unlink(missing_ok=True)
-        env = {k: v for k, v in os.environ.items() if not k.startswith("TCL_SHIM_")}
+        env = job_base_env(os.environ)  # an allow-list: nothing of the shim's own secrets
         env.update(spec.env)
         env.update(accelerator_env(launch))
         env["TCL_TASK_ID"] = spec.id

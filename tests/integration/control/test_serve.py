@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import http.client
 import json
 import os
 import signal
@@ -13,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import httpx
 import psutil
 import pytest
 
@@ -41,22 +41,21 @@ def _tcl(home: Path, *args: str, **extra: str) -> subprocess.CompletedProcess[st
                           capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
 
 
-def _record(home: Path) -> dict[str, object]:
-    data = json.loads((home / "state" / "serve" / "daemon.json").read_text())
-    assert isinstance(data, dict)
-    return data
+def _sock(home: Path) -> Path:
+    return home / "state" / "serve" / "daemon.sock"
 
 
-def _get(home: Path, path: str, token: str | None) -> tuple[int, bytes]:
-    conn = http.client.HTTPConnection("127.0.0.1", int(str(_record(home)["port"])), timeout=5)
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    conn.request("GET", path, headers=headers)
-    resp = conn.getresponse()
-    return resp.status, resp.read()
+def _get(home: Path, path: str) -> tuple[int, bytes]:
+    with httpx.Client(transport=httpx.HTTPTransport(uds=str(_sock(home))), timeout=5) as c:
+        resp = c.get(f"http://localhost{path}")
+    return resp.status_code, resp.content
 
 
-def _token(home: Path) -> str:
-    return (home / "state" / "serve" / "token").read_text().strip()
+def _pid(home: Path) -> int:
+    """The daemon's pid, from its healthcheck (this test trusts its own daemon)."""
+    status, body = _get(home, "/api/healthcheck")
+    assert status == 200, body
+    return int(json.loads(body)["pid"])
 
 
 def _alive(pid: int) -> bool:
@@ -82,35 +81,36 @@ def _cleanup(home: Path) -> object:
                 p.kill()
 
 
-def test_submits_share_one_daemon_that_requires_its_token(home: Path) -> None:
+def test_submits_share_one_daemon_on_a_private_socket(home: Path) -> None:
     res = _tcl(home, "submit", "--", "python3", "-c", "print('one')")
     assert res.returncode == 0 and res.stdout == "one\n", res.stderr
-    pid = _record(home)["pid"]
+    pid = _pid(home)
     res = _tcl(home, "submit", "--", "python3", "-c", "raise SystemExit(3)")
     assert res.returncode == 3 and "failed (exit code 3)" in res.stderr
-    assert _record(home)["pid"] == pid  # the same daemon served both
-    status, body = _get(home, "/api/status", _token(home))
+    assert _pid(home) == pid  # the same daemon served both
+    status, body = _get(home, "/api/status")
     assert status == 200 and json.loads(body)["submits"] == 2
-    assert _get(home, "/api/status", None)[0] == 401
-    assert _get(home, "/api/status", "x" * 43)[0] == 401
-    mode = (home / "state" / "serve" / "token").stat().st_mode & 0o777
-    assert mode == 0o600
+    assert _sock(home).stat().st_mode & 0o777 == 0o600
+    assert _sock(home).parent.stat().st_mode & 0o777 == 0o700
+    # nothing of the daemon listens on TCP
+    listening = {c.laddr.port for c in psutil.Process(pid).net_connections("inet")}
+    assert not listening, listening
 
 
 def test_the_daemon_goes_when_idle(home: Path) -> None:
     res = _tcl(home, "submit", "-d", "--", "true", TCL_SERVE_IDLE_EXIT_S="1")
     assert res.returncode == 0, res.stderr
-    pid = int(str(_record(home)["pid"]))
+    pid = _pid(home)
     deadline = time.monotonic() + 20
     while _alive(pid) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not _alive(pid)
-    assert not (home / "state" / "serve" / "daemon.json").exists()
+    assert not _sock(home).exists()
 
 
 def test_a_daemon_started_for_another_home_is_replaced(home: Path, tmp_path: Path) -> None:
     assert _tcl(home, "submit", "-d", "--", "true").returncode == 0
-    first = int(str(_record(home)["pid"]))
+    first = _pid(home)
     other_home = tmp_path / "other-home"
     other_home.mkdir()
     res = subprocess.run(
@@ -119,7 +119,7 @@ def test_a_daemon_started_for_another_home_is_replaced(home: Path, tmp_path: Pat
         timeout=120, check=False,
     )  # fmt: skip
     assert res.returncode == 0 and res.stdout == "here\n", res.stderr
-    assert int(str(_record(home)["pid"])) != first and not _alive(first)
+    assert _pid(home) != first and not _alive(first)
 
 
 def test_a_config_error_through_the_daemon_names_key_and_line(home: Path) -> None:
@@ -154,7 +154,7 @@ def test_follow_resumes_through_a_new_daemon_when_it_dies(home: Path) -> None:
     for line in proc.stdout:
         seen.append(line.rstrip("\n"))
         if len(seen) == 3:
-            os.kill(int(str(_record(home)["pid"])), signal.SIGKILL)
+            os.kill(_pid(home), signal.SIGKILL)
     err = proc.stderr.read()
     assert proc.wait(60) == 0, err
     assert seen == [f"line {i}" for i in range(30)]
@@ -174,7 +174,7 @@ def test_ctrl_c_before_the_run_starts_cancels_it_in_the_daemon(home: Path) -> No
                             env=_env(home), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)  # fmt: skip
     deadline = time.monotonic() + 30
-    while not (home / "state" / "serve" / "daemon.json").exists():
+    while not _sock(home).exists():
         assert time.monotonic() < deadline
         time.sleep(0.1)
     time.sleep(1.0)  # the request is in the daemon now
@@ -182,6 +182,6 @@ def test_ctrl_c_before_the_run_starts_cancels_it_in_the_daemon(home: Path) -> No
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 130, err
     assert "cancelled; nothing was placed" in err
-    _, body = _get(home, "/api/status", _token(home))
+    _, body = _get(home, "/api/status")
     assert json.loads(body)["streams"] == 0
     mute.close()

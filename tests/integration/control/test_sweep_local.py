@@ -88,11 +88,14 @@ class Sweep:
         log = self.home / "state" / "serve" / "serve.log"
         return log.read_text()[-3000:] if log.exists() else "(no serve log)"
 
-    def local_shim(self) -> tuple[str, dict[str, str]]:
+    def local_shim(self) -> httpx.Client:
+        """A client of the local shim (its Unix socket, its token)."""
         base = self.home / "state" / "local-shim"
-        port = json.loads((base / "shim.json").read_text())["port"]
         token = (base / "token").read_text().strip()
-        return f"http://127.0.0.1:{port}/api", {"Authorization": f"Bearer {token}"}
+        return httpx.Client(
+            base_url="http://localhost/api", headers={"Authorization": f"Bearer {token}"},
+            transport=httpx.HTTPTransport(uds=str(base / "shim.sock")), timeout=30,
+        )  # fmt: skip
 
     def close(self) -> None:
         # cancel what is left (its runs stopped): nothing of a test goes on holding a GPU
@@ -159,14 +162,13 @@ def test_a_preempted_entry_runs_again_without_using_an_attempt(sweep: Sweep) -> 
     rows = [{"job_id": "long", "job": "long", "fail_until": 0, "sleep_s": 4}]
     s.add("preempt", _manifest(s.out.parent / "m.json", rows))  # one attempt: no retries
     s.wait("preempt", lambda st: st["counts"]["running"] == 1, 60)
-    url, headers = s.local_shim()
+    shim = s.local_shim()
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:  # its job has started once the counter file exists
         if (s.out / "count-long").exists():
             break
         time.sleep(0.2)
-    notified = httpx.post(f"{url}/preemption", json={"message": "spot VM reclaimed",
-                          "grace_s": 1.0}, headers=headers, timeout=30)  # fmt: skip
+    notified = shim.post("/preemption", json={"message": "spot VM reclaimed", "grace_s": 1.0})
     assert notified.status_code == 200 and len(notified.json()) == 1, notified.text
     s.wait("preempt", _ended, 90)
     st = s.status("preempt")
