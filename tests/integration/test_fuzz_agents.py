@@ -1,8 +1,9 @@
-"""Fuzz both agents' HTTP APIs with schemathesis, against real processes.
+"""Fuzz the agents' HTTP APIs with schemathesis, against real processes.
 
 Each test starts a real agent (``tcl-shim`` with the process executor and fake chips;
-``tcl-runner serve``), hands schemathesis the agent's own OpenAPI spec, and requires no 5xx
-answer (check ``not_a_server_error``), no transport error, and a healthy agent afterwards.
+``tcl-runner serve``; the ``tcl serve`` daemon, on its Unix socket through a loopback relay),
+hands schemathesis the agent's own OpenAPI spec, and requires no 5xx answer (check
+``not_a_server_error``), no transport error, and a healthy agent afterwards.
 
 Bounded for CI: ``TCL_FUZZ_MAX_EXAMPLES`` examples per operation and phase (default 15, about
 half a minute per agent on a 2-core machine), a fixed seed (``TCL_FUZZ_SEED``, default 1) so a
@@ -12,12 +13,16 @@ failure reproduces; raise both locally to dig deeper.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import secrets
 import shutil
+import socket
+import socketserver
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -159,3 +164,83 @@ def test_fuzz_runner(runner: tuple[str, str], tmp_path: Path) -> None:
     # The fuzzer had the token: it reached the routes behind it, not only 401s.
     events = httpx.get(f"{url}/api/events", headers={"Authorization": f"Bearer {token}"})
     assert events.status_code == 200
+
+
+# -- the tcl serve daemon -----------------------------------------------------------------------
+class _Relay(socketserver.ThreadingTCPServer):
+    """Loopback TCP to the daemon's Unix socket, for schemathesis (which speaks TCP only)."""
+
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, target: Path) -> None:
+        self.target = target
+        super().__init__(("127.0.0.1", 0), _RelayHandler)
+
+
+class _RelayHandler(socketserver.BaseRequestHandler):
+    def handle(self) -> None:
+        assert isinstance(self.server, _Relay)
+        upstream = socket.socket(socket.AF_UNIX)
+        upstream.connect(str(self.server.target))
+        client: socket.socket = self.request
+
+        def pipe(src: socket.socket, dst: socket.socket) -> None:
+            with contextlib.suppress(OSError):
+                while data := src.recv(65536):
+                    dst.sendall(data)
+            with contextlib.suppress(OSError):
+                dst.shutdown(socket.SHUT_WR)
+
+        back = threading.Thread(target=pipe, args=(upstream, client), daemon=True)
+        back.start()
+        pipe(client, upstream)
+        back.join(timeout=60)
+        upstream.close()
+
+
+@pytest.fixture
+def serve_daemon(tmp_path: Path) -> Iterator[str]:
+    """A real ``tcl serve`` (no scheduler) of a fresh state dir, reached through a relay."""
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("TCL_CONFIG", "TCL_DB_URL")}
+    env.update(HOME=str(home), TCL_STATE_DIR=str(home / "state"))
+    sock = home / "state" / "serve" / "daemon.sock"
+    log = tmp_path / "serve.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tcl.control.daemon", "--no-scheduler"], env=env,
+            stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    relay = _Relay(sock)
+    threading.Thread(target=relay.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{relay.server_address[1]}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline, log.read_text()[-3000:]
+            with contextlib.suppress(httpx.TransportError):
+                if sock.exists() and httpx.get(f"{url}/api/healthcheck").status_code == 200:
+                    break
+            time.sleep(0.05)
+        yield url
+        assert proc.poll() is None, f"tcl serve died: {log.read_text()[-3000:]}"
+    finally:
+        relay.shutdown()
+        proc.kill()
+        proc.wait(timeout=20)
+
+
+def test_fuzz_serve_daemon(serve_daemon: str, tmp_path: Path) -> None:
+    url = serve_daemon
+    schema = httpx.get(f"{url}/openapi.json", timeout=10).json()
+    # POST /api/submit is left out: with no config it would run the fuzzed argv on this
+    # machine; /api/shutdown would end the daemon under test.
+    schemathesis(
+        schema, url, tmp_path / "fuzz", None,
+        "--exclude-path", "/api/submit", "--exclude-path", "/api/shutdown",
+    )  # fmt: skip
+    status = httpx.get(f"{url}/api/status", timeout=10)
+    assert status.status_code == 200 and status.json()["streams"] == 0
