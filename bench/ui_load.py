@@ -157,7 +157,7 @@ def _stop_daemon(seeded: Seeded) -> None:
     """A ``tcl serve`` the dashboard may have started on this state goes with it."""
     from tcl.control.daemon.client import stop_daemon
 
-    if (seeded.state / "serve" / "daemon.json").exists():
+    if (seeded.state / "serve" / "daemon.sock").exists():
         stop_daemon(seeded.state / "serve")
 
 
