@@ -24,28 +24,56 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 #: Every agent and job: who and where the user is, how text is encoded, where temp files go.
-BASE = frozenset({"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ",
-                  "TMPDIR", "TERM"})  # fmt: skip
+BASE = frozenset(
+    {"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TMPDIR", "TERM"}
+)
 BASE_PREFIXES = ("LC_", "XDG_")
 #: How this machine reaches the network (a proxy, a company CA).
-NETWORK = frozenset({
-    "http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY",
-    "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE",
-})  # fmt: skip
+NETWORK = frozenset(
+    {
+        "http_proxy",
+        "https_proxy",
+        "no_proxy",
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "NO_PROXY",
+        "SSL_CERT_FILE",
+        "SSL_CERT_DIR",
+        "REQUESTS_CA_BUNDLE",
+    }
+)
 DOCKER = frozenset({"DOCKER_HOST", "DOCKER_CONFIG", "DOCKER_CERT_PATH", "DOCKER_TLS_VERIFY"})
 #: tcl's own settings that the daemon reads (named one by one: a user's secret may be called
 #: ``TCL_SOMETHING`` too).
-TCL_SETTINGS = frozenset({
-    "TCL_STATE_DIR", "TCL_DB_URL", "TCL_CONFIG", "TCL_CODE_CACHE_DIR", "TCL_SERVE",
-    "TCL_SERVE_IDLE_EXIT_S", "TCL_TRACE", "TCL_TPU_API_ENDPOINT", "TCL_TPU_CREDENTIALS",
-    "TCL_REMOTE_IDLE_S",
-})  # fmt: skip
+TCL_SETTINGS = frozenset(
+    {
+        "TCL_STATE_DIR",
+        "TCL_DB_URL",
+        "TCL_CONFIG",
+        "TCL_CODE_CACHE_DIR",
+        "TCL_SERVE",
+        "TCL_SERVE_IDLE_EXIT_S",
+        "TCL_TRACE",
+        "TCL_TPU_API_ENDPOINT",
+        "TCL_TPU_CREDENTIALS",
+        "TCL_REMOTE_IDLE_S",
+    }
+)
 #: the local shim's and its runners' settings (the daemon starts the local shim)
 AGENT_PREFIXES = ("TCL_SHIM_", "TCL_RUNNER_")
-DAEMON = BASE | NETWORK | DOCKER | TCL_SETTINGS | {
-    "SSH_AUTH_SOCK", "KUBECONFIG", "GOOGLE_APPLICATION_CREDENTIALS", "CLOUDSDK_CONFIG",
-    "NO_COLOR",
-}  # fmt: skip
+DAEMON = (
+    BASE
+    | NETWORK
+    | DOCKER
+    | TCL_SETTINGS
+    | {
+        "SSH_AUTH_SOCK",
+        "KUBECONFIG",
+        "GOOGLE_APPLICATION_CREDENTIALS",
+        "CLOUDSDK_CONFIG",
+        "NO_COLOR",
+    }
+)
 DAEMON_PREFIXES = (*BASE_PREFIXES, *AGENT_PREFIXES, "TPU_")
 SHIM = BASE | NETWORK | DOCKER | {"TCL_TRACE"}
 SHIM_PREFIXES = (*BASE_PREFIXES, *AGENT_PREFIXES, "TPU_")

@@ -62,11 +62,19 @@ def token_bits(token: str) -> float:
     return per_char * len(token)
 
 
-def read_token(path: Path, flag: str, *, check_owner: bool = True, create: bool = False) -> str:
+def read_token(
+    path: Path,
+    flag: str,
+    *,
+    check_owner: bool = True,
+    create: bool = False,
+    rotate: bool = False,
+) -> str:
     """The token in ``path``, or ``TokenFileError`` naming ``flag`` (e.g. ``--token-file``).
 
     ``create``: a missing file is made (a new random token, mode 0600, in a directory made 0700
-    if it does not exist)."""
+    if it does not exist). ``rotate``: a new token replaces the file's (atomically, 0600) first,
+    so whoever read the old one has nothing once the agent restarts."""
     where = f"{flag} {path}"
     for parent in dict.fromkeys([path.parent, path.resolve().parent]):
         try:
@@ -79,6 +87,9 @@ def read_token(path: Path, flag: str, *, check_owner: bool = True, create: bool 
                 f"{stat.S_IMODE(mode):04o}), so another user could replace the token; keep it in "
                 f"a directory only this user can write (mkdir -m 700 DIR)"
             )
+    if rotate:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        write_atomic(path, (new_token() + "\n").encode(), mode=0o600)
     try:
         # O_NONBLOCK: a FIFO planted at the path must not hang the agent (it is refused below).
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)

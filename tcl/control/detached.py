@@ -71,9 +71,14 @@ def spawn_until(
     os.fchmod(fd, 0o600)  # one made before files were kept private
     with os.fdopen(fd, "ab") as out:
         proc = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True,
-            env=env, cwd=log.parent,
-        )  # fmt: skip
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=out,
+            start_new_session=True,
+            env=env,
+            cwd=log.parent,
+        )
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:

@@ -56,7 +56,7 @@ def shim_argv(
 ) -> list[str]:  # fmt: skip
     argv = [
         f"{venv}/bin/tcl-shim", "--host", "127.0.0.1", "--port", str(port),
-        "--state-dir", f"{shim_dir}/state", "--token-file", f"{shim_dir}/token",
+        "--state-dir", f"{shim_dir}/state", "--token-file", f"{shim_dir}/token", "--new-token",
         "--code-tarballs", f"{shim_dir}/code", "--executor", executor,
     ]  # fmt: skip
     if fake:

@@ -54,7 +54,12 @@ class HttpShim:
             raise NoCapacityError(f"{self.name}: {e}") from None
         except Unauthorized as e:
             if self.on_unauthorized is not None:
+                # The shim made a new token when it restarted (``--new-token``): the owner reads
+                # the file again, and the call is worth another try, not a failure.
                 self.on_unauthorized()
+                raise AgentUnreachableError(
+                    f"{self.name}: its token changed (the shim restarted); reading it again"
+                ) from None
             raise AgentError(f"{self.name}: {e.code}: {e}") from None
         except ShimError as e:
             raise AgentError(f"{self.name}: {e.code}: {e}") from None

@@ -152,10 +152,16 @@ def _start(base: Path, want: dict[str, Any], timeout_s: float) -> LocalShim:
     write_atomic(token_file, token + "\n")  # 0600
     (base / "shim.json").unlink(missing_ok=True)
     argv = [
-        *shim_executable(), "--uds", str(base / SOCKET),
-        "--state-dir", str(base / "state"), "--token-file", str(token_file),
-        "--executor", str(want["executor"]),
-    ]  # fmt: skip
+        *shim_executable(),
+        "--uds",
+        str(base / SOCKET),
+        "--state-dir",
+        str(base / "state"),
+        "--token-file",
+        str(token_file),
+        "--executor",
+        str(want["executor"]),
+    ]
     if want["fake_accelerators"]:
         argv += ["--fake-accelerators", str(want["fake_accelerators"])]
 

@@ -49,6 +49,15 @@ def run(
             "created with a random token if missing.",
         ),
     ] = Path("/var/lib/tcl-shim/token"),
+    new_token: Annotated[
+        bool,
+        typer.Option(
+            "--new-token",
+            envvar="TCL_SHIM_NEW_TOKEN",
+            help="Write a new random token to --token-file at start (a token read before the "
+            "restart is then worthless; clients read the file again).",
+        ),
+    ] = False,
     executor: Annotated[
         ExecutorKind | None,
         typer.Option(
@@ -163,6 +172,7 @@ def run(
         host=host,
         port=port,
         uds=uds,
+        new_token=new_token,
         executor=executor,
         fake_accelerators=fake_accelerators,
         tpu_chip=tpu_chip,

@@ -43,6 +43,7 @@ class ShimSettings:
     host: str = "127.0.0.1"
     port: int = 10998
     uds: Path | None = None  # a Unix socket instead of host:port (tcl.localsock)
+    new_token: bool = False  # write a fresh token to token_file at start (tcl host setup's shims)
     executor: ExecutorKind | None = None  # None: docker where it works, else process
     fake_accelerators: str | None = None
     tpu_chip: str | None = None  # what TPU chips are called (/dev does not say); e.g. tpu-v4
@@ -73,11 +74,12 @@ def check_loopback(host: str) -> None:
     raise SettingsError(f"--host {host}: the shim listens on loopback only (reach it through SSH)")
 
 
-def load_token(path: Path) -> str:
+def load_token(path: Path, rotate: bool = False) -> str:
     """The bearer token in ``--token-file`` (``tcl.tokenfile``: refused, one line, when another
-    local user could read or replace it, or when it is too short); created if missing."""
+    local user could read or replace it, or when it is too short); created if missing, replaced
+    by a new one first with ``rotate`` (``--new-token``)."""
     try:
-        return read_token(path, "--token-file", create=True)
+        return read_token(path, "--token-file", create=True, rotate=rotate)
     except TokenFileError as e:
         raise SettingsError(str(e)) from None
 
@@ -161,7 +163,7 @@ def build(settings: ShimSettings) -> tuple[TaskService, Reconciler]:
 def make_app(settings: ShimSettings) -> FastAPI:
     if settings.uds is None:
         check_loopback(settings.host)
-    token = load_token(settings.token_file)
+    token = load_token(settings.token_file, settings.new_token)
     service, reconciler = build(settings)
 
     async def shutdown() -> None:

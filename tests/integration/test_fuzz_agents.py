@@ -210,9 +210,11 @@ def serve_daemon(tmp_path: Path) -> Iterator[str]:
     log = tmp_path / "serve.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "tcl.control.daemon", "--no-scheduler"], env=env,
-            stdout=out, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+            [sys.executable, "-m", "tcl.control.daemon", "--no-scheduler"],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     relay = _Relay(sock)
     threading.Thread(target=relay.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{relay.server_address[1]}"
@@ -239,8 +241,14 @@ def test_fuzz_serve_daemon(serve_daemon: str, tmp_path: Path) -> None:
     # POST /api/submit is left out: with no config it would run the fuzzed argv on this
     # machine; /api/shutdown would end the daemon under test.
     schemathesis(
-        schema, url, tmp_path / "fuzz", None,
-        "--exclude-path", "/api/submit", "--exclude-path", "/api/shutdown",
-    )  # fmt: skip
+        schema,
+        url,
+        tmp_path / "fuzz",
+        None,
+        "--exclude-path",
+        "/api/submit",
+        "--exclude-path",
+        "/api/shutdown",
+    )
     status = httpx.get(f"{url}/api/status", timeout=10)
     assert status.status_code == 200 and status.json()["streams"] == 0

@@ -200,9 +200,14 @@ def _start(base: Path, want: Identity, idle_exit_s: float) -> DaemonClient:
     argv = [sys.executable, "-m", "tcl.control.daemon", "--idle-exit-s", str(idle_exit_s)]
     try:
         client, _ = spawn_until(
-            argv, base / "serve.log", lambda: _answering(base, want), "tcl serve",
-            START_TIMEOUT_S, 0.02, env=daemon_env(os.environ),
-        )  # fmt: skip
+            argv,
+            base / "serve.log",
+            lambda: _answering(base, want),
+            "tcl serve",
+            START_TIMEOUT_S,
+            0.02,
+            env=daemon_env(os.environ),
+        )
     except AgentError as e:
         raise DaemonError(str(e)) from None
     return client

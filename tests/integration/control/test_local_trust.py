@@ -87,9 +87,14 @@ def _tcl(
     home: Path, *args: str, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [TCL, *args], cwd=home / "work", env=env or _env(home), capture_output=True, text=True,
-        timeout=180, check=False,
-    )  # fmt: skip
+        [TCL, *args],
+        cwd=home / "work",
+        env=env or _env(home),
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
 
 
 class _Fake:
@@ -99,8 +104,9 @@ class _Fake:
         self.port = _free_port()
         self.proc = subprocess.Popen(
             [sys.executable, "-c", _FAKE, str(path), str(self.port)],
-            stdout=subprocess.PIPE, text=True,
-        )  # fmt: skip
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         assert self.proc.stdout is not None
         assert self.proc.stdout.readline().strip() == "ready"
 
@@ -133,17 +139,30 @@ def test_another_users_listener_gets_no_token_no_secret_and_nothing_is_killed(
         json.dumps({"version": 1, "pid": victim.pid, "port": fake_daemon.port})
     )
     (serve / "token").write_text("t" * 43)
-    (shim / "shim.json").write_text(json.dumps({
-        "version": 2, "pid": victim.pid, "port": fake_shim.port, "executor": "process",
-        "fake_accelerators": None,
-    }))  # fmt: skip
+    (shim / "shim.json").write_text(
+        json.dumps(
+            {
+                "version": 2,
+                "pid": victim.pid,
+                "port": fake_shim.port,
+                "executor": "process",
+                "fake_accelerators": None,
+            }
+        )
+    )
     (shim / "token").write_text("old-shim-token-" + "s" * 40)
     secret = "s3cr3t-" + os.urandom(8).hex()
     res = _tcl(
-        home, "submit", "--secret", "TCL_TEST_SECRET", "--", "python3", "-c",
+        home,
+        "submit",
+        "--secret",
+        "TCL_TEST_SECRET",
+        "--",
+        "python3",
+        "-c",
         "import os; print('job sees', len(os.environ['TCL_TEST_SECRET']))",
         env=_env(home, TCL_TEST_SECRET=secret),
-    )  # fmt: skip
+    )
     assert res.returncode == 0, res.stderr
     assert res.stdout == f"job sees {len(secret)}\n"
     assert "runs as uid 65534, not as this user" in res.stderr  # said, not silently used
@@ -180,9 +199,18 @@ def test_a_secret_reaches_its_own_job_only(home: Path) -> None:
     marker = "first-job-" + os.urandom(4).hex()
     first_env = _env(home, TCL_TEST_SECRET=secret, AWS_SECRET_ACCESS_KEY=shell_key)
     first = _tcl(
-        home, "submit", "-d", "--json", "--secret", "TCL_TEST_SECRET", "--", "python3", "-c",
-        f"import time; print({marker!r}, flush=True); time.sleep(600)", env=first_env,
-    )  # fmt: skip
+        home,
+        "submit",
+        "-d",
+        "--json",
+        "--secret",
+        "TCL_TEST_SECRET",
+        "--",
+        "python3",
+        "-c",
+        f"import time; print({marker!r}, flush=True); time.sleep(600)",
+        env=first_env,
+    )
     assert first.returncode == 0, first.stderr
     run = json.loads(first.stdout)["run_id"]
     # a later run from a clean shell, while the first one still runs

@@ -19,6 +19,8 @@ FLAGS = [
     "--port",
     "--state-dir",
     "--token-file",
+    "--uds",
+    "--new-token",
     "--executor",
     "--fake-accelerators",
     "--runner-bin",
@@ -184,3 +186,15 @@ def test_token_bits() -> None:
     assert token_bits("ab" * 32) == 256  # hex
     assert token_bits(secrets.token_urlsafe(32)) >= 256  # 43 base64url characters
     assert token_bits("a+/=" * 10) == 260  # anything else: 6.5 bits a character
+
+
+def test_new_token_replaces_the_file_at_each_start(tmp_path: Path) -> None:
+    """``--new-token`` (tcl host setup's shims): a token read before a restart is worthless."""
+    path = tmp_path / "shim" / "token"
+    first = load_token(path)
+    assert load_token(path) == first  # kept without the flag
+    second = load_token(path, rotate=True)
+    third = load_token(path, rotate=True)
+    assert len({first, second, third}) == 3
+    assert path.read_text().strip() == third and path.stat().st_mode & 0o777 == 0o600
+    assert token_bits(third) >= 256
