@@ -16,6 +16,7 @@ listener says about itself). Standard library only: the CLI's path to the daemon
 from __future__ import annotations
 
 import contextlib
+import http.client
 import os
 import socket
 import stat
@@ -66,6 +67,21 @@ def connect_checked(path: Path, what: str, timeout_s: float | None) -> tuple[soc
         sock.close()
         raise
     return sock, check_peer(sock, what)
+
+
+class UnixHTTPConnection(http.client.HTTPConnection):
+    """HTTP over a local agent's Unix socket, to a listener checked to run as this user (else
+    ``PeerError`` before the request is sent); ``peer_pid``: the listener's, as the kernel said."""
+
+    def __init__(self, path: Path, what: str, timeout_s: float | None) -> None:
+        super().__init__("localhost", timeout=timeout_s)
+        self._path = path
+        self._what = what
+        self.peer_pid = 0
+
+    def connect(self) -> None:
+        self.sock, peer = connect_checked(self._path, self._what, self.timeout)
+        self.peer_pid = peer.pid
 
 
 class PeerCheckedSocket(socket.socket):

@@ -28,7 +28,7 @@ from typing import Any
 from tcl.agentenv import shim_env
 from tcl.atomic import write_atomic
 from tcl.control.detached import ensure_started, spawn_until, stop_pid
-from tcl.localsock import PeerError, connect_checked
+from tcl.localsock import PeerError, UnixHTTPConnection
 from tcl.tokenfile import new_token
 
 STATE_VERSION = 2
@@ -55,21 +55,10 @@ def shim_executable() -> list[str]:
     return [sys.executable, "-c", "from tcl.shim.main import main; main()"]
 
 
-class _UnixConnection(http.client.HTTPConnection):
-    def __init__(self, path: Path) -> None:
-        super().__init__("localhost", timeout=2.0)
-        self._path = path
-        self.peer_pid = 0
-
-    def connect(self) -> None:
-        self.sock, peer = connect_checked(self._path, "the local shim", self.timeout)
-        self.peer_pid = peer.pid
-
-
 def _healthy(path: Path, token: str) -> int | None:
     """The listener's pid if this user's shim answers at ``path`` and takes ``token``; the token
     is sent only once the kernel has said the listener runs as this user."""
-    conn = _UnixConnection(path)
+    conn = UnixHTTPConnection(path, "the local shim", 2.0)
     try:
         conn.request("GET", "/api/healthcheck", headers={"Authorization": f"Bearer {token}"})
         resp = conn.getresponse()

@@ -30,7 +30,7 @@ from tcl.control.daemon.api import (
 from tcl.control.daemon.identity import current_identity, daemon_dir
 from tcl.control.detached import ensure_started, spawn_until, stop_pid
 from tcl.control.errors import AgentError, DaemonError
-from tcl.localsock import PeerError, connect_checked
+from tcl.localsock import PeerError, UnixHTTPConnection
 
 SOCKET = "daemon.sock"  # tcl.control.daemon.server listens there
 START_TIMEOUT_S = 30.0
@@ -64,27 +64,13 @@ class LineStream:
         self._conn.close()
 
 
-class _UnixConnection(http.client.HTTPConnection):
-    """HTTP over the daemon's Unix socket, to a listener checked to run as this user."""
-
-    def __init__(self, path: Path, timeout_s: float | None) -> None:
-        super().__init__("localhost", timeout=timeout_s)
-        self._path = path
-        self.peer_pid = 0
-
-    def connect(self) -> None:
-        sock, peer = connect_checked(self._path, "tcl serve", self.timeout)
-        self.sock = sock
-        self.peer_pid = peer.pid
-
-
 class DaemonClient:
     def __init__(self, path: Path, pid: int) -> None:
         self.path = path
         self.pid = pid  # the listener's, as the kernel reported it
 
     def _conn(self, timeout_s: float | None) -> http.client.HTTPConnection:
-        return _UnixConnection(self.path, timeout_s)
+        return UnixHTTPConnection(self.path, "tcl serve", timeout_s)
 
     def _request(
         self, method: str, path: str, body: Any = None, timeout_s: float = 10.0,
@@ -149,7 +135,7 @@ class DaemonClient:
 def _health(path: Path) -> tuple[Health, int] | None:
     """The daemon's health and its pid as the kernel reports it; None when nothing of this
     user's answers there (no socket, a dead daemon's leftover, another user's listener)."""
-    conn = _UnixConnection(path, 2.0)
+    conn = UnixHTTPConnection(path, "tcl serve", 2.0)
     try:
         conn.request("GET", "/api/healthcheck")
         resp = conn.getresponse()
