@@ -4,11 +4,12 @@
 as one message per problem, each naming the JSON path
 (``spec.tasks[0].template.spec.hostNetwrok: unknown field``):
 
-- the CRD's ``openAPIV3Schema`` (``/work/shared/reference/volcano/batch.volcano.sh_jobs.yaml``,
-  Volcano's ``config/crd/volcano/bases``), checked with jsonschema Draft 7, made strict the way
-  server-side ``fieldValidation=Strict`` is: an object schema that lists ``properties`` and has
-  neither its own ``additionalProperties`` nor ``x-kubernetes-preserve-unknown-fields`` refuses
-  other keys; ``x-kubernetes-int-or-string`` becomes ``anyOf: [integer, string]``;
+- the CRD's ``openAPIV3Schema`` (``tests/k8semu/reference/volcano/batch.volcano.sh_jobs.yaml``,
+  vendored from Volcano's ``config/crd/volcano/bases``, Apache-2.0), checked with jsonschema
+  Draft 7, made strict the way server-side ``fieldValidation=Strict`` is: an object schema that
+  lists ``properties`` and has neither its own ``additionalProperties`` nor
+  ``x-kubernetes-preserve-unknown-fields`` refuses other keys; ``x-kubernetes-int-or-string``
+  becomes ``anyOf: [integer, string]``;
 - ObjectMeta, which the CRD leaves open (``metadata: {type: object}``): ``name`` must be a
   DNS-1123 label of at most 63 characters (Volcano names pods ``<job>-<task>-<i>`` and a
   headless Service ``<job>``), labels and annotations map strings to strings;
@@ -33,15 +34,7 @@ from typing import Any
 import jsonschema
 import yaml
 
-# tests/k8semu/crd.py -> parents[2] is the repository; shared/ sits beside it (/work/main and
-# /work/shared here; CI clones the repository with shared/ beside it).
-CRD_PATH = (
-    Path(__file__).resolve().parents[3]
-    / "shared"
-    / "reference"
-    / "volcano"
-    / "batch.volcano.sh_jobs.yaml"
-)
+CRD_PATH = Path(__file__).resolve().parent / "reference" / "volcano" / "batch.volcano.sh_jobs.yaml"
 API_VERSION = "batch.volcano.sh/v1alpha1"
 KIND = "Job"
 
