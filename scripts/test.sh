@@ -4,6 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+command -v uv >/dev/null || PATH="$(dirname "$(bash scripts/uv.sh)"):$PATH"  # scripts/uv.sh put it
 bash scripts/testbed/dockerd-up.sh
 bash scripts/testbed/base-image.sh
 uv run --locked ruff check .

@@ -22,7 +22,5 @@ if [ "${#need[@]}" -gt 0 ]; then
   apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 # sshd must not run as a system service here: tests start their own instances.
-if ! have uv; then
-  python3 -m pip install -q uv
-fi
+bash "$(dirname "$0")/../uv.sh" >/dev/null  # uv for this user (no pip into Debian's Python)
 echo "testbed packages ok"
