@@ -61,12 +61,23 @@ class Bed:
         )
 
     def env(self) -> dict[str, str]:
-        return {**os.environ, "HOME": str(self.home), "TCL_STATE_DIR": str(self.home / "state"),
-                "TCL_CONFIG": str(self.config), "NO_COLOR": "1"}  # fmt: skip
+        return {
+            **os.environ,
+            "HOME": str(self.home),
+            "TCL_STATE_DIR": str(self.home / "state"),
+            "TCL_CONFIG": str(self.config),
+            "NO_COLOR": "1",
+        }
 
     def tcl(self, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([TCL, *args], env=self.env(), cwd=cwd or self.root,
-                              capture_output=True, text=True, check=True)  # fmt: skip
+        return subprocess.run(
+            [TCL, *args],
+            env=self.env(),
+            cwd=cwd or self.root,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
 
     def ssh_argv(self) -> list[str]:
         return ["ssh", "-F", str(self.ssh / "ssh_config"), "-p", "2222", "127.0.0.1"]
@@ -74,8 +85,14 @@ class Bed:
     def cleanup_runs(self) -> None:
         import docker
 
-        res = subprocess.run([TCL, "ps", "-a", "--json"], env=self.env(), cwd=self.root,
-                             capture_output=True, text=True, check=False)  # fmt: skip
+        res = subprocess.run(
+            [TCL, "ps", "-a", "--json"],
+            env=self.env(),
+            cwd=self.root,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         if res.returncode != 0:
             print(f"cleanup: tcl ps failed: {res.stderr.strip()}", file=sys.stderr)
             return
@@ -93,10 +110,15 @@ def testbed(executor: str = "docker") -> Iterator[Bed]:
     """The sshd host ``box`` with a shim; jobs in the runner image (``docker``) or as processes
     of the host (``process``: tcl's venv, shared with this checkout)."""
     env = {**os.environ, "BASE": SSH_BASE, "N": "0"}
-    subprocess.run(["bash", str(REPO / "scripts/testbed/ssh-down.sh")], env=env, check=False,
-                   capture_output=True)  # fmt: skip
-    subprocess.run(["bash", str(REPO / "scripts/testbed/ssh-up.sh")], env=env, check=True,
-                   capture_output=True)  # fmt: skip
+    subprocess.run(
+        ["bash", str(REPO / "scripts/testbed/ssh-down.sh")],
+        env=env,
+        check=False,
+        capture_output=True,
+    )
+    subprocess.run(
+        ["bash", str(REPO / "scripts/testbed/ssh-up.sh")], env=env, check=True, capture_output=True
+    )
     root = Path(tempfile.mkdtemp(prefix="tcl-bench-control."))
     bed = Bed(root, runner_image() if executor == "docker" else "", executor)
     try:
@@ -111,16 +133,21 @@ def testbed(executor: str = "docker") -> Iterator[Bed]:
             if pid.exists():
                 with suppress(ProcessLookupError):
                     os.kill(int(pid.read_text()), 15)
-            subprocess.run(["bash", str(REPO / "scripts/testbed/ssh-down.sh")], env=env,
-                           check=False, capture_output=True)  # fmt: skip
+            subprocess.run(
+                ["bash", str(REPO / "scripts/testbed/ssh-down.sh")],
+                env=env,
+                check=False,
+                capture_output=True,
+            )
             shutil.rmtree(root, ignore_errors=True)
 
 
 def time_to_line(argv: list[str], env: dict[str, str], cwd: Path, want: str) -> float:
     """Seconds from start until a stdout line equal to ``want`` is printed."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        argv, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+    )
     assert proc.stdout is not None
     elapsed = float("nan")
     for line in proc.stdout:

@@ -9,8 +9,12 @@ from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-ENV = {"BASE": "/tmp/tcl-bench-slurm", "LOGIN_PORT": "2239", "SLURMCTLD_PORT": "16890",
-       "SLURMD_PORT": "17090"}  # fmt: skip
+ENV = {
+    "BASE": "/tmp/tcl-bench-slurm",
+    "LOGIN_PORT": "2239",
+    "SLURMCTLD_PORT": "16890",
+    "SLURMD_PORT": "17090",
+}
 
 
 def _script(name: str) -> str:

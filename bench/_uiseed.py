@@ -47,18 +47,26 @@ FAMILIES = ["llama", "gpt", "vit", "bert", "mixtral"]
 FILTER_KEY = "x"
 # Shares of each state (largest remainder rounding; the rest are shuffled by a fixed seed).
 RUN_MIX = {
-    RunState.SUCCEEDED: 0.55, RunState.FAILED: 0.15, RunState.TERMINATED: 0.08,
-    RunState.RUNNING: 0.12, RunState.QUEUED: 0.03, RunState.PROVISIONING: 0.02,
+    RunState.SUCCEEDED: 0.55,
+    RunState.FAILED: 0.15,
+    RunState.TERMINATED: 0.08,
+    RunState.RUNNING: 0.12,
+    RunState.QUEUED: 0.03,
+    RunState.PROVISIONING: 0.02,
     RunState.PENDING: 0.05,
-}  # fmt: skip
+}
 ENTRY_MIX = {
-    EntryState.DONE: 0.55, EntryState.FAILED: 0.08, EntryState.RUNNING: 0.10,
-    EntryState.CLAIMED: 0.02, EntryState.QUEUED: 0.25,
-}  # fmt: skip
+    EntryState.DONE: 0.55,
+    EntryState.FAILED: 0.08,
+    EntryState.RUNNING: 0.10,
+    EntryState.CLAIMED: 0.02,
+    EntryState.QUEUED: 0.25,
+}
 _RUN_OF_ENTRY = {
-    EntryState.DONE: RunState.SUCCEEDED, EntryState.FAILED: RunState.FAILED,
+    EntryState.DONE: RunState.SUCCEEDED,
+    EntryState.FAILED: RunState.FAILED,
     EntryState.RUNNING: RunState.RUNNING,
-}  # fmt: skip
+}
 LEASE_S = 30 * 86400.0  # the seeded leases outlive the benchmark: nothing reaps them
 OWNER = "bench-ui-seed"
 
@@ -77,8 +85,13 @@ class Seeded:
     def env(self) -> dict[str, str]:
         """The environment a ``tcl`` command needs to see this state (and nothing else)."""
         env = {k: v for k, v in os.environ.items() if k not in ("TCL_DB_URL", "TCL_CODE_CACHE_DIR")}
-        return {**env, "HOME": str(self.home), "TCL_STATE_DIR": str(self.state),
-                "TCL_CONFIG": str(self.config), "NO_COLOR": "1"}  # fmt: skip
+        return {
+            **env,
+            "HOME": str(self.home),
+            "TCL_STATE_DIR": str(self.state),
+            "TCL_CONFIG": str(self.config),
+            "NO_COLOR": "1",
+        }
 
 
 S = TypeVar("S", RunState, EntryState)
@@ -156,12 +169,23 @@ def seed_matrix(store: Store, queue: SweepQueue, n: int, config: Path) -> Counte
     argv = ["python", "train.py", "--lr", "{lr}", "--seed", "{seed}"]
     entries = _grid(n)
     manifest.check_template(argv, entries)
-    spec = MatrixSpec(argv=argv, chip="h100", chips=8, code_sha256="0" * 64,
-                      config_path=str(config), config_named=True, retry=RetryPolicy())  # fmt: skip
-    queue.add(MATRIX, spec.model_dump(mode="json"), [
-        NewEntry(str(e["job_id"]), {k: v for k, v in e.items() if k != "job_id"})
-        for e in entries
-    ])  # fmt: skip
+    spec = MatrixSpec(
+        argv=argv,
+        chip="h100",
+        chips=8,
+        code_sha256="0" * 64,
+        config_path=str(config),
+        config_named=True,
+        retry=RetryPolicy(),
+    )
+    queue.add(
+        MATRIX,
+        spec.model_dump(mode="json"),
+        [
+            NewEntry(str(e["job_id"]), {k: v for k, v in e.items() if k != "job_id"})
+            for e in entries
+        ],
+    )
     claimed = queue.claim(OWNER, n, LEASE_S, [MATRIX])
     for i, (entry, state) in enumerate(zip(claimed, mix(ENTRY_MIX, n, 1), strict=True)):
         _entry_to(store, queue, spec, entry, state, i)
@@ -192,8 +216,12 @@ def seed_runs(store: Store, n: int) -> None:
     for i, state in enumerate(mix(RUN_MIX, n, 2)):
         family = FAMILIES[i % len(FAMILIES)]
         name = f"{family}-{(i * 37) % 9 + 1}b-ft{i}"
-        sub = Submission(argv=["python", "train.py", "--model", family, "--steps", "20000"],
-                         name=name, chip="h100", chips=8)  # fmt: skip
+        sub = Submission(
+            argv=["python", "train.py", "--model", family, "--steps", "20000"],
+            name=name,
+            chip="h100",
+            chips=8,
+        )
         run_id = new_run_id(name)
         store.create_run(run_id, name, stored_request(sub, ""), code_sha256="1" * 64)
         advance(store, run_id, state, i)

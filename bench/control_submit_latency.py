@@ -25,8 +25,16 @@ def main() -> None:
     with testbed() as bed:
         job = ["python3", "-c", "print('first-line', flush=True)"]
         tcl_argv = [TCL, "submit", "--chip", "h100", "-n", "1", "--", *job]
-        remote = ["docker", "run", "--rm", "--entrypoint", "python3", bed.image, "-c",
-                  "print('first-line', flush=True)"]  # fmt: skip
+        remote = [
+            "docker",
+            "run",
+            "--rm",
+            "--entrypoint",
+            "python3",
+            bed.image,
+            "-c",
+            "print('first-line', flush=True)",
+        ]
         base_argv = [*bed.ssh_argv(), shlex.join(remote)]  # ssh sends one shell string
         # warm-up: ssh connection files, image layers, page cache, the code tarball
         time_to_line(tcl_argv, bed.env(), bed.root, "first-line")

@@ -47,8 +47,11 @@ def gpt_state(d_model: int, layers: int) -> dict[str, Any]:
     boxed = model.init(jax.random.key(0), jnp.zeros((1, cfg.block_size), jnp.int32))["params"]
     params = meta.unbox(boxed)  # as the trainer keeps them
     # Adam's state: two more trees of the params' shapes (mu, nu)
-    return {"params": params, "mu": jax.tree.map(jnp.zeros_like, params),
-            "nu": jax.tree.map(jnp.ones_like, params)}  # fmt: skip
+    return {
+        "params": params,
+        "mu": jax.tree.map(jnp.zeros_like, params),
+        "nu": jax.tree.map(jnp.ones_like, params),
+    }
 
 
 def timed(fn: Any, *args: Any) -> float:
@@ -61,8 +64,9 @@ def measure(root: Path, tree: Any, repeats: int, drop_cache: Any) -> tuple[float
     saves, loads = [], []
     for r in range(repeats):
         d = root / f"ck{r}"
-        saves.append(timed(ckpt.save, d, tree, {"steps": r}, {"name": "b"}, "x: 1\n",
-                           jax.random.key(r)))  # fmt: skip
+        saves.append(
+            timed(ckpt.save, d, tree, {"steps": r}, {"name": "b"}, "x: 1\n", jax.random.key(r))
+        )
         drop_cache()
         loads.append(timed(lambda d: ckpt.load(d, tree)[0], d))
         shutil.rmtree(d)
@@ -76,15 +80,30 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--redis-port", type=int, default=6388)
     a = p.parse_args()
-    env = {**os.environ, "BASE": BASE, "REDIS_PORT": str(a.redis_port), "BRIDGE_IP": "",
-           "VENV": str(REPO / ".venv")}  # fmt: skip
-    url = subprocess.run(["bash", str(REPO / "scripts/testbed/juicefs-up.sh")], env=env,
-                         check=True, capture_output=True, text=True).stdout.split()[-1]  # fmt: skip
+    env = {
+        **os.environ,
+        "BASE": BASE,
+        "REDIS_PORT": str(a.redis_port),
+        "BRIDGE_IP": "",
+        "VENV": str(REPO / ".venv"),
+    }
+    url = subprocess.run(
+        ["bash", str(REPO / "scripts/testbed/juicefs-up.sh")],
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.split()[-1]
     password = Path(BASE, "juicefs", "password").read_text().strip()
     mount_point = Path(BASE, "mnt")
     cache = Path(BASE, "cache")
-    fs = ClusterFs(meta_url=url, meta_password=password, mount_point=str(mount_point),
-                   cache_dir=str(cache), unmount_after_idle_s=None)  # fmt: skip
+    fs = ClusterFs(
+        meta_url=url,
+        meta_password=password,
+        mount_point=str(mount_point),
+        cache_dir=str(cache),
+        unmount_after_idle_s=None,
+    )
     state = Path(tempfile.mkdtemp(prefix="tcl-bench-shim-"))
     juicefs = str(REPO / ".venv/bin/juicefs")
 
@@ -104,15 +123,24 @@ def main() -> None:
             disk = measure(Path(local), tree, a.repeats, lambda: None)
         jfs = measure(mount_point, tree, a.repeats, remount_cold)
     finally:
-        subprocess.run([juicefs, "umount", "--force", str(mount_point)], check=False,
-                       capture_output=True)  # fmt: skip
-        subprocess.run(["bash", str(REPO / "scripts/testbed/juicefs-down.sh")], env=env,
-                       check=False, capture_output=True)  # fmt: skip
-    print(f"GPT d_model {a.d_model} x {a.layers} layers: params + Adam state {gb:.3f} GB, "
-          f"median of {a.repeats}")  # fmt: skip
+        subprocess.run(
+            [juicefs, "umount", "--force", str(mount_point)], check=False, capture_output=True
+        )
+        subprocess.run(
+            ["bash", str(REPO / "scripts/testbed/juicefs-down.sh")],
+            env=env,
+            check=False,
+            capture_output=True,
+        )
+    print(
+        f"GPT d_model {a.d_model} x {a.layers} layers: params + Adam state {gb:.3f} GB, "
+        f"median of {a.repeats}"
+    )
     for what, i in (("save", 0), ("restore", 1)):
-        print(f"{what:8s} local {gb / disk[i]:.2f} GB/s  juicefs {gb / jfs[i]:.2f} GB/s  "
-              f"ratio {disk[i] / jfs[i]:.2f}")  # fmt: skip
+        print(
+            f"{what:8s} local {gb / disk[i]:.2f} GB/s  juicefs {gb / jfs[i]:.2f} GB/s  "
+            f"ratio {disk[i] / jfs[i]:.2f}"
+        )
 
 
 if __name__ == "__main__":

@@ -71,8 +71,10 @@ def floor_calls(calls: int) -> list[float]:
         decorator.set_session_factory(previous)
 
 
-_BARE = ("import sys, cloudpickle; f, a = cloudpickle.loads(sys.stdin.buffer.read()); "
-         "sys.stdout.buffer.write(cloudpickle.dumps(f(*a)))")  # fmt: skip
+_BARE = (
+    "import sys, cloudpickle; f, a = cloudpickle.loads(sys.stdin.buffer.read()); "
+    "sys.stdout.buffer.write(cloudpickle.dumps(f(*a)))"
+)
 
 
 def bare_ssh_calls(bed: Bed, reps: int) -> list[float]:
@@ -133,8 +135,10 @@ def main() -> None:
 
     print(f"trivial function, {args.calls} warm calls, {args.reps} submits (medians)")
     print(f"  call protocol, no tunnel (floor):        {med_ms(floor)}")
-    print(f"  local default: first call {local_first:.2f} s, warm {med_ms(local_warm)}, "
-          f"tcl submit {med_ms(local_submit)}")  # fmt: skip
+    print(
+        f"  local default: first call {local_first:.2f} s, warm {med_ms(local_warm)}, "
+        f"tcl submit {med_ms(local_submit)}"
+    )
     print(
         f"  ssh host:      first call {ssh_first:.2f} s, warm {med_ms(ssh_warm)}, "
         f"tcl submit {med_ms(ssh_submit)}, bare cloudpickle over ssh {med_ms(bare)}"

@@ -61,9 +61,13 @@ async def free_after_terminate(c: ShimClient, i: int) -> float:
 
 async def main(rounds: int, interval_s: float) -> None:
     shim = ShimProcess(
-        "--executor", "process", "--fake-accelerators", "h100:8",
-        "--reconcile-interval-s", str(interval_s),
-    )  # fmt: skip
+        "--executor",
+        "process",
+        "--fake-accelerators",
+        "h100:8",
+        "--reconcile-interval-s",
+        str(interval_s),
+    )
     try:
         await shim.wait()
         async with shim.client() as c:
@@ -84,5 +88,9 @@ async def main(rounds: int, interval_s: float) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(int(sys.argv[1]) if len(sys.argv) > 1 else 5,
-                     float(sys.argv[2]) if len(sys.argv) > 2 else 1.0))  # fmt: skip
+    asyncio.run(
+        main(
+            int(sys.argv[1]) if len(sys.argv) > 1 else 5,
+            float(sys.argv[2]) if len(sys.argv) > 2 else 1.0,
+        )
+    )

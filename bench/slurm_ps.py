@@ -55,8 +55,9 @@ hosts:
                 run_id = f"bench-{i:04d}"
                 ctl.store.create_run(run_id, "", {"argv": ["true"]})
                 ctl.store.set_state(run_id, RunState.QUEUED, message="held")
-                handle = SlurmHandle(host="hpc", login=login, job_id=job,
-                                     run_dir=f"{work}/bench/{run_id}")  # fmt: skip
+                handle = SlurmHandle(
+                    host="hpc", login=login, job_id=job, run_dir=f"{work}/bench/{run_id}"
+                )
                 ctl.store.add_attempt(run_id, "hpc", "slurm", handle.model_dump(mode="json"))
                 ctl.store.set_placement(run_id, "hpc", "slurm", None)
             listed = ctl.store.list_runs(include_final=False, limit=runs)
@@ -76,8 +77,9 @@ hosts:
             t, b = statistics.median(times), statistics.median(base)
             print(f"runs {runs}: states after refresh {sorted(s.value for s in states)}")
             print(f"ssh round trips per refresh: {sorted(set(trips))} (target 1)")
-            print(f"refresh {t * 1000:.0f} ms vs one bare squeue {b * 1000:.0f} ms: "
-                  f"ratio {t / b:.2f}")  # fmt: skip
+            print(
+                f"refresh {t * 1000:.0f} ms vs one bare squeue {b * 1000:.0f} ms: ratio {t / b:.2f}"
+            )
         finally:
             await ctl.pool.run(target, ["scancel", "--user", "root"], check=False)
             await ctl.aclose()

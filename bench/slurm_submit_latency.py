@@ -31,10 +31,23 @@ def _sbatch_once(ssh_config: str, out_dir: Path, i: int) -> float:
     out = out_dir / f"wrap-{i}.out"
     t0 = time.perf_counter()
     subprocess.run(
-        ["ssh", "-F", ssh_config, "slurm-login", "sbatch", "--parsable", "-p", "gpu",
-         "-o", str(out), "--wrap", "'echo 1'"],
-        check=True, capture_output=True,
-    )  # fmt: skip
+        [
+            "ssh",
+            "-F",
+            ssh_config,
+            "slurm-login",
+            "sbatch",
+            "--parsable",
+            "-p",
+            "gpu",
+            "-o",
+            str(out),
+            "--wrap",
+            "'echo 1'",
+        ],
+        check=True,
+        capture_output=True,
+    )
     while True:
         try:
             if out.read_text().strip() == "1":
@@ -47,9 +60,13 @@ def _sbatch_once(ssh_config: str, out_dir: Path, i: int) -> float:
 def _tcl_once(env: dict[str, str], repo: Path) -> float:
     t0 = time.perf_counter()
     proc = subprocess.Popen(
-        [TCL, "submit", "--", "echo", "1"], cwd=repo, env=env, stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL, text=True,
-    )  # fmt: skip
+        [TCL, "submit", "--", "echo", "1"],
+        cwd=repo,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     assert proc.stdout is not None
     for line in proc.stdout:
         if line.strip() == "1":
@@ -72,8 +89,13 @@ hosts:
   hpc: {{type: slurm, ssh: slurm-login, ssh_config_file: {ssh_config}, cluster: c,
         runner_venv: {VENV}, partitions: [{{name: gpu, default: true}}]}}
 """)
-        env = {**os.environ, "HOME": str(root), "TCL_STATE_DIR": str(root / "state"),
-               "TCL_CONFIG": str(config), "NO_COLOR": "1"}  # fmt: skip
+        env = {
+            **os.environ,
+            "HOME": str(root),
+            "TCL_STATE_DIR": str(root / "state"),
+            "TCL_CONFIG": str(config),
+            "NO_COLOR": "1",
+        }
         out_dir = work_dir() / "wrap"
         out_dir.mkdir(parents=True, exist_ok=True)
         try:
@@ -87,10 +109,14 @@ hosts:
             subprocess.run([TCL, "serve", "--stop"], env=env, capture_output=True, check=False)
         phases = asyncio.run(_phases(config, repo, env))
         t, b = statistics.median(tcl), statistics.median(bare)
-        print(f"tcl submit -> first line: {t:.2f} s (median of {reps}: "
-              f"{', '.join(f'{x:.2f}' for x in tcl)})")  # fmt: skip
-        print(f"ssh sbatch --wrap -> line in output: {b:.2f} s "
-              f"({', '.join(f'{x:.2f}' for x in bare)})")  # fmt: skip
+        print(
+            f"tcl submit -> first line: {t:.2f} s (median of {reps}: "
+            f"{', '.join(f'{x:.2f}' for x in tcl)})"
+        )
+        print(
+            f"ssh sbatch --wrap -> line in output: {b:.2f} s "
+            f"({', '.join(f'{x:.2f}' for x in bare)})"
+        )
         print(f"ratio {t / b:.2f} (target <= 1.5)")
         print("one warm submit in-process, each step's start (s):")
         for at, what in phases:

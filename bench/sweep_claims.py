@@ -169,10 +169,16 @@ def _flock_dispatcher(
 def bench_flock(root: Path, entries: int, workers: int, claims: int) -> Result:
     status_path, lock_path = str(root / "matrix_status.json"), str(root / "claims.lock")
     status = {
-        j: {"state": "queued", "pod": None, "pid": None, "gpu": None, "started_at": None,
-            "finished_at": None}
+        j: {
+            "state": "queued",
+            "pod": None,
+            "pid": None,
+            "gpu": None,
+            "started_at": None,
+            "finished_at": None,
+        }
         for j in job_ids(entries)
-    }  # fmt: skip
+    }
     with open(status_path, "w") as f:
         json.dump(status, f)
     claims = min(claims, entries)
@@ -224,8 +230,11 @@ def main() -> None:
     try:
         flock = bench_flock(root, args.entries, args.workers, args.flock_claims)
         status_mb = (root / "matrix_status.json").stat().st_size / 1e6
-        results = [bench_tcl(f"sqlite:///{root / 'tcl.db'}", "sqlite", args.entries,
-                             args.workers, args.batch)]  # fmt: skip
+        results = [
+            bench_tcl(
+                f"sqlite:///{root / 'tcl.db'}", "sqlite", args.entries, args.workers, args.batch
+            )
+        ]
         if not args.no_postgres:
             with pg_server() as url:
                 results.append(bench_tcl(url, "postgresql", args.entries, args.workers, args.batch))
@@ -235,10 +244,14 @@ def main() -> None:
         f"{args.entries} queued entries, {args.workers} dispatcher processes; each claim is "
         f"followed by one finish per entry claimed (tcl: batches of {args.batch}, guarded finish)"
     )
-    part = "" if flock.claimed >= args.entries else (
-        f" (first {flock.claimed} claims of the {args.entries}-entry file only: the whole "
-        f"drain would take ~{args.entries / flock.rate:.0f} s)"
-    )  # fmt: skip
+    part = (
+        ""
+        if flock.claimed >= args.entries
+        else (
+            f" (first {flock.claimed} claims of the {args.entries}-entry file only: the whole "
+            f"drain would take ~{args.entries / flock.rate:.0f} s)"
+        )
+    )
     print(
         f"flock+JSON (seed):  {flock.claimed:6d} claims in {flock.elapsed_s:7.2f} s = "
         f"{flock.rate:9.1f} claims/s; double claims {flock.doubles}; status file "

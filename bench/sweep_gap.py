@@ -161,8 +161,14 @@ def tcl_env(root: Path) -> dict[str, str]:
 
 
 def matrix_counts(env: dict[str, str], cwd: Path) -> dict[str, int]:
-    p = subprocess.run([TCL, "matrix", "status", "gap", "--json"], env=env, cwd=cwd,
-                       capture_output=True, text=True, check=True)  # fmt: skip
+    p = subprocess.run(
+        [TCL, "matrix", "status", "gap", "--json"],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     data: dict[str, Any] = json.loads(p.stdout)
     return {str(k): int(v) for k, v in data["counts"].items()}
 
@@ -175,8 +181,24 @@ def bench_tcl(
     (root / "config.yaml").write_text(f"hosts:\n  here: {host}\n")
     env = tcl_env(root)
     grid = "i=" + ",".join(str(i) for i in range(entries))
-    argv = [TCL, "matrix", "add", "--name", "gap", "--grid", grid, "--chip", "h100",
-            "--env", f"GAP_OUT={out}", "--", "python", "job.py", "{i}", str(sleep_s)]  # fmt: skip
+    argv = [
+        TCL,
+        "matrix",
+        "add",
+        "--name",
+        "gap",
+        "--grid",
+        grid,
+        "--chip",
+        "h100",
+        "--env",
+        f"GAP_OUT={out}",
+        "--",
+        "python",
+        "job.py",
+        "{i}",
+        str(sleep_s),
+    ]
     t_add = time.time()
     try:
         subprocess.run(argv, env=env, cwd=repo, check=True, capture_output=True, text=True)
@@ -207,8 +229,14 @@ def stop_daemon(root: Path, repo: Path) -> None:
     from tcl.control.detached import stop_pid
     from tcl.control.localshim import stop_local_shim
 
-    subprocess.run([TCL, "serve", "--stop"], env=tcl_env(root), cwd=repo,
-                   capture_output=True, timeout=120, check=False)  # fmt: skip
+    subprocess.run(
+        [TCL, "serve", "--stop"],
+        env=tcl_env(root),
+        cwd=repo,
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
     stop_local_shim(root / "home" / "state" / "local-shim")
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit() or int(proc.name) == os.getpid():
@@ -228,12 +256,16 @@ def stop_daemon(root: Path, repo: Path) -> None:
 def report(r: Result) -> None:
     gpus = len({ln.gpu for ln in r.lines})
     print(f"{r.what}:")
-    print(f"  jobs run {len(r.lines)} on {gpus} GPUs; missing {r.missing}, doubles {r.doubles}, "
-          f"overlaps on a GPU {r.overlaps}")  # fmt: skip
+    print(
+        f"  jobs run {len(r.lines)} on {gpus} GPUs; missing {r.missing}, doubles {r.doubles}, "
+        f"overlaps on a GPU {r.overlaps}"
+    )
     if r.gaps:
-        print(f"  gap end->next start: p50 {r.pct(50):.3f} s  p99 {r.pct(99):.3f} s  "
-              f"max {max(r.gaps):.3f} s  mean {statistics.fmean(r.gaps):.3f} s "
-              f"({len(r.gaps)} gaps)")  # fmt: skip
+        print(
+            f"  gap end->next start: p50 {r.pct(50):.3f} s  p99 {r.pct(99):.3f} s  "
+            f"max {max(r.gaps):.3f} s  mean {statistics.fmean(r.gaps):.3f} s "
+            f"({len(r.gaps)} gaps)"
+        )
     print(f"  wall (first start -> last end): {r.wall_s:.1f} s")
 
 
@@ -254,8 +286,10 @@ def main() -> None:
         subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
         job = repo / "job.py"
         job.write_text(JOB)
-        print(f"{entries} entries, a job of {args.sleep_s:g} s, {args.gpus} fake h100s "
-              f"(ideal wall {entries * args.sleep_s / args.gpus:.1f} s)")  # fmt: skip
+        print(
+            f"{entries} entries, a job of {args.sleep_s:g} s, {args.gpus} fake h100s "
+            f"(ideal wall {entries * args.sleep_s / args.gpus:.1f} s)"
+        )
         base = bench_baseline(job, root / "baseline.lines", entries, args.sleep_s, args.gpus)
         report(base)
         started_daemon = True
@@ -272,8 +306,10 @@ def main() -> None:
         )
         print(f"every entry ran exactly once, all done: {'yes' if ok else 'NO'}")
         ratio = tcl.pct(50) / base.pct(50) if base.pct(50) > 0 else float("inf")
-        print(f"gap p50: tcl {tcl.pct(50):.3f} s vs baseline {base.pct(50):.3f} s; "
-              f"p99: tcl {tcl.pct(99):.3f} s vs baseline {base.pct(99):.3f} s")  # fmt: skip
+        print(
+            f"gap p50: tcl {tcl.pct(50):.3f} s vs baseline {base.pct(50):.3f} s; "
+            f"p99: tcl {tcl.pct(99):.3f} s vs baseline {base.pct(99):.3f} s"
+        )
         print(f"ratio tcl/baseline (p50): {ratio:.1f}x")
         met = ok and tcl.pct(50) < 1.0
         print(f"target tcl gap p50 < 1 s: {'met' if met else 'NOT met'}")

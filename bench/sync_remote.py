@@ -37,16 +37,22 @@ def make_repo(repo: Path, files: int) -> None:
 
 
 def start_session(bed: Bed, repo: Path) -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen([TCL, "repl", "--no-browser", "--host", "box"], cwd=repo,
-                            env=bed.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [TCL, "repl", "--no-browser", "--host", "box"],
+        cwd=repo,
+        env=bed.env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stdout is not None
     url = proc.stdout.readline()
     if not url.startswith("http://"):
         proc.kill()
         raise SystemExit(f"tcl repl failed: {proc.communicate()[1]}")
-    runs = subprocess.run([TCL, "ps", "--json"], env=bed.env(), cwd=repo, capture_output=True,
-                          text=True, check=True).stdout  # fmt: skip
+    runs = subprocess.run(
+        [TCL, "ps", "--json"], env=bed.env(), cwd=repo, capture_output=True, text=True, check=True
+    ).stdout
     import json
 
     return proc, json.loads(runs)[0]["run_id"]
@@ -94,26 +100,34 @@ def main() -> None:
             git_s, cli_s = [], []
             for i in range(args.reps):
                 t0 = time.perf_counter()
-                subprocess.run(["git", "-C", str(repo), "status", "--porcelain"],
-                               capture_output=True, check=True)  # fmt: skip
+                subprocess.run(
+                    ["git", "-C", str(repo), "status", "--porcelain"],
+                    capture_output=True,
+                    check=True,
+                )
                 git_s.append(time.perf_counter() - t0)
                 (repo / "pkg009" / "mod00009.py").write_text(f"VALUE_9 = {2000 + i}\n")
                 t0 = time.perf_counter()
-                subprocess.run([TCL, "sync", run_id], env=bed.env(), cwd=repo,
-                               capture_output=True, check=True)  # fmt: skip
+                subprocess.run(
+                    [TCL, "sync", run_id], env=bed.env(), cwd=repo, capture_output=True, check=True
+                )
                 cli_s.append(time.perf_counter() - t0)
         finally:
             proc.kill()
         med = statistics.median
         print(f"repo: {args.files} files; one-line change; {args.reps} reps (medians)")
-        print(f"sync until acknowledged (warm, as --watch): {med(sync_s) * 1000:.0f} ms "
-              f"{[round(x * 1000) for x in sync_s]}")  # fmt: skip
+        print(
+            f"sync until acknowledged (warm, as --watch): {med(sync_s) * 1000:.0f} ms "
+            f"{[round(x * 1000) for x in sync_s]}"
+        )
         print(f"`tcl sync` command (cold process):          {med(cli_s) * 1000:.0f} ms")
         print(f"baseline git status --porcelain:           {med(git_s) * 1000:.0f} ms")
         print(f"baseline runner round trip (same tunnel):  {med(rtt_s) * 1000:.0f} ms")
-        print(f"ratio sync / (git status + round trip): "
-              f"{med(sync_s) / (med(git_s) + med(rtt_s)):.2f}; target: sync < 500 ms "
-              f"({'met' if med(sync_s) < 0.5 else 'missed'})")  # fmt: skip
+        print(
+            f"ratio sync / (git status + round trip): "
+            f"{med(sync_s) / (med(git_s) + med(rtt_s)):.2f}; target: sync < 500 ms "
+            f"({'met' if med(sync_s) < 0.5 else 'missed'})"
+        )
 
 
 if __name__ == "__main__":

@@ -66,8 +66,9 @@ def main() -> None:
             target = repo / "pkg050" / f"mod{10000 + rep:05d}.py"
             target.write_text(target.read_text().replace("VALUE =", "VALUE = 1 +"))
             t0 = time.perf_counter()
-            subprocess.run(["git", "-C", str(repo), "status", "--porcelain"], check=True,
-                           capture_output=True)  # fmt: skip
+            subprocess.run(
+                ["git", "-C", str(repo), "status", "--porcelain"], check=True, capture_output=True
+            )
             t1 = time.perf_counter()
             now = scan(repo, True, base)
             t2 = time.perf_counter()

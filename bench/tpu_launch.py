@@ -36,8 +36,12 @@ HI = "import os; print('hi', os.environ.get('TCL_NODE_RANK', '-'), flush=True)\n
 
 
 def _testbed(script: str) -> None:
-    subprocess.run(["bash", str(ROOT / "scripts" / "testbed" / script)], check=True,
-                   env={**os.environ, "BASE": BASE, "N": "3"}, capture_output=True)  # fmt: skip
+    subprocess.run(
+        ["bash", str(ROOT / "scripts" / "testbed" / script)],
+        check=True,
+        env={**os.environ, "BASE": BASE, "N": "3"},
+        capture_output=True,
+    )
 
 
 def _config(url: str, ssh: Path) -> str:
@@ -62,9 +66,14 @@ hosts:
 
 def _tcl_once(env: dict[str, str], repo: Path) -> float:
     t0 = time.perf_counter()
-    proc = subprocess.Popen([TCL, "submit", "--chip", "tpu-v5p", "-n", "12", "--", sys.executable,
-                             "hi.py"], cwd=repo, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [TCL, "submit", "--chip", "tpu-v5p", "-n", "12", "--", sys.executable, "hi.py"],
+        cwd=repo,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     seen = 0
     assert proc.stdout is not None
     for line in proc.stdout:
@@ -82,8 +91,9 @@ def _tcl_once(env: dict[str, str], repo: Path) -> float:
 def _ssh_once(ssh_config: Path, ips: list[str], repo: Path) -> float:
     def one(ip: str) -> None:
         remote = shlex.join([sys.executable, "-c", HI.strip()])  # ssh runs it through a shell
-        out = subprocess.run(["ssh", "-F", str(ssh_config), ip, remote],
-                             capture_output=True, text=True, check=True)  # fmt: skip
+        out = subprocess.run(
+            ["ssh", "-F", str(ssh_config), ip, remote], capture_output=True, text=True, check=True
+        )
         assert out.stdout.startswith("hi"), out
 
     t0 = time.perf_counter()
@@ -109,12 +119,33 @@ def main() -> None:
             (repo / "hi.py").write_text(HI)
             config = Path(tmp) / "config.yaml"
             config.write_text(_config(emu.url, ssh))
-            env = {**os.environ, "HOME": str(home), "TCL_STATE_DIR": str(home / "state"),
-                   "TCL_CONFIG": str(config), "NO_COLOR": "1"}  # fmt: skip
+            env = {
+                **os.environ,
+                "HOME": str(home),
+                "TCL_STATE_DIR": str(home / "state"),
+                "TCL_CONFIG": str(config),
+                "NO_COLOR": "1",
+            }
             try:
-                subprocess.run([TCL, "submit", "--yes", "--chip", "tpu-v5p", "-n", "12", "--",
-                                sys.executable, "hi.py"], cwd=repo, env=env, check=True,
-                               capture_output=True, timeout=600)  # fmt: skip
+                subprocess.run(
+                    [
+                        TCL,
+                        "submit",
+                        "--yes",
+                        "--chip",
+                        "tpu-v5p",
+                        "-n",
+                        "12",
+                        "--",
+                        sys.executable,
+                        "hi.py",
+                    ],
+                    cwd=repo,
+                    env=env,
+                    check=True,
+                    capture_output=True,
+                    timeout=600,
+                )
                 tcl_s, ssh_s = [], []
                 for _ in range(args.reps):  # interleaved: both see the same machine load
                     ssh_s.append(_ssh_once(ssh / "ssh_config", [h.ip for h in hosts], repo))

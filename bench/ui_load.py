@@ -117,9 +117,14 @@ def ui_server(seeded: Seeded) -> Iterator[str]:
     Its stderr (request logs) goes to ``ui.stderr`` in the seeded root, so no pipe fills."""
     log = seeded.root / "ui.stderr"
     with log.open("w") as stderr:
-        proc = subprocess.Popen([TCL, "ui", "--no-browser", "--port", "0"], env=seeded.env(),
-                                cwd=seeded.root, stdout=subprocess.PIPE, stderr=stderr,
-                                text=True)  # fmt: skip
+        proc = subprocess.Popen(
+            [TCL, "ui", "--no-browser", "--port", "0"],
+            env=seeded.env(),
+            cwd=seeded.root,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+        )
     lines: queue.Queue[str] = queue.Queue()
     threading.Thread(target=_drain, args=(proc, lines), daemon=True).start()
     try:
@@ -165,16 +170,21 @@ def _stop_daemon(seeded: Seeded) -> None:
 
 
 def chromium_path() -> str:
-    out = subprocess.run(["bash", str(REPO / "scripts" / "testbed" / "chromium.sh")],
-                         capture_output=True, text=True, check=True)  # fmt: skip
+    out = subprocess.run(
+        ["bash", str(REPO / "scripts" / "testbed" / "chromium.sh")],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return out.stdout.strip().splitlines()[-1]
 
 
 def _open(page: Page, url: str, view: str) -> float:
     """Navigate to ``url``; the ms from navigation start to ``view`` ready."""
     page.goto(url, wait_until="commit")
-    page.wait_for_function(f"() => window.__tclBench && '{view}' in window.__tclBench.ready",
-                           timeout=TIMEOUT_MS)  # fmt: skip
+    page.wait_for_function(
+        f"() => window.__tclBench && '{view}' in window.__tclBench.ready", timeout=TIMEOUT_MS
+    )
     return float(page.evaluate(f"() => window.__tclBench.ready['{view}']"))
 
 
@@ -267,8 +277,12 @@ def measure(browser: Browser, seeded: Seeded, repeat: int) -> dict[str, Figures]
     return {"runs": runs, "matrix": matrix}
 
 
-ROWS = [("ready", "ready_ms", "ms"), ("FCP", "fcp_ms", "ms"), ("JS heap", "heap_mb", "MB"),
-        ("filter keystroke", "filter_ms", "ms")]  # fmt: skip
+ROWS = [
+    ("ready", "ready_ms", "ms"),
+    ("FCP", "fcp_ms", "ms"),
+    ("JS heap", "heap_mb", "MB"),
+    ("filter keystroke", "filter_ms", "ms"),
+]
 
 
 def report(large: dict[str, Figures], base: dict[str, Figures], sizes: tuple[str, str]) -> None:
@@ -318,8 +332,9 @@ def main() -> None:
         for s in (large, base):
             print("\n".join(describe(s)))
         with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS,
-                                        headless=True)  # fmt: skip
+            browser = p.chromium.launch(
+                executable_path=chromium_path(), args=CHROMIUM_ARGS, headless=True
+            )
             try:
                 print(f"chromium {browser.version}, {args.repeat} loads per page")
                 figures_large = measure(browser, large, args.repeat)

@@ -14,9 +14,12 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def run_notebook(
-    cells: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cwd: Path,
+    cells: list[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    cwd: Path,
     timeout_s: int = 120,
-) -> nbformat.NotebookNode:  # fmt: skip
+) -> nbformat.NotebookNode:
     """Execute ``cells`` in order in ``cwd``; a cell that raises fails the test
     (``CellExecutionError``). The kernel inherits this process's environment."""
     # A kernelspec for this very interpreter: "python3" on PATH may be another one.
@@ -30,8 +33,13 @@ def run_notebook(
     monkeypatch.setenv("PYTHONPATH", str(REPO))
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell(src.strip()) for src in cells]
-    client = NotebookClient(nb, kernel_name="python3", timeout=timeout_s, startup_timeout=60,
-                            resources={"metadata": {"path": str(cwd)}})  # fmt: skip
+    client = NotebookClient(
+        nb,
+        kernel_name="python3",
+        timeout=timeout_s,
+        startup_timeout=60,
+        resources={"metadata": {"path": str(cwd)}},
+    )
     client.execute()
     return nb
 

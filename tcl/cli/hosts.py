@@ -19,12 +19,23 @@ def status_json(s: HostStatus) -> dict[str, object]:
     accs = []
     if s.info is not None:
         accs = [
-            {"index": a.index, "chip": a.chip, "free": a.task_id is None and not a.busy_outside,
-             "task_id": a.task_id, "fake": a.fake}
+            {
+                "index": a.index,
+                "chip": a.chip,
+                "free": a.task_id is None and not a.busy_outside,
+                "task_id": a.task_id,
+                "fake": a.fake,
+            }
             for a in s.info.accelerators
-        ]  # fmt: skip
-    return {"name": s.name, "type": s.type, "address": s.address, "reachable": s.reachable,
-            "detail": s.detail, "accelerators": accs}  # fmt: skip
+        ]
+    return {
+        "name": s.name,
+        "type": s.type,
+        "address": s.address,
+        "reachable": s.reachable,
+        "detail": s.detail,
+        "accelerators": accs,
+    }
 
 
 def cmd_hosts(
@@ -68,9 +79,10 @@ def cmd_setup(
             raise fail(f"{host} is not an ssh host (type {ctl.cfg.hosts[host].type})")
         cluster = ctl.cfg.clusters.get(ctl.cfg.hosts[host].cluster or "")
         return await setup_host(
-            b.ssh_host(host), lambda m: err.print(f"{host}: {m}", markup=False),
+            b.ssh_host(host),
+            lambda m: err.print(f"{host}: {m}", markup=False),
             juicefs_requirements(cluster),
-        )  # fmt: skip
+        )
 
     res = with_control(ctx, go)
     _forget_in_daemon(host)

@@ -81,8 +81,16 @@ def cmd_run(
 
     try:
         with _progress_on_stderr():
-            run_job(key, None if config == "-" else config, out_dir, restore=restore,
-                    overrides=overrides or [], name=name, project=project, group=group)  # fmt: skip
+            run_job(
+                key,
+                None if config == "-" else config,
+                out_dir,
+                restore=restore,
+                overrides=overrides or [],
+                name=name,
+                project=project,
+                group=group,
+            )
     except JobsError as e:
         raise fail(str(e), 2) from None
     except KeyboardInterrupt:

@@ -69,10 +69,10 @@ def cmd_logs(
     def show(run_id: str) -> int:
         cache = LogCache(run_id)
         events: list[Event] = [
-            e for e in cache.read(kind=EventKind.LOG)
-            if (since_ts is None or e.ts >= since_ts)
-            and (node is None or e.node == node)
-        ]  # fmt: skip
+            e
+            for e in cache.read(kind=EventKind.LOG)
+            if (since_ts is None or e.ts >= since_ts) and (node is None or e.node == node)
+        ]
         if tail is not None:
             events = events[-tail:] if tail else []
         for e in events:

@@ -24,8 +24,9 @@ from tcl.control.sweep.spec import MatrixSpec
 if TYPE_CHECKING:
     from tcl.control.service import Control
 
-app = typer.Typer(name="matrix", help="Sweeps: many runs from one manifest or grid.",
-                  no_args_is_help=True)  # fmt: skip
+app = typer.Typer(
+    name="matrix", help="Sweeps: many runs from one manifest or grid.", no_args_is_help=True
+)
 
 
 def _start_scheduler(no_start: bool) -> str:
@@ -114,25 +115,44 @@ def cmd_add(
             entries_of.check_template(command, entries)
         check_field_env(entries)  # each field reaches the run as TCL_FIELD_<NAME>
         spec = MatrixSpec(
-            argv=command, job=job_ref, chip=chip, chips=chips, nodes=nodes, host=host,
-            image=image, env=_pairs(env or []),
+            argv=command,
+            job=job_ref,
+            chip=chip,
+            chips=chips,
+            nodes=nodes,
+            host=host,
+            image=image,
+            env=_pairs(env or []),
             retry=retry_policy(retry, retry_on, retry_backoff_s) or RetryPolicy(),
-            max_duration_s=max_duration_s, code_sha256="", config_path=os.path.abspath(path),
+            max_duration_s=max_duration_s,
+            code_sha256="",
+            config_path=os.path.abspath(path),
             config_named=named,
-        )  # fmt: skip
+        )
         spec = _with_code(ctx, spec)
         with opened_queue() as queue:
-            added = queue.add(name, spec.model_dump(mode="json"), [
-                NewEntry(str(e["job_id"]), {k: v for k, v in e.items() if k != "job_id"},
-                         priority)
-                for e in entries
-            ])  # fmt: skip
+            added = queue.add(
+                name,
+                spec.model_dump(mode="json"),
+                [
+                    NewEntry(
+                        str(e["job_id"]), {k: v for k, v in e.items() if k != "job_id"}, priority
+                    )
+                    for e in entries
+                ],
+            )
         started = _start_scheduler(no_start)
     except TclError as e:
         raise fail(str(e), e.exit_code) from None
     if as_json:
-        print_json({"matrix": name, "added": added.added, "existing": added.existing,
-                    "code_sha256": spec.code_sha256})  # fmt: skip
+        print_json(
+            {
+                "matrix": name,
+                "added": added.added,
+                "existing": added.existing,
+                "code_sha256": spec.code_sha256,
+            }
+        )
         return
     already = f" ({added.existing} already there, left as they were)" if added.existing else ""
     err.print(f"added {added.added} entries to matrix {name}{already}; {started}", markup=False)
@@ -177,8 +197,10 @@ def cmd_requeue(
         except ValueError:
             raise fail(f"--state {s}: one of {', '.join(x.value for x in REQUEUE_FROM)}") from None
         if st not in REQUEUE_FROM:
-            raise fail(f"--state {s}: only final entries are queued again "
-                       f"({', '.join(x.value for x in REQUEUE_FROM)})")  # fmt: skip
+            raise fail(
+                f"--state {s}: only final entries are queued again "
+                f"({', '.join(x.value for x in REQUEUE_FROM)})"
+            )
         states.add(st)
     if ids and not states:
         states = set(REQUEUE_FROM)
@@ -210,8 +232,9 @@ def cmd_cancel(
         raise fail(str(e), e.exit_code) from None
     stopped = _stop_runs(ctx, [e.run_id for e in held if e.run_id])
     queued = sum(n for st, n in counts.items() if st.value == "queued")
-    out.print(f"cancelled {queued + len(held)} entries of {name}; stopped {stopped} runs",
-              markup=False)  # fmt: skip
+    out.print(
+        f"cancelled {queued + len(held)} entries of {name}; stopped {stopped} runs", markup=False
+    )
 
 
 def _stop_runs(ctx: typer.Context, run_ids: list[str]) -> int:

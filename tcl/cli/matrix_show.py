@@ -130,14 +130,23 @@ def _ls_table(queue: SweepQueue) -> tuple[Table, list[dict[str, object]]]:
         held = c[EntryState.CLAIMED] + c[EntryState.RUNNING]
         total = sum(c.values())
         t.add_row(
-            cell(m.name), str(total), str(c[EntryState.QUEUED]), str(held),
-            str(c[EntryState.DONE]), str(c[EntryState.FAILED]),
-            str(c[EntryState.CANCELLED]), age(m.created_at),
-        )  # fmt: skip
-        rows.append({
-            "name": m.name, "entries": total, "counts": {st.value: n for st, n in c.items()},
-            "created_at": iso(m.created_at),
-        })  # fmt: skip
+            cell(m.name),
+            str(total),
+            str(c[EntryState.QUEUED]),
+            str(held),
+            str(c[EntryState.DONE]),
+            str(c[EntryState.FAILED]),
+            str(c[EntryState.CANCELLED]),
+            age(m.created_at),
+        )
+        rows.append(
+            {
+                "name": m.name,
+                "entries": total,
+                "counts": {st.value: n for st, n in c.items()},
+                "created_at": iso(m.created_at),
+            }
+        )
     return t, rows
 
 

@@ -22,8 +22,15 @@ if TYPE_CHECKING:
 
 def point_json(p: MetricPoint) -> dict[str, Any]:
     """The stable JSON form of a point (documented in docs/cli.md)."""
-    return {"seq": p.seq, "attempt": p.attempt, "node": p.node, "ts": p.ts, "step": p.step,
-            "kind": p.kind, "values": p.values}  # fmt: skip
+    return {
+        "seq": p.seq,
+        "attempt": p.attempt,
+        "node": p.node,
+        "ts": p.ts,
+        "step": p.step,
+        "kind": p.kind,
+        "values": p.values,
+    }
 
 
 def _table(points: list[MetricPoint]) -> Table:
@@ -66,8 +73,11 @@ def cmd_metrics(
     run_id, points = with_control(ctx, body)
     if not points:
         of_kind = f" of kind {kind!r}" if kind is not None else ""
-        err.print(f"run {run_id} has no metric points{of_kind} (a job prints them as "
-                  "TCL_METRIC lines on stdout)", markup=False)  # fmt: skip
+        err.print(
+            f"run {run_id} has no metric points{of_kind} (a job prints them as "
+            "TCL_METRIC lines on stdout)",
+            markup=False,
+        )
     if as_json:
         print_json([point_json(p) for p in points])
     elif points:

@@ -105,9 +105,13 @@ class RichObserver:
                 self._status.stop()
                 self._status = None
             self._progress = Progress(
-                "uploading code", BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-                console=err, transient=True,
-            )  # fmt: skip
+                "uploading code",
+                BarColumn(),
+                DownloadColumn(),
+                TransferSpeedColumn(),
+                console=err,
+                transient=True,
+            )
             self._progress.start()
             self._task = self._progress.add_task("upload", total=total)
         self._progress.update(self._task, completed=done)

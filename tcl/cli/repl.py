@@ -69,12 +69,22 @@ def cmd_repl(
         path, named = config_path(globals_of(ctx).config_path)
         chip = chip.lower() if chip else None
         req = SubmitRequest(
-            config_path=os.path.abspath(path), config_named=named, cwd=os.getcwd(),
+            config_path=os.path.abspath(path),
+            config_named=named,
+            cwd=os.getcwd(),
             code_dir=os.path.abspath(code_dir) if code_dir is not None else None,
-            name=name, chip=chip, chips=n if n or chip is None else 1, nodes=1, host=host,
-            image=image, env=_pairs(env or []), secrets=_secrets(secret or []),
-            max_duration_s=max_duration_s, follow=False, session=SessionKind.JUPYTER,
-        )  # fmt: skip
+            name=name,
+            chip=chip,
+            chips=n if n or chip is None else 1,
+            nodes=1,
+            host=host,
+            image=image,
+            env=_pairs(env or []),
+            secrets=_secrets(secret or []),
+            max_duration_s=max_duration_s,
+            follow=False,
+            session=SessionKind.JUPYTER,
+        )
         run_ref = start_run(req).run_id
         # The base of `tcl sync`: the tree the session was shipped, from this directory.
         start = Path(code_dir or os.getcwd())
@@ -86,8 +96,9 @@ def cmd_repl(
     else:
         run_ref = attach
     try:
-        run_id = with_control(ctx, lambda ctl: _serve(ctl, run_ref, sync, no_browser, port,
-                                                      timeout_s))  # fmt: skip
+        run_id = with_control(
+            ctx, lambda ctl: _serve(ctl, run_ref, sync, no_browser, port, timeout_s)
+        )
     except KeyboardInterrupt:
         run_id = None
     if run_id is None:  # Ctrl-C: the forward is closed

@@ -21,5 +21,6 @@ def retry_policy(
 
     if attempts <= 1 and not exit_codes:
         return None
-    return RetryPolicy(max_attempts=attempts, exit_codes=sorted(set(exit_codes or [])),
-                       backoff_s=backoff_s)  # fmt: skip
+    return RetryPolicy(
+        max_attempts=attempts, exit_codes=sorted(set(exit_codes or [])), backoff_s=backoff_s
+    )

@@ -119,8 +119,7 @@ def _draw_follow(client: DaemonClient, lines: LineStream, req: SubmitRequest, po
                 elif line.kind is LineKind.RECONNECTING:
                     reconnecting(line.text)
                 elif line.kind is LineKind.END and line.run is not None:
-                    return report_end(line.run.run_id, RunState(line.run.state),
-                                      line.run.exit_code)  # fmt: skip
+                    return report_end(line.run.run_id, RunState(line.run.state), line.run.exit_code)
                 elif line.kind is LineKind.ERROR:
                     raise _error(line)
             why = "tcl serve ended the stream early"
@@ -128,11 +127,16 @@ def _draw_follow(client: DaemonClient, lines: LineStream, req: SubmitRequest, po
             why = str(e)
         breaks += 1
         if breaks > MAX_STREAM_BREAKS:
-            raise DaemonError(f"{why} ({MAX_STREAM_BREAKS} times in a row; see tcl logs -f "
-                              f"{pos.run_id})")  # fmt: skip
+            raise DaemonError(
+                f"{why} ({MAX_STREAM_BREAKS} times in a row; see tcl logs -f {pos.run_id})"
+            )
         reconnecting(why)
         # the daemon went away (stopped, replaced by a newer one): resume through a new one
         client = ensure_daemon()
-        again = FollowRequest(config_path=req.config_path, config_named=req.config_named,
-                              run=pos.run_id, after=pos.last_seq)  # fmt: skip
+        again = FollowRequest(
+            config_path=req.config_path,
+            config_named=req.config_named,
+            run=pos.run_id,
+            after=pos.last_seq,
+        )
         lines = client.follow(again)

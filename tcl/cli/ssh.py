@@ -67,8 +67,12 @@ def _remote_argv(ep: SshEndpoint, command: list[str]) -> list[str]:
     import shlex
 
     argv = ["-F", ep.ssh_config_file] if ep.ssh_config_file else []
-    for opt, val in (("-p", ep.port), ("-l", ep.user), ("-i", ep.identity_file),
-                     ("-J", ep.proxy_jump)):  # fmt: skip
+    for opt, val in (
+        ("-p", ep.port),
+        ("-l", ep.user),
+        ("-i", ep.identity_file),
+        ("-J", ep.proxy_jump),
+    ):
         if val is not None:
             argv += [opt, str(val)]
     if ep.known_hosts is not None:

@@ -201,15 +201,28 @@ def cmd_submit(
     path, named = config_path(globals_of(ctx).config_path)
     req = SubmitRequest(
         # absolute: the daemon that reads them runs in a directory of its own
-        config_path=os.path.abspath(path), config_named=named, cwd=os.getcwd(),
+        config_path=os.path.abspath(path),
+        config_named=named,
+        cwd=os.getcwd(),
         code_dir=os.path.abspath(code_dir) if code_dir is not None else None,
-        argv=command, name=name, chip=chip, chips=chips, nodes=nodes, host=host, image=image,
-        env=_pairs(env or []), secrets=_secrets(secret or []), job=job_ref,
+        argv=command,
+        name=name,
+        chip=chip,
+        chips=chips,
+        nodes=nodes,
+        host=host,
+        image=image,
+        env=_pairs(env or []),
+        secrets=_secrets(secret or []),
+        job=job_ref,
         follow=(follow or not detach) and not (as_json and not follow),
-        options={**_options(down, tpu_version, tpu_spot, tpu_preemptible),
-                 **_volcano_options(volcano_image, volcano_namespace)}, yes=yes,
+        options={
+            **_options(down, tpu_version, tpu_spot, tpu_preemptible),
+            **_volcano_options(volcano_image, volcano_namespace),
+        },
+        yes=yes,
         retry=retry_policy(retry, retry_on, retry_backoff_s),
-    )  # fmt: skip
+    )
     if dry_run:
         raise typer.Exit(_dry_run(req))
     try:

@@ -35,14 +35,22 @@ def cmd_sync(
             ctl.store.resolve(run_ref).id if run_ref else syncing.latest_session(ctl, Path.cwd())
         )
         if watch:
-            err.print(f"watching for changes to sync to run {run_id} (Ctrl-C to stop)",
-                      markup=False)  # fmt: skip
+            err.print(
+                f"watching for changes to sync to run {run_id} (Ctrl-C to stop)", markup=False
+            )
             await syncing.watch(ctl, run_id, lambda t: err.print(t, markup=False))
             return
         s = await syncing.sync_once(ctl, run_id)
         if as_json:
-            print_json({"run_id": run_id, "paths": s.paths, "modules": s.modules,
-                        "elapsed_s": round(s.elapsed_s, 4), "already": s.already})  # fmt: skip
+            print_json(
+                {
+                    "run_id": run_id,
+                    "paths": s.paths,
+                    "modules": s.modules,
+                    "elapsed_s": round(s.elapsed_s, 4),
+                    "already": s.already,
+                }
+            )
         else:
             err.print(f"run {run_id}: {syncing.describe(s)}", markup=False)
 

@@ -25,9 +25,12 @@ T = TypeVar("T")
 
 
 def ensure_started(
-    base: Path, usable: Callable[[], T | None], start: Callable[[], T], what: str,
+    base: Path,
+    usable: Callable[[], T | None],
+    start: Callable[[], T],
+    what: str,
     wait_s: float,
-) -> T:  # fmt: skip
+) -> T:
     """``usable()`` if it answers, else ``start()`` under ``base/start.lock`` (``flock``; each
     call opens its own file description, so threads of one process exclude each other too).
     ``wait_s``: how long a holder may take to start one (the others outwait it)."""
@@ -60,9 +63,14 @@ def ensure_started(
 
 
 def spawn_until(
-    argv: list[str], log: Path, ready: Callable[[], T | None], what: str, timeout_s: float,
-    poll_s: float = 0.05, env: dict[str, str] | None = None,
-) -> tuple[T, int]:  # fmt: skip
+    argv: list[str],
+    log: Path,
+    ready: Callable[[], T | None],
+    what: str,
+    timeout_s: float,
+    poll_s: float = 0.05,
+    env: dict[str, str] | None = None,
+) -> tuple[T, int]:
     """Start ``argv`` detached (own session, output appended to ``log``, 0600) and return what
     ``ready()`` gives once it gives something, and the pid; an ``AgentError`` (naming the log's
     last lines) when it exits first or stays silent for ``timeout_s``. ``env``: the agent's whole

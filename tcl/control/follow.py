@@ -95,8 +95,9 @@ async def pull(
     pages = await _pages(backend, handle, att, cache, wait_s)
     fresh: list[KeptEvent] = []
     for node in sorted(pages):
-        fresh += cache.append(pages[node].events, att.attempt, node, handle.node_count,
-                              handle.node_noun)  # fmt: skip
+        fresh += cache.append(
+            pages[node].events, att.attempt, node, handle.node_count, handle.node_noun
+        )
     # The metric points go to the store too, for its other readers (`tcl metrics`, a team's
     # PostgreSQL); keyed by the cache's seq, so keeping them again changes nothing.
     ctl.metrics.add(run.id, fresh)
@@ -125,8 +126,12 @@ async def pull(
             ctl.store.update_attempt(run.id, att.attempt, state=RunState.FAILED)
         noun = handle.node_noun
         why = f"{noun} {node} failed" + (f" (exit code {code})" if code is not None else "")
-        ctl.store.set_state(run.id, RunState.FAILED, exit_code=code,
-                            message=f"{why}; the other {noun}s were stopped")  # fmt: skip
+        ctl.store.set_state(
+            run.id,
+            RunState.FAILED,
+            exit_code=code,
+            message=f"{why}; the other {noun}s were stopped",
+        )
         # their last events come with the next pulls, which find the run failed already and
         # stop nothing twice
         return PullResult(fresh, RunState.RUNNING, True)
@@ -288,9 +293,11 @@ class ResumingPull:
     in a row (then the error is raised)."""
 
     def __init__(
-        self, deadline_s: float, on_reconnect: Callable[[str], None] | None = None,
+        self,
+        deadline_s: float,
+        on_reconnect: Callable[[str], None] | None = None,
         relaunch: bool = True,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.deadline_s = deadline_s
         self.on_reconnect = on_reconnect
         self.relaunch = relaunch
@@ -366,8 +373,7 @@ async def refresh_many(ctl: Control, runs: Sequence[Run], timeout_s: float = 5.0
                 with contextlib.suppress(TclError, TimeoutError):
                     run_now = ctl.store.get_run(r.id)
                     await asyncio.wait_for(pull(ctl, run_now, relaunch=False), timeout_s)
-            _record_state(ctl, ctl.store.get_run(r.id), att, ans.state, ans.exit_code,
-                          ans.message)  # fmt: skip
+            _record_state(ctl, ctl.store.get_run(r.id), att, ans.state, ans.exit_code, ans.message)
 
     await asyncio.gather(*(one_backend(k, items) for k, items in groups.items()))
     return [ctl.store.get_run(r.id) for r in runs]
@@ -385,8 +391,9 @@ async def stop(ctl: Control, run: Run, grace_s: float = 10.0) -> Run:
         return run
     if waiting_for_retry(ctl, run):  # its last attempt ended already: nothing runs to stop
         ctl.retries.placed(run.id)
-        ctl.store.set_state(run.id, RunState.TERMINATED, message="stopped by user (was waiting "
-                            "to be placed again)")  # fmt: skip
+        ctl.store.set_state(
+            run.id, RunState.TERMINATED, message="stopped by user (was waiting to be placed again)"
+        )
         return ctl.store.get_run(run.id)
     att = ctl.store.latest_attempt(run.id)
     if att is None or not att.handle:
@@ -404,8 +411,9 @@ async def stop(ctl: Control, run: Run, grace_s: float = 10.0) -> Run:
     deadline = time.monotonic() + grace_s + 10.0
     with contextlib.suppress(TclError):
         while time.monotonic() < deadline:
-            res = await pull(ctl, ctl.store.get_run(run.id), wait_s=1.0, release=False,
-                             relaunch=False)  # fmt: skip
+            res = await pull(
+                ctl, ctl.store.get_run(run.id), wait_s=1.0, release=False, relaunch=False
+            )
             if res.state.is_final and not res.more:
                 break
     ctl.store.set_state(run.id, RunState.TERMINATED, message="stopped by user")

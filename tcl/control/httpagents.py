@@ -34,9 +34,14 @@ class HttpShim:
     """The shim's own typed client (``tcl.shim.client``) behind the ``ShimApi`` seam."""
 
     def __init__(
-        self, base_url: str, token: str, name: str = "shim", unreachable_hint: str = "",
-        on_unauthorized: Callable[[], None] | None = None, uds: Path | None = None,
-    ) -> None:  # fmt: skip
+        self,
+        base_url: str,
+        token: str,
+        name: str = "shim",
+        unreachable_hint: str = "",
+        on_unauthorized: Callable[[], None] | None = None,
+        uds: Path | None = None,
+    ) -> None:
         self.name = name
         self.unreachable_hint = unreachable_hint  # appended when the shim does not answer
         # a token that no longer matches (the host was set up again): the owner forgets it

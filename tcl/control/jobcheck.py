@@ -43,9 +43,14 @@ def check_job_key(key: str, start: Path, stop: Path | None = None) -> str | None
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONDONTWRITEBYTECODE": "1"}
     try:
         proc = subprocess.run(
-            argv, cwd=start, env=env, capture_output=True, text=True,
-            timeout=CHECK_TIMEOUT_S, check=False,
-        )  # fmt: skip
+            argv,
+            cwd=start,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=CHECK_TIMEOUT_S,
+            check=False,
+        )
     except subprocess.TimeoutExpired:
         raise TclError(
             f"checking --job {key} took over {CHECK_TIMEOUT_S:.0f} s "

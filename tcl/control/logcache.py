@@ -81,9 +81,13 @@ class LogCache:
             self._node_final[key] = e
 
     def append(
-        self, events: list[Event], attempt: int = 0, node: int = 0, nodes: int = 1,
+        self,
+        events: list[Event],
+        attempt: int = 0,
+        node: int = 0,
+        nodes: int = 1,
         noun: str = "node",
-    ) -> list[KeptEvent]:  # fmt: skip
+    ) -> list[KeptEvent]:
         """Store the node's events newer than what is kept; return exactly those, in order."""
         last = self.last_seq()
         node_last = self.node_last(attempt, node)
@@ -91,8 +95,14 @@ class LogCache:
         for e in sorted(events, key=lambda e: e.seq):
             if e.seq > node_last:
                 last += 1
-                kept = {"seq": last, "node": node, "nodes": nodes, "attempt": attempt,
-                        "node_seq": e.seq, "noun": noun}  # fmt: skip
+                kept = {
+                    "seq": last,
+                    "node": node,
+                    "nodes": nodes,
+                    "attempt": attempt,
+                    "node_seq": e.seq,
+                    "noun": noun,
+                }
                 fresh.append(KeptEvent(**{**e.model_dump(), **kept}))
                 node_last = e.seq
         if fresh:

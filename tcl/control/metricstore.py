@@ -87,10 +87,17 @@ class MetricStore:
             if rec is None:
                 continue
             rows.append(
-                {"run_id": run_id, "attempt": e.attempt, "node": e.node,
-                 "node_seq": e.node_seq, "ts": e.ts, "step": rec.step, "kind": rec.kind,
-                 "values": rec.values}
-            )  # fmt: skip
+                {
+                    "run_id": run_id,
+                    "attempt": e.attempt,
+                    "node": e.node,
+                    "node_seq": e.node_seq,
+                    "ts": e.ts,
+                    "step": rec.step,
+                    "kind": rec.kind,
+                    "values": rec.values,
+                }
+            )
         if not rows:
             return 0
         new = 0

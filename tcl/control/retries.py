@@ -97,5 +97,11 @@ class Retries:
 
 
 def _state(row: RunRetryRow) -> RetryState:
-    return RetryState(row.run_id, row.failures or 0, row.requeues or 0, bool(row.waiting),
-                      row.not_before or 0.0, row.why or "")  # fmt: skip
+    return RetryState(
+        row.run_id,
+        row.failures or 0,
+        row.requeues or 0,
+        bool(row.waiting),
+        row.not_before or 0.0,
+        row.why or "",
+    )

@@ -51,9 +51,13 @@ class Decision:
 
 
 def decide(
-    policy: RetryPolicy, failures: int, state: RunState, exit_code: int | None,
-    message: str, preempted: bool,
-) -> Decision:  # fmt: skip
+    policy: RetryPolicy,
+    failures: int,
+    state: RunState,
+    exit_code: int | None,
+    message: str,
+    preempted: bool,
+) -> Decision:
     """``failures``: attempts of this run that failed before the one that just ended."""
     ended = message or (f"exit code {exit_code}" if exit_code is not None else state.value)
     if state is RunState.SUCCEEDED:

@@ -41,9 +41,14 @@ async def release_attempt(ctl: Control, att: Attempt, state: RunState) -> None:
 
 
 async def retry_after_end(
-    ctl: Control, run: Run, att: Attempt, state: RunState, exit_code: int | None, why: str,
+    ctl: Control,
+    run: Run,
+    att: Attempt,
+    state: RunState,
+    exit_code: int | None,
+    why: str,
     preempted: bool,
-) -> str | None:  # fmt: skip
+) -> str | None:
     """The run's attempt ended in ``state``. With a policy that retries it, end the attempt,
     put the run back in the queue and return None; else return the message its end should
     carry (``why``, or the policy's account of attempts used up)."""

@@ -32,9 +32,12 @@ class Control:
     """Holds the connections of one CLI command; :meth:`aclose` releases them."""
 
     def __init__(
-        self, cfg: Config, store: Store | None = None, pool: SshPool | None = None,
+        self,
+        cfg: Config,
+        store: Store | None = None,
+        pool: SshPool | None = None,
         shared: bool = False,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.cfg = cfg
         self._store = store
         self._pool = pool
@@ -90,9 +93,11 @@ class Control:
                 n: h for n, h in self.cfg.hosts.items() if _class_or_none(h.type) is cls
             }  # the config's hosts this backend serves, in file order
             inputs = BackendInputs(
-                hosts=hosts, clusters=self.cfg.clusters, gres_mapping=self.cfg.gres_mapping,
+                hosts=hosts,
+                clusters=self.cfg.clusters,
+                gres_mapping=self.cfg.gres_mapping,
                 ssh_pool=lambda: self.pool,
-            )  # fmt: skip
+            )
             b = self._backends[cls.kind] = cls(inputs)
         return b
 

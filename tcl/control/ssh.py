@@ -50,22 +50,34 @@ class SshTarget:
     @classmethod
     def from_config(cls, name: str, host: SshOptions) -> SshTarget:
         return cls(
-            name=name, host=host.ssh, port=host.port, user=host.user, proxy_jump=host.proxy_jump,
-            identity_file=host.identity_file, known_hosts=host.known_hosts,
-            config_file=host.ssh_config_file, connect_timeout_s=host.connect_timeout_s,
-            keepalive_s=host.keepalive_s, max_sessions=host.max_sessions,
-        )  # fmt: skip
+            name=name,
+            host=host.ssh,
+            port=host.port,
+            user=host.user,
+            proxy_jump=host.proxy_jump,
+            identity_file=host.identity_file,
+            known_hosts=host.known_hosts,
+            config_file=host.ssh_config_file,
+            connect_timeout_s=host.connect_timeout_s,
+            keepalive_s=host.keepalive_s,
+            max_sessions=host.max_sessions,
+        )
 
     def hop(self, spec: str) -> SshTarget:
         """A jump host written as ``[user@]host[:port]``, with this target's options."""
         user, _, hostport = spec.rpartition("@")
         host, _, port = hostport.partition(":")
         return SshTarget(
-            name=f"{self.name}/jump:{spec}", host=host, port=int(port) if port else None,
-            user=user or None, identity_file=self.identity_file, known_hosts=self.known_hosts,
-            config_file=self.config_file, connect_timeout_s=self.connect_timeout_s,
+            name=f"{self.name}/jump:{spec}",
+            host=host,
+            port=int(port) if port else None,
+            user=user or None,
+            identity_file=self.identity_file,
+            known_hosts=self.known_hosts,
+            config_file=self.config_file,
+            connect_timeout_s=self.connect_timeout_s,
             keepalive_s=self.keepalive_s,
-        )  # fmt: skip
+        )
 
     def options(self) -> dict[str, Any]:
         opts: dict[str, Any] = {
@@ -98,9 +110,12 @@ class RemoteProcess:
     """A process started by :meth:`SshPool.start`: :meth:`finish` or :meth:`close` it, once."""
 
     def __init__(
-        self, host: str, program: str, proc: asyncssh.SSHClientProcess[Any],
+        self,
+        host: str,
+        program: str,
+        proc: asyncssh.SSHClientProcess[Any],
         release: Callable[[], None],
-    ) -> None:  # fmt: skip
+    ) -> None:
         self._host = host
         self._program = program
         self._proc = proc

@@ -125,16 +125,31 @@ class Attempt:
 
 def _run(row: RunRow) -> Run:
     return Run(
-        row.id, row.name, RunState(row.state), row.host, row.backend, dict(row.request),
-        row.code_sha256, row.exit_code, row.message, row.created_at, row.updated_at,
-    )  # fmt: skip
+        row.id,
+        row.name,
+        RunState(row.state),
+        row.host,
+        row.backend,
+        dict(row.request),
+        row.code_sha256,
+        row.exit_code,
+        row.message,
+        row.created_at,
+        row.updated_at,
+    )
 
 
 def _attempt(row: AttemptRow) -> Attempt:
     return Attempt(
-        row.run_id, row.attempt, row.host, row.backend, dict(row.handle), RunState(row.state),
-        row.log_cursor, row.created_at,
-    )  # fmt: skip
+        row.run_id,
+        row.attempt,
+        row.host,
+        row.backend,
+        dict(row.handle),
+        RunState(row.state),
+        row.log_cursor,
+        row.created_at,
+    )
 
 
 def _starts_with(column: Any, prefix: str) -> Any:
@@ -291,9 +306,15 @@ class Store:
     ) -> Run:
         now = time.time()
         row = RunRow(
-            id=run_id, name=name, state=RunState.PENDING.value, request=request,
-            code_sha256=code_sha256, message="", created_at=now, updated_at=now,
-        )  # fmt: skip
+            id=run_id,
+            name=name,
+            state=RunState.PENDING.value,
+            request=request,
+            code_sha256=code_sha256,
+            message="",
+            created_at=now,
+            updated_at=now,
+        )
         with self._session() as s:
             s.add(row)
             s.flush()
@@ -457,10 +478,15 @@ class Store:
                 .order_by(AttemptRow.attempt.desc())
             ).first()
             row = AttemptRow(
-                run_id=run_id, attempt=0 if last is None else last + 1, host=host,
-                backend=backend, handle=handle or {}, state=RunState.PROVISIONING.value,
-                log_cursor=0, created_at=time.time(),
-            )  # fmt: skip
+                run_id=run_id,
+                attempt=0 if last is None else last + 1,
+                host=host,
+                backend=backend,
+                handle=handle or {},
+                state=RunState.PROVISIONING.value,
+                log_cursor=0,
+                created_at=time.time(),
+            )
             s.add(row)
             s.flush()
             return _attempt(row)

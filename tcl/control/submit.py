@@ -72,12 +72,24 @@ class Submission:
 def submission_from(req: SubmitRequest) -> Submission:
     """The submit a CLI's request asks for (the daemon's, a dry run's, an in-process one's)."""
     return Submission(
-        argv=req.argv, name=req.name, chip=req.chip, chips=req.chips, nodes=req.nodes,
-        host=req.host, image=req.image, env=req.env, secrets=req.secrets, cwd=Path(req.cwd),
+        argv=req.argv,
+        name=req.name,
+        chip=req.chip,
+        chips=req.chips,
+        nodes=req.nodes,
+        host=req.host,
+        image=req.image,
+        env=req.env,
+        secrets=req.secrets,
+        cwd=Path(req.cwd),
         code_dir=Path(req.code_dir) if req.code_dir is not None else None,
-        max_duration_s=req.max_duration_s, job=req.job, options=req.options, yes=req.yes,
-        retry=req.retry, session=req.session,
-    )  # fmt: skip
+        max_duration_s=req.max_duration_s,
+        job=req.job,
+        options=req.options,
+        yes=req.yes,
+        retry=req.retry,
+        session=req.session,
+    )
 
 
 async def submit(
@@ -154,16 +166,22 @@ def stored_request(sub: Submission, cwd: str) -> dict[str, Any]:
     """What the store keeps of a submit: enough to place the run again as it was submitted
     (a lost node, a retry, a matrix entry's first placement); secrets by name only."""
     return {
-        "argv": sub.argv, "chip": sub.chip, "chips": sub.chips, "nodes": sub.nodes,
+        "argv": sub.argv,
+        "chip": sub.chip,
+        "chips": sub.chips,
+        "nodes": sub.nodes,
         "host": sub.host,
-        "image": sub.image, "env": sub.env, "secret_names": sorted(sub.secrets),
+        "image": sub.image,
+        "env": sub.env,
+        "secret_names": sorted(sub.secrets),
         "job": sub.job.key if sub.job else None,
         "job_ref": sub.job.model_dump(mode="json") if sub.job else None,
-        "options": sub.options, "job_cwd": cwd,
+        "options": sub.options,
+        "job_cwd": cwd,
         "max_duration_s": sub.max_duration_s,
         "retry": sub.retry.model_dump(mode="json") if sub.retry else None,
         "session": sub.session.value if sub.session else None,
-    }  # fmt: skip
+    }
 
 
 @dataclass
@@ -184,9 +202,15 @@ async def _cancel(task: asyncio.Task[Solution]) -> None:
 
 
 async def _place_and_start(
-    ctl: Control, sub: Submission, snap: Snapshot, run_id: str, req: Request,
-    solving: asyncio.Task[Solution], obs: Observer, tried: _Tried,
-) -> SubmitResult:  # fmt: skip
+    ctl: Control,
+    sub: Submission,
+    snap: Snapshot,
+    run_id: str,
+    req: Request,
+    solving: asyncio.Task[Solution],
+    obs: Observer,
+    tried: _Tried,
+) -> SubmitResult:
     obs.status("finding hosts")
     sol = await solving
     skipped = list(sol.skipped)
@@ -198,17 +222,26 @@ async def _place_and_start(
         backend = ctl.backend_for_kind(plan.backend)
         att = ctl.store.add_attempt(run_id, plan.host, backend.kind)
         job = JobSpec(
-            run_id=run_id, attempt=att.attempt, name=sub.name, argv=sub.argv or None,
-            env=dict(sub.env), secrets=sub.secrets, cwd=_job_cwd(sub, snap),
-            code=CodeRef(sha256=snap.sha256, size=snap.size), max_duration_s=sub.max_duration_s,
-            job=sub.job, session=SessionSpec(kind=sub.session) if sub.session else None,
-        )  # fmt: skip
+            run_id=run_id,
+            attempt=att.attempt,
+            name=sub.name,
+            argv=sub.argv or None,
+            env=dict(sub.env),
+            secrets=sub.secrets,
+            cwd=_job_cwd(sub, snap),
+            code=CodeRef(sha256=snap.sha256, size=snap.size),
+            max_duration_s=sub.max_duration_s,
+            job=sub.job,
+            session=SessionSpec(kind=sub.session) if sub.session else None,
+        )
         recorded: list[Handle] = []
 
         def on_handle(
-            h: Handle, att_no: int = att.attempt, rec: list[Handle] = recorded,
+            h: Handle,
+            att_no: int = att.attempt,
+            rec: list[Handle] = recorded,
             host: str = plan.host,
-        ) -> None:  # fmt: skip
+        ) -> None:
             rec.append(h)
             tried.host = host  # something exists there: a cancel cleans it up
             ctl.store.update_attempt(run_id, att_no, handle=h.model_dump(mode="json"))
@@ -234,13 +267,20 @@ async def _place_and_start(
             ctl.store.set_state(run_id, launched.state)
         ctl.store.update_attempt(run_id, att.attempt, state=launched.state)
         return SubmitResult(
-            run_id=run_id, name=sub.name, host=plan.host, backend=backend.kind,
+            run_id=run_id,
+            name=sub.name,
+            host=plan.host,
+            backend=backend.kind,
             task_id=launched.handle.task_label(),
             accelerators=launched.accelerators[0] if launched.accelerators else [],
-            code_sha256=snap.sha256, code_bytes=snap.size, uploaded_bytes=launched.uploaded_bytes,
-            skipped=skipped, ssh=launched.ssh, nodes=launched.handle.node_count,
+            code_sha256=snap.sha256,
+            code_bytes=snap.size,
+            uploaded_bytes=launched.uploaded_bytes,
+            skipped=skipped,
+            ssh=launched.ssh,
+            nodes=launched.handle.node_count,
             state=launched.state.value,
-        )  # fmt: skip
+        )
     raise NoPlacementError(f"nothing fits {req.describe()} at launch; hosts now:", skipped)
 
 
@@ -250,15 +290,25 @@ async def dry_run(ctl: Control, sub: Submission) -> str:
     req = _request(sub)
     sol = await solve(ctl.cfg, req, ctl.backend_of)
     snap = await asyncio.to_thread(
-        snapshot, sub.code_dir or sub.cwd, cache_dir(), ctl.cfg.shipping.max_bytes,
-        ctl.cfg.shipping.cache_max_bytes, explicit=sub.code_dir is not None,
-    )  # fmt: skip
+        snapshot,
+        sub.code_dir or sub.cwd,
+        cache_dir(),
+        ctl.cfg.shipping.max_bytes,
+        ctl.cfg.shipping.cache_max_bytes,
+        explicit=sub.code_dir is not None,
+    )
     job = JobSpec(
-        run_id="dry-run", name=sub.name, argv=sub.argv or None, env=dict(sub.env),
-        secrets=dict.fromkeys(sub.secrets, "***"), cwd=job_cwd(sub.cwd, snap.root),
-        code=CodeRef(sha256=snap.sha256, size=snap.size), max_duration_s=sub.max_duration_s,
-        job=sub.job, session=SessionSpec(kind=sub.session) if sub.session else None,
-    )  # fmt: skip
+        run_id="dry-run",
+        name=sub.name,
+        argv=sub.argv or None,
+        env=dict(sub.env),
+        secrets=dict.fromkeys(sub.secrets, "***"),
+        cwd=job_cwd(sub.cwd, snap.root),
+        code=CodeRef(sha256=snap.sha256, size=snap.size),
+        max_duration_s=sub.max_duration_s,
+        job=sub.job,
+        session=SessionSpec(kind=sub.session) if sub.session else None,
+    )
     out = [f"code: {snap.files} files, {snap.size} bytes, sha256 {snap.sha256[:12]}\n"]
     for host, why in sol.skipped:
         out.append(f"skipped {host}: {why}\n")
@@ -272,8 +322,14 @@ async def dry_run(ctl: Control, sub: Submission) -> str:
 
 
 def _request(sub: Submission) -> Request:
-    return Request(chip=sub.chip, chips=sub.chips, nodes=sub.nodes, host=sub.host,
-                   options=dict(sub.options), interactive=sub.session is not None)  # fmt: skip
+    return Request(
+        chip=sub.chip,
+        chips=sub.chips,
+        nodes=sub.nodes,
+        host=sub.host,
+        options=dict(sub.options),
+        interactive=sub.session is not None,
+    )
 
 
 def _job_cwd(sub: Submission, snap: Snapshot) -> str:
@@ -307,23 +363,30 @@ async def relaunch(ctl: Control, run_id: str, obs: Observer | None = None) -> Su
         )
     job_ref = r.get("job_ref")
     sub = Submission(
-        argv=list(r.get("argv") or []), name=run.name, chip=r.get("chip"),
-        chips=int(r.get("chips") or 0), nodes=int(r.get("nodes") or 0),
+        argv=list(r.get("argv") or []),
+        name=run.name,
+        chip=r.get("chip"),
+        chips=int(r.get("chips") or 0),
+        nodes=int(r.get("nodes") or 0),
         host=_resume_where(ctl, run_id, r.get("host"), r.get("env") or {}),
-        image=r.get("image"), env=dict(r.get("env") or {}),
+        image=r.get("image"),
+        env=dict(r.get("env") or {}),
         secrets={n: os.environ[n] for n in r.get("secret_names") or []},
         job=JobRef.model_validate(job_ref) if job_ref else None,
-        options=dict(r.get("options") or {}), yes=True, job_cwd=str(r.get("job_cwd") or ""),
+        options=dict(r.get("options") or {}),
+        yes=True,
+        job_cwd=str(r.get("job_cwd") or ""),
         max_duration_s=r.get("max_duration_s"),
         retry=RetryPolicy.model_validate(r["retry"]) if r.get("retry") else None,
         session=SessionKind(r["session"]) if r.get("session") else None,
-    )  # fmt: skip
+    )
     snap = await asyncio.to_thread(cached_snapshot, cache_dir(), run.code_sha256)
     req = _request(sub)
     solving = asyncio.create_task(solve(ctl.cfg, req, ctl.backend_of))
     try:
-        return await _place_and_start(ctl, sub, snap, run_id, req, solving, obs or _Silent(),
-                                      _Tried())  # fmt: skip
+        return await _place_and_start(
+            ctl, sub, snap, run_id, req, solving, obs or _Silent(), _Tried()
+        )
     finally:
         await _cancel(solving)
 

@@ -51,9 +51,13 @@ def begin(ctl: Control, run_id: str, start: Path) -> treesync.SyncState:
     tarball = cached_snapshot(cache_dir(), run.code_sha256).tarball
     manifest = treesync.manifest_of_tarball(tarball)
     state = treesync.SyncState(
-        run_id=run_id, root=root, git=git, job_cwd=str(run.request.get("job_cwd") or ""),
-        base=treesync.tree_id(manifest), manifest=manifest,
-    )  # fmt: skip
+        run_id=run_id,
+        root=root,
+        git=git,
+        job_cwd=str(run.request.get("job_cwd") or ""),
+        base=treesync.tree_id(manifest),
+        manifest=manifest,
+    )
     state.save(state_path(run_id))
     return state
 
@@ -105,8 +109,9 @@ async def sync_once(ctl: Control, run_id: str, tgt: interactive.Target | None = 
     state.base = ack.base
     await asyncio.to_thread(state.save, state_path(run_id))
     modules = treesync.changed_modules(patch, state.job_cwd)
-    return Synced(ack.applied or len(patch.files), modules, time.perf_counter() - started,
-                  ack.already)  # fmt: skip
+    return Synced(
+        ack.applied or len(patch.files), modules, time.perf_counter() - started, ack.already
+    )
 
 
 def describe(s: Synced) -> str:

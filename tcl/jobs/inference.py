@@ -257,9 +257,11 @@ class InferenceJob(RestoreableJob[C], Generic[C, M]):
                 float(top_p),
             )
         new = np.asarray(jax.device_get(out)).tolist()
-        rows = new if return_type.startswith("output") else [
-            [*s, *n] for s, n in zip(seqs, new, strict=True)
-        ]  # fmt: skip
+        rows = (
+            new
+            if return_type.startswith("output")
+            else [[*s, *n] for s, n in zip(seqs, new, strict=True)]
+        )
         if return_type.endswith("indices"):
             return rows
         return [text.decode_tokens(enc, row) for row in rows]

@@ -32,8 +32,9 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 READY_TIMEOUT_S = 900.0
 # Placement keys @tcl.remote takes: the same as `tcl submit`'s flags.
-PLACEMENT_KEYS = frozenset({"chip", "chips", "host", "image", "env", "name", "max_duration_s",
-                            "nodes"})  # fmt: skip
+PLACEMENT_KEYS = frozenset(
+    {"chip", "chips", "host", "image", "env", "name", "max_duration_s", "nodes"}
+)
 
 
 class SessionStartError(RemoteError):
@@ -105,14 +106,20 @@ class TclSession:
         chip = str(p["chip"]).lower() if p.get("chip") else None
         chips = int(p.get("chips") or 0)
         return SubmitRequest(
-            config_path=os.path.abspath(path), config_named=named, cwd=str(self.cwd),
-            name=str(p.get("name") or ""), chip=chip,
-            chips=chips if chips or chip is None else 1, nodes=int(p.get("nodes") or 0),
-            host=p.get("host"), image=p.get("image"),
+            config_path=os.path.abspath(path),
+            config_named=named,
+            cwd=str(self.cwd),
+            name=str(p.get("name") or ""),
+            chip=chip,
+            chips=chips if chips or chip is None else 1,
+            nodes=int(p.get("nodes") or 0),
+            host=p.get("host"),
+            image=p.get("image"),
             env={str(k): str(v) for k, v in dict(p.get("env") or {}).items()},
-            max_duration_s=p.get("max_duration_s"), follow=False,
+            max_duration_s=p.get("max_duration_s"),
+            follow=False,
             session=SessionKind.REMOTE,
-        )  # fmt: skip
+        )
 
     def _submit(self) -> SubmitResult:
         """Through the daemon (it follows the run and frees it at its end), else here."""

@@ -151,9 +151,12 @@ async def _main(
 
 
 async def _drive_until_final(
-    runner: Runner, spec: JobSpec, code_path: Path | None, stopper: StopOnSignals,
+    runner: Runner,
+    spec: JobSpec,
+    code_path: Path | None,
+    stopper: StopOnSignals,
     mount: NodeMount | None,
-) -> None:  # fmt: skip
+) -> None:
     try:
         try:
             await asyncio.to_thread(_drive, runner, spec, code_path, mount)

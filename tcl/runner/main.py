@@ -165,9 +165,14 @@ def _serve(args: argparse.Namespace) -> int:
     runner = Runner(_config(args))
     try:
         return serve(
-            runner, args.host, args.port, token, args.port_file, args.linger_s,
+            runner,
+            args.host,
+            args.port,
+            token,
+            args.port_file,
+            args.linger_s,
             args.start_timeout_s,
-        )  # fmt: skip
+        )
     finally:
         runner.close()
 

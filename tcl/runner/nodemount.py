@@ -85,9 +85,13 @@ class NodeMount:
     ``release`` after it ended (a release without an acquire does nothing)."""
 
     def __init__(
-        self, fs: ClusterFs, state_dir: Path, key: str, mountinfo: Path | None = None,
+        self,
+        fs: ClusterFs,
+        state_dir: Path,
+        key: str,
+        mountinfo: Path | None = None,
         fuse_device: Path | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.fs = fs
         self.state_dir = state_dir
         self.key = key
@@ -198,10 +202,15 @@ class NodeMount:
         )
         try:
             proc = subprocess.run(
-                argv, env=mount_env(fs), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT, timeout=MOUNT_TIMEOUT_S, check=False,
+                argv,
+                env=mount_env(fs),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                timeout=MOUNT_TIMEOUT_S,
+                check=False,
                 start_new_session=True,
-            )  # fmt: skip
+            )
         except subprocess.TimeoutExpired:
             raise MountFailed(
                 f"juicefs did not mount {fs.meta_url} at {fs.mount_point} within "
@@ -219,9 +228,13 @@ class NodeMount:
         argv = unmount_argv(juicefs_binary(NODE_INSTALL_FIX), mp, force=force)
         try:
             proc = subprocess.run(
-                argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT, timeout=UNMOUNT_TIMEOUT_S, check=False,
-            )  # fmt: skip
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                timeout=UNMOUNT_TIMEOUT_S,
+                check=False,
+            )
         except subprocess.TimeoutExpired:
             raise MountFailed(f"unmounting {mp} took over {UNMOUNT_TIMEOUT_S:.0f} s") from None
         if proc.returncode != 0:

@@ -121,10 +121,16 @@ def start_spec(spec: SessionSpec, job_dir: Path, env: Mapping[str, str], in_imag
     session = Session(spec.kind, free_port(), secrets.token_urlsafe(24), python)
     if spec.kind is SessionKind.JUPYTER:
         argv = [
-            python, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1",
-            f"--port={session.port}", "--ServerApp.port_retries=0", "--allow-root",
+            python,
+            "-m",
+            "jupyterlab",
+            "--no-browser",
+            "--ip=127.0.0.1",
+            f"--port={session.port}",
+            "--ServerApp.port_retries=0",
+            "--allow-root",
             f"--ServerApp.root_dir={job_dir}",
-        ]  # fmt: skip
+        ]
         return Launch(session, argv, {}, {JUPYTER_TOKEN_ENV: session.token})
     argv = [python, "-m", "tcl.remote.worker"]
     return Launch(session, argv, {PORT_ENV: str(session.port)}, {TOKEN_ENV: session.token})

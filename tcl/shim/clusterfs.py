@@ -50,10 +50,13 @@ class ClusterMounts:
     """The host's cluster filesystems and the tasks that use each."""
 
     def __init__(
-        self, state_dir: Path, fuse_device: Path = FUSE_DEVICE,
+        self,
+        state_dir: Path,
+        fuse_device: Path = FUSE_DEVICE,
         mountinfo: Path = Path("/proc/self/mountinfo"),
-        binary: Callable[[], str] = juicefs_binary, enabled: bool = True,
-    ) -> None:  # fmt: skip
+        binary: Callable[[], str] = juicefs_binary,
+        enabled: bool = True,
+    ) -> None:
         self.state_file = state_dir / "mounts.json"
         self.log_dir = state_dir / "juicefs"
         self.fuse_device = fuse_device
@@ -146,9 +149,12 @@ class ClusterMounts:
         env = mount_env(fs)
         proc = await asyncio.create_subprocess_exec(
             *mount_argv(binary, fs, self.log_dir / log_name(fs.mount_point)),
-            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT, env=env, start_new_session=True,
-        )  # fmt: skip
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
         try:
             out, _ = await asyncio.wait_for(proc.communicate(), MOUNT_TIMEOUT_S)
         except TimeoutError:
@@ -190,9 +196,11 @@ class ClusterMounts:
         if await self._fstype(mp) == JUICEFS_FSTYPE:
             argv = unmount_argv(self.binary(), mp, force=lazy)
             proc = await asyncio.create_subprocess_exec(
-                *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+                *argv,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.STDOUT,
-            )  # fmt: skip
+            )
             try:
                 out, _ = await asyncio.wait_for(proc.communicate(), UNMOUNT_TIMEOUT_S)
             except TimeoutError:
@@ -218,8 +226,15 @@ class ClusterMounts:
                 error = "not mounted (its juicefs process is gone); the next task mounts it again"
             elif not await asyncio.to_thread(answers, mp):
                 mounted, error = False, "mounted but not answering (its juicefs process died?)"
-            out.append(MountHealth(mount_point=mp, meta_url=fs.meta_url, mounted=mounted,
-                                   tasks=len(self._users.get(mp, ())), error=error))  # fmt: skip
+            out.append(
+                MountHealth(
+                    mount_point=mp,
+                    meta_url=fs.meta_url,
+                    mounted=mounted,
+                    tasks=len(self._users.get(mp, ())),
+                    error=error,
+                )
+            )
         return out
 
     async def close(self) -> None:

@@ -147,9 +147,12 @@ def build(settings: ShimSettings) -> tuple[TaskService, Reconciler]:
         ExecutorKind.DOCKER if ExecutorKind.DOCKER in executors else ExecutorKind.PROCESS
     )
     service = TaskService(
-        store=store, inventory=inventory, executors=executors, default_executor=default,
+        store=store,
+        inventory=inventory,
+        executors=executors,
+        default_executor=default,
         mounts=ClusterMounts(state_dir, enabled=settings.cluster_fs),
-    )  # fmt: skip
+    )
     return service, Reconciler(
         service,
         settings.reconcile_interval_s,

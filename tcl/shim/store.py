@@ -94,10 +94,12 @@ class TaskStore:
     def add(self, record: TaskRecord) -> TaskRecord:
         # secrets are used once, at launch, and never written down
         fs = record.spec.cluster_fs
-        spec = record.spec.model_copy(update={
-            "registry_auth": None,
-            "cluster_fs": fs.model_copy(update={"meta_password": None}) if fs else None,
-        })  # fmt: skip
+        spec = record.spec.model_copy(
+            update={
+                "registry_auth": None,
+                "cluster_fs": fs.model_copy(update={"meta_password": None}) if fs else None,
+            }
+        )
         record = record.model_copy(update={"spec": spec}, deep=True)
         with self._lock:
             if record.info.id in self._records:

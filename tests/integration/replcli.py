@@ -53,9 +53,13 @@ class Repl:
 def start_repl(env: TclEnv, *args: str, timeout_s: float = 300) -> Repl:
     """``tcl repl --no-browser ARGS``, once it printed its URL (fails with its stderr if not)."""
     proc = subprocess.Popen(
-        [TCL, "repl", "--no-browser", *args], cwd=env.repo, env=env.env(),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [TCL, "repl", "--no-browser", *args],
+        cwd=env.repo,
+        env=env.env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stdout is not None
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

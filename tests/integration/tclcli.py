@@ -35,9 +35,14 @@ class TclEnv:
         self, *args: str, check: bool = True, timeout: float = 180
     ) -> subprocess.CompletedProcess[str]:
         proc = subprocess.run(
-            [TCL, *args], cwd=self.repo, env=self.env(), capture_output=True, text=True,
-            timeout=timeout, check=False,
-        )  # fmt: skip
+            [TCL, *args],
+            cwd=self.repo,
+            env=self.env(),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
         if check and proc.returncode != 0:
             pytest.fail(f"tcl {' '.join(args)} -> {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
         return proc

@@ -48,12 +48,30 @@ def schemathesis(
     (work / "schema.json").write_text(json.dumps(schema))
     report = work / "report.json"
     argv = [
-        str(BIN / "schemathesis"), "run", "schema.json", "--url", base_url,
-        "--checks", "not_a_server_error", "--max-examples", str(MAX_EXAMPLES),
-        "--seed", SEED, "--workers", "1", "--request-timeout", "20",
-        "--generation-database", "none", "--no-color",
-        "--report", "json", "--report-json-path", str(report), *extra,
-    ]  # fmt: skip
+        str(BIN / "schemathesis"),
+        "run",
+        "schema.json",
+        "--url",
+        base_url,
+        "--checks",
+        "not_a_server_error",
+        "--max-examples",
+        str(MAX_EXAMPLES),
+        "--seed",
+        SEED,
+        "--workers",
+        "1",
+        "--request-timeout",
+        "20",
+        "--generation-database",
+        "none",
+        "--no-color",
+        "--report",
+        "json",
+        "--report-json-path",
+        str(report),
+        *extra,
+    ]
     if token is not None:
         argv += ["-H", f"Authorization: Bearer {token}"]
     env = {
@@ -119,8 +137,18 @@ def test_fuzz_shim(shim: Shim, tmp_path: Path) -> None:
 def runner(tmp_path: Path) -> Iterator[tuple[str, str]]:
     """A ``tcl-runner serve`` on a free port: (base url, its bearer token)."""
     port_file, state = tmp_path / "runner.port", tmp_path / "runner-state"
-    argv = [str(BIN / "tcl-runner"), "serve", "--host", "127.0.0.1", "--port", "0",
-            "--port-file", str(port_file), "--state-dir", str(state)]  # fmt: skip
+    argv = [
+        str(BIN / "tcl-runner"),
+        "serve",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "0",
+        "--port-file",
+        str(port_file),
+        "--state-dir",
+        str(state),
+    ]
     token = secrets.token_urlsafe(32)
     token_file = tmp_path / "runner.token"
     token_file.write_text(token + "\n")

@@ -75,19 +75,35 @@ def test_uv_tool_install_gives_working_commands_outside_the_checkout(
     env = _env(tmp_path)
     target = str(REPO)
     if source == "wheel":
-        subprocess.run(["uv", "build", "--wheel", "-o", str(tmp_path / "dist"), str(REPO)],
-                       check=True, capture_output=True, env=env)  # fmt: skip
+        subprocess.run(
+            ["uv", "build", "--wheel", "-o", str(tmp_path / "dist"), str(REPO)],
+            check=True,
+            capture_output=True,
+            env=env,
+        )
         (wheel,) = (tmp_path / "dist").glob("*.whl")
         assert wheel.name.startswith(f"{DISTRIBUTION.replace('-', '_')}-{__version__}-")
         target = str(wheel)
-    install = subprocess.run(["uv", "tool", "install", target], capture_output=True,
-                             text=True, env=env, cwd=tmp_path, check=False)  # fmt: skip
+    install = subprocess.run(
+        ["uv", "tool", "install", target],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        check=False,
+    )
     assert install.returncode == 0, install.stderr
     elsewhere = tmp_path / "some-project"
     elsewhere.mkdir()
     bin_dir = tmp_path / "bin"
-    version = subprocess.run([str(bin_dir / "tcl"), "--version"], capture_output=True,
-                             text=True, cwd=elsewhere, env=env, check=True)  # fmt: skip
+    version = subprocess.run(
+        [str(bin_dir / "tcl"), "--version"],
+        capture_output=True,
+        text=True,
+        cwd=elsewhere,
+        env=env,
+        check=True,
+    )
     assert version.stdout.strip() == f"tcl {__version__} ({DISTRIBUTION})"
     for agent in ("tcl-shim", "tcl-runner"):
         subprocess.run([str(bin_dir / agent), "--help"], capture_output=True, check=True)
@@ -97,9 +113,24 @@ def test_cloud_init_user_data_brings_up_a_healthy_shim_on_a_bare_host(
     tmp_path: Path, docker_client: Any, base_image: str
 ) -> None:
     port = 10998
-    out = subprocess.run([*TCL, "host", "cloud-init", "--wheel", "--executor", "process",
-                          "--fake-accelerators", "h100:2", "--port", str(port)],
-                         capture_output=True, text=True, check=True, cwd=tmp_path)  # fmt: skip
+    out = subprocess.run(
+        [
+            *TCL,
+            "host",
+            "cloud-init",
+            "--wheel",
+            "--executor",
+            "process",
+            "--fake-accelerators",
+            "h100:2",
+            "--port",
+            str(port),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=tmp_path,
+    )
     doc = yaml.safe_load(out.stdout)
     pip = next(c for c in doc["runcmd"] if "install" in c)
     assert pip[-1].endswith(".whl") and any(f["path"] == pip[-1] for f in doc["write_files"])
@@ -107,9 +138,15 @@ def test_cloud_init_user_data_brings_up_a_healthy_shim_on_a_bare_host(
     (tmp_path / "plan.json").write_text(json.dumps(plan))
     (tmp_path / "player.py").write_text(PLAYER)
     logs = docker_client.containers.run(
-        base_image, ["python3", "/player.py"], remove=True, stdout=True, stderr=True,
-        volumes={str(tmp_path / "plan.json"): {"bind": "/plan.json", "mode": "ro"},
-                 str(tmp_path / "player.py"): {"bind": "/player.py", "mode": "ro"}},
-    ).decode()  # fmt: skip
+        base_image,
+        ["python3", "/player.py"],
+        remove=True,
+        stdout=True,
+        stderr=True,
+        volumes={
+            str(tmp_path / "plan.json"): {"bind": "/plan.json", "mode": "ro"},
+            str(tmp_path / "player.py"): {"bind": "/player.py", "mode": "ro"},
+        },
+    ).decode()
     health = json.loads(logs.split("HEALTH ", 1)[1].splitlines()[0])
     assert health["service"] == "tcl-shim" and health["version"] == __version__

@@ -9,9 +9,17 @@ from tests.k8semu.cluster import TERMINAL, Cluster, PodRecord
 from tests.k8semu.config import QueueSpec
 
 _SCALE = {
-    "": 1.0, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12,
-    "Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40,
-}  # fmt: skip
+    "": 1.0,
+    "m": 1e-3,
+    "k": 1e3,
+    "M": 1e6,
+    "G": 1e9,
+    "T": 1e12,
+    "Ki": 2.0**10,
+    "Mi": 2.0**20,
+    "Gi": 2.0**30,
+    "Ti": 2.0**40,
+}
 
 
 def quantity(value: Any) -> float:

@@ -126,8 +126,11 @@ def kill_host(host: WorkerHost, attempts: int = 20) -> int:
         # host shares one filesystem, and a session killed mid-way can leave a shared lock
         # behind (root's .bashrc runs `pyenv rehash`, whose lock then stalls every later SSH
         # command for 60 s). What a VM runs lives outside them (daemons, their children).
-        pids = [int(p) for p in out.stdout.split()
-                if p.isdigit() and int(p) != keep and not _under(int(p), keep)]  # fmt: skip
+        pids = [
+            int(p)
+            for p in out.stdout.split()
+            if p.isdigit() and int(p) != keep and not _under(int(p), keep)
+        ]
         if not pids:
             return killed
         for pid in pids:

@@ -26,9 +26,12 @@ def test_seeded_store_holds_the_runs_and_the_matrix(tmp_path: Path) -> None:
     assert sum(seeded.runs.values()) == 120
     assert set(seeded.runs) == set(RUN_MIX)  # every run state is there
     assert seeded.entries == {
-        EntryState.DONE: 33, EntryState.FAILED: 5, EntryState.RUNNING: 6,
-        EntryState.CLAIMED: 1, EntryState.QUEUED: 15,
-    }  # fmt: skip
+        EntryState.DONE: 33,
+        EntryState.FAILED: 5,
+        EntryState.RUNNING: 6,
+        EntryState.CLAIMED: 1,
+        EntryState.QUEUED: 15,
+    }
     assert seeded.env()["TCL_STATE_DIR"] == str(seeded.state)
 
     store = Store(f"sqlite:///{seeded.state / 'tcl.db'}")
@@ -37,8 +40,11 @@ def test_seeded_store_holds_the_runs_and_the_matrix(tmp_path: Path) -> None:
         runs = {r.id: r for r in store.list_runs(limit=10_000)}
         assert len(runs) == 120
         # each entry that started has its run, in the matching state; queued/claimed have none
-        expect = {EntryState.DONE: RunState.SUCCEEDED, EntryState.FAILED: RunState.FAILED,
-                  EntryState.RUNNING: RunState.RUNNING}  # fmt: skip
+        expect = {
+            EntryState.DONE: RunState.SUCCEEDED,
+            EntryState.FAILED: RunState.FAILED,
+            EntryState.RUNNING: RunState.RUNNING,
+        }
         for entry in queue.entries(seeded.matrix):
             assert entry.run_id is not None
             if entry.state in expect:

@@ -22,26 +22,47 @@ node3|gpu*|gpu:h100:4(S:0-1)|gpu:h100:0|drained|
 
 def _script(**kw: object) -> BatchScript:
     base: dict[str, object] = dict(
-        job_name="tcl-run-1", nodes=2, partition="gpu", gres="gpu:h100:4", run_dir="/w/r",
-        spec="/w/r/spec.json", code="/w/c.tar.gz", runner=["/w/venv/bin/tcl-runner"],
-        time_s=3600, work="/w",
-    )  # fmt: skip
+        job_name="tcl-run-1",
+        nodes=2,
+        partition="gpu",
+        gres="gpu:h100:4",
+        run_dir="/w/r",
+        spec="/w/r/spec.json",
+        code="/w/c.tar.gz",
+        runner=["/w/venv/bin/tcl-runner"],
+        time_s=3600,
+        work="/w",
+    )
     base.update(kw)
     return BatchScript(**base)  # type: ignore[arg-type]
 
 
 def _sbatch_lines(text: str) -> list[list[str]]:
-    return [shlex.split(line[len("#SBATCH ") :]) for line in text.splitlines()
-            if line.startswith("#SBATCH ")]  # fmt: skip
+    return [
+        shlex.split(line[len("#SBATCH ") :])
+        for line in text.splitlines()
+        if line.startswith("#SBATCH ")
+    ]
 
 
 def test_script_options_and_body() -> None:
     text = render(_script(account="acc", qos="q", mem="64G", exclude=("node3",)))
     opts = [w for words in _sbatch_lines(text) for w in words]
-    for want in ("--nodes=2", "--ntasks-per-node=1", "--gres=gpu:h100:4", "--partition=gpu",
-                 "--time=0-01:00:00", "--requeue", "--open-mode=append", "--signal=USR1@120",
-                 "--account=acc", "--qos=q", "--mem=64G", "--exclude=node3",
-                 "--output=/w/r/slurm-%j.out"):  # fmt: skip
+    for want in (
+        "--nodes=2",
+        "--ntasks-per-node=1",
+        "--gres=gpu:h100:4",
+        "--partition=gpu",
+        "--time=0-01:00:00",
+        "--requeue",
+        "--open-mode=append",
+        "--signal=USR1@120",
+        "--account=acc",
+        "--qos=q",
+        "--mem=64G",
+        "--exclude=node3",
+        "--output=/w/r/slurm-%j.out",
+    ):
         assert want in opts, (want, opts)
     assert "SLURM_JOB_ID % 4096 + 61440" in text and "NodeAddr" in text
     assert '"/w/r/a${SLURM_RESTART_COUNT:-0}"' in text
@@ -63,7 +84,9 @@ def test_wrap_argv() -> None:
     argv = ["tcl-runner", "batch"]
     assert wrap_argv("none", None, argv, []) == ([], argv)
     assert wrap_argv("charliecloud", "/img", argv, [("/w", "/mnt")]) == (
-        [], ["ch-run", "-b", "/w:/mnt", "/img", "--", *argv])  # fmt: skip
+        [],
+        ["ch-run", "-b", "/w:/mnt", "/img", "--", *argv],
+    )
     opts, task = wrap_argv("pyxis", "nvcr.io/x:1", argv, [("/w", "/w")])
     assert opts == ["--container-image=nvcr.io/x:1", "--container-mounts=/w:/w"] and task == argv
     assert wrap_argv("apptainer", "x.sif", argv, [])[1][:3] == ["apptainer", "exec", "x.sif"]

@@ -210,9 +210,14 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     async def launch(
-        self, plan: Offer, job: JobSpec, snap: Snapshot, image: str | None, obs: Observer,
+        self,
+        plan: Offer,
+        job: JobSpec,
+        snap: Snapshot,
+        image: str | None,
+        obs: Observer,
         on_handle: Callable[[Handle], None],
-    ) -> Launched:  # fmt: skip
+    ) -> Launched:
         """Start ``job`` (``cluster`` filled per node here) on every node of ``plan``: all or
         nothing. ``on_handle`` is called as soon as something exists on the host (so a crash
         later still finds it); on any failure what was started is stopped and released before

@@ -41,9 +41,10 @@ class LocalShimHost(ShimHost):
 
     def placement(self) -> LocalPlacement:
         return LocalPlacement(
-            shim_state_dir=str(self.shim_state_dir), executor=self.cfg.executor,
+            shim_state_dir=str(self.shim_state_dir),
+            executor=self.cfg.executor,
             fake_accelerators=self.cfg.fake_accelerators,
-        )  # fmt: skip
+        )
 
     def peer_address(self) -> str:
         return "127.0.0.1"
@@ -80,8 +81,9 @@ class LocalBackend(ShimBackend):
             return LocalShimHost(name, cfg)
         if isinstance(record, LocalPlacement):  # a host renamed or removed since
             host = LocalHost(
-                type="local", executor=record.executor,
+                type="local",
+                executor=record.executor,
                 fake_accelerators=record.fake_accelerators,
-            )  # fmt: skip
+            )
             return LocalShimHost(name, host, Path(record.shim_state_dir))
         raise self.unknown_host(name)

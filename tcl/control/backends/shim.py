@@ -154,9 +154,14 @@ class ShimBackend(Backend):
     # launch -------------------------------------------------------------------------------
 
     async def launch(
-        self, plan: Offer, job: JobSpec, snap: Snapshot, image: str | None, obs: Observer,
+        self,
+        plan: Offer,
+        job: JobSpec,
+        snap: Snapshot,
+        image: str | None,
+        obs: Observer,
         on_handle: Callable[[BaseHandle], None],
-    ) -> Launched:  # fmt: skip
+    ) -> Launched:
         hosts = [self.host(n.host) for n in plan.nodes]
         multi = len(hosts) > 1
         base_id = f"{job.run_id}-{job.attempt}"
@@ -181,8 +186,9 @@ class ShimBackend(Backend):
         async def create(i: int) -> None:
             shim = await hosts[i].shim()
             tasks[i] = await shim.create_task(specs[i])
-            nodes[i] = ShimNode(host=hosts[i].name, placement=hosts[i].placement(),
-                                task_id=specs[i].id)  # fmt: skip
+            nodes[i] = ShimNode(
+                host=hosts[i].name, placement=hosts[i].placement(), task_id=specs[i].id
+            )
             record()
             hosts[i].prestage_code(snap, obs.progress)
 
@@ -199,19 +205,35 @@ class ShimBackend(Backend):
                         f"shim on {hosts[i].name}: tcl host setup)"
                     )
                 nodes[i] = ShimNode(
-                    host=hosts[i].name, placement=hosts[i].placement(), task_id=t.id,
-                    runner_port=t.ports.runner, ssh_port=t.ports.ssh,
-                )  # fmt: skip
+                    host=hosts[i].name,
+                    placement=hosts[i].placement(),
+                    task_id=t.id,
+                    runner_port=t.ports.runner,
+                    ssh_port=t.ports.ssh,
+                )
             record()
             coordinator = None
             if multi:
                 port = COORDINATOR_PORT_BASE + zlib.crc32(base_id.encode()) % COORDINATOR_PORT_SPAN
                 coordinator = f"{hosts[0].peer_address()}:{port}"
-            sent = await all_or_raise([
-                self._start_job(hosts[i], t, job.model_copy(update={"cluster": ClusterInfo(
-                    node_rank=i, nodes=len(hosts), coordinator=coordinator)}), snap, obs)
-                for i, t in enumerate(started)
-            ])  # fmt: skip
+            sent = await all_or_raise(
+                [
+                    self._start_job(
+                        hosts[i],
+                        t,
+                        job.model_copy(
+                            update={
+                                "cluster": ClusterInfo(
+                                    node_rank=i, nodes=len(hosts), coordinator=coordinator
+                                )
+                            }
+                        ),
+                        snap,
+                        obs,
+                    )
+                    for i, t in enumerate(started)
+                ]
+            )
         except BaseException:
             # Ctrl-C or a failure after a task exists: never leave one holding accelerators,
             # nor a partial upload on a host
@@ -219,9 +241,10 @@ class ShimBackend(Backend):
             raise
         return Launched(
             handle=self._handle(plan, [n for n in nodes if n]),
-            accelerators=[list(t.accelerators) for t in started], uploaded_bytes=sum(sent),
+            accelerators=[list(t.accelerators) for t in started],
+            uploaded_bytes=sum(sent),
             ssh=started[0].ports.ssh is not None,
-        )  # fmt: skip
+        )
 
     def _handle(self, plan: Offer, nodes: list[ShimNode]) -> ShimHandle:
         """The handle of a launch on ``plan`` with ``nodes`` placed so far."""
@@ -233,13 +256,20 @@ class ShimBackend(Backend):
         base_id = f"{job.run_id}-{job.attempt}"
         out = []
         for i, h in enumerate(hosts):
-            spec = self._task_spec(h, job, image, f"{base_id}-n{i}" if multi else base_id, plan,
-                                   multi)  # fmt: skip
-            node_job = job.model_copy(update={
-                "env": self._job_env(h.name, job), "secrets": dict.fromkeys(job.secrets, "***"),
-                "cluster": ClusterInfo(node_rank=i, nodes=len(hosts),
-                                       coordinator=f"{hosts[0].name}:<port>" if multi else None),
-            })  # fmt: skip
+            spec = self._task_spec(
+                h, job, image, f"{base_id}-n{i}" if multi else base_id, plan, multi
+            )
+            node_job = job.model_copy(
+                update={
+                    "env": self._job_env(h.name, job),
+                    "secrets": dict.fromkeys(job.secrets, "***"),
+                    "cluster": ClusterInfo(
+                        node_rank=i,
+                        nodes=len(hosts),
+                        coordinator=f"{hosts[0].name}:<port>" if multi else None,
+                    ),
+                }
+            )
             out.append(f"# node {i}: POST /api/tasks on the shim of {h.name}\n")
             if spec.cluster_fs is not None and spec.cluster_fs.meta_password:
                 masked = spec.cluster_fs.model_copy(update={"meta_password": "***"})
@@ -257,9 +287,14 @@ class ShimBackend(Backend):
         return {**cluster, **getattr(cfg, "env", {}), **job.env}
 
     def _task_spec(
-        self, host: ShimHost, job: JobSpec, image: str | None, task_id: str, plan: Offer,
+        self,
+        host: ShimHost,
+        job: JobSpec,
+        image: str | None,
+        task_id: str,
+        plan: Offer,
         multi: bool,
-    ) -> TaskSpec:  # fmt: skip
+    ) -> TaskSpec:
         cfg = self.inputs.hosts.get(host.name)
         image = image or getattr(cfg, "image", None) or ""
         if host.executor is ExecutorKind.DOCKER and not image:
@@ -268,11 +303,16 @@ class ShimBackend(Backend):
                 "or pass --image (an image with tcl-runner, see Dockerfile.runner)"
             )
         return TaskSpec(
-            id=task_id, name=job.name or job.run_id, image=image, executor=host.executor,
-            accelerators=plan.chips_per_node, ssh_keys=[public_key()],
-            code_sha256=job.code.sha256 if job.code else None, multinode=multi,
+            id=task_id,
+            name=job.name or job.run_id,
+            image=image,
+            executor=host.executor,
+            accelerators=plan.chips_per_node,
+            ssh_keys=[public_key()],
+            code_sha256=job.code.sha256 if job.code else None,
+            multinode=multi,
             cluster_fs=cluster_fs(self.inputs.cluster_of(host.name)),
-        )  # fmt: skip
+        )
 
     async def _undo(self, hosts: list[ShimHost], task_ids: list[str]) -> None:
         """Terminate every task this launch may have made, by its id: a create cancelled in

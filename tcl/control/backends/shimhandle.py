@@ -33,8 +33,11 @@ class ShimHandle(BaseHandle):
         if isinstance(data, dict) and "nodes" not in data and "task_id" in data:
             node = {k: data.get(k) for k in ("task_id", "runner_port", "ssh_port", "placement")}
             node["host"] = data.get("host", "")
-            return {"kind": data.get("kind"), "released": bool(data.get("released")),
-                    "nodes": [node]}  # fmt: skip
+            return {
+                "kind": data.get("kind"),
+                "released": bool(data.get("released")),
+                "nodes": [node],
+            }
         return data
 
     @property

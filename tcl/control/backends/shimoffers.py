@@ -38,9 +38,11 @@ def node_size(info: HostInfo, chip: str | None) -> int:
 
 
 def shim_offers(
-    kind: str, req: Request, infos: Mapping[str, HostInfo | str],
+    kind: str,
+    req: Request,
+    infos: Mapping[str, HostInfo | str],
     clusters: Mapping[str, str | None],
-) -> Offers:  # fmt: skip
+) -> Offers:
     """Offers from what each host reported (a string: why it could not be asked)."""
     out = Offers()
     for name, info in infos.items():
@@ -50,10 +52,16 @@ def shim_offers(
         single = req.nodes <= 1 and (req.chips == 0 or node_size(info, req.chip) >= req.chips)
         free = free_chips(info, req.chip) if req.chips else ()
         if single and len(free) >= req.chips:
-            out.offers.append(Offer(
-                backend=kind, host=name, nodes=(NodeOffer(name, free),), chip=req.chip,
-                chips_per_node=req.chips, free=len(free),
-            ))  # fmt: skip
+            out.offers.append(
+                Offer(
+                    backend=kind,
+                    host=name,
+                    nodes=(NodeOffer(name, free),),
+                    chip=req.chip,
+                    chips_per_node=req.chips,
+                    free=len(free),
+                )
+            )
         else:
             out.refused.append((name, offer_text(info)))
     out.offers.extend(_group_offers(kind, req, infos, clusters))
@@ -61,9 +69,11 @@ def shim_offers(
 
 
 def _group_offers(
-    kind: str, req: Request, infos: Mapping[str, HostInfo | str],
+    kind: str,
+    req: Request,
+    infos: Mapping[str, HostInfo | str],
     clusters: Mapping[str, str | None],
-) -> list[Offer]:  # fmt: skip
+) -> list[Offer]:
     """Multi-node offers: hosts of one ``cluster`` whose nodes can each take a share."""
     members_of: dict[str, list[HostInfo]] = {}
     names: dict[str, list[str]] = {}
@@ -90,8 +100,14 @@ def _group_offers(
             if len(free) >= chips_per_node and len(fits) < nodes:
                 fits.append(NodeOffer(name, free))
         if len(fits) == nodes:
-            out.append(Offer(
-                backend=kind, host=cluster, nodes=tuple(fits), chip=req.chip,
-                chips_per_node=chips_per_node, free=sum(len(n.free) for n in fits),
-            ))  # fmt: skip
+            out.append(
+                Offer(
+                    backend=kind,
+                    host=cluster,
+                    nodes=tuple(fits),
+                    chip=req.chip,
+                    chips_per_node=chips_per_node,
+                    free=sum(len(n.free) for n in fits),
+                )
+            )
     return out

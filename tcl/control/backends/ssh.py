@@ -147,13 +147,15 @@ class SshShimHost(ShimHost):
         if self._shim is not None:
             await self._shim.aclose()
         self._shim = HttpShim(
-            f"http://127.0.0.1:{port}", self._token, name=f"shim {self.name}",
+            f"http://127.0.0.1:{port}",
+            self._token,
+            name=f"shim {self.name}",
             unreachable_hint=(
                 f"the shim on {self.name} does not answer (not running?): "
                 f"run `tcl host setup {self.name}`"
             ),
             on_unauthorized=self._forget_shim,
-        )  # fmt: skip
+        )
         self._shim_port = port
         return self._shim
 
@@ -242,19 +244,31 @@ class SshShimHost(ShimHost):
     def placement(self) -> SshPlacement:
         c = self.cfg
         return SshPlacement(
-            ssh=c.ssh, port=c.port, user=c.user, identity_file=c.identity_file,
-            known_hosts=c.known_hosts, proxy_jump=c.proxy_jump, ssh_config_file=c.ssh_config_file,
-            shim_dir=self._shim_dir or c.shim_dir, shim_port=c.shim_port, shim_venv=c.shim_venv,
+            ssh=c.ssh,
+            port=c.port,
+            user=c.user,
+            identity_file=c.identity_file,
+            known_hosts=c.known_hosts,
+            proxy_jump=c.proxy_jump,
+            ssh_config_file=c.ssh_config_file,
+            shim_dir=self._shim_dir or c.shim_dir,
+            shim_port=c.shim_port,
+            shim_venv=c.shim_venv,
             executor=c.executor,
-        )  # fmt: skip
+        )
 
     def ssh_endpoint(self, task_ssh_port: int) -> SshEndpoint | None:
         t = self.target
         return SshEndpoint(
-            host=t.host, port=t.port, user=t.user, identity_file=t.identity_file,
-            known_hosts=t.known_hosts, proxy_jump=t.proxy_jump, container_port=task_ssh_port,
+            host=t.host,
+            port=t.port,
+            user=t.user,
+            identity_file=t.identity_file,
+            known_hosts=t.known_hosts,
+            proxy_jump=t.proxy_jump,
+            container_port=task_ssh_port,
             ssh_config_file=self.cfg.ssh_config_file,
-        )  # fmt: skip
+        )
 
     async def discard_staged(self) -> None:
         await self._drop_staged()
@@ -298,8 +312,16 @@ class SshBackend(ShimBackend):
 def host_of_placement(r: SshPlacement) -> SshHost:
     """The host a placement record describes (its config line may be gone)."""
     return SshHost(
-        type="ssh", ssh=r.ssh, port=r.port, user=r.user, proxy_jump=r.proxy_jump,
-        identity_file=r.identity_file, known_hosts=r.known_hosts,
-        ssh_config_file=r.ssh_config_file, shim_port=r.shim_port, shim_dir=r.shim_dir,
-        shim_venv=r.shim_venv, executor=r.executor,
-    )  # fmt: skip
+        type="ssh",
+        ssh=r.ssh,
+        port=r.port,
+        user=r.user,
+        proxy_jump=r.proxy_jump,
+        identity_file=r.identity_file,
+        known_hosts=r.known_hosts,
+        ssh_config_file=r.ssh_config_file,
+        shim_port=r.shim_port,
+        shim_dir=r.shim_dir,
+        shim_venv=r.shim_venv,
+        executor=r.executor,
+    )

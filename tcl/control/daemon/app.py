@@ -138,8 +138,9 @@ async def _reported(work: Callable[[], Awaitable[None]], queue: asyncio.Queue[Li
     try:
         await work()
     except SubmitCancelled as e:
-        queue.put_nowait(Line(kind=LineKind.ERROR, text=str(e), exit_code=e.exit_code,
-                              cancelled=True))  # fmt: skip
+        queue.put_nowait(
+            Line(kind=LineKind.ERROR, text=str(e), exit_code=e.exit_code, cancelled=True)
+        )
     except TclError as e:
         queue.put_nowait(Line(kind=LineKind.ERROR, text=str(e), exit_code=e.exit_code))
     except asyncio.CancelledError:
@@ -197,12 +198,15 @@ def create_app(d: Daemon) -> ASGIApp:
     async def status() -> Status:
         sched = d.scheduler
         return Status(
-            pid=os.getpid(), uptime_s=time.monotonic() - d.started,
-            ssh_connects=d.pool.connects, streams=d.streams, submits=d.submits,
+            pid=os.getpid(),
+            uptime_s=time.monotonic() - d.started,
+            ssh_connects=d.pool.connects,
+            streams=d.streams,
+            submits=d.submits,
             scheduler=sched.owner if sched else None,
             entries_running=len(sched.watchers) if sched else 0,
             entries_placed=sched.placed if sched else 0,
-        )  # fmt: skip
+        )
 
     @app.post("/api/submit")
     async def post_submit(req: SubmitRequest) -> StreamingResponse:

@@ -73,9 +73,13 @@ class DaemonClient:
         return UnixHTTPConnection(self.path, "tcl serve", timeout_s)
 
     def _request(
-        self, method: str, path: str, body: Any = None, timeout_s: float = 10.0,
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        timeout_s: float = 10.0,
         ok: frozenset[int] = frozenset(),
-    ) -> Any:  # fmt: skip
+    ) -> Any:
         """The JSON answer; a status of 400 or more not in ``ok`` is a ``DaemonError``."""
         conn = self._conn(timeout_s)
         try:

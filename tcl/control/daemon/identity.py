@@ -37,10 +37,11 @@ def source_fingerprint() -> str:
 
 def current_identity() -> Identity:
     return Identity(
-        version=tcl.__version__, source=source_fingerprint(),
+        version=tcl.__version__,
+        source=source_fingerprint(),
         # hashed: a PostgreSQL URL may hold a password, and the healthcheck is open
         db=hashlib.sha256(db_url().encode()).hexdigest()[:16],
         home=os.environ.get("HOME", ""),
         # a new login has a new agent socket: the daemon's SSH connections must use it
         ssh_agent=os.environ.get("SSH_AUTH_SOCK", ""),
-    )  # fmt: skip
+    )

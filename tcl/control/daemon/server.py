@@ -86,8 +86,12 @@ async def serve(base: Path, idle_exit_s: float, sched: SchedulerSettings | None)
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="tcl serve", description=__doc__)
-    ap.add_argument("--idle-exit-s", type=float, default=0.0,
-                    help="exit after this long with nothing to do (0: never)")  # fmt: skip
+    ap.add_argument(
+        "--idle-exit-s",
+        type=float,
+        default=0.0,
+        help="exit after this long with nothing to do (0: never)",
+    )
     ap.add_argument(
         "--no-scheduler",
         action="store_true",
@@ -100,14 +104,19 @@ def main(argv: list[str] | None = None) -> int:
         help="a silent scheduler's entries go back to the queue after this long",
     )
     ap.add_argument("--heartbeat-s", type=float, default=SchedulerSettings.heartbeat_s)
-    ap.add_argument("--batch", type=int, default=SchedulerSettings.batch,
-                    help="matrix entries claimed at once")  # fmt: skip
+    ap.add_argument(
+        "--batch", type=int, default=SchedulerSettings.batch, help="matrix entries claimed at once"
+    )
     args = ap.parse_args(argv)
     if not 0 < args.heartbeat_s < args.lease_s:
         ap.error("--heartbeat-s must be positive and shorter than --lease-s")
-    sched = None if args.no_scheduler else SchedulerSettings(
-        lease_s=args.lease_s, heartbeat_s=args.heartbeat_s, batch=max(1, args.batch)
-    )  # fmt: skip
+    sched = (
+        None
+        if args.no_scheduler
+        else SchedulerSettings(
+            lease_s=args.lease_s, heartbeat_s=args.heartbeat_s, batch=max(1, args.batch)
+        )
+    )
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     for noisy in ("httpx", "asyncssh"):  # a line per request, per channel
         logging.getLogger(noisy).setLevel(logging.WARNING)

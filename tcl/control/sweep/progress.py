@@ -63,11 +63,15 @@ class MatrixSummary:
             "runs_per_hour": self.runs_per_hour,
             "eta_s": self.eta_s,
             "failures": [
-                {"job_id": f.job_id, "run_id": f.run_id, "ended_at": iso(f.ended_at),
-                 "error": f.error}
+                {
+                    "job_id": f.job_id,
+                    "run_id": f.run_id,
+                    "ended_at": iso(f.ended_at),
+                    "error": f.error,
+                }
                 for f in self.failures
             ],
-        }  # fmt: skip
+        }
 
 
 def iso(ts: float | None) -> str | None:

@@ -76,9 +76,12 @@ class Scheduler:
     with (the daemon shares its SSH pool and store across them)."""
 
     def __init__(
-        self, queue: SweepQueue, control_for: Callable[[str, bool], Control],
-        settings: SchedulerSettings | None = None, owner: str | None = None,
-    ) -> None:  # fmt: skip
+        self,
+        queue: SweepQueue,
+        control_for: Callable[[str, bool], Control],
+        settings: SchedulerSettings | None = None,
+        owner: str | None = None,
+    ) -> None:
         self.queue = queue
         self.control_for = control_for
         self.settings = settings or SchedulerSettings()
@@ -117,8 +120,11 @@ class Scheduler:
                         batch.add_done_callback(self._batches.discard)
                 woken = asyncio.ensure_future(self._wake.wait())
                 stopped = asyncio.ensure_future(stopping.wait())
-                await asyncio.wait({woken, stopped}, timeout=self.admission.wait_s(time.time()),
-                                   return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
+                await asyncio.wait(
+                    {woken, stopped},
+                    timeout=self.admission.wait_s(time.time()),
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
                 woken.cancel()
                 stopped.cancel()
         finally:
@@ -141,8 +147,13 @@ class Scheduler:
             await asyncio.wait([t for _, t in held], timeout=10.0)
         for entry_id, _ in held:
             with contextlib.suppress(TclError):
-                await asyncio.to_thread(self.queue.release, self.owner, entry_id, 0.0,
-                                        "its scheduler stopped; queued again")  # fmt: skip
+                await asyncio.to_thread(
+                    self.queue.release,
+                    self.owner,
+                    entry_id,
+                    0.0,
+                    "its scheduler stopped; queued again",
+                )
 
     def busy(self) -> bool:
         return bool(self.watchers) or self._placing > 0
@@ -152,8 +163,9 @@ class Scheduler:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stopping.wait(), self.settings.heartbeat_s)
             try:
-                held = await asyncio.to_thread(self.queue.heartbeat, self.owner,
-                                               self.settings.lease_s)  # fmt: skip
+                held = await asyncio.to_thread(
+                    self.queue.heartbeat, self.owner, self.settings.lease_s
+                )
             except TclError as e:
                 log.warning("heartbeat failed: %s", e)
                 continue
@@ -176,8 +188,9 @@ class Scheduler:
                 if refused:
                     self.admission.refused(time.time())
                     for e in refused + left:
-                        await asyncio.to_thread(self.queue.release, self.owner, e.id, 0.0,
-                                                self._refusals.pop(e.id, ""))  # fmt: skip
+                        await asyncio.to_thread(
+                            self.queue.release, self.owner, e.id, 0.0, self._refusals.pop(e.id, "")
+                        )
                     self._placing -= len(left)
                     left = []
         finally:
@@ -211,9 +224,12 @@ class Scheduler:
                 return True
             log.exception("entry %s (%s)", entry.id, entry.job_id)
             await asyncio.to_thread(
-                self.queue.finish, self.owner, entry.id, EntryState.FAILED,
+                self.queue.finish,
+                self.owner,
+                entry.id,
+                EntryState.FAILED,
                 f"placing it failed {entry.claims} times; last: {_line(e)}",
-            )  # fmt: skip
+            )
         except Exception as e:  # an entry's own failure ends that entry
             log.exception("entry %s (%s)", entry.id, entry.job_id)
             await asyncio.to_thread(
@@ -242,8 +258,12 @@ class Scheduler:
             run = None
         if run is None:
             sub = _submission(spec, entry)
-            ctl.store.create_run(entry.run_id, sub.name, stored_request(sub, spec.job_cwd),
-                                 code_sha256=spec.code_sha256)  # fmt: skip
+            ctl.store.create_run(
+                entry.run_id,
+                sub.name,
+                stored_request(sub, spec.job_cwd),
+                code_sha256=spec.code_sha256,
+            )
             try:
                 await self._place(ctl, entry.run_id)
             except NoPlacementError:
@@ -254,8 +274,9 @@ class Scheduler:
         elif waiting_for_retry(ctl, run):
             waiting = ctl.retries.waiting(run.id)
             if waiting is not None and not waiting.due:
-                await asyncio.to_thread(self.queue.release, self.owner, entry.id,
-                                        waiting.not_before, waiting.why)  # fmt: skip
+                await asyncio.to_thread(
+                    self.queue.release, self.owner, entry.id, waiting.not_before, waiting.why
+                )
                 return False
             if not await place_waiting(ctl, run.id):
                 waiting = ctl.retries.waiting(run.id)
@@ -367,18 +388,33 @@ def _submission(spec: MatrixSpec, entry: Entry) -> Submission:
     job = None
     argv: list[str] = []
     if spec.job is not None:
-        job = JobRef(key=spec.job.key, config_yaml=job_config(spec.job.config_yaml, entry.fields),
-                     restore=spec.job.restore)  # fmt: skip
+        job = JobRef(
+            key=spec.job.key,
+            config_yaml=job_config(spec.job.config_yaml, entry.fields),
+            restore=spec.job.restore,
+        )
     else:
         argv = fill_argv(spec.argv, entry.fields, entry.job_id)
     return Submission(
-        argv=argv, name=run_name(entry), chip=spec.chip, chips=spec.chips,
-        nodes=spec.nodes, host=spec.host, image=spec.image,
-        env={**spec.env, **field_env(entry.fields), "TCL_MATRIX": entry.matrix,
-             "TCL_MATRIX_JOB_ID": entry.job_id},
-        job=job, yes=True, job_cwd=spec.job_cwd, max_duration_s=spec.max_duration_s,
+        argv=argv,
+        name=run_name(entry),
+        chip=spec.chip,
+        chips=spec.chips,
+        nodes=spec.nodes,
+        host=spec.host,
+        image=spec.image,
+        env={
+            **spec.env,
+            **field_env(entry.fields),
+            "TCL_MATRIX": entry.matrix,
+            "TCL_MATRIX_JOB_ID": entry.job_id,
+        },
+        job=job,
+        yes=True,
+        job_cwd=spec.job_cwd,
+        max_duration_s=spec.max_duration_s,
         retry=spec.retry,
-    )  # fmt: skip
+    )
 
 
 def run_name(entry: Entry) -> str:

@@ -26,9 +26,14 @@ def _tcl(
     env: dict[str, str], cwd: Path, *args: str, timeout_s: float = 120
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [TCL, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout_s,
+        [TCL, *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
         check=False,
-    )  # fmt: skip
+    )
 
 
 def test_no_config_runs_on_local_default(tmp_path: Path) -> None:

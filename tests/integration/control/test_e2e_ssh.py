@@ -229,8 +229,9 @@ def test_submits_reuse_the_daemons_warm_ssh_connection(e2e: Env, ssh_testbed: Ss
     e2e.tcl_json("submit", "--chip", "h100", "-n", "1", "-d", "--", "true")  # warm
     before = _accepted(ssh_testbed)
     for i in range(3):
-        res = e2e.tcl("submit", "--chip", "h100", "-n", "1", "--", "python3", "-c",
-                      f"print('warm {i}')")  # fmt: skip
+        res = e2e.tcl(
+            "submit", "--chip", "h100", "-n", "1", "--", "python3", "-c", f"print('warm {i}')"
+        )
         assert res.stdout.splitlines()[-1:] == [f"warm {i}"], res.stderr
     assert _accepted(ssh_testbed) == before
 

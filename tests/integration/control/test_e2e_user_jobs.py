@@ -30,8 +30,17 @@ def test_submit_a_job_of_the_users_repo_then_restore_it(tmp_path: Path) -> None:
         saved = out / "checkpoints" / "default" / "default" / "mine" / first["run_id"]
         assert (saved / "latest").read_text().strip() == "step/9000"
 
-        res = _tcl(env, work, "submit", "--name", "again", *job,
-                   "--restore", "default/default/mine/step/9000", timeout_s=300)  # fmt: skip
+        res = _tcl(
+            env,
+            work,
+            "submit",
+            "--name",
+            "again",
+            *job,
+            "--restore",
+            "default/default/mine/step/9000",
+            timeout_s=300,
+        )
         assert res.returncode == 0, res.stdout + res.stderr
         logs = res.stdout + res.stderr
         assert f"from default/default/mine/{first['run_id']}/step/9000" in logs

@@ -47,8 +47,11 @@ class Cluster:
         ip = self.tb.ip(HOSTS[host])
         proc = subprocess.run(
             ["ssh", "-F", self.tb.config, f"root@{ip}", command],
-            capture_output=True, text=True, timeout=120, check=False,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
         if check and proc.returncode != 0:
             pytest.fail(f"ssh {host} {command!r} -> {proc.returncode}: {proc.stderr}")
         return proc.stdout
@@ -100,9 +103,11 @@ def _config(c: Cluster, cluster: str, extra: str = "") -> str:
 
 @pytest.fixture(scope="module")
 def cluster(
-    ssh_testbed: SshTestbed, juicefs_volume: JuicefsVolume, docker_client: Any,
+    ssh_testbed: SshTestbed,
+    juicefs_volume: JuicefsVolume,
+    docker_client: Any,
     tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[Cluster]:  # fmt: skip
+) -> Iterator[Cluster]:
     base = tmp_path_factory.mktemp("jfs")
     home, repo = base / "home", base / "repo"
     home.mkdir()
@@ -110,8 +115,13 @@ def cluster(
     env = Env(home, base / "config.yaml", repo, {h: base / f"shim-{h}" for h in HOSTS})
     root = f"/mnt/tcl-jfs-{uuid.uuid4().hex[:8]}"
     c = Cluster(env, ssh_testbed, juicefs_volume, root, {h: _free_port() for h in HOSTS}, base)
-    env.config.write_text(_config(c, f"{{root: {root}, mount: '{juicefs_volume.mount_url()}', "
-                                     f"cache_size: 256M, cache_dir: {base}/cache}}"))  # fmt: skip
+    env.config.write_text(
+        _config(
+            c,
+            f"{{root: {root}, mount: '{juicefs_volume.mount_url()}', "
+            f"cache_size: 256M, cache_dir: {base}/cache}}",
+        )
+    )
     env.config.chmod(0o600)
     _git(repo, "init", "-q")
     (repo / "gpt.yaml").write_text(GPT)
@@ -198,17 +208,24 @@ def _latest_step(c: Cluster) -> str:
 def test_a_preempted_trainer_resumes_on_the_other_host_from_latest(cluster: Cluster) -> None:
     c = cluster
     res = c.env.tcl_json(
-        "submit", "-d", "--chip", "h100", "--job", "gpt/train", "--job-config", "gpt.yaml",
-        "--retry", "2",
-    )  # fmt: skip
+        "submit",
+        "-d",
+        "--chip",
+        "h100",
+        "--job",
+        "gpt/train",
+        "--job-config",
+        "gpt.yaml",
+        "--retry",
+        "2",
+    )
     run_id = res["run_id"]
     deadline = time.monotonic() + 300
     while not _latest_step(c).strip():
         assert time.monotonic() < deadline, c.env.tcl("logs", run_id).stdout[-3000:]
         time.sleep(0.5)
     # the host is going away: its shutdown script tells the shim (the job checkpoints)
-    notified = c.shim("a", "POST", "/preemption", {"message": "spot VM reclaimed",
-                                                   "grace_s": 30.0})  # fmt: skip
+    notified = c.shim("a", "POST", "/preemption", {"message": "spot VM reclaimed", "grace_s": 30.0})
     assert len(notified) == 1, notified
     deadline = time.monotonic() + 90
     while any(t["status"] != "terminated" for t in c.shim("a", "GET", "/tasks")):
@@ -240,16 +257,18 @@ def test_a_preempted_trainer_resumes_on_the_other_host_from_latest(cluster: Clus
     finally:
         store.close()
     assert [(a.host, a.state.value) for a in attempts] == [
-        ("a", "terminated"), ("b", "succeeded")
-    ], attempts  # fmt: skip
+        ("a", "terminated"),
+        ("b", "succeeded"),
+    ], attempts
 
 
 def test_the_password_is_in_no_command_line_file_or_log(cluster: Cluster) -> None:
     c = cluster
     pw = c.vol.password
     # a task on each host while we look (an ended one's record is removed with it)
-    runs = [c.env.tcl_json("submit", "-d", "--host", h, "--", "sleep", "120")["run_id"]
-            for h in HOSTS]  # fmt: skip
+    runs = [
+        c.env.tcl_json("submit", "-d", "--host", h, "--", "sleep", "120")["run_id"] for h in HOSTS
+    ]
     try:
         leaked = _password_leaks(c, pw)
     finally:

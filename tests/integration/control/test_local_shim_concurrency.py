@@ -80,9 +80,14 @@ def _stop_all(base: Path) -> None:
 
 def _ps(env: dict[str, str], cwd: Path) -> list[dict[str, Any]]:
     res = subprocess.run(
-        [TCL, "ps", "-a", "--json"], cwd=cwd, env=env, capture_output=True, text=True,
-        timeout=120, check=False,
-    )  # fmt: skip
+        [TCL, "ps", "-a", "--json"],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert res.returncode == 0, res.stderr
     rows: list[dict[str, Any]] = json.loads(res.stdout)
     return rows
@@ -129,9 +134,14 @@ def test_parallel_ps_after_the_shim_died_starts_one_new_shim(tmp_path: Path) -> 
     try:
         for _ in range(3):
             res = subprocess.run(
-                [TCL, "submit", "-d", "--json", "--", "python3", "-c", job], cwd=work, env=env,
-                capture_output=True, text=True, timeout=120, check=False,
-            )  # fmt: skip
+                [TCL, "submit", "-d", "--json", "--", "python3", "-c", job],
+                cwd=work,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=False,
+            )
             assert res.returncode == 0, res.stderr
         (old,) = _shims(base / "state")
         old.send_signal(signal.SIGKILL)
@@ -146,7 +156,11 @@ def test_parallel_ps_after_the_shim_died_starts_one_new_shim(tmp_path: Path) -> 
         for row in _ps(env, work):
             if row["state"] not in FINAL:
                 subprocess.run(
-                    [TCL, "stop", "--grace", "1", row["run_id"]], cwd=work, env=env,
-                    capture_output=True, timeout=120, check=False,
-                )  # fmt: skip
+                    [TCL, "stop", "--grace", "1", row["run_id"]],
+                    cwd=work,
+                    env=env,
+                    capture_output=True,
+                    timeout=120,
+                    check=False,
+                )
         _stop_all(base)

@@ -29,8 +29,9 @@ class LocalEnv(TclEnv):
 def _git(repo: Path, *args: str) -> None:
     subprocess.run(
         ["git", "-C", str(repo), "-c", "user.email=t@t", "-c", "user.name=t", *args],
-        check=True, capture_output=True,
-    )  # fmt: skip
+        check=True,
+        capture_output=True,
+    )
 
 
 def make_repo(repo: Path) -> None:

@@ -35,9 +35,10 @@ print(json.dumps(out))
 
 def _remote_tree(docker_client: Any, run_id: str) -> dict[str, tuple[str, bool]]:
     (c,) = [
-        c for c in docker_client.containers.list(filters={"label": "tcl.shim.task-id"})
+        c
+        for c in docker_client.containers.list(filters={"label": "tcl.shim.task-id"})
         if c.labels["tcl.shim.task-id"].startswith(run_id)
-    ]  # fmt: skip
+    ]
     code, out = c.exec_run(["python3", "-c", _TREE])
     assert code == 0, out
     return {k: (v[0], v[1]) for k, v in json.loads(out).items()}

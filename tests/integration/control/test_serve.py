@@ -37,8 +37,15 @@ def _env(home: Path, **extra: str) -> dict[str, str]:
 
 
 def _tcl(home: Path, *args: str, **extra: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([TCL, *args], cwd=home / "work", env=_env(home, **extra),
-                          capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    return subprocess.run(
+        [TCL, *args],
+        cwd=home / "work",
+        env=_env(home, **extra),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 def _sock(home: Path) -> Path:
@@ -114,10 +121,14 @@ def test_a_daemon_started_for_another_home_is_replaced(home: Path, tmp_path: Pat
     other_home = tmp_path / "other-home"
     other_home.mkdir()
     res = subprocess.run(
-        [TCL, "submit", "--", "python3", "-c", "print('here')"], cwd=home / "work",
-        env={**_env(home), "HOME": str(other_home)}, capture_output=True, text=True,
-        timeout=120, check=False,
-    )  # fmt: skip
+        [TCL, "submit", "--", "python3", "-c", "print('here')"],
+        cwd=home / "work",
+        env={**_env(home), "HOME": str(other_home)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert res.returncode == 0 and res.stdout == "here\n", res.stderr
     assert _pid(home) != first and not _alive(first)
 
@@ -146,9 +157,14 @@ def test_follow_resumes_through_a_new_daemon_when_it_dies(home: Path) -> None:
         "import time\nfor i in range(30):\n    print('line', i, flush=True)\n    time.sleep(0.1)\n"
     )
     (home / "work" / "job.py").write_text(job)
-    proc = subprocess.Popen([TCL, "submit", "--", "python3", "job.py"], cwd=home / "work",
-                            env=_env(home), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [TCL, "submit", "--", "python3", "job.py"],
+        cwd=home / "work",
+        env=_env(home),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stdout is not None and proc.stderr is not None
     seen = []
     for line in proc.stdout:
@@ -168,11 +184,18 @@ def test_ctrl_c_before_the_run_starts_cancels_it_in_the_daemon(home: Path) -> No
     mute.bind(("127.0.0.1", 0))
     mute.listen(8)
     cfg = home / "slow.yaml"
-    cfg.write_text(f"hosts:\n  far: {{type: ssh, ssh: 127.0.0.1, port: {mute.getsockname()[1]},"
-                   " connect_timeout_s: 60}\n")  # fmt: skip
-    proc = subprocess.Popen([TCL, "-c", str(cfg), "submit", "--", "true"], cwd=home / "work",
-                            env=_env(home), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)  # fmt: skip
+    cfg.write_text(
+        f"hosts:\n  far: {{type: ssh, ssh: 127.0.0.1, port: {mute.getsockname()[1]},"
+        " connect_timeout_s: 60}\n"
+    )
+    proc = subprocess.Popen(
+        [TCL, "-c", str(cfg), "submit", "--", "true"],
+        cwd=home / "work",
+        env=_env(home),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 30
     while not _sock(home).exists():
         assert time.monotonic() < deadline

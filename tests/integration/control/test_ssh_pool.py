@@ -20,9 +20,15 @@ from tests.testbed import SshTestbed
 
 def _target(tb: SshTestbed, name: str, host: str, **kw: object) -> SshTarget:
     return SshTarget(
-        name=name, host=host, user="root", identity_file=tb.key, known_hosts=tb.known_hosts,
-        config_file=tb.config, connect_timeout_s=3.0, **kw,  # type: ignore[arg-type]
-    )  # fmt: skip
+        name=name,
+        host=host,
+        user="root",
+        identity_file=tb.key,
+        known_hosts=tb.known_hosts,
+        config_file=tb.config,
+        connect_timeout_s=3.0,
+        **kw,  # type: ignore[arg-type]
+    )
 
 
 @pytest.fixture
@@ -31,10 +37,23 @@ def netns_http(tmp_path: Path) -> Iterator[int]:
     (tmp_path / "index.html").write_text("inside-h2")
     port = 18090 + os.getpid() % 500
     proc = subprocess.Popen(
-        ["ip", "netns", "exec", "infra-h2", "python3", "-m", "http.server", str(port),
-         "--bind", "127.0.0.1", "--directory", str(tmp_path)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+        [
+            "ip",
+            "netns",
+            "exec",
+            "infra-h2",
+            "python3",
+            "-m",
+            "http.server",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--directory",
+            str(tmp_path),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     time.sleep(0.8)
     yield port
     proc.terminate()

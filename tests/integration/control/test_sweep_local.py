@@ -53,20 +53,47 @@ class Sweep:
 
     def env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if k != "TCL_DB_URL"}
-        return {**env, "HOME": str(self.home), "TCL_STATE_DIR": str(self.home / "state"),
-                "TCL_CONFIG": str(self.config), "NO_COLOR": "1", "COLUMNS": "200"}  # fmt: skip
+        return {
+            **env,
+            "HOME": str(self.home),
+            "TCL_STATE_DIR": str(self.home / "state"),
+            "TCL_CONFIG": str(self.config),
+            "NO_COLOR": "1",
+            "COLUMNS": "200",
+        }
 
     def tcl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        proc = subprocess.run([TCL, *args], cwd=self.repo, env=self.env(), capture_output=True,
-                              text=True, timeout=120, check=False)  # fmt: skip
+        proc = subprocess.run(
+            [TCL, *args],
+            cwd=self.repo,
+            env=self.env(),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
         if check and proc.returncode != 0:
             pytest.fail(f"tcl {' '.join(args)} -> {proc.returncode}\n{proc.stdout}{proc.stderr}")
         return proc
 
     def add(self, name: str, *args: str) -> subprocess.CompletedProcess[str]:
-        return self.tcl("matrix", "add", "--name", name, "--chip", "h100", *args, "--env",
-                        f"OUT={self.out}", "--", "python", "job.py", "{job}", "{fail_until}",
-                        "{sleep_s}")  # fmt: skip
+        return self.tcl(
+            "matrix",
+            "add",
+            "--name",
+            name,
+            "--chip",
+            "h100",
+            *args,
+            "--env",
+            f"OUT={self.out}",
+            "--",
+            "python",
+            "job.py",
+            "{job}",
+            "{fail_until}",
+            "{sleep_s}",
+        )
 
     def status(self, name: str) -> dict[str, Any]:
         return dict(json.loads(self.tcl("matrix", "status", name, "--json").stdout))
@@ -93,9 +120,11 @@ class Sweep:
         base = self.home / "state" / "local-shim"
         token = (base / "token").read_text().strip()
         return httpx.Client(
-            base_url="http://localhost/api", headers={"Authorization": f"Bearer {token}"},
-            transport=httpx.HTTPTransport(uds=str(base / "shim.sock")), timeout=30,
-        )  # fmt: skip
+            base_url="http://localhost/api",
+            headers={"Authorization": f"Bearer {token}"},
+            transport=httpx.HTTPTransport(uds=str(base / "shim.sock")),
+            timeout=30,
+        )
 
     def close(self) -> None:
         # cancel what is left (its runs stopped): nothing of a test goes on holding a GPU
@@ -135,8 +164,16 @@ def test_a_failing_entry_is_retried_with_backoff_and_the_same_run(sweep: Sweep) 
         {"job_id": "hopeless", "job": "hopeless", "fail_until": 99, "sleep_s": 0},
         {"job_id": "fine", "job": "fine", "fail_until": 0, "sleep_s": 0},
     ]
-    s.add("retries", _manifest(s.out.parent / "m.json", rows), "--retry", "3", "--retry-on",
-          "3", "--retry-backoff-s", "1")  # fmt: skip
+    s.add(
+        "retries",
+        _manifest(s.out.parent / "m.json", rows),
+        "--retry",
+        "3",
+        "--retry-on",
+        "3",
+        "--retry-backoff-s",
+        "1",
+    )
     s.wait("retries", _ended, 120)
     st = s.status("retries")
     assert st["counts"]["done"] == 2 and st["counts"]["failed"] == 1, st
@@ -183,10 +220,10 @@ def test_higher_priority_entries_run_first_on_one_gpu(sweep: Sweep) -> None:
     blocker = [{"job_id": "blocker", "job": "blocker", "fail_until": 0, "sleep_s": 3}]
     s.add("first", _manifest(s.out.parent / "b.json", blocker))
     s.wait("first", lambda st: st["counts"]["running"] == 1, 60)
-    low = [{"job_id": f"low{i}", "job": f"low{i}", "fail_until": 0, "sleep_s": 0}
-           for i in range(3)]  # fmt: skip
-    high = [{"job_id": f"high{i}", "job": f"high{i}", "fail_until": 0, "sleep_s": 0}
-            for i in range(3)]  # fmt: skip
+    low = [{"job_id": f"low{i}", "job": f"low{i}", "fail_until": 0, "sleep_s": 0} for i in range(3)]
+    high = [
+        {"job_id": f"high{i}", "job": f"high{i}", "fail_until": 0, "sleep_s": 0} for i in range(3)
+    ]
     s.add("low", _manifest(s.out.parent / "l.json", low), "--priority", "1")
     s.add("high", _manifest(s.out.parent / "h.json", high), "--priority", "5")
     for name in ("first", "low", "high"):
@@ -201,19 +238,45 @@ def test_higher_priority_entries_run_first_on_one_gpu(sweep: Sweep) -> None:
 
 def test_bad_manifests_add_nothing_and_name_the_entries(sweep: Sweep) -> None:
     s = sweep
-    dup = [{"job_id": "a", "job": "a", "fail_until": 0, "sleep_s": 0},
-           {"job_id": "a", "job": "a", "fail_until": 0, "sleep_s": 0},
-           {"job_id": "b", "job": "b", "fail_until": 0, "sleep_s": 0}]  # fmt: skip
-    res = s.tcl("matrix", "add", _manifest(s.out.parent / "d.json", dup), "--name", "bad",
-                "--", "python", "job.py", "{job}", check=False)  # fmt: skip
+    dup = [
+        {"job_id": "a", "job": "a", "fail_until": 0, "sleep_s": 0},
+        {"job_id": "a", "job": "a", "fail_until": 0, "sleep_s": 0},
+        {"job_id": "b", "job": "b", "fail_until": 0, "sleep_s": 0},
+    ]
+    res = s.tcl(
+        "matrix",
+        "add",
+        _manifest(s.out.parent / "d.json", dup),
+        "--name",
+        "bad",
+        "--",
+        "python",
+        "job.py",
+        "{job}",
+        check=False,
+    )
     assert res.returncode == 2 and "more than once (nothing added): a\n" in res.stderr, res.stderr
-    missing = [{"job_id": "x", "job": "x", "fail_until": 0},
-               {"job_id": "y", "job": "y", "fail_until": 0, "sleep_s": 0}]  # fmt: skip
-    res = s.tcl("matrix", "add", _manifest(s.out.parent / "m.json", missing), "--name", "bad",
-                "--", "python", "job.py", "{job}", "{sleep_s}", check=False)  # fmt: skip
+    missing = [
+        {"job_id": "x", "job": "x", "fail_until": 0},
+        {"job_id": "y", "job": "y", "fail_until": 0, "sleep_s": 0},
+    ]
+    res = s.tcl(
+        "matrix",
+        "add",
+        _manifest(s.out.parent / "m.json", missing),
+        "--name",
+        "bad",
+        "--",
+        "python",
+        "job.py",
+        "{job}",
+        "{sleep_s}",
+        check=False,
+    )
     assert res.returncode == 2, res.stderr
-    assert "sleep_s" in res.stderr and "x" in res.stderr and "y" not in res.stderr.split(
-        "sleep_s")[-1], res.stderr  # fmt: skip
+    assert (
+        "sleep_s" in res.stderr and "x" in res.stderr and "y" not in res.stderr.split("sleep_s")[-1]
+    ), res.stderr
     assert len(res.stderr.strip().splitlines()) <= 3, res.stderr
     assert json.loads(s.tcl("matrix", "ls", "--json").stdout) == []
 
@@ -239,9 +302,24 @@ def test_adding_again_is_idempotent_and_cancel_stops_running_entries(sweep: Swee
 
 def test_submit_retry_places_a_single_run_again(sweep: Sweep) -> None:
     s = sweep
-    res = s.tcl("submit", "--chip", "h100", "--retry", "3", "--retry-backoff-s", "0.5",
-                "--env", f"OUT={s.out}", "--", "python", "job.py", "single", "3", "0",
-                check=False)  # fmt: skip
+    res = s.tcl(
+        "submit",
+        "--chip",
+        "h100",
+        "--retry",
+        "3",
+        "--retry-backoff-s",
+        "0.5",
+        "--env",
+        f"OUT={s.out}",
+        "--",
+        "python",
+        "job.py",
+        "single",
+        "3",
+        "0",
+        check=False,
+    )
     assert res.returncode == 0, res.stderr
     assert [(r[1], r[4]) for r in s.runs()] == [("1", "fail"), ("2", "fail"), ("3", "ok")]
     (run,) = json.loads(s.tcl("ps", "-a", "--json").stdout)
@@ -258,12 +336,29 @@ def test_a_matrix_of_tcl_jobs_overrides_each_entrys_config(tmp_path: Path) -> No
     env.update(HOME=str(home), TCL_STATE_DIR=str(home / "state"), NO_COLOR="1")
 
     def tcl(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([TCL, *args], cwd=work, env=env, capture_output=True, text=True,
-                              timeout=120, check=False)  # fmt: skip
+        return subprocess.run(
+            [TCL, *args],
+            cwd=work,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
 
     try:
-        res = tcl("matrix", "add", "--name", "jm", "--job", "custom/my_job_fixed", "--grid",
-                  "training.lr=0.5,0.25", "--env", f"TCL_OUT_DIR={out}")  # fmt: skip
+        res = tcl(
+            "matrix",
+            "add",
+            "--name",
+            "jm",
+            "--job",
+            "custom/my_job_fixed",
+            "--grid",
+            "training.lr=0.5,0.25",
+            "--env",
+            f"TCL_OUT_DIR={out}",
+        )
         assert res.returncode == 0, res.stderr
         deadline = time.monotonic() + 300
         while True:

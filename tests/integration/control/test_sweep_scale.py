@@ -71,8 +71,13 @@ class Cluster:
 
     def env(self, home: Path, db_url: str | None = None) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if k != "TCL_DB_URL"}
-        env.update(HOME=str(home), TCL_STATE_DIR=str(home / "state"), TCL_CONFIG=str(self.config),
-                   NO_COLOR="1", TCL_CODE_CACHE_DIR=str(self.root / "code"))  # fmt: skip
+        env.update(
+            HOME=str(home),
+            TCL_STATE_DIR=str(home / "state"),
+            TCL_CONFIG=str(self.config),
+            NO_COLOR="1",
+            TCL_CODE_CACHE_DIR=str(self.root / "code"),
+        )
         if db_url:
             env["TCL_DB_URL"] = db_url
         return env
@@ -84,23 +89,47 @@ class Cluster:
         return home
 
     def tcl(self, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-        proc = subprocess.run([TCL, *args], cwd=self.repo, env=env, capture_output=True,
-                              text=True, timeout=300, check=False)  # fmt: skip
+        proc = subprocess.run(
+            [TCL, *args],
+            cwd=self.repo,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
         if proc.returncode != 0:
             pytest.fail(f"tcl {' '.join(args)} -> {proc.returncode}\n{proc.stdout}{proc.stderr}")
         return proc
 
     def serve(self, env: dict[str, str], *args: str) -> subprocess.Popen[bytes]:
         log = open(Path(env["HOME"]) / "serve.out", "wb")  # noqa: SIM115  the child keeps it
-        proc = subprocess.Popen([TCL, "serve", *args], cwd=self.repo, env=env, stdout=log,
-                                stderr=subprocess.STDOUT)  # fmt: skip
+        proc = subprocess.Popen(
+            [TCL, "serve", *args], cwd=self.repo, env=env, stdout=log, stderr=subprocess.STDOUT
+        )
         self.serves.append(proc)
         return proc
 
     def add(self, env: dict[str, str], name: str, entries: int, sleep_s: float) -> None:
-        self.tcl(env, "matrix", "add", "--name", name, "--no-start", "--chip", "h100",
-                 "--grid", "i=" + ",".join(str(i) for i in range(entries)), "--env",
-                 f"OUT={self.out}", "--", "python", "job.py", "{i}", str(sleep_s))  # fmt: skip
+        self.tcl(
+            env,
+            "matrix",
+            "add",
+            "--name",
+            name,
+            "--no-start",
+            "--chip",
+            "h100",
+            "--grid",
+            "i=" + ",".join(str(i) for i in range(entries)),
+            "--env",
+            f"OUT={self.out}",
+            "--",
+            "python",
+            "job.py",
+            "{i}",
+            str(sleep_s),
+        )
 
     def status(self, env: dict[str, str], name: str) -> dict[str, Any]:
         return dict(json.loads(self.tcl(env, "matrix", "status", name, "--json").stdout))
@@ -114,8 +143,11 @@ class Cluster:
                 return st
             dead = [p.args for p in self.serves if p.poll() not in (None, -signal.SIGKILL)]
             if time.monotonic() > deadline or dead:
-                logs = "\n".join((h / "serve.out").read_text()[-2000:] for h in self.homes
-                                 if (h / "serve.out").exists())  # fmt: skip
+                logs = "\n".join(
+                    (h / "serve.out").read_text()[-2000:]
+                    for h in self.homes
+                    if (h / "serve.out").exists()
+                )
                 pytest.fail(f"matrix {name} not finished: {st}\n{logs}")
             time.sleep(2.0)
 
@@ -127,12 +159,23 @@ class Cluster:
     def close(self, env: dict[str, str] | None = None) -> None:
         if env is not None:  # cancel what is left (its runs stopped) before the schedulers go
             listed = subprocess.run(
-                [TCL, "matrix", "ls", "--json"], env=env, cwd=self.repo, capture_output=True,
-                text=True, timeout=60, check=False,
-            )  # fmt: skip
+                [TCL, "matrix", "ls", "--json"],
+                env=env,
+                cwd=self.repo,
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+            )
             for m in json.loads(listed.stdout or "[]"):
-                subprocess.run([TCL, "matrix", "cancel", m["name"]], env=env, cwd=self.repo,
-                               capture_output=True, timeout=120, check=False)  # fmt: skip
+                subprocess.run(
+                    [TCL, "matrix", "cancel", m["name"]],
+                    env=env,
+                    cwd=self.repo,
+                    capture_output=True,
+                    timeout=120,
+                    check=False,
+                )
         for proc in self.serves:
             if proc.poll() is None:
                 proc.terminate()

@@ -217,8 +217,10 @@ def test_pods_reach_each_other_by_their_svc_names(k8s_client: client.ApiClient) 
     jobs = Jobs(k8s_client)
     body = vcjob("r6", "")
     body["spec"]["tasks"][0]["template"]["spec"]["containers"][0]["command"] = [
-        "python", "-c", RENDEZVOUS,
-    ]  # fmt: skip
+        "python",
+        "-c",
+        RENDEZVOUS,
+    ]
     jobs.create(body)
     jobs.wait_phase("r6", "Completed")
     ip0 = jobs.pod("r6-worker-0")["status"]["podIP"]

@@ -42,8 +42,11 @@ def test_tcl_remote_in_a_real_notebook_on_the_local_default(
     repo.mkdir()
     (repo / "helpers.py").write_text("def scale(x):\n    return x\n")
     for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "i"]):
-        subprocess.run(["git", "-C", str(repo), "-c", "user.email=t@t", "-c", "user.name=t",
-                        *args], check=True, capture_output=True)  # fmt: skip
+        subprocess.run(
+            ["git", "-C", str(repo), "-c", "user.email=t@t", "-c", "user.name=t", *args],
+            check=True,
+            capture_output=True,
+        )
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("TCL_STATE_DIR", str(home / "state"))
     monkeypatch.delenv("TCL_CONFIG", raising=False)
@@ -53,8 +56,11 @@ def test_tcl_remote_in_a_real_notebook_on_the_local_default(
     try:
         nb = run_notebook(cells, tmp_path, monkeypatch, repo, timeout_s=240)
         assert "remote says hi" in cell_text(nb, 3), nb.cells[3].outputs
-        runs = json.loads(subprocess.run([TCL, "ps", "-a", "--json"], capture_output=True,
-                                         text=True, check=True).stdout)  # fmt: skip
+        runs = json.loads(
+            subprocess.run(
+                [TCL, "ps", "-a", "--json"], capture_output=True, text=True, check=True
+            ).stdout
+        )
         (run,) = runs
         assert run["session"] == "remote" and run["state"] == "terminated", run  # closed
     finally:

@@ -115,9 +115,13 @@ def test_bad_partition_or_gres_is_one_clear_error_and_no_job(e2e: Env) -> None:
     bad = e2e.config.with_name("bad.yaml")
     bad.write_text(e2e.config.read_text().replace("{name: gpu, default: true}", "{name: 'gpu x'}"))
     proc = subprocess.run(
-        [TCL, "submit", "--chip", "h100", "-n", "1", "--", "true"], cwd=e2e.repo,
-        env={**e2e.env(), "TCL_CONFIG": str(bad)}, capture_output=True, text=True, check=False,
-    )  # fmt: skip
+        [TCL, "submit", "--chip", "h100", "-n", "1", "--", "true"],
+        cwd=e2e.repo,
+        env={**e2e.env(), "TCL_CONFIG": str(bad)},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert proc.returncode != 0
     assert "partition gpu x not on this cluster (it has: gpu, preempt, urgent)" in proc.stderr
     assert e2e.squeue() == before

@@ -84,9 +84,13 @@ def test_logs_follow_through_a_cut_login_connection(env: Env) -> None:
         "run_id"
     ]
     follow = subprocess.Popen(
-        [TCL, "logs", "-f", run_id], cwd=env.repo, env=env.env(),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [TCL, "logs", "-f", run_id],
+        cwd=env.repo,
+        env=env.env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     assert follow.stdout is not None
     seen: list[str] = []
     cut = 0
@@ -131,9 +135,19 @@ def _steps(out: Path) -> list[int]:
 def test_a_requeued_trainer_resumes_as_attempt_1_of_the_same_run(env: Env) -> None:
     out = env.cluster.base / "jobs" / f"out-{uuid.uuid4().hex[:8]}"
     res = env.tcl_json(
-        "submit", "-d", "--chip", "h100", "-n", "1", "--job", "gpt/train",
-        "--job-config", "gpt.yaml", "--env", f"TCL_OUT_DIR={out}",
-    )  # fmt: skip
+        "submit",
+        "-d",
+        "--chip",
+        "h100",
+        "-n",
+        "1",
+        "--job",
+        "gpt/train",
+        "--job-config",
+        "gpt.yaml",
+        "--env",
+        f"TCL_OUT_DIR={out}",
+    )
     run_id = res["run_id"]
     deadline = time.monotonic() + 180
     while _latest(out) is None:

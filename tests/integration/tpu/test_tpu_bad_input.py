@@ -18,8 +18,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.tpu]
 PY = sys.executable
 
 
-def _config(url: str, zone: str = "us-central2-b", accel: str = "v5p-8",
-            credentials: str = "anonymous") -> str:  # fmt: skip
+def _config(
+    url: str, zone: str = "us-central2-b", accel: str = "v5p-8", credentials: str = "anonymous"
+) -> str:
     return f"""
 hosts:
   pod:

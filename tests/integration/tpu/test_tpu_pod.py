@@ -134,8 +134,9 @@ def pod(ssh_testbed: SshTestbed, tmp_path_factory: pytest.TempPathFactory) -> It
     for i in range(1, ssh_testbed.hosts + 1):  # fresh worker disks
         subprocess.run(["rm", "-rf", *map(str, ssh_testbed.disk(i).iterdir())], check=True)
     hosts = hosts_of_testbed(ssh_testbed.dir, 3)
-    with TpuEmulator(hosts, Path(ssh_testbed.config), log_dir=base / "emu",
-                     create_delay_s=0.3) as emu:  # fmt: skip
+    with TpuEmulator(
+        hosts, Path(ssh_testbed.config), log_dir=base / "emu", create_delay_s=0.3
+    ) as emu:
         config = base / "config.yaml"
         config.write_text(_config(emu, ssh_testbed, root))
         env = TclEnv(home, config, repo)
@@ -160,8 +161,15 @@ def _answering(
 ) -> tuple[int, str]:
     """Run `tcl` on a terminal (its confirmation needs one) and answer its question."""
     master, slave = pty.openpty()
-    proc = subprocess.Popen([TCL, *args], cwd=env.repo, env=env.env(), stdin=slave,
-                            stdout=slave, stderr=slave, close_fds=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [TCL, *args],
+        cwd=env.repo,
+        env=env.env(),
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        close_fds=True,
+    )
     os.close(slave)
     out, answered = b"", False
     deadline = time.monotonic() + timeout_s
@@ -246,8 +254,19 @@ def test_create_on_demand_psum_on_every_worker_logs_and_stop(pod: Pod) -> None:
 
 def test_a_crashing_worker_stops_the_others_and_fails_the_run_naming_it(pod: Pod) -> None:
     env = pod.env
-    res = env.tcl("submit", "--yes", "--chip", "tpu-v5p", "-n", "12", "--", PY, "crash.py",
-                  check=False, timeout=300)  # fmt: skip
+    res = env.tcl(
+        "submit",
+        "--yes",
+        "--chip",
+        "tpu-v5p",
+        "-n",
+        "12",
+        "--",
+        PY,
+        "crash.py",
+        check=False,
+        timeout=300,
+    )
     assert res.returncode != 0, res.stdout
     run = max(pod.runs().values(), key=lambda r: r["created_at"])
     assert run["state"] == "failed", run
@@ -260,8 +279,20 @@ def test_dry_run_prints_the_node_request_and_calls_no_api(pod: Pod) -> None:
     env, emu = pod.env, pod.emu
     env.tcl("host", "down", "pod")
     emu.clear_requests()
-    res = env.tcl("submit", "--dry-run", "--chip", "tpu-v5p", "-n", "24", "--tpu-version",
-                  "v2-alpha-tpuv4", "--tpu-on-demand", "--", PY, "psum.py")  # fmt: skip
+    res = env.tcl(
+        "submit",
+        "--dry-run",
+        "--chip",
+        "tpu-v5p",
+        "-n",
+        "24",
+        "--tpu-version",
+        "v2-alpha-tpuv4",
+        "--tpu-on-demand",
+        "--",
+        PY,
+        "psum.py",
+    )
     out = res.stdout
     assert "needs confirmation (--yes): create TPU node tcl-pod" in out
     assert f"# POST /v2/projects/{PROJECT}/locations/{ZONE}/nodes?nodeId={NODE}" in out
@@ -273,8 +304,19 @@ def test_dry_run_prints_the_node_request_and_calls_no_api(pod: Pod) -> None:
 
 def test_down_deletes_the_node_when_the_run_ends(pod: Pod) -> None:
     env = pod.env
-    res = env.tcl("submit", "--yes", "--down", "--chip", "tpu-v5p", "-n", "12", "--", PY,
-                  "psum.py", timeout=400)  # fmt: skip
+    res = env.tcl(
+        "submit",
+        "--yes",
+        "--down",
+        "--chip",
+        "tpu-v5p",
+        "-n",
+        "12",
+        "--",
+        PY,
+        "psum.py",
+        timeout=400,
+    )
     assert "[worker 2] rank 2 of 3 psum 6.0" in res.stdout, res.stdout + res.stderr
     assert pod.node_state() is None
     assert "not created" in env.tcl("hosts", "--check").stdout
@@ -299,9 +341,20 @@ def test_a_preempted_pod_is_recreated_and_the_trainer_resumes(pod: Pod) -> None:
     (env.repo / "gpt.yaml").write_text(GPT)
     out = pod.root / "out"
     res = env.tcl_json(
-        "submit", "-d", "--yes", "--chip", "tpu-v5p", "-n", "12", "--job", "gpt/train",
-        "--job-config", "gpt.yaml", "--env", f"TCL_OUT_DIR={out}",
-    )  # fmt: skip
+        "submit",
+        "-d",
+        "--yes",
+        "--chip",
+        "tpu-v5p",
+        "-n",
+        "12",
+        "--job",
+        "gpt/train",
+        "--job-config",
+        "gpt.yaml",
+        "--env",
+        f"TCL_OUT_DIR={out}",
+    )
     run_id = res["run_id"]
     deadline = time.monotonic() + 300
     while _latest(out) is None:
@@ -353,8 +406,9 @@ def test_a_worker_without_capacity_leaves_nothing_running_on_the_others(
     from tcl.shim.api import ExecutorKind, TaskSpec, TaskStatus, TerminationReason
 
     if pod.node_state() != "READY":  # the node exists when the pod's earlier tests ran
-        pod.env.tcl("submit", "--yes", "--chip", "tpu-v5p", "-n", "12", "--", PY, "psum.py",
-                    timeout=400)  # fmt: skip
+        pod.env.tcl(
+            "submit", "--yes", "--chip", "tpu-v5p", "-n", "12", "--", PY, "psum.py", timeout=400
+        )
     for k, v in pod.env.env().items():
         monkeypatch.setenv(k, v)
 
@@ -367,11 +421,15 @@ def test_a_worker_without_capacity_leaves_nothing_running_on_the_others(
             plan = sol.candidates[0]
             assert plan.params["action"] == "use"
             blocker_shim = await backend.host("pod/w2").shim()
-            await blocker_shim.create_task(TaskSpec(id="blocker", executor=ExecutorKind.PROCESS,
-                                                    accelerators=4))  # fmt: skip
+            await blocker_shim.create_task(
+                TaskSpec(id="blocker", executor=ExecutorKind.PROCESS, accelerators=4)
+            )
             snap = snapshot(pod.env.repo, cache_dir(), 10**8)
-            job = JobSpec(run_id="r-cap", argv=[PY, "sleep.py"],
-                          code=CodeRef(sha256=snap.sha256, size=snap.size))  # fmt: skip
+            job = JobSpec(
+                run_id="r-cap",
+                argv=[PY, "sleep.py"],
+                code=CodeRef(sha256=snap.sha256, size=snap.size),
+            )
             handles: list[Handle] = []
             try:
                 with pytest.raises(NoCapacityError):
@@ -402,11 +460,25 @@ def test_a_queued_resource_is_asked_for_waited_on_and_deleted_with_down(pod: Pod
     if pod.node_state() is not None:
         env.tcl("host", "down", "pod")  # its workers are the pool's only hosts
     emu.clear_requests()
-    res = env.tcl("submit", "--yes", "--down", "--host", "qpod", "--chip", "tpu-v5p", "-n",
-                  "12", "--", PY, "psum.py", timeout=400)  # fmt: skip
+    res = env.tcl(
+        "submit",
+        "--yes",
+        "--down",
+        "--host",
+        "qpod",
+        "--chip",
+        "tpu-v5p",
+        "-n",
+        "12",
+        "--",
+        PY,
+        "psum.py",
+        timeout=400,
+    )
     assert "[worker 1] rank 1 of 3 psum 6.0" in res.stdout, res.stdout + res.stderr
-    writes = [(r["method"], r["path"].rsplit("/", 1)[-1]) for r in emu.requests()
-              if r["method"] != "GET"]  # fmt: skip
+    writes = [
+        (r["method"], r["path"].rsplit("/", 1)[-1]) for r in emu.requests() if r["method"] != "GET"
+    ]
     assert ("POST", "queuedResources") in writes, writes
     assert ("POST", "nodes") not in writes, writes  # the queued resource made the node
     assert ("DELETE", "tcl-qpod") in writes, writes  # --down: the node and its request

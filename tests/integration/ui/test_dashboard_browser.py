@@ -44,9 +44,14 @@ class Dash:
 
     def tcl(self, *args: str, timeout_s: float = 180) -> subprocess.CompletedProcess[str]:
         proc = subprocess.run(
-            [TCL, *args], cwd=self.work, env=self.env, capture_output=True, text=True,
-            timeout=timeout_s, check=False,
-        )  # fmt: skip
+            [TCL, *args],
+            cwd=self.work,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=False,
+        )
         assert proc.returncode == 0, f"tcl {' '.join(args)}: {proc.stdout}\n{proc.stderr}"
         return proc
 
@@ -63,8 +68,15 @@ def _first_line(proc: subprocess.Popen[str], timeout_s: float) -> str:
 
 def _stop_live_runs(env: dict[str, str], work: Path) -> None:
     def tcl(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([TCL, *args], cwd=work, env=env, capture_output=True, text=True,
-                              timeout=120, check=False)  # fmt: skip
+        return subprocess.run(
+            [TCL, *args],
+            cwd=work,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
 
     for run in json.loads(tcl("ps", "-a", "--json").stdout or "[]"):
         if run["state"] not in ("succeeded", "failed", "terminated"):
@@ -79,9 +91,13 @@ def dash(tmp_path: Path) -> Iterator[Dash]:
     env = {k: v for k, v in os.environ.items() if k not in ("TCL_CONFIG", "TCL_DB_URL")}
     env.update(HOME=str(home), TCL_STATE_DIR=str(home / "state"), NO_COLOR="1")
     ui = subprocess.Popen(
-        [TCL, "ui", "--no-browser", "--allow-actions"], cwd=work, env=env,
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-    )  # fmt: skip
+        [TCL, "ui", "--no-browser", "--allow-actions"],
+        cwd=work,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     d = Dash(env, work, "")
     try:
         d.url = _first_line(ui, 60)
@@ -91,8 +107,14 @@ def dash(tmp_path: Path) -> Iterator[Dash]:
         _stop_live_runs(env, work)  # a failed test leaves its training run going otherwise
         ui.terminate()
         ui.wait(timeout=20)
-        subprocess.run([TCL, "serve", "--stop"], cwd=work, env=env, capture_output=True,
-                       timeout=60, check=False)  # fmt: skip
+        subprocess.run(
+            [TCL, "serve", "--stop"],
+            cwd=work,
+            env=env,
+            capture_output=True,
+            timeout=60,
+            check=False,
+        )
         stop_local_shim(home / "state" / "local-shim")
 
 
@@ -110,15 +132,18 @@ def test_a_training_run_streams_logs_and_loss_and_stops_from_the_page(
     dash: Dash, page: Page, request: pytest.FixtureRequest
 ) -> None:
     config = (REPO / "examples" / "tiny_gpt.yaml").read_text()
-    for old, new in [("total_steps: 600", "total_steps: 100000"),
-                     ("report_interval: 25", "report_interval: 5"),
-                     ("validation_interval: 100", "validation_interval: 20"),
-                     ("checkpoint_interval: 100", "checkpoint_interval: 100000")]:  # fmt: skip
+    for old, new in [
+        ("total_steps: 600", "total_steps: 100000"),
+        ("report_interval: 25", "report_interval: 5"),
+        ("validation_interval: 100", "validation_interval: 20"),
+        ("checkpoint_interval: 100", "checkpoint_interval: 100000"),
+    ]:
         assert old in config
         config = config.replace(old, new)
     (dash.work / "tiny.yaml").write_text(config)
-    res = dash.tcl_json("submit", "-d", "--name", "gpt", "--job", "gpt/train",
-                        "--job-config", "tiny.yaml")  # fmt: skip
+    res = dash.tcl_json(
+        "submit", "-d", "--name", "gpt", "--job", "gpt/train", "--job-config", "tiny.yaml"
+    )
     run_id = res["run_id"]
 
     page.goto(dash.url)
@@ -169,8 +194,19 @@ def test_a_training_run_streams_logs_and_loss_and_stops_from_the_page(
 def test_a_matrix_shows_its_entries_as_a_grid_coloured_by_state(
     dash: Dash, page: Page, request: pytest.FixtureRequest
 ) -> None:
-    dash.tcl("matrix", "add", "--name", "grid", "--grid", "x=0,1,2,3,4,5", "--",
-             "python3", "-c", "import sys; sys.exit(int(sys.argv[1]) % 3 == 0)", "{x}")  # fmt: skip
+    dash.tcl(
+        "matrix",
+        "add",
+        "--name",
+        "grid",
+        "--grid",
+        "x=0,1,2,3,4,5",
+        "--",
+        "python3",
+        "-c",
+        "import sys; sys.exit(int(sys.argv[1]) % 3 == 0)",
+        "{x}",
+    )
     page.goto(dash.url + "#/matrices")
     page.wait_for_selector('body[data-view="matrices"][data-ready="1"]')
     row = page.locator("table#matrices tr[data-matrix-id]")

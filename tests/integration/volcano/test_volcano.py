@@ -187,8 +187,18 @@ def _latest(pvc: Path) -> str:
 
 def test_an_evicted_pod_restarts_the_job_and_the_trainer_resumes(cluster: Cluster) -> None:
     c = cluster
-    res = c.env.tcl_json("submit", "-d", "--chip", "h100", "-n", "8", "--job", "gpt/train",
-                         "--job-config", "gpt.yaml")  # fmt: skip
+    res = c.env.tcl_json(
+        "submit",
+        "-d",
+        "--chip",
+        "h100",
+        "-n",
+        "8",
+        "--job",
+        "gpt/train",
+        "--job-config",
+        "gpt.yaml",
+    )
     run_id = res["run_id"]
     deadline = time.monotonic() + 300
     while not _latest(c.pvc()):
@@ -232,8 +242,9 @@ def test_bad_input_is_one_line_and_creates_nothing(
     c = cluster
     args: list[str] = []
     if case == "missing-pvc":
-        c.env.config.write_text(_config(c.kubeconfig).replace("pvc_name: workspace",
-                                                              "pvc_name: nope"))  # fmt: skip
+        c.env.config.write_text(
+            _config(c.kubeconfig).replace("pvc_name: workspace", "pvc_name: nope")
+        )
     elif case == "forbidden-namespace":
         args = ["--volcano-namespace", "other"]
     else:

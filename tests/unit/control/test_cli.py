@@ -44,9 +44,15 @@ def test_hosts_json_default_is_local(home: Path) -> None:
     res = runner.invoke(app, ["hosts", "--json"])
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout) == [
-        {"name": "local", "type": "local", "address": "this machine", "reachable": None,
-         "detail": "", "accelerators": []}
-    ]  # fmt: skip
+        {
+            "name": "local",
+            "type": "local",
+            "address": "this machine",
+            "reachable": None,
+            "detail": "",
+            "accelerators": [],
+        }
+    ]
 
 
 def test_submit_usage_errors(home: Path) -> None:
@@ -60,8 +66,9 @@ def test_submit_usage_errors(home: Path) -> None:
 
 def _seed_run(home: Path) -> str:
     store = Store(f"sqlite:///{home / 'state' / 'tcl.db'}")
-    store.create_run("train-aaaaaa", "train", {"argv": ["python", "t.py"], "chips": 2,
-                                               "chip": "h100"})  # fmt: skip
+    store.create_run(
+        "train-aaaaaa", "train", {"argv": ["python", "t.py"], "chips": 2, "chip": "h100"}
+    )
     store.set_state("train-aaaaaa", RunState.PROVISIONING)
     store.set_placement("train-aaaaaa", "gone-host", "ssh", "0" * 64)
     store.add_attempt("train-aaaaaa", "gone-host", "ssh", {"task_id": "t", "runner_port": 1})
@@ -69,12 +76,23 @@ def _seed_run(home: Path) -> str:
     store.set_state("train-aaaaaa", RunState.SUCCEEDED, exit_code=0)
     store.close()
     t0 = time.time() - 3600
-    LogCache("train-aaaaaa", home / "state" / "logs").append([
-        Event(seq=i + 1, ts=t0 + i * 60, kind=EventKind.LOG, stream=LogStream.STDOUT,
-              data=f"line {i}\n")
-        for i in range(5)
-    ] + [Event(seq=6, ts=t0 + 400, kind=EventKind.STATE, state=RunnerState.SUCCEEDED,
-               exit_code=0)])  # fmt: skip
+    LogCache("train-aaaaaa", home / "state" / "logs").append(
+        [
+            Event(
+                seq=i + 1,
+                ts=t0 + i * 60,
+                kind=EventKind.LOG,
+                stream=LogStream.STDOUT,
+                data=f"line {i}\n",
+            )
+            for i in range(5)
+        ]
+        + [
+            Event(
+                seq=6, ts=t0 + 400, kind=EventKind.STATE, state=RunnerState.SUCCEEDED, exit_code=0
+            )
+        ]
+    )
     return "train-aaaaaa"
 
 
@@ -136,8 +154,9 @@ def test_ps_json_is_stable(home: Path) -> None:
 
 
 def test_cloud_init_renders_valid_user_data(home: Path) -> None:
-    res = runner.invoke(app, ["host", "cloud-init", "--fake-accelerators", "h100:8",
-                              "--package", "tcl==0.1.0"])  # fmt: skip
+    res = runner.invoke(
+        app, ["host", "cloud-init", "--fake-accelerators", "h100:8", "--package", "tcl==0.1.0"]
+    )
     assert res.exit_code == 0, res.output
     assert res.stdout.startswith("#cloud-config\n")
     doc = yaml.safe_load(res.stdout)
@@ -183,8 +202,9 @@ def test_jobs_and_run_wire_tcl_jobs(home: Path) -> None:
     res = runner.invoke(app, ["run", "nope/job", "-", str(home / "out")])
     assert res.exit_code == 2 and "no job registered as 'nope/job'" in res.stderr
     yaml_path = Path(__file__).resolve().parents[3] / "examples" / "tiny_gpt.yaml"
-    res = runner.invoke(app, ["run", "gpt/train", str(yaml_path), str(home / "out"),
-                              "training/stepz=3"])  # fmt: skip
+    res = runner.invoke(
+        app, ["run", "gpt/train", str(yaml_path), str(home / "out"), "training/stepz=3"]
+    )
     assert res.exit_code == 2 and "training/stepz" in res.stderr
 
 

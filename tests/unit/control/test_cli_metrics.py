@@ -42,12 +42,29 @@ def _seed(home: Path, run_id: str, metrics: list[str]) -> None:
     store.close()
     events = [Event(seq=1, ts=10.0, kind=EventKind.LOG, stream=LogStream.STDOUT, data="start\n")]
     for data in metrics:
-        events.append(Event(seq=len(events) + 1, ts=10.0 + len(events), kind=EventKind.METRIC,
-                            stream=LogStream.STDOUT, data=data))  # fmt: skip
-    events.append(Event(seq=len(events) + 1, ts=99.0, kind=EventKind.LOG,
-                        stream=LogStream.STDOUT, data="done\n"))  # fmt: skip
-    events.append(Event(seq=len(events) + 1, ts=99.5, kind=EventKind.STATE,
-                        state=RunnerState.SUCCEEDED, exit_code=0))  # fmt: skip
+        events.append(
+            Event(
+                seq=len(events) + 1,
+                ts=10.0 + len(events),
+                kind=EventKind.METRIC,
+                stream=LogStream.STDOUT,
+                data=data,
+            )
+        )
+    events.append(
+        Event(
+            seq=len(events) + 1, ts=99.0, kind=EventKind.LOG, stream=LogStream.STDOUT, data="done\n"
+        )
+    )
+    events.append(
+        Event(
+            seq=len(events) + 1,
+            ts=99.5,
+            kind=EventKind.STATE,
+            state=RunnerState.SUCCEEDED,
+            exit_code=0,
+        )
+    )
     LogCache(run_id, home / "state" / "logs").append(events)
 
 
@@ -72,13 +89,34 @@ def test_metrics_table_json_and_kind(home: Path) -> None:
     res = runner.invoke(app, ["metrics", "train-a", "--json"])
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout) == [
-        {"seq": 1, "attempt": 0, "node": 0, "ts": 11.0, "step": 1, "kind": "train",
-         "values": {"loss": 2.5, "lr": 0.001}},
-        {"seq": 2, "attempt": 0, "node": 0, "ts": 12.0, "step": 2, "kind": "train",
-         "values": {"loss": 2.25}},
-        {"seq": 3, "attempt": 0, "node": 0, "ts": 13.0, "step": 2, "kind": "val",
-         "values": {"val_loss": 3.125}},
-    ]  # fmt: skip
+        {
+            "seq": 1,
+            "attempt": 0,
+            "node": 0,
+            "ts": 11.0,
+            "step": 1,
+            "kind": "train",
+            "values": {"loss": 2.5, "lr": 0.001},
+        },
+        {
+            "seq": 2,
+            "attempt": 0,
+            "node": 0,
+            "ts": 12.0,
+            "step": 2,
+            "kind": "train",
+            "values": {"loss": 2.25},
+        },
+        {
+            "seq": 3,
+            "attempt": 0,
+            "node": 0,
+            "ts": 13.0,
+            "step": 2,
+            "kind": "val",
+            "values": {"val_loss": 3.125},
+        },
+    ]
     res = runner.invoke(app, ["metrics", "train", "--kind", "val", "--json"])
     assert [p["seq"] for p in json.loads(res.stdout)] == [3]
     res = runner.invoke(app, ["metrics", "train", "--kind", "nope"])
@@ -105,8 +143,9 @@ def test_a_metric_event_is_never_printed_as_a_log_line(capsys: pytest.CaptureFix
     """What `tcl submit`, `tcl logs -f` and a `tcl serve` stream print each event with."""
     from tcl.cli.render import print_event
 
-    print_event(Event(seq=1, ts=0.0, kind=EventKind.METRIC, stream=LogStream.STDOUT,
-                      data=POINTS[0]))  # fmt: skip
+    print_event(
+        Event(seq=1, ts=0.0, kind=EventKind.METRIC, stream=LogStream.STDOUT, data=POINTS[0])
+    )
     print_event(Event(seq=2, ts=0.0, kind=EventKind.LOG, stream=LogStream.STDOUT, data="x\n"))
     assert capsys.readouterr().out == "x\n"
 
@@ -115,8 +154,9 @@ def test_a_multi_node_runs_table_says_whose_point_it_is(home: Path) -> None:
     _seed(home, "wide-cccccc", POINTS[:1])
     LogCache("wide-cccccc", home / "state" / "logs").append(
         [Event(seq=1, ts=20.0, kind=EventKind.METRIC, stream=LogStream.STDOUT, data=POINTS[1])],
-        node=1, nodes=2,
-    )  # fmt: skip
+        node=1,
+        nodes=2,
+    )
     res = runner.invoke(app, ["metrics", "wide"])
     assert res.exit_code == 0, res.output
     assert [line.split() for line in res.stdout.splitlines()] == [

@@ -62,10 +62,12 @@ def _seed(home: Path, name: str, argv: list[str], data: list[str]) -> str:
     store.set_state(run_id, RunState.FAILED, exit_code=3)
     store.close()
     t0 = time.time() - 60
-    LogCache(run_id, home / "state" / "logs").append([
-        Event(seq=i + 1, ts=t0 + i, kind=EventKind.LOG, stream=LogStream.STDOUT, data=d)
-        for i, d in enumerate(data)
-    ])  # fmt: skip
+    LogCache(run_id, home / "state" / "logs").append(
+        [
+            Event(seq=i + 1, ts=t0 + i, kind=EventKind.LOG, stream=LogStream.STDOUT, data=d)
+            for i, d in enumerate(data)
+        ]
+    )
     return run_id
 
 

@@ -30,11 +30,19 @@ class FakeRunner:
 
     def __init__(self, drop_at_call: int | None) -> None:
         self.log = [
-            Event(seq=i + 1, ts=1.0 + i, kind=EventKind.LOG, stream=LogStream.STDOUT,
-                  data=f"line {i}\n")
+            Event(
+                seq=i + 1,
+                ts=1.0 + i,
+                kind=EventKind.LOG,
+                stream=LogStream.STDOUT,
+                data=f"line {i}\n",
+            )
             for i in range(N)
-        ] + [Event(seq=N + 1, ts=99.0, kind=EventKind.STATE, state=RunnerState.SUCCEEDED,
-                   exit_code=0)]  # fmt: skip
+        ] + [
+            Event(
+                seq=N + 1, ts=99.0, kind=EventKind.STATE, state=RunnerState.SUCCEEDED, exit_code=0
+            )
+        ]
         self.calls: list[int] = []
         self.drop_at_call = drop_at_call
         self.stopped = False
@@ -61,14 +69,17 @@ class FakeRunner:
         page = [e for e in self.log if e.seq > after][:3]
         last = page[-1].seq if page else after
         if self.stopped:  # SIGTERM: the runner ends `terminated` with the signal's code
-            return EventsPage(events=[], next=after, more=False, state=RunnerState.TERMINATED,
-                              exit_code=-15)  # fmt: skip
+            return EventsPage(
+                events=[], next=after, more=False, state=RunnerState.TERMINATED, exit_code=-15
+            )
         done = last == N + 1
         return EventsPage(
-            events=page, next=last, more=not done,
+            events=page,
+            next=last,
+            more=not done,
             state=RunnerState.SUCCEEDED if done else RunnerState.RUNNING,
             exit_code=0 if done else None,
-        )  # fmt: skip
+        )
 
     async def stop(self, grace_s: float = 10.0) -> None:
         self.stopped = True
@@ -82,12 +93,21 @@ class FakeShim:
         self.removed: list[str] = []
 
     async def terminate_task(
-        self, task_id: str, reason: TerminationReason = TerminationReason.STOPPED_BY_USER,
+        self,
+        task_id: str,
+        reason: TerminationReason = TerminationReason.STOPPED_BY_USER,
         message: str = "",
-    ) -> TaskInfo:  # fmt: skip
+    ) -> TaskInfo:
         self.terminated.append((task_id, reason))
-        return TaskInfo(id=task_id, name="", status="terminated", network="host",
-                        executor=ExecutorKind.PROCESS, created_at=0, updated_at=0)  # fmt: skip
+        return TaskInfo(
+            id=task_id,
+            name="",
+            status="terminated",
+            network="host",
+            executor=ExecutorKind.PROCESS,
+            created_at=0,
+            updated_at=0,
+        )
 
     async def remove_task(self, task_id: str) -> None:
         self.removed.append(task_id)
@@ -98,9 +118,17 @@ class FakeShim:
 
     async def get_task(self, task_id: str) -> TaskInfo:
         # The runner's port and token come from the shim (control never stores the token).
-        return TaskInfo(id=task_id, name="", status="running", network="host",
-                        executor=ExecutorKind.PROCESS, ports=Ports(runner=1),
-                        runner_token="t" * 43, created_at=0, updated_at=0)  # fmt: skip
+        return TaskInfo(
+            id=task_id,
+            name="",
+            status="running",
+            network="host",
+            executor=ExecutorKind.PROCESS,
+            ports=Ports(runner=1),
+            runner_token="t" * 43,
+            created_at=0,
+            updated_at=0,
+        )
 
     async def aclose(self) -> None: ...
 
@@ -125,8 +153,14 @@ class FakeBackend(ShimHost):
         assert token, "control must reach a runner with its bearer token"
         return self._runner
 
-    async def ship_code(self, snap: Snapshot, runner_port: int, runner_token: str, runner: Any,
-                        progress: Progress | None) -> int:  # fmt: skip
+    async def ship_code(
+        self,
+        snap: Snapshot,
+        runner_port: int,
+        runner_token: str,
+        runner: Any,
+        progress: Progress | None,
+    ) -> int:
         return 0
 
     async def reset(self) -> None:
@@ -168,8 +202,9 @@ async def test_follow_survives_a_drop_without_loss_or_repeat(
     use_hosts(monkeypatch, local=backend)
     seen: list[str] = []
     drops: list[str] = []
-    final = await follow(ctl, ctl.store.get_run("r-1"),
-                         lambda e: seen.append(e.data or ""), drops.append)  # fmt: skip
+    final = await follow(
+        ctl, ctl.store.get_run("r-1"), lambda e: seen.append(e.data or ""), drops.append
+    )
     logs = [s for s in seen if s.startswith("line")]
     assert logs == [f"line {i}\n" for i in range(N)]
     assert drops == ["runner: connection reset"] and backend.resets == 1
@@ -204,10 +239,18 @@ class ExpiredShim(FakeShim):
     """The task ended while nobody followed, and the retention removed its runner."""
 
     async def get_task(self, task_id: str) -> TaskInfo:
-        return TaskInfo(id=task_id, name="", status="terminated", network="host",
-                        termination_reason=TerminationReason.FAILED, exit_code=3,
-                        message="the job failed", executor=ExecutorKind.PROCESS,
-                        created_at=0, updated_at=0)  # fmt: skip
+        return TaskInfo(
+            id=task_id,
+            name="",
+            status="terminated",
+            network="host",
+            termination_reason=TerminationReason.FAILED,
+            exit_code=3,
+            message="the job failed",
+            executor=ExecutorKind.PROCESS,
+            created_at=0,
+            updated_at=0,
+        )
 
 
 async def test_a_run_whose_runner_the_host_removed_gets_its_outcome(
@@ -269,10 +312,19 @@ class VanishedShim(FakeShim):
     """The task ended `vanished` (its runner died) but the shim still lists its port."""
 
     async def get_task(self, task_id: str) -> TaskInfo:
-        return TaskInfo(id=task_id, name="", status="terminated", network="host",
-                        termination_reason=TerminationReason.VANISHED, message="runner gone",
-                        executor=ExecutorKind.PROCESS, ports=Ports(runner=1),
-                        runner_token="t" * 43, created_at=0, updated_at=0)  # fmt: skip
+        return TaskInfo(
+            id=task_id,
+            name="",
+            status="terminated",
+            network="host",
+            termination_reason=TerminationReason.VANISHED,
+            message="runner gone",
+            executor=ExecutorKind.PROCESS,
+            ports=Ports(runner=1),
+            runner_token="t" * 43,
+            created_at=0,
+            updated_at=0,
+        )
 
 
 async def test_refresh_settles_a_run_whose_task_ended_without_a_reachable_runner(
@@ -315,9 +367,14 @@ def test_a_host_gone_from_the_config_is_reached_through_the_attempts_record(
     from tcl.control.placement import LocalPlacement, SshPlacement, dump_placement
 
     rec = SshPlacement(
-        ssh="gpu1.example", port=2222, user="me", identity_file="~/.ssh/k",
-        proxy_jump="bastion", shim_dir="/home/me/.tcl-shim", shim_port=11000,
-    )  # fmt: skip
+        ssh="gpu1.example",
+        port=2222,
+        user="me",
+        identity_file="~/.ssh/k",
+        proxy_jump="bastion",
+        shim_dir="/home/me/.tcl-shim",
+        shim_port=11000,
+    )
     ctl.store.create_run("r-2", "", {"argv": ["x"]})
     handle = {"task_id": "r-2-0", "placement": dump_placement(rec)}  # stored before nodes
     ctl.store.add_attempt("r-2", "gone", "ssh", handle)
@@ -328,8 +385,11 @@ def test_a_host_gone_from_the_config_is_reached_through_the_attempts_record(
     b = sb._node_host(h.nodes[0])  # type: ignore[attr-defined]
     assert isinstance(b, SshShimHost) and b.name == "gone"
     assert (b.target.host, b.target.port, b.target.user, b.target.proxy_jump) == (
-        "gpu1.example", 2222, "me", "bastion",
-    )  # fmt: skip
+        "gpu1.example",
+        2222,
+        "me",
+        "bastion",
+    )
     assert (b.cfg.shim_dir, b.cfg.shim_port) == ("/home/me/.tcl-shim", 11000)
     local = LocalPlacement(shim_state_dir="/x/local-shim")
     handle = {"task_id": "r-2-1", "placement": dump_placement(local)}

@@ -50,9 +50,10 @@ async def test_another_runner_at_the_port_reads_as_not_there(tmp_path: Path) -> 
     runner = Runner(RunnerConfig(state_dir=tmp_path / "other", code_cache_dir=tmp_path / "c"))
     agent = HttpRunner("http://runner", "not-" + TOKEN, name="runner r@h")
     agent._client = RunnerClient(
-        "http://runner", "not-" + TOKEN,
+        "http://runner",
+        "not-" + TOKEN,
         transport=httpx.ASGITransport(app=create_app(runner, TOKEN)),
-    )  # fmt: skip
+    )
     try:
         with pytest.raises(AgentUnreachableError, match="another runner answers at its port"):
             await agent.events(after=0)

@@ -91,8 +91,13 @@ def test_host_setup_installs_juicefs_beside_tcl() -> None:
     cfg = SshHost(type="ssh", ssh="h1", shim_package="tcl-submit==1.0")
     (pip,) = [a for a in _setup(cfg, [JUICEFS_REQUIREMENT]) if "install" in a]
     venv_dir = "/home/u/.local/share/tcl-shim/venv"
-    assert pip == [f"{venv_dir}/bin/pip", "install", "--quiet", "tcl-submit==1.0",
-                   JUICEFS_REQUIREMENT]  # fmt: skip
+    assert pip == [
+        f"{venv_dir}/bin/pip",
+        "install",
+        "--quiet",
+        "tcl-submit==1.0",
+        JUICEFS_REQUIREMENT,
+    ]
     (plain,) = [a for a in _setup(cfg, []) if "install" in a]
     assert plain == [f"{venv_dir}/bin/pip", "install", "--quiet", "tcl-submit==1.0"]
 
@@ -139,8 +144,10 @@ def _make(tmp: Path, d: Path, jfs: str) -> None:
             link.symlink_to(target)
     subprocess.run(
         ["/bin/sh", "-c", venv._MAKE, "sh", str(d), str(stub_python(tmp)), "tcl.whl[jobs]", jfs],
-        check=True, timeout=60, env={"PATH": str(bindir)},
-    )  # fmt: skip
+        check=True,
+        timeout=60,
+        env={"PATH": str(bindir)},
+    )
 
 
 def test_runner_venv_gets_juicefs_with_tcl(tmp_path: Path) -> None:
@@ -180,8 +187,9 @@ class SlurmPool:
     def facts(self, target: object) -> dict[str, tuple[str, str]]:
         return self._facts
 
-    async def run(self, target: object, argv: list[str], input: str | None = None,
-                  **_kw: Any) -> RemoteResult:  # fmt: skip
+    async def run(
+        self, target: object, argv: list[str], input: str | None = None, **_kw: Any
+    ) -> RemoteResult:
         self.argvs.append(list(argv))
         self.inputs.append(input)
         return RemoteResult(0, "42\n" if "sbatch" in " ".join(argv) else "", "")
@@ -199,8 +207,15 @@ def _launch(cluster: ClusterConfig, **host: Any) -> tuple[SlurmPool, str]:
     backend = SlurmBackend(BackendInputs({"s1": cfg}, {"c1": cluster}, {}, lambda: pool))  # type: ignore[arg-type,return-value]
     plan = Offer(backend="slurm", host="s1", nodes=(NodeOffer("n"),), chip=None, chips_per_node=0)
     job = JobSpec(run_id="r1", argv=["true"], env={"A": "1"})
-    snap = Snapshot(root=Path("/src"), tarball=Path("/nonexistent"), sha256="0" * 64, size=0,
-                    files=0, content_bytes=0, git=False)  # fmt: skip
+    snap = Snapshot(
+        root=Path("/src"),
+        tarball=Path("/nonexistent"),
+        sha256="0" * 64,
+        size=0,
+        files=0,
+        content_bytes=0,
+        git=False,
+    )
     asyncio.run(backend.launch(plan, job, snap, None, Obs(), lambda h: None))
     (spec_input,) = [i for i in pool.inputs if i is not None]
     return pool, spec_input.split("\n", 1)[0]

@@ -54,9 +54,19 @@ def test_status_of_one_matrix(seeded: Path) -> None:
     lines = res.stdout.splitlines()
     assert lines[0] == "lrs: 4 entries"
     assert lines[1].split() == [
-        "queued", "1", "claimed", "0", "running", "1", "done", "1", "failed", "1",
-        "cancelled", "0",
-    ]  # fmt: skip
+        "queued",
+        "1",
+        "claimed",
+        "0",
+        "running",
+        "1",
+        "done",
+        "1",
+        "failed",
+        "1",
+        "cancelled",
+        "0",
+    ]
     assert lines[2].startswith(f"  {bar(0.5)} 2/4 (50%)  ")
     assert "runs/h  ETA " in lines[2]
     assert lines[3:] == ["  failed (1):", "    lr=2  ValueError: nan loss"]
@@ -86,14 +96,28 @@ def test_ls(seeded: Path) -> None:
     res = runner.invoke(app, ["ls"])
     assert res.exit_code == 0, res.output
     rows = [line.split() for line in res.stdout.splitlines()]
-    assert rows[0] == ["NAME", "ENTRIES", "QUEUED", "RUNNING", "DONE", "FAILED", "CANCELLED",
-                       "CREATED"]  # fmt: skip
+    assert rows[0] == [
+        "NAME",
+        "ENTRIES",
+        "QUEUED",
+        "RUNNING",
+        "DONE",
+        "FAILED",
+        "CANCELLED",
+        "CREATED",
+    ]
     assert rows[1][:7] == ["lrs", "4", "1", "1", "1", "1", "0"]
     assert rows[2][:7] == ["empty", "0", "0", "0", "0", "0", "0"]
     data = json.loads(runner.invoke(app, ["ls", "--json"]).stdout)
     assert data[0]["name"] == "lrs" and data[0]["entries"] == 4
-    assert data[0]["counts"] == {"queued": 1, "claimed": 0, "running": 1, "done": 1,
-                                 "failed": 1, "cancelled": 0}  # fmt: skip
+    assert data[0]["counts"] == {
+        "queued": 1,
+        "claimed": 0,
+        "running": 1,
+        "done": 1,
+        "failed": 1,
+        "cancelled": 0,
+    }
 
 
 def test_nothing_yet(home: Path) -> None:

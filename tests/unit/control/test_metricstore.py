@@ -16,8 +16,15 @@ from tcl.runner.api import EventKind, LogStream, RunnerState
 
 
 def metric(seq: int, data: str, node: int = 0, attempt: int = 0) -> KeptEvent:
-    return KeptEvent(seq=seq, ts=100.0 + seq, kind=EventKind.METRIC, stream=LogStream.STDOUT,
-                     data=data, node=node, attempt=attempt)  # fmt: skip
+    return KeptEvent(
+        seq=seq,
+        ts=100.0 + seq,
+        kind=EventKind.METRIC,
+        stream=LogStream.STDOUT,
+        data=data,
+        node=node,
+        attempt=attempt,
+    )
 
 
 def exercise_metricstore(store: Store) -> None:

@@ -56,13 +56,27 @@ class Scripted(Backend):
     released: ClassVar[list[int]] = []
 
     async def offers(self, req: Request, hosts: Sequence[str]) -> Offers:
-        return Offers([Offer(backend="local", host="local", nodes=(NodeOffer("local"),) * 2,
-                             chip=None, chips_per_node=0)])  # fmt: skip
+        return Offers(
+            [
+                Offer(
+                    backend="local",
+                    host="local",
+                    nodes=(NodeOffer("local"),) * 2,
+                    chip=None,
+                    chips_per_node=0,
+                )
+            ]
+        )
 
     async def launch(
-        self, plan: Offer, job: JobSpec, snap: Snapshot, image: str | None, obs: Observer,
+        self,
+        plan: Offer,
+        job: JobSpec,
+        snap: Snapshot,
+        image: str | None,
+        obs: Observer,
         on_handle: Callable[[Handle], None],
-    ) -> Launched:  # fmt: skip
+    ) -> Launched:
         self.launched.append(job)
         return Launched(TwoNodes(kind="local", gen=len(self.launched)), [[], []])
 
@@ -94,8 +108,9 @@ def ctl(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Control:
     Scripted.pages, Scripted.stops, Scripted.launched, Scripted.released = {}, [], [], []
     (cache_dir() / f"{'a' * 64}.tar.gz").write_bytes(b"code")
     c = Control(default_config(), Store(f"sqlite:///{tmp_path / 'tcl.db'}"))
-    c.store.create_run("r-1", "", {"argv": ["train"], "chips": 0, "job_cwd": "sub",
-                                   "env": {"A": "1"}})  # fmt: skip
+    c.store.create_run(
+        "r-1", "", {"argv": ["train"], "chips": 0, "job_cwd": "sub", "env": {"A": "1"}}
+    )
     c.store.set_state("r-1", RunState.PROVISIONING)
     c.store.set_placement("r-1", "local", "local", "a" * 64)
     c.store.add_attempt("r-1", "local", "local", {"kind": "local", "gen": 0})
@@ -104,8 +119,10 @@ def ctl(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Control:
 
 
 async def test_a_failed_node_stops_the_others_and_the_run_names_it(ctl: Control) -> None:
-    Scripted.pages = {0: NodePage([], RunState.RUNNING), 1: NodePage([], RunState.FAILED,
-                                                                     exit_code=3)}  # fmt: skip
+    Scripted.pages = {
+        0: NodePage([], RunState.RUNNING),
+        1: NodePage([], RunState.FAILED, exit_code=3),
+    }
     await pull(ctl, ctl.store.get_run("r-1"))
     assert Scripted.stops == [0]
     run = ctl.store.get_run("r-1")
@@ -116,32 +133,45 @@ async def test_a_failed_node_stops_the_others_and_the_run_names_it(ctl: Control)
 
 
 async def test_a_node_failing_after_the_others_succeeded_stops_nothing(ctl: Control) -> None:
-    Scripted.pages = {0: NodePage([], RunState.SUCCEEDED, exit_code=0),
-                      1: NodePage([], RunState.FAILED, exit_code=3)}  # fmt: skip
+    Scripted.pages = {
+        0: NodePage([], RunState.SUCCEEDED, exit_code=0),
+        1: NodePage([], RunState.FAILED, exit_code=3),
+    }
     await pull(ctl, ctl.store.get_run("r-1"))
     assert Scripted.stops == []
     assert ctl.store.get_run("r-1").state is RunState.FAILED
 
 
 async def test_a_lost_node_places_the_run_again_as_its_next_attempt(ctl: Control) -> None:
-    Scripted.pages = {0: NodePage([], RunState.TERMINATED, message="node tcl-x preempted",
-                                  lost=True), 1: NodePage([], RunState.RUNNING)}  # fmt: skip
+    Scripted.pages = {
+        0: NodePage([], RunState.TERMINATED, message="node tcl-x preempted", lost=True),
+        1: NodePage([], RunState.RUNNING),
+    }
     await pull(ctl, ctl.store.get_run("r-1"))
     assert Scripted.released == [0]  # what was left of attempt 1 is freed first
     [job] = Scripted.launched
     assert (job.run_id, job.attempt, job.argv, job.cwd, job.env) == (
-        "r-1", 1, ["train"], "sub", {"A": "1"})  # fmt: skip
+        "r-1",
+        1,
+        ["train"],
+        "sub",
+        {"A": "1"},
+    )
     assert job.code is not None and job.code.sha256 == "a" * 64
     attempts = ctl.store.attempts("r-1")
     assert [(a.attempt, a.state) for a in attempts] == [
-        (0, RunState.TERMINATED), (1, RunState.RUNNING)]  # fmt: skip
+        (0, RunState.TERMINATED),
+        (1, RunState.RUNNING),
+    ]
     assert ctl.store.get_run("r-1").state is RunState.RUNNING
 
 
 async def test_a_lost_run_whose_code_left_the_cache_fails_saying_so(ctl: Control) -> None:
     (cache_dir() / f"{'a' * 64}.tar.gz").unlink()
-    Scripted.pages = {0: NodePage([], RunState.TERMINATED, message="node tcl-x preempted",
-                                  lost=True), 1: NodePage([], RunState.RUNNING)}  # fmt: skip
+    Scripted.pages = {
+        0: NodePage([], RunState.TERMINATED, message="node tcl-x preempted", lost=True),
+        1: NodePage([], RunState.RUNNING),
+    }
     await pull(ctl, ctl.store.get_run("r-1"))
     run = ctl.store.get_run("r-1")
     assert run.state is RunState.FAILED
@@ -152,8 +182,10 @@ async def test_a_lost_run_whose_code_left_the_cache_fails_saying_so(ctl: Control
 async def test_only_a_follower_places_a_lost_run_again(ctl: Control) -> None:
     """`tcl ps` (refresh) and `tcl logs` pull with a short timeout: a relaunch (minutes for a
     cloud node) would be cut short there, so they leave the run to its follower."""
-    Scripted.pages = {0: NodePage([], RunState.TERMINATED, message="node tcl-x preempted",
-                                  lost=True), 1: NodePage([], RunState.RUNNING)}  # fmt: skip
+    Scripted.pages = {
+        0: NodePage([], RunState.TERMINATED, message="node tcl-x preempted", lost=True),
+        1: NodePage([], RunState.RUNNING),
+    }
     res = await pull(ctl, ctl.store.get_run("r-1"), relaunch=False)
     assert not res.more and Scripted.launched == [] and Scripted.released == []
     assert ctl.store.get_run("r-1").state is RunState.RUNNING

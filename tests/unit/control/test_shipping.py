@@ -18,8 +18,9 @@ from tcl.control.shipping import snapshot
 def _git(repo: Path, *args: str) -> None:
     subprocess.run(
         ["git", "-C", str(repo), "-c", "user.email=t@t", "-c", "user.name=t", *args],
-        check=True, capture_output=True,
-    )  # fmt: skip
+        check=True,
+        capture_output=True,
+    )
 
 
 def _names(tar_path: Path) -> dict[str, bytes]:

@@ -44,8 +44,11 @@ class FakeShims(ShimBackend):
     def __init__(self, infos: dict[str, HostInfo] | None = None) -> None:
         hosts = {n: h for n, h in CFG.hosts.items() if h.type == "ssh"}
         super().__init__(BackendInputs(hosts, CFG.clusters, {}, lambda: None))  # type: ignore[arg-type,return-value]
-        self.infos = infos or {"small": _host("h100", 2), "big": _host("h100", 8, held=5),
-                               "amp": _host("a100", 4)}  # fmt: skip
+        self.infos = infos or {
+            "small": _host("h100", 2),
+            "big": _host("h100", 8, held=5),
+            "amp": _host("a100", 4),
+        }
         self.probed: list[str] = []
 
     def _make_host(self, name: str, record: Any) -> ShimHost:
@@ -123,8 +126,14 @@ hosts:
   n3: {type: ssh, ssh: c, cluster: pod}
   lone: {type: ssh, ssh: d}
 """)
-    shims = FakeShims({"n1": _host("h100", 4), "n2": _host("h100", 4, held=1),
-                       "n3": _host("h100", 4), "lone": _host("h100", 4)})  # fmt: skip
+    shims = FakeShims(
+        {
+            "n1": _host("h100", 4),
+            "n2": _host("h100", 4, held=1),
+            "n3": _host("h100", 4),
+            "lone": _host("h100", 4),
+        }
+    )
     shims.inputs = BackendInputs(dict(cfg.hosts), cfg.clusters, {}, shims.inputs.ssh_pool)
     sol = await shims.solve(Request(chip="h100", chips=8), cfg)
     (plan,) = sol.candidates  # n2 has 3 free: n1 and n3 take 4 each; `lone` is no cluster

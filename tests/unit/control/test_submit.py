@@ -61,15 +61,24 @@ class Shim:
         if self.racy:
             raise NoCapacityError("shim: no capacity: 0 of 2 free")
         self.created.append(spec)
-        return TaskInfo(id=spec.id, name=spec.name, status=TaskStatus.RUNNING,
-                        accelerators=[0, 1], network="host", ports=Ports(runner=4242),
-                        runner_token="t" * 43,
-                        executor=ExecutorKind.PROCESS, created_at=0, updated_at=0)  # fmt: skip
+        return TaskInfo(
+            id=spec.id,
+            name=spec.name,
+            status=TaskStatus.RUNNING,
+            accelerators=[0, 1],
+            network="host",
+            ports=Ports(runner=4242),
+            runner_token="t" * 43,
+            executor=ExecutorKind.PROCESS,
+            created_at=0,
+            updated_at=0,
+        )
 
     async def get_task(self, task_id: str) -> TaskInfo: ...
 
-    async def terminate_task(self, task_id: str, reason: TerminationReason = TerminationReason.DONE,
-                             message: str = "") -> Any:  # fmt: skip
+    async def terminate_task(
+        self, task_id: str, reason: TerminationReason = TerminationReason.DONE, message: str = ""
+    ) -> Any:
         self.terminated.append((task_id, reason))
 
     async def remove_task(self, task_id: str) -> None: ...
@@ -96,9 +105,10 @@ async def test_no_capacity_at_launch_moves_to_the_next_host(
 ) -> None:
     racy, spare = Shim(racy=True), Shim(racy=False)
     use_hosts(
-        monkeypatch, racy=FakeBackend(FakeRunner(None), racy),  # type: ignore[arg-type]
+        monkeypatch,
+        racy=FakeBackend(FakeRunner(None), racy),  # type: ignore[arg-type]
         spare=FakeBackend(FakeRunner(None), spare),  # type: ignore[arg-type]
-    )  # fmt: skip
+    )
     res = await submit(ctl, Submission(argv=["python", "job.py"], chip="h100", chips=2))
     assert res.host == "spare" and res.accelerators == [0, 1]
     assert res.skipped == [("racy", "no capacity at launch: shim: no capacity: 0 of 2 free")]
@@ -198,9 +208,10 @@ async def test_a_submit_that_placed_nothing_leaves_no_run(
     """Nothing fits (both hosts full): the error says why, `tcl ps` shows nothing."""
     full = Shim(racy=True)
     use_hosts(
-        monkeypatch, racy=FakeBackend(FakeRunner(None), full),  # type: ignore[arg-type]
+        monkeypatch,
+        racy=FakeBackend(FakeRunner(None), full),  # type: ignore[arg-type]
         spare=FakeBackend(FakeRunner(None), full),  # type: ignore[arg-type]
-    )  # fmt: skip
+    )
     with pytest.raises(NoPlacementError, match="nothing fits"):
         await submit(ctl, Submission(argv=["x"], chip="h100", chips=2))
     assert ctl.store.list_runs() == []
@@ -209,8 +220,12 @@ async def test_a_submit_that_placed_nothing_leaves_no_run(
 async def test_a_down_shim_names_its_host_and_the_fix() -> None:
     from tcl.control.httpagents import HttpShim
 
-    shim = HttpShim("http://127.0.0.1:9", "t" * 43, name="shim gpu1",
-                    unreachable_hint="run `tcl host setup gpu1`")  # fmt: skip
+    shim = HttpShim(
+        "http://127.0.0.1:9",
+        "t" * 43,
+        name="shim gpu1",
+        unreachable_hint="run `tcl host setup gpu1`",
+    )
     try:
         with pytest.raises(AgentUnreachableError) as e:
             await shim.host()
@@ -294,9 +309,10 @@ hosts:
     shim_a, shim_b = Shim(racy=False), Shim(racy=False)
     good = SpecRunner(None)
     use_hosts(
-        monkeypatch, a=FakeBackend(good, shim_a),  # type: ignore[arg-type]
+        monkeypatch,
+        a=FakeBackend(good, shim_a),  # type: ignore[arg-type]
         b=FakeBackend(RefusingRunner(None), shim_b),  # type: ignore[arg-type]
-    )  # fmt: skip
+    )
     with pytest.raises(AgentError, match="no such working dir"):
         await submit(ctl, Submission(argv=["x"], chip="h100", chips=4))
     assert [t for t, _ in shim_a.terminated] == [shim_a.created[0].id]

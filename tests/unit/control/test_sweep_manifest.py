@@ -48,8 +48,10 @@ def _entry(job_id: str, **fields: Any) -> dict[str, Any]:
 
 
 def test_seed_matrix_json_loads_as_written(tmp_path: Path) -> None:
-    entries = [_entry("fft_spanish_cfgB_s42_main"), _entry("vft_german_cfgA_s1_main",
-               method="vft", lang="german", seed=1)]  # fmt: skip
+    entries = [
+        _entry("fft_spanish_cfgB_s42_main"),
+        _entry("vft_german_cfgA_s1_main", method="vft", lang="german", seed=1),
+    ]
     path = tmp_path / "matrix.json"
     path.write_text(json.dumps(entries, indent=4))
     assert load_manifest(path) == entries
@@ -116,10 +118,23 @@ def test_many_duplicates_are_cut_after_ten(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("text", "value"),
-    [("42", 42), ("-3", -3), ("1e-3", 1e-3), ("0.5", 0.5), (".5", 0.5), ("3E4", 3e4),
-     ("true", True), ("False", False), ("fft", "fft"), ("nan", "nan"), ("inf", "inf"),
-     ("1_000", "1_000"), ("es_419", "es_419"), ("", "")],
-)  # fmt: skip
+    [
+        ("42", 42),
+        ("-3", -3),
+        ("1e-3", 1e-3),
+        ("0.5", 0.5),
+        (".5", 0.5),
+        ("3E4", 3e4),
+        ("true", True),
+        ("False", False),
+        ("fft", "fft"),
+        ("nan", "nan"),
+        ("inf", "inf"),
+        ("1_000", "1_000"),
+        ("es_419", "es_419"),
+        ("", ""),
+    ],
+)
 def test_parse_value(text: str, value: Any) -> None:
     got = parse_value(text)
     assert got == value and type(got) is type(value)
@@ -127,8 +142,16 @@ def test_parse_value(text: str, value: Any) -> None:
 
 def test_value_text() -> None:
     assert [value_text(v) for v in (1e-3, 3e-4, 1e-5, 2.0, 42, True, None, "a b", [1, 2])] == [
-        "0.001", "0.0003", "1e-05", "2.0", "42", "true", "null", "a b", "[1,2]",
-    ]  # fmt: skip
+        "0.001",
+        "0.0003",
+        "1e-05",
+        "2.0",
+        "42",
+        "true",
+        "null",
+        "a b",
+        "[1,2]",
+    ]
 
 
 def test_grid_is_the_product_with_readable_ids() -> None:
@@ -136,9 +159,13 @@ def test_grid_is_the_product_with_readable_ids() -> None:
     assert len(entries) == 6
     assert entries[0] == {"job_id": "lr=0.001,seed=1", "lr": 0.001, "seed": 1}
     assert [e["job_id"] for e in entries] == [
-        "lr=0.001,seed=1", "lr=0.001,seed=2", "lr=0.001,seed=3",
-        "lr=0.0003,seed=1", "lr=0.0003,seed=2", "lr=0.0003,seed=3",
-    ]  # fmt: skip
+        "lr=0.001,seed=1",
+        "lr=0.001,seed=2",
+        "lr=0.001,seed=3",
+        "lr=0.0003,seed=1",
+        "lr=0.0003,seed=2",
+        "lr=0.0003,seed=3",
+    ]
     assert grid(["lr=1e-3,3e-4", "seed=1,2,3"]) == entries  # stable
     assert grid(["method=fft", "on=true"]) == [
         {"job_id": "method=fft,on=true", "method": "fft", "on": True}
@@ -205,8 +232,15 @@ def test_fill_argv_whole_elements_are_not_quoted() -> None:
     argv = ["python", "train.py", "--lang", "{lang}", "--out", "{output_dir}", "--id", "{job_id}"]
     fields = {"lang": "spanish es", "output_dir": "/c/x y"}
     assert fill_argv(argv, fields, "j1") == [
-        "python", "train.py", "--lang", "spanish es", "--out", "/c/x y", "--id", "j1",
-    ]  # fmt: skip
+        "python",
+        "train.py",
+        "--lang",
+        "spanish es",
+        "--out",
+        "/c/x y",
+        "--id",
+        "j1",
+    ]
 
 
 def test_fill_argv_quotes_inside_a_shell_string() -> None:
@@ -215,16 +249,24 @@ def test_fill_argv_quotes_inside_a_shell_string() -> None:
     argv = fill_argv(template, fields, "lr=0.001,seed=1")
     assert argv[:2] == ["bash", "-c"]
     assert shlex.split(argv[2]) == [
-        "python", "train.py", "--lr", "0.001", "--name", "it's; rm -rf ~",
+        "python",
+        "train.py",
+        "--lr",
+        "0.001",
+        "--name",
+        "it's; rm -rf ~",
         "--tag=lr=0.001,seed=1",
-    ]  # fmt: skip
+    ]
 
 
 def test_fill_argv_braces_specs_and_dotted_fields() -> None:
     fields = {"optim.lr": 1e-3, "on": True}
     assert fill_argv(["{{x}}", "{optim.lr:.0e}", "{on}", "-{on!r}"], fields, "j") == [
-        "{x}", "1e-03", "true", "-True",
-    ]  # fmt: skip
+        "{x}",
+        "1e-03",
+        "true",
+        "-True",
+    ]
 
 
 def test_fill_argv_errors() -> None:
@@ -260,8 +302,12 @@ def test_job_config_sets_fields_over_the_base() -> None:
     out = yaml.safe_load(
         job_config(base, {"job_id": "x", "optim.lr": 1e-3, "seed": 2, "data.lang": "es"})
     )
-    assert out == {"optim": {"lr": 1e-3, "b1": 0.9}, "steps": 100, "seed": 2,
-                   "data": {"lang": "es"}}  # fmt: skip
+    assert out == {
+        "optim": {"lr": 1e-3, "b1": 0.9},
+        "steps": 100,
+        "seed": 2,
+        "data": {"lang": "es"},
+    }
     assert yaml.safe_load(job_config("", {"a": 1})) == {"a": 1}
 
 

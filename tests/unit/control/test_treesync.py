@@ -93,9 +93,14 @@ def test_end_to_end_patch_makes_remote_identical(repo: Path, tmp_path: Path) -> 
     tarball = ship(repo, remote, tmp_path)
     base = manifest_of_tarball(tarball)
     assert set(base.files) == {
-        ".gitignore", "gone.txt", "link", "pkg/__init__.py", "pkg/model.py",
-        "pkg/old_name.py", "run.sh",
-    }  # fmt: skip
+        ".gitignore",
+        "gone.txt",
+        "link",
+        "pkg/__init__.py",
+        "pkg/model.py",
+        "pkg/old_name.py",
+        "run.sh",
+    }
     assert scan(repo, True, None).files.keys() == base.files.keys()
     assert tree_id(scan(repo, True, None)) == tree_id(base)  # the tarball is the tree
     assert make_patch(repo, base, scan(repo, True, base)) is None
@@ -229,8 +234,11 @@ def test_changed_modules() -> None:
     assert changed_modules(p, "./src/") == changed_modules(p, "src")
     assert changed_modules(p, ".") == changed_modules(p, "")
     assert changed_modules(p, "") == [
-        "src.pkg", "src.pkg.mod", "src.pkg.sub.deep", "tools.helper",
-    ]  # fmt: skip
+        "src.pkg",
+        "src.pkg.mod",
+        "src.pkg.sub.deep",
+        "tools.helper",
+    ]
 
 
 def test_sync_state_round_trip_and_damage(repo: Path, tmp_path: Path) -> None:

@@ -189,12 +189,19 @@ def test_runner_command_and_env() -> None:
     job = full_job()
     (c,) = pod_spec(job)["containers"]
     assert c["command"] == [
-        "tcl-runner", "batch",
-        "--spec", "/etc/tcl/spec.json",
-        "--code", f"/workspace/tcl/code/{'ab' * 32}.tar.gz",
-        "--serve", "0.0.0.0:10991", "--linger-s", "300",
-        "--state-dir", "/workspace/tcl/runs/gpt-small-a1b2c3/0/r$(TCL_RESTART_COUNT)/$(POD_NAME)",
-    ]  # fmt: skip
+        "tcl-runner",
+        "batch",
+        "--spec",
+        "/etc/tcl/spec.json",
+        "--code",
+        f"/workspace/tcl/code/{'ab' * 32}.tar.gz",
+        "--serve",
+        "0.0.0.0:10991",
+        "--linger-s",
+        "300",
+        "--state-dir",
+        "/workspace/tcl/runs/gpt-small-a1b2c3/0/r$(TCL_RESTART_COUNT)/$(POD_NAME)",
+    ]
     assert env_of(job) == {
         "NCCL_DEBUG": "INFO",
         "WANDB_MODE": "offline",

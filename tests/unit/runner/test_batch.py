@@ -254,10 +254,21 @@ def test_batch_keeps_metric_lines_as_metric_events(tmp_path: Path) -> None:
     spec = JobSpec(run_id="b2", argv=[PY, "job.py"], code=CodeRef(sha256=sha(code), size=len(code)))
     state_dir = tmp_path / "state"
     proc = subprocess.run(
-        [*RUNNER, "batch", "--spec", str(write_spec(tmp_path, spec)),
-         "--code", str(tmp_path / "code.tgz"), "--state-dir", str(state_dir)],
-        capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+        [
+            *RUNNER,
+            "batch",
+            "--spec",
+            str(write_spec(tmp_path, spec)),
+            "--code",
+            str(tmp_path / "code.tgz"),
+            "--state-dir",
+            str(state_dir),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
     events, _ = EventLog(state_dir / "events").read(0)
     assert [(e.kind.value, e.data) for e in events if e.stream is LogStream.STDOUT] == [

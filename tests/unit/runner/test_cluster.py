@@ -127,9 +127,13 @@ async def test_served_each_node_runs_with_the_place_its_spec_gives(
 
 
 def test_a_volcano_pod_finds_its_coordinator_in_the_svc_plugins_hosts() -> None:
-    env = {"VC_TASK_INDEX": "1", "TCL_NODES": "2", "TCL_COORDINATOR_PORT": "8476",
-           "VC_WORKER_HOSTS": "tcl-r-0-worker-0.tcl-r-0,tcl-r-0-worker-1.tcl-r-0",
-           "TCL_RESTART_COUNT": "2"}  # fmt: skip
+    env = {
+        "VC_TASK_INDEX": "1",
+        "TCL_NODES": "2",
+        "TCL_COORDINATOR_PORT": "8476",
+        "VC_WORKER_HOSTS": "tcl-r-0-worker-0.tcl-r-0,tcl-r-0-worker-1.tcl-r-0",
+        "TCL_RESTART_COUNT": "2",
+    }
     p = resolve_placement(JobSpec(run_id="r", argv=["true"]), env)
     assert (p.source, p.cluster.node_rank, p.cluster.nodes) == ("volcano", 1, 2)
     assert p.cluster.coordinator == "tcl-r-0-worker-0.tcl-r-0:8476"

@@ -238,8 +238,11 @@ async def test_premounted_tree_is_not_copied_again(tmp_path: Path) -> None:
         state = tmp_path / f"state-{copied}"
         (state / "work").mkdir(parents=True)
         (state / "work" / "mounted.txt").write_text("the overlay")
-        r = Runner(RunnerConfig(state_dir=state, code_cache_dir=tmp_path / "cache",
-                                premounted_code=sha(code)))  # fmt: skip
+        r = Runner(
+            RunnerConfig(
+                state_dir=state, code_cache_dir=tmp_path / "cache", premounted_code=sha(code)
+            )
+        )
         r.submit(JobSpec(run_id="r", argv=["true"], code=ref, working_dir=working_dir))
         assert await r.use_cached_code(sha(code)) is RunnerState.READY
         assert (r.workdir / "main.py").exists() is copied

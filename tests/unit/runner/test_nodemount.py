@@ -73,9 +73,11 @@ class Node:
         monkeypatch.setattr(nodemount, "MOUNTINFO", self.mountinfo)
         monkeypatch.setattr(nodemount, "FUSE_DEVICE", self.fuse)
         self.fs = ClusterFs(
-            meta_url=f"redis://127.0.0.1:{port}/1", meta_password=PASSWORD,
-            mount_point=str(tmp / "cluster root"), cache_size_mib=1024,
-        )  # fmt: skip
+            meta_url=f"redis://127.0.0.1:{port}/1",
+            meta_password=PASSWORD,
+            mount_point=str(tmp / "cluster root"),
+            cache_size_mib=1024,
+        )
 
     def mount(self, key: str, fs: ClusterFs | None = None) -> NodeMount:
         return NodeMount(fs or self.fs, self.state, key)

@@ -83,8 +83,12 @@ def test_a_jobs_metric_lines_become_events_and_secrets_stay_masked(tmp_path: Pat
     (tmp_path / "w").mkdir()
     (tmp_path / "w" / "job.py").write_text(script)
     runner = Runner(RunnerConfig(tmp_path / "s"))
-    spec = JobSpec(run_id="m", argv=[sys.executable, "job.py"], working_dir=str(tmp_path / "w"),
-                   secrets={"TOK": "hunter2"})  # fmt: skip
+    spec = JobSpec(
+        run_id="m",
+        argv=[sys.executable, "job.py"],
+        working_dir=str(tmp_path / "w"),
+        secrets={"TOK": "hunter2"},
+    )
     runner.submit(spec)
     runner.run()
     assert runner.wait(30) and runner.state is RunnerState.SUCCEEDED
@@ -94,8 +98,10 @@ def test_a_jobs_metric_lines_become_events_and_secrets_stay_masked(tmp_path: Pat
         (LogStream.STDOUT, '{"kind":"train","loss":2.5,"step":1}'),
         (LogStream.STDOUT, '{"loss":2.0,"step":2}'),
     ]
-    text = {s: "".join(e.data or "" for e in events if e.kind is EventKind.LOG and e.stream is s)
-            for s in LogStream}  # fmt: skip
+    text = {
+        s: "".join(e.data or "" for e in events if e.kind is EventKind.LOG and e.stream is s)
+        for s in LogStream
+    }
     assert text[LogStream.STDOUT] == "hello\nTCL_METRIC nope\ntok ***\n"
     assert text[LogStream.STDERR] == f"{M2}\n"
     runner.close()

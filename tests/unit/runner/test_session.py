@@ -105,27 +105,50 @@ async def test_sync_over_http_applies_big_patches_and_names_conflicts(
     runner: Runner, client: RunnerClient, tmp_path: Path
 ) -> None:
     code = tarball({"a.txt": b"old\n", "b.txt": b"keep\n"})
-    runner.submit(JobSpec(run_id="r", argv=[PY, "-c", "import time; time.sleep(30)"],
-                          code=CodeRef(sha256=sha(code), size=len(code))))  # fmt: skip
+    runner.submit(
+        JobSpec(
+            run_id="r",
+            argv=[PY, "-c", "import time; time.sleep(30)"],
+            code=CodeRef(sha256=sha(code), size=len(code)),
+        )
+    )
     await client.upload_code(code, sha(code))
     await client.run()
     work = runner.workdir
     big = bytes(range(256)) * 8192  # 2 MiB: over the 1 MiB of other JSON bodies
-    ack = await client.sync(_patch([
-        SyncFile(path="a.txt", old_sha256=sha(b"old\n"), sha256=sha(b"new\n"),
-                 data_b64=base64.b64encode(b"new\n").decode()),
-        SyncFile(path="data/big.bin", sha256=sha(big), data_b64=base64.b64encode(big).decode()),
-    ]))  # fmt: skip
+    ack = await client.sync(
+        _patch(
+            [
+                SyncFile(
+                    path="a.txt",
+                    old_sha256=sha(b"old\n"),
+                    sha256=sha(b"new\n"),
+                    data_b64=base64.b64encode(b"new\n").decode(),
+                ),
+                SyncFile(
+                    path="data/big.bin", sha256=sha(big), data_b64=base64.b64encode(big).decode()
+                ),
+            ]
+        )
+    )
     assert ack.applied == 2 and ack.base == "b"
     assert (work / "a.txt").read_bytes() == b"new\n"
     assert (work / "data" / "big.bin").read_bytes() == big
     (work / "b.txt").write_text("changed remotely\n")
     with pytest.raises(RunnerAPIError) as e:
-        await client.sync(_patch([
-            SyncFile(path="a.txt", old_sha256=sha(b"new\n"), sha256=sha(b"x\n"),
-                     data_b64=base64.b64encode(b"x\n").decode()),
-            SyncFile(path="b.txt", old_sha256=sha(b"keep\n"), sha256=None),
-        ]))  # fmt: skip
+        await client.sync(
+            _patch(
+                [
+                    SyncFile(
+                        path="a.txt",
+                        old_sha256=sha(b"new\n"),
+                        sha256=sha(b"x\n"),
+                        data_b64=base64.b64encode(b"x\n").decode(),
+                    ),
+                    SyncFile(path="b.txt", old_sha256=sha(b"keep\n"), sha256=None),
+                ]
+            )
+        )
     assert e.value.status == 409 and e.value.error == "sync_conflict"
     assert "b.txt" in str(e.value.detail) and "a.txt" not in str(e.value.detail)
     assert (work / "a.txt").read_bytes() == b"new\n"  # nothing of it applied

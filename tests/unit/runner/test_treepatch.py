@@ -81,10 +81,13 @@ def test_apply_add_modify_delete_link_mode(tree: Path) -> None:
         delete("top.txt", b"top\n"),
         SyncFile(path="ln", sha256=sha("pkg/a.py"), link="pkg/a.py", mode=0o777),
         SyncFile(
-            path="pkg/b.py", old_sha256=sha(b"b = 1\n"), sha256=sha(b"b = 1\n"), mode=0o755,
+            path="pkg/b.py",
+            old_sha256=sha(b"b = 1\n"),
+            sha256=sha(b"b = 1\n"),
+            mode=0o755,
             copy_from="pkg/b.py",
         ),
-    )  # fmt: skip
+    )
     ack = ts.apply(p)
     assert (ack.base, ack.applied, ack.already) == ("b1", 5, False)
     assert ts.base == "b1"

@@ -24,9 +24,16 @@ def _free_port() -> int:
 
 def _argv(state: Path, token_file: Path, port: int) -> list[str]:
     return [
-        SHIM, "--port", str(port), "--state-dir", str(state), "--token-file", str(token_file),
-        "--executor", "process",
-    ]  # fmt: skip
+        SHIM,
+        "--port",
+        str(port),
+        "--state-dir",
+        str(state),
+        "--token-file",
+        str(token_file),
+        "--executor",
+        "process",
+    ]
 
 
 def test_a_second_shim_on_a_locked_state_dir_exits_2_naming_the_holder(tmp_path: Path) -> None:
@@ -52,9 +59,12 @@ def test_a_second_shim_on_a_locked_state_dir_exits_2_naming_the_holder(tmp_path:
             assert time.monotonic() < deadline, "the first shim never answered"
             time.sleep(0.1)
         second = subprocess.run(
-            _argv(state, token_file, _free_port()), capture_output=True, text=True, timeout=60,
+            _argv(state, token_file, _free_port()),
+            capture_output=True,
+            text=True,
+            timeout=60,
             check=False,
-        )  # fmt: skip
+        )
         assert second.returncode == 2
         (line,) = second.stderr.splitlines()
         assert f"pid {first.pid}, port {port}" in line and str(state) in line

@@ -27,9 +27,13 @@ def _spawn(env: dict[str, str], cgroup: Path | None) -> tuple[subprocess.Popen[s
             (cgroup / "cgroup.procs").write_text(str(os.getpid()))
 
     proc = subprocess.Popen(
-        [sys.executable, "-c", ESCAPE], env={**os.environ, **env}, stdout=subprocess.PIPE,
-        text=True, start_new_session=True, preexec_fn=join,
-    )  # fmt: skip
+        [sys.executable, "-c", ESCAPE],
+        env={**os.environ, **env},
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        preexec_fn=join,
+    )
     assert proc.stdout is not None
     return proc, int(proc.stdout.readline())
 

@@ -72,8 +72,13 @@ def test_create_get_list_delete(emu: TpuEmulator, tpu: tpu_v2.TpuClient) -> None
 
 def test_worker_counts(tpu: tpu_v2.TpuClient) -> None:
     # v4 names count TensorCores (v4-32: 16 chips, 4 hosts); v5litepod/v6e count chips.
-    for accel, workers in [("v4-8", 1), ("v5litepod-8", 1), ("v5litepod-16", 2), ("v6e-16", 4),
-                           ("v4-32", 4)]:  # fmt: skip
+    for accel, workers in [
+        ("v4-8", 1),
+        ("v5litepod-8", 1),
+        ("v5litepod-16", 2),
+        ("v6e-16", 4),
+        ("v4-32", 4),
+    ]:
         node = wait(tpu.create_node(parent=PARENT, node_id="w", node=_node(accel)))
         assert len(node.network_endpoints) == workers, accel
         wait(tpu.delete_node(name=node.name))

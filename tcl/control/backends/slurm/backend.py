@@ -113,42 +113,70 @@ class SlurmBackend(Backend):
                 continue
             cfg = self._cfg(name)
             placed = parse.place(
-                rows, req.chip, req.chips, req.nodes, dict(self.inputs.gres_mapping),
-                [p.name for p in _ordered(cfg)], list(cfg.exclude),
-            )  # fmt: skip
+                rows,
+                req.chip,
+                req.chips,
+                req.nodes,
+                dict(self.inputs.gres_mapping),
+                [p.name for p in _ordered(cfg)],
+                list(cfg.exclude),
+            )
             if isinstance(placed, str):
                 out.refused.append((name, placed))
                 continue
-            out.offers.append(Offer(
-                backend=self.kind, host=name,
-                nodes=tuple(NodeOffer(name) for _ in range(placed.nodes)),
-                chip=placed.chip if req.chips else None, chips_per_node=placed.chips_per_node,
-                starts_now=placed.starts_now, queue_reason=placed.reason, free=placed.free,
-                params={"partition": placed.partition},
-            ))  # fmt: skip
+            out.offers.append(
+                Offer(
+                    backend=self.kind,
+                    host=name,
+                    nodes=tuple(NodeOffer(name) for _ in range(placed.nodes)),
+                    chip=placed.chip if req.chips else None,
+                    chips_per_node=placed.chips_per_node,
+                    starts_now=placed.starts_now,
+                    queue_reason=placed.reason,
+                    free=placed.free,
+                    params={"partition": placed.partition},
+                )
+            )
         return out
 
     # launch --------------------------------------------------------------------------------
 
     def _script(
-        self, plan: Offer, job: JobSpec, cfg: SlurmHost, work: str, run_dir: str,
-        code: str | None, runner: str,
-    ) -> BatchScript:  # fmt: skip
+        self,
+        plan: Offer,
+        job: JobSpec,
+        cfg: SlurmHost,
+        work: str,
+        run_dir: str,
+        code: str | None,
+        runner: str,
+    ) -> BatchScript:
         gres = None
         if plan.chips_per_node and plan.chip:
             kind = self.inputs.gres_mapping.get(plan.chip, f"gpu:{plan.chip}")
             gres = f"{kind}:{plan.chips_per_node}"
         return BatchScript(
-            job_name=f"tcl-{job.run_id}", nodes=plan.node_count,
-            partition=plan.params.get("partition"), gres=gres, run_dir=run_dir,
-            spec=f"{run_dir}/spec.json", code=code, runner=[runner],
-            time_s=job.max_duration_s or cfg.time_limit_s, account=cfg.account, qos=cfg.qos,
-            mem=cfg.mem, exclude=tuple(cfg.exclude), signal_before_s=cfg.signal_before_s,
-            container=cfg.container, container_image=cfg.container_image, work=work,
+            job_name=f"tcl-{job.run_id}",
+            nodes=plan.node_count,
+            partition=plan.params.get("partition"),
+            gres=gres,
+            run_dir=run_dir,
+            spec=f"{run_dir}/spec.json",
+            code=code,
+            runner=[runner],
+            time_s=job.max_duration_s or cfg.time_limit_s,
+            account=cfg.account,
+            qos=cfg.qos,
+            mem=cfg.mem,
+            exclude=tuple(cfg.exclude),
+            signal_before_s=cfg.signal_before_s,
+            container=cfg.container,
+            container_image=cfg.container_image,
+            work=work,
             extra_env=(
                 () if cfg.container == "none" else ((JOB_TCL_PATH_VAR, IMAGE_JOB_TCL_PATH),)
             ),
-        )  # fmt: skip
+        )
 
     def dry_run(self, plan: Offer, job: JobSpec, image: str | None) -> str:
         cfg = self._cfg(plan.host)
@@ -157,18 +185,27 @@ class SlurmBackend(Backend):
         code = f"{work}/tcl/code/{job.code.sha256}.tar.gz" if job.code else None
         fs = self._cluster_fs(plan.host, cfg)
         script = self._script(plan, job, cfg, work, run_dir, code, runner_program(cfg, work))
-        mount = "" if fs is None else (
-            f"# each node mounts {fs.meta_url} at {fs.mount_point} (JuiceFS) before the job\n"
-        )  # fmt: skip
+        mount = (
+            ""
+            if fs is None
+            else (
+                f"# each node mounts {fs.meta_url} at {fs.mount_point} (JuiceFS) before the job\n"
+            )
+        )
         return (
             f"# sbatch on {plan.host} ({cfg.ssh}); the spec goes to {run_dir}/spec.json "
             "(mode 0600, not shown)\n" + mount + render(script)
         )
 
     async def launch(
-        self, plan: Offer, job: JobSpec, snap: Snapshot, image: str | None, obs: Observer,
+        self,
+        plan: Offer,
+        job: JobSpec,
+        snap: Snapshot,
+        image: str | None,
+        obs: Observer,
         on_handle: Callable[[BaseHandle], None],
-    ) -> Launched:  # fmt: skip
+    ) -> Launched:
         name = plan.host
         cfg = self._cfg(name)
         work = self._work(name, cfg)
@@ -197,27 +234,39 @@ class SlurmBackend(Backend):
         obs.status(f"sbatch on {name}")
         # one round trip: the spec (secrets, the mount's password; one JSON line) over stdin
         # into a 0600 file, then the script, then sbatch
-        res = await pool.run(target, ["sh", "-c", _SUBMIT, "sh", run_dir],
-                             input=spec_line(job, fs) + "\n" + text)  # fmt: skip
+        res = await pool.run(
+            target, ["sh", "-c", _SUBMIT, "sh", run_dir], input=spec_line(job, fs) + "\n" + text
+        )
         job_id = res.stdout.strip().split(";")[0]
         if not job_id.isdigit():
             raise AgentError(f"{name}: sbatch answered {res.stdout.strip()!r}")
         handle = SlurmHandle(
-            host=name, login=SlurmLogin.of(cfg), job_id=job_id, run_dir=run_dir,
+            host=name,
+            login=SlurmLogin.of(cfg),
+            job_id=job_id,
+            run_dir=run_dir,
             nodes=plan.node_count,
-        )  # fmt: skip
+        )
         on_handle(handle)
-        return Launched(handle=handle, accelerators=[], uploaded_bytes=uploaded, ssh=True,
-                        state=RunState.QUEUED)  # fmt: skip
+        return Launched(
+            handle=handle, accelerators=[], uploaded_bytes=uploaded, ssh=True, state=RunState.QUEUED
+        )
 
     # a launched run ------------------------------------------------------------------------
 
     async def events(self, handle: BaseHandle, node: int, after: int, wait_s: float) -> NodePage:
         assert isinstance(handle, SlurmHandle)
         argv = [
-            handle.login.python, "-c", remote.EVENTS_PY, handle.state_dir(node), str(after),
-            str(PAGE_LIMIT), f"{max(0.0, wait_s):.1f}", handle.job_id, parse.SQUEUE_FIELDS,
-        ]  # fmt: skip
+            handle.login.python,
+            "-c",
+            remote.EVENTS_PY,
+            handle.state_dir(node),
+            str(after),
+            str(PAGE_LIMIT),
+            f"{max(0.0, wait_s):.1f}",
+            handle.job_id,
+            parse.SQUEUE_FIELDS,
+        ]
         res = await self.inputs.ssh_pool().run(
             self._handle_target(handle), argv, timeout_s=wait_s + 60
         )
@@ -299,12 +348,27 @@ class SlurmBackend(Backend):
         assert isinstance(handle, SlurmHandle)
         t = self._handle_target(handle)
         return SshEndpoint(
-            host=t.host, port=t.port, user=t.user, identity_file=t.identity_file,
-            known_hosts=t.known_hosts, proxy_jump=t.proxy_jump, ssh_config_file=t.config_file,
-            remote_argv=("srun", f"--jobid={handle.job_id}", "--overlap", "--pty",
-                         "--nodes=1", "--ntasks=1", f"--relative={node}", "bash", "-c",
-                         _SSH_SHELL, "tcl-ssh"),
-        )  # fmt: skip
+            host=t.host,
+            port=t.port,
+            user=t.user,
+            identity_file=t.identity_file,
+            known_hosts=t.known_hosts,
+            proxy_jump=t.proxy_jump,
+            ssh_config_file=t.config_file,
+            remote_argv=(
+                "srun",
+                f"--jobid={handle.job_id}",
+                "--overlap",
+                "--pty",
+                "--nodes=1",
+                "--ntasks=1",
+                f"--relative={node}",
+                "bash",
+                "-c",
+                _SSH_SHELL,
+                "tcl-ssh",
+            ),
+        )
 
     async def check(self, host: str) -> HostCheck:
         try:

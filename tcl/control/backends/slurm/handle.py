@@ -27,17 +27,28 @@ class SlurmLogin(BaseModel):
     @classmethod
     def of(cls, cfg: SlurmHost) -> SlurmLogin:
         return cls(
-            ssh=cfg.ssh, port=cfg.port, user=cfg.user, identity_file=cfg.identity_file,
-            known_hosts=cfg.known_hosts, proxy_jump=cfg.proxy_jump,
-            ssh_config_file=cfg.ssh_config_file, python=cfg.python,
-        )  # fmt: skip
+            ssh=cfg.ssh,
+            port=cfg.port,
+            user=cfg.user,
+            identity_file=cfg.identity_file,
+            known_hosts=cfg.known_hosts,
+            proxy_jump=cfg.proxy_jump,
+            ssh_config_file=cfg.ssh_config_file,
+            python=cfg.python,
+        )
 
     def host_config(self) -> SlurmHost:
         return SlurmHost(
-            type="slurm", ssh=self.ssh, port=self.port, user=self.user,
-            identity_file=self.identity_file, known_hosts=self.known_hosts,
-            proxy_jump=self.proxy_jump, ssh_config_file=self.ssh_config_file, python=self.python,
-        )  # fmt: skip
+            type="slurm",
+            ssh=self.ssh,
+            port=self.port,
+            user=self.user,
+            identity_file=self.identity_file,
+            known_hosts=self.known_hosts,
+            proxy_jump=self.proxy_jump,
+            ssh_config_file=self.ssh_config_file,
+            python=self.python,
+        )
 
 
 class SlurmHandle(Handle):

@@ -53,8 +53,16 @@ def parse_sinfo(text: str) -> list[NodeRow]:
         if len(cols) < 5 or not cols[0].strip():
             continue
         node, part, gres, used, state = (c.strip() for c in cols[:5])
-        rows.append(NodeRow(node, part.rstrip("*"), part.endswith("*"), parse_gres(gres),
-                            parse_gres(used), state))  # fmt: skip
+        rows.append(
+            NodeRow(
+                node,
+                part.rstrip("*"),
+                part.endswith("*"),
+                parse_gres(gres),
+                parse_gres(used),
+                state,
+            )
+        )
     return rows
 
 
@@ -173,8 +181,16 @@ def _fit(rows: list[NodeRow], part: str, gres: str | None, chips: int, nodes: in
             return None
         idle = sum(1 for r in rows if r.state.lower().startswith(("idle", "mixed")))
         now = idle >= count
-        return Placed(part, None, None, count, 0, now, idle,
-                      "" if now else f"Resources: {idle} of {count} nodes idle")  # fmt: skip
+        return Placed(
+            part,
+            None,
+            None,
+            count,
+            0,
+            now,
+            idle,
+            "" if now else f"Resources: {idle} of {count} nodes idle",
+        )
     sizes = [r.gres[gres] for r in rows if r.gres.get(gres)]
     if not sizes:
         return None

@@ -110,8 +110,9 @@ async def ensure_runner(
                 await pool.ensure_file(target, wheel, remote)
             requirement = f"{remote}[jobs]"
         await pool.run(
-            target, ["sh", "-c", _MAKE, "sh", d, cfg.python, requirement, juicefs or ""],
+            target,
+            ["sh", "-c", _MAKE, "sh", d, cfg.python, requirement, juicefs or ""],
             timeout_s=900,
-        )  # fmt: skip
+        )
     facts[fact] = ("1", "")
     return program

@@ -82,8 +82,10 @@ def parse_accelerator_type(text: str) -> Slice:
     if chips <= gen.single_host_max:
         workers = 1
     elif chips % gen.chips_per_host:
-        raise ConfigError(f"TPU accelerator type {text!r}: {chips} chips do not fill hosts "
-                          f"of {gen.chips_per_host}")  # fmt: skip
+        raise ConfigError(
+            f"TPU accelerator type {text!r}: {chips} chips do not fill hosts "
+            f"of {gen.chips_per_host}"
+        )
     else:
         workers = chips // gen.chips_per_host
     return Slice(text.strip().lower(), gen.chip, chips, workers, count)

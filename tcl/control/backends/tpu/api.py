@@ -31,8 +31,18 @@ POLL_INTERVAL_S = 0.5
 # Node states (the API's enum): what tcl does with a node in each
 USABLE = frozenset({"READY"})
 COMING = frozenset({"CREATING", "STARTING", "RESTARTING", "REPAIRING", "REIMAGING", "UNHIDING"})
-LOST = frozenset({"PREEMPTED", "TERMINATED", "STOPPED", "STOPPING", "UNKNOWN", "HIDDEN",
-                  "HIDING", "STATE_UNSPECIFIED"})  # fmt: skip
+LOST = frozenset(
+    {
+        "PREEMPTED",
+        "TERMINATED",
+        "STOPPED",
+        "STOPPING",
+        "UNKNOWN",
+        "HIDDEN",
+        "HIDING",
+        "STATE_UNSPECIFIED",
+    }
+)
 GOING = frozenset({"DELETING"})
 
 T = TypeVar("T")
@@ -88,11 +98,13 @@ class NodeRequest:
         if self.subnetwork:
             network["subnetwork"] = self.subnetwork
         body: dict[str, Any] = {
-            "acceleratorType": self.accelerator_type, "runtimeVersion": self.runtime_version,
+            "acceleratorType": self.accelerator_type,
+            "runtimeVersion": self.runtime_version,
             "networkConfig": network,
             "schedulingConfig": {"spot": self.spot, "preemptible": self.preemptible},
-            "labels": dict(self.labels), "metadata": dict(self.metadata),
-        }  # fmt: skip
+            "labels": dict(self.labels),
+            "metadata": dict(self.metadata),
+        }
         if self.service_account:
             body["serviceAccount"] = {"email": self.service_account}
         return body
@@ -169,8 +181,11 @@ class TpuApi:
     async def get_node(self, node_id: str) -> TpuNode | None:
         """The node, or None when it does not exist."""
         try:
-            raw = await self._call("get node", lambda: self._client.get_node(
-                name=self.node_name(node_id)), missing_ok=True)  # fmt: skip
+            raw = await self._call(
+                "get node",
+                lambda: self._client.get_node(name=self.node_name(node_id)),
+                missing_ok=True,
+            )
         except _NotFound:
             return None
         return self._view(raw)
@@ -192,9 +207,14 @@ class TpuApi:
 
         node = _node(req)
         qr = tpu_v2.QueuedResource(
-            tpu=tpu_v2.QueuedResource.Tpu(node_spec=[tpu_v2.QueuedResource.Tpu.NodeSpec(
-                parent=self._parent(), node_id=req.node_id, node=node)]),
-        )  # fmt: skip
+            tpu=tpu_v2.QueuedResource.Tpu(
+                node_spec=[
+                    tpu_v2.QueuedResource.Tpu.NodeSpec(
+                        parent=self._parent(), node_id=req.node_id, node=node
+                    )
+                ]
+            ),
+        )
         if req.spot:
             qr.spot = tpu_v2.QueuedResource.Spot()
 
@@ -208,8 +228,13 @@ class TpuApi:
 
     async def queued_state(self, node_id: str) -> str | None:
         try:
-            raw = await self._call("get queued resource", lambda: self._client.get_queued_resource(
-                name=f"{self._parent()}/queuedResources/{node_id}"), missing_ok=True)  # fmt: skip
+            raw = await self._call(
+                "get queued resource",
+                lambda: self._client.get_queued_resource(
+                    name=f"{self._parent()}/queuedResources/{node_id}"
+                ),
+                missing_ok=True,
+            )
         except _NotFound:
             return None
         return str(raw.state.state.name)
@@ -217,14 +242,18 @@ class TpuApi:
     async def delete_queued(self, node_id: str) -> None:
         """Delete the queued resource named as the node (a missing one is not an error)."""
         # names are made in the call: the project may come from the credentials, read there
-        await self._delete(f"queued resource {node_id}", lambda: (
-            self._client.delete_queued_resource(name=f"{self._parent()}/queuedResources/{node_id}")
-        ))  # fmt: skip
+        await self._delete(
+            f"queued resource {node_id}",
+            lambda: self._client.delete_queued_resource(
+                name=f"{self._parent()}/queuedResources/{node_id}"
+            ),
+        )
 
     async def delete_node(self, node_id: str) -> None:
         """Delete the node and wait until it is gone (a missing node is not an error)."""
-        await self._delete(f"node {node_id}", lambda: self._client.delete_node(
-            name=self.node_name(node_id)))  # fmt: skip
+        await self._delete(
+            f"node {node_id}", lambda: self._client.delete_node(name=self.node_name(node_id))
+        )
 
     async def _delete(self, what: str, start: Callable[[], Any]) -> None:
         """Start a delete (``start`` returns its operation) and wait for it; 404: gone."""
@@ -238,9 +267,12 @@ class TpuApi:
             return
 
     async def wait_state(
-        self, node_id: str, until: frozenset[str], timeout_s: float,
+        self,
+        node_id: str,
+        until: frozenset[str],
+        timeout_s: float,
         on_state: Callable[[str], None] = lambda _s: None,
-    ) -> TpuNode:  # fmt: skip
+    ) -> TpuNode:
         """Poll until the node's state is in ``until``; a lost node or a timeout is an error."""
         deadline = time.monotonic() + timeout_s
         while True:
@@ -265,11 +297,15 @@ class TpuApi:
             endpoints.append(ep.ip_address if self.cfg.internal_ip or not external else external)
         sched = raw.scheduling_config
         return TpuNode(
-            name=raw.name, state=raw.state.name, accelerator_type=raw.accelerator_type,
-            runtime_version=raw.runtime_version, endpoints=tuple(endpoints),
-            spot=bool(sched and sched.spot), preemptible=bool(sched and sched.preemptible),
+            name=raw.name,
+            state=raw.state.name,
+            accelerator_type=raw.accelerator_type,
+            runtime_version=raw.runtime_version,
+            endpoints=tuple(endpoints),
+            spot=bool(sched and sched.spot),
+            preemptible=bool(sched and sched.preemptible),
             labels=dict(raw.labels),
-        )  # fmt: skip
+        )
 
 
 class _NotFound(Exception):

@@ -119,12 +119,19 @@ class TpuBackend(ShimBackend):
     def _worker_cfg(self, host: str, address: str) -> SshHost:
         c = self.cfg(host)
         return SshHost(
-            type="ssh", ssh=address, port=c.ssh_port, user=c.ssh_user,
-            identity_file=c.identity_file, known_hosts=c.known_hosts,
-            connect_timeout_s=c.connect_timeout_s, shim_port=c.shim_port, shim_dir=c.shim_dir,
-            shim_venv=c.shim_venv or f"{c.shim_dir}/venv", executor=c.executor,
+            type="ssh",
+            ssh=address,
+            port=c.ssh_port,
+            user=c.ssh_user,
+            identity_file=c.identity_file,
+            known_hosts=c.known_hosts,
+            connect_timeout_s=c.connect_timeout_s,
+            shim_port=c.shim_port,
+            shim_dir=c.shim_dir,
+            shim_venv=c.shim_venv or f"{c.shim_dir}/venv",
+            executor=c.executor,
             python=c.python,
-        )  # fmt: skip
+        )
 
     def _make_host(self, name: str, record: LocalPlacement | SshPlacement | None) -> ShimHost:
         host, _, index = name.rpartition("/w")
@@ -156,12 +163,17 @@ class TpuBackend(ShimBackend):
 
     def _bootstrap(self, host: str, c: TpuHost) -> WorkerBootstrap:
         return WorkerBootstrap(
-            shim_dir=c.shim_dir, shim_port=c.shim_port, shim_venv=c.shim_venv,
-            package=c.shim_package, python=c.python, executor=c.executor,
-            tpu_chip=self.slice(host).chip, fake_accelerators=c.fake_accelerators,
+            shim_dir=c.shim_dir,
+            shim_port=c.shim_port,
+            shim_venv=c.shim_venv,
+            package=c.shim_package,
+            python=c.python,
+            executor=c.executor,
+            tpu_chip=self.slice(host).chip,
+            fake_accelerators=c.fake_accelerators,
             user_startup_script=c.metadata.get("startup-script"),
             extra_requirements=tuple(juicefs_requirements(self.inputs.cluster_of(host))),
-        )  # fmt: skip
+        )
 
     def node_request(self, host: str, options: Mapping[str, str]) -> NodeRequest:
         c = self.cfg(host)
@@ -174,14 +186,18 @@ class TpuBackend(ShimBackend):
             # as gcloud does: the workers let this workstation's key in (GCE's guest agent)
             metadata.setdefault("ssh-keys", f"{user}:{public_key().strip()}")
         return NodeRequest(
-            node_id=self.node_id(host), accelerator_type=c.accelerator_type,
+            node_id=self.node_id(host),
+            accelerator_type=c.accelerator_type,
             runtime_version=options.get(OPT_VERSION) or c.version,
             spot=_flag(options.get(OPT_SPOT), c.spot),
             preemptible=_flag(options.get(OPT_PREEMPTIBLE), c.preemptible),
-            network=c.network, subnetwork=c.subnetwork, service_account=c.service_account,
-            external_ips=not c.internal_ip, labels={**c.labels, LABEL_HOST: _label(host)},
+            network=c.network,
+            subnetwork=c.subnetwork,
+            service_account=c.service_account,
+            external_ips=not c.internal_ip,
+            labels={**c.labels, LABEL_HOST: _label(host)},
             metadata=metadata,
-        )  # fmt: skip
+        )
 
     def _cost_text(self, host: str, req: NodeRequest, why: str) -> str:
         sl = self.slice(host)
@@ -219,16 +235,22 @@ class TpuBackend(ShimBackend):
         params = {"node": nid, "down": "1" if options.get(OPT_DOWN) == "1" else ""}
         params.update({k: v for k, v in options.items() if k.startswith("tpu.")})
         offer = Offer(
-            backend=self.kind, host=host, chip=sl.chip, chips_per_node=sl.chips_per_worker,
+            backend=self.kind,
+            host=host,
+            chip=sl.chip,
+            chips_per_node=sl.chips_per_worker,
             nodes=tuple(NodeOffer(self.worker_name(host, i)) for i in range(sl.workers)),
             free=sl.chips,
-        )  # fmt: skip
+        )
         if node is None or node.state in LOST | GOING:
             action = "create" if node is None else "recreate"
             why = "" if node is None else f"node {nid} is {node.state}: delete it and "
             request = self.node_request(host, options)
-            return replace(offer, params={**params, "action": action},
-                           confirm=self._cost_text(host, request, why))  # fmt: skip
+            return replace(
+                offer,
+                params={**params, "action": action},
+                confirm=self._cost_text(host, request, why),
+            )
         if node.state in COMING:
             return replace(offer, params={**params, "action": "wait"})
         await self._set_workers(host, node)
@@ -258,15 +280,19 @@ class TpuBackend(ShimBackend):
         sl = self.slice(host)
         body = req.body()
         scripts = ("startup-script", "shutdown-script")
-        shown = {**body, "metadata": {k: v for k, v in body["metadata"].items()
-                                      if k not in scripts}}  # fmt: skip
+        shown = {
+            **body,
+            "metadata": {k: v for k, v in body["metadata"].items() if k not in scripts},
+        }
         out = [f"# TPU node {req.node_id}: {sl.describe()} ({plan.params.get('action')})\n"]
         if plan.params.get("action") in ("create", "recreate"):
             c = self.cfg(host)
             how = "queuedResources" if c.queued_resource else "nodes"
-            out.append(f"# POST /v2/projects/{c.project or '<adc project>'}/locations/{c.zone}/"
-                       f"{how}?{'queuedResourceId' if c.queued_resource else 'nodeId'}="
-                       f"{req.node_id}\n")  # fmt: skip
+            out.append(
+                f"# POST /v2/projects/{c.project or '<adc project>'}/locations/{c.zone}/"
+                f"{how}?{'queuedResourceId' if c.queued_resource else 'nodeId'}="
+                f"{req.node_id}\n"
+            )
         out.append(json.dumps(shown, indent=2) + "\n")
         out.append("# metadata startup-script (installs the shim on every worker at first boot):\n")
         out.append(body["metadata"]["startup-script"].rstrip("\n") + "\n")
@@ -290,15 +316,23 @@ class TpuBackend(ShimBackend):
 
     def _handle(self, plan: Offer, nodes: list[ShimNode]) -> TpuHandle:
         return TpuHandle(
-            kind="tpu", host=plan.host, node_id=plan.params["node"],
+            kind="tpu",
+            host=plan.host,
+            node_id=plan.params["node"],
             created=plan.params.get("action") in ("create", "recreate"),
-            down=plan.params.get(OPT_DOWN) == "1", nodes=nodes,
-        )  # fmt: skip
+            down=plan.params.get(OPT_DOWN) == "1",
+            nodes=nodes,
+        )
 
     async def launch(
-        self, plan: Offer, job: JobSpec, snap: Snapshot, image: str | None, obs: Observer,
+        self,
+        plan: Offer,
+        job: JobSpec,
+        snap: Snapshot,
+        image: str | None,
+        obs: Observer,
         on_handle: Callable[[Handle], None],
-    ) -> Launched:  # fmt: skip
+    ) -> Launched:
         host, action = plan.host, plan.params.get("action", "use")
         cfg, api, nid = self.cfg(host), self.api(host), plan.params["node"]
         created = action in ("create", "recreate")
@@ -322,12 +356,15 @@ class TpuBackend(ShimBackend):
                 # the offer read the node READY and every worker's shim idle just now
                 return await super().launch(plan, job, snap, image, obs, on_handle)
             deadline = time.monotonic() + cfg.boot_timeout_s
-            node = await api.wait_state(nid, USABLE, cfg.boot_timeout_s,
-                                        lambda s: obs.status(f"node {nid}: {s}"))  # fmt: skip
+            node = await api.wait_state(
+                nid, USABLE, cfg.boot_timeout_s, lambda s: obs.status(f"node {nid}: {s}")
+            )
             sl = self.slice(host)
             if len(node.endpoints) != sl.workers:
-                raise AgentError(f"{host}: node {nid} has {len(node.endpoints)} workers, "
-                                 f"{sl.accelerator_type} has {sl.workers}")  # fmt: skip
+                raise AgentError(
+                    f"{host}: node {nid} has {len(node.endpoints)} workers, "
+                    f"{sl.accelerator_type} has {sl.workers}"
+                )
             await self._set_workers(host, node)
             await self._wait_shims(host, len(node.endpoints), deadline, obs)
             return await super().launch(plan, job, snap, image, obs, on_handle)
@@ -435,10 +472,14 @@ class TpuBackend(ShimBackend):
             return None
         c = t.target
         return SshEndpoint(
-            host=c.host, port=c.port, user=c.user, identity_file=c.identity_file,
-            known_hosts=c.known_hosts, proxy_jump=c.proxy_jump,
+            host=c.host,
+            port=c.port,
+            user=c.user,
+            identity_file=c.identity_file,
+            known_hosts=c.known_hosts,
+            proxy_jump=c.proxy_jump,
             remote_argv=("bash", "-c", _WORKER_SHELL, "tcl-ssh"),
-        )  # fmt: skip
+        )
 
     async def status(self, handle: Handle) -> RunStatus:
         assert isinstance(handle, TpuHandle)

@@ -111,8 +111,9 @@ fi
 
 def _start_steps(b: WorkerBootstrap) -> str:
     argv = shim_argv(b.venv, b.shim_dir, b.shim_port, b.executor, b.fake_accelerators, b.tpu_chip)
-    unit = render_unit(b.venv, b.shim_dir, b.shim_port, b.executor, b.fake_accelerators,
-                       tpu_chip=b.tpu_chip)  # fmt: skip
+    unit = render_unit(
+        b.venv, b.shim_dir, b.shim_port, b.executor, b.fake_accelerators, tpu_chip=b.tpu_chip
+    )
     return f"""if [ -d /run/systemd/system ]; then
   printf '%s' {_q(unit)} > {UNIT_PATH}
   step "systemctl" systemctl daemon-reload

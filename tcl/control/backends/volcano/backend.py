@@ -86,8 +86,9 @@ class VolcanoBackend(Backend):
 
     def _target(self, host: str, namespace: str | None = None) -> KubeTarget:
         cfg = self._cfg(host)
-        return KubeTarget(kubeconfig=cfg.kubeconfig, context=cfg.context,
-                          namespace=namespace or cfg.namespace)  # fmt: skip
+        return KubeTarget(
+            kubeconfig=cfg.kubeconfig, context=cfg.context, namespace=namespace or cfg.namespace
+        )
 
     async def _kube(self, target: KubeTarget) -> KubeClient:
         kube = self._clients.get(target)
@@ -128,16 +129,26 @@ class VolcanoBackend(Backend):
                 need = nodes * per_node
                 starts_now = free >= need
                 if not starts_now:
-                    reason = (f"queue {cfg.queue or 'default'}: {free} of {capacity} "
-                              f"{cfg.gpu_resource_key} free, {need} needed")  # fmt: skip
+                    reason = (
+                        f"queue {cfg.queue or 'default'}: {free} of {capacity} "
+                        f"{cfg.gpu_resource_key} free, {need} needed"
+                    )
             params = {"namespace": namespace}
             if req.options.get(OPT_IMAGE):
                 params["image"] = req.options[OPT_IMAGE]
-            out.offers.append(Offer(
-                backend=self.kind, host=name, nodes=tuple(NodeOffer(name) for _ in range(nodes)),
-                chip=req.chip if per_node else None, chips_per_node=per_node,
-                starts_now=starts_now, queue_reason=reason, free=free, params=params,
-            ))  # fmt: skip
+            out.offers.append(
+                Offer(
+                    backend=self.kind,
+                    host=name,
+                    nodes=tuple(NodeOffer(name) for _ in range(nodes)),
+                    chip=req.chip if per_node else None,
+                    chips_per_node=per_node,
+                    starts_now=starts_now,
+                    queue_reason=reason,
+                    free=free,
+                    params=params,
+                )
+            )
         return out
 
     async def _free(self, host: str, cfg: VolcanoHost, namespace: str) -> tuple[int, int] | str:
@@ -152,8 +163,10 @@ class VolcanoBackend(Backend):
         if isinstance(got, str):
             return HostCheck(False, got)
         free, capacity = got
-        return HostCheck(True, f"queue {cfg.queue or 'default'}: {free} of {capacity} "
-                               f"{cfg.gpu_resource_key} free")  # fmt: skip
+        return HostCheck(
+            True,
+            f"queue {cfg.queue or 'default'}: {free} of {capacity} {cfg.gpu_resource_key} free",
+        )
 
     # launch ----------------------------------------------------------------------------------
 
@@ -165,15 +178,24 @@ class VolcanoBackend(Backend):
         target = self._target(plan.host, plan.params.get("namespace"))
         name = manifest.vcjob_name(job.run_id, job.attempt)
         handle = VolcanoHandle(
-            host=plan.host, kube=target, job=name, secret=manifest.spec_secret_name(name),
-            nodes=plan.node_count, runner_port=cfg.runner_port,
-        )  # fmt: skip
+            host=plan.host,
+            kube=target,
+            job=name,
+            secret=manifest.spec_secret_name(name),
+            nodes=plan.node_count,
+            runner_port=cfg.runner_port,
+        )
         image = plan.params.get("image") or image or None
         run = manifest.VolcanoRun(
-            run_id=job.run_id, attempt=job.attempt, code_sha256=sha256,
-            spec_secret=handle.secret, name=job.name, env=self._job_env(plan.host, job),
-            image=image, namespace=target.namespace,
-        )  # fmt: skip
+            run_id=job.run_id,
+            attempt=job.attempt,
+            code_sha256=sha256,
+            spec_secret=handle.secret,
+            name=job.name,
+            env=self._job_env(plan.host, job),
+            image=image,
+            namespace=target.namespace,
+        )
         pods = manifest.PodPlan(replicas=plan.node_count, gpus_per_pod=plan.chips_per_node)
         vcjob = manifest.vcjob_manifest(cfg, pods, run)
 
@@ -200,9 +222,14 @@ class VolcanoBackend(Backend):
         )
 
     async def launch(
-        self, plan: Offer, job: JobSpec, snap: Snapshot, image: str | None, obs: Observer,
+        self,
+        plan: Offer,
+        job: JobSpec,
+        snap: Snapshot,
+        image: str | None,
+        obs: Observer,
         on_handle: Callable[[BaseHandle], None],
-    ) -> Launched:  # fmt: skip
+    ) -> Launched:
         cfg = self._cfg(plan.host)
         handle, vcjob, helper = self._manifests(plan, job, image, snap.sha256)
         kube = await self._kube(handle.kube)
@@ -218,8 +245,9 @@ class VolcanoBackend(Backend):
         spec = {**job.model_dump(mode="json"), TOKEN_KEY: token}
         labels = {"tcl.run-id": job.run_id, "tcl.attempt": str(job.attempt)}
         obs.status(f"creating Volcano job {handle.job} in {handle.kube.namespace}")
-        await asyncio.to_thread(kube.create_secret, handle.secret,
-                                {SPEC_KEY: json.dumps(spec).encode()}, labels)  # fmt: skip
+        await asyncio.to_thread(
+            kube.create_secret, handle.secret, {SPEC_KEY: json.dumps(spec).encode()}, labels
+        )
         self._tokens[handle.secret] = token
         try:
             await asyncio.to_thread(kube.create_vcjob, vcjob)
@@ -228,8 +256,9 @@ class VolcanoBackend(Backend):
                 await asyncio.to_thread(kube.delete_secret, handle.secret)
             raise
         on_handle(handle)
-        return Launched(handle=handle, accelerators=[], uploaded_bytes=uploaded,
-                        state=RunState.QUEUED)  # fmt: skip
+        return Launched(
+            handle=handle, accelerators=[], uploaded_bytes=uploaded, state=RunState.QUEUED
+        )
 
     # a launched run --------------------------------------------------------------------------
 

@@ -75,8 +75,7 @@ class KubeClient:
                 config.load_incluster_config(client_configuration=cfg)
             else:
                 path = os.path.expanduser(kubeconfig) if kubeconfig else None
-                config.load_kube_config(config_file=path, context=context,
-                                        client_configuration=cfg)  # fmt: skip
+                config.load_kube_config(config_file=path, context=context, client_configuration=cfg)
         self.server = str(cfg.host)
         self._cfg = cfg
         self.api: Any = client.ApiClient(cfg)
@@ -117,9 +116,13 @@ class KubeClient:
         """Delete the job and (in the background, as the API server does) its pods."""
         with absent_is_none("delete vcjobs", self.namespace):
             self.custom.delete_namespaced_custom_object(
-                VC_GROUP, VC_VERSION, self.namespace, VC_PLURAL, name,
+                VC_GROUP,
+                VC_VERSION,
+                self.namespace,
+                VC_PLURAL,
+                name,
                 propagation_policy="Background",
-            )  # fmt: skip
+            )
 
     def get_queue(self, name: str) -> dict[str, Any] | None:
         with absent_is_none("get queues", self.namespace):
@@ -143,9 +146,10 @@ class KubeClient:
         from kubernetes import client
 
         body = client.V1Secret(
-            metadata=client.V1ObjectMeta(name=name, labels=labels), type="Opaque",
+            metadata=client.V1ObjectMeta(name=name, labels=labels),
+            type="Opaque",
             data={k: base64.b64encode(v).decode() for k, v in data.items()},
-        )  # fmt: skip
+        )
         with translated("create secrets", self.namespace):
             self.core.create_namespaced_secret(self.namespace, body)
 
@@ -191,20 +195,30 @@ class KubeClient:
     # streams ---------------------------------------------------------------------------------
 
     def exec(
-        self, pod: str, argv: list[str], stdin: Path | None = None,
-        progress: Callable[[int, int], None] | None = None, timeout_s: float = EXEC_TIMEOUT_S,
-    ) -> ExecResult:  # fmt: skip
+        self,
+        pod: str,
+        argv: list[str],
+        stdin: Path | None = None,
+        progress: Callable[[int, int], None] | None = None,
+        timeout_s: float = EXEC_TIMEOUT_S,
+    ) -> ExecResult:
         """Run ``argv`` in ``pod``, its stdin the file ``stdin`` (closed at its end), and wait
         for its exit code."""
         from kubernetes.stream import stream
 
         with translated("create pods/exec", self.namespace):
             ws = stream(
-                self._stream_core().connect_get_namespaced_pod_exec, pod, self.namespace,
+                self._stream_core().connect_get_namespaced_pod_exec,
+                pod,
+                self.namespace,
                 command=argv,
-                stdin=stdin is not None, stdout=True, stderr=True, tty=False,
-                _preload_content=False, binary=True,
-            )  # fmt: skip
+                stdin=stdin is not None,
+                stdout=True,
+                stderr=True,
+                tty=False,
+                _preload_content=False,
+                binary=True,
+            )
         out, err = bytearray(), bytearray()
         try:
             if stdin is not None:
@@ -265,8 +279,12 @@ class PortForward:
         try:
             with translated("create pods/portforward", self.kube.namespace):
                 core = self.kube._stream_core()
-                pf = portforward(core.connect_get_namespaced_pod_portforward,
-                                 self.pod, self.kube.namespace, ports=str(self.port))  # fmt: skip
+                pf = portforward(
+                    core.connect_get_namespaced_pod_portforward,
+                    self.pod,
+                    self.kube.namespace,
+                    ports=str(self.port),
+                )
             remote = pf.socket(self.port)
             remote.setblocking(True)
         except Exception as e:  # the client sees its connection close

@@ -165,9 +165,11 @@ def code_path(host: VolcanoHost, sha256: str) -> str:
 
 
 def state_dir(
-    host: VolcanoHost, run_id: str, attempt: int,
+    host: VolcanoHost,
+    run_id: str,
+    attempt: int,
     pod: str = f"r$({RESTART_COUNT_ENV})/$({POD_NAME_ENV})",
-) -> str:  # fmt: skip
+) -> str:
     """A pod's runner state dir; by default with ``$(TCL_RESTART_COUNT)`` and ``$(POD_NAME)``,
     which Kubernetes expands (a restarted Job's pods have the same names)."""
     return f"{_pvc_root(host)}/runs/{run_id}/{attempt}/{pod}"

@@ -26,9 +26,12 @@ _RECEIVE = 'mkdir -p "$(dirname "$1")" && cat > "$1.part.$$" && mv -f "$1.part.$
 
 
 async def ship_code(
-    kube: KubeClient, helper_pod: Callable[[str], dict[str, Any]], path: str, snap: Snapshot,
+    kube: KubeClient,
+    helper_pod: Callable[[str], dict[str, Any]],
+    path: str,
+    snap: Snapshot,
     obs: Observer,
-) -> int:  # fmt: skip
+) -> int:
     """Put the snapshot at ``path`` on the PVC unless it is there (a helper pod made by
     ``helper_pod(name)`` receives it); return the bytes uploaded."""
     name = f"tcl-code-{snap.sha256[:12]}-{secrets.token_hex(3)}"
