@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-pytest_plugins = ["tests.testbed", "tests.browser"]
+pytest_plugins = ["tests.testbed", "tests.browser", "tests.tiertimes"]
 
 _TESTS = Path(__file__).parent
 
