@@ -17,8 +17,7 @@ import subprocess
 import sys
 import time
 
-from _runner_util import local_runner
-
+from bench._runner_util import local_runner
 from tcl.runner.api import JobSpec
 
 

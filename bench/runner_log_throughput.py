@@ -16,7 +16,8 @@ import sys
 import time
 
 import psutil
-from _runner_util import local_runner, start_job
+
+from bench._runner_util import local_runner, start_job
 
 BLOCK_WRITES = False  # --block-writes: the job writes 1 MB blocks (stresses the runner itself)
 

@@ -16,7 +16,8 @@ import threading
 import time
 
 import psutil
-from _runner_util import local_runner, start_job
+
+from bench._runner_util import local_runner, start_job
 
 
 def job_argv(megabytes: int) -> list[str]:

@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 
 import httpx
-from _shimlib import TOKEN, ShimProcess
 
+from bench._shimlib import TOKEN, ShimProcess
 from tcl.shim.api import TaskSpec
 from tcl.shim.client import ShimClient
 from tcl.shim.errors import NoCapacity

@@ -12,7 +12,8 @@ import sys
 import time
 
 import httpx
-from _shimlib import (
+
+from bench._shimlib import (
     ShimProcess,
     free_port,
     report,
@@ -20,7 +21,6 @@ from _shimlib import (
     submit_until_healthy,
     wait_healthy,
 )
-
 from tcl.shim.api import TaskSpec
 
 DOCKER = "/usr/bin/docker"

@@ -14,9 +14,9 @@ import time
 from pathlib import Path
 
 import httpx
-from _runner_util import write_token_file
-from _shimlib import ShimProcess, free_port, report, submit_until_healthy, wait_healthy
 
+from bench._runner_util import write_token_file
+from bench._shimlib import ShimProcess, free_port, report, submit_until_healthy, wait_healthy
 from tcl.shim.api import TaskSpec
 
 RUNNER = str(Path(sys.executable).with_name("tcl-runner"))

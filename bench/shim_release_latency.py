@@ -17,8 +17,7 @@ import statistics
 import sys
 import time
 
-from _shimlib import ShimProcess
-
+from bench._shimlib import ShimProcess
 from tcl.runner.api import JobSpec
 from tcl.runner.client import RunnerClient
 from tcl.shim.api import TaskInfo, TaskSpec, TaskStatus

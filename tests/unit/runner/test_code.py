@@ -22,17 +22,19 @@ def make_tar(path: Path, build: Callable[[tarfile.TarFile], object], mode: str =
     return path
 
 
-def add_file(tar: tarfile.TarFile, name: str, data: bytes = b"x") -> None:
+def add_file(tar: tarfile.TarFile, name: str, data: bytes = b"x") -> tarfile.TarInfo:
     info = tarfile.TarInfo(name)
     info.size = len(data)
     tar.addfile(info, io.BytesIO(data))
+    return info
 
 
-def add_special(tar: tarfile.TarFile, name: str, kind: bytes, link: str = "") -> None:
+def add_special(tar: tarfile.TarFile, name: str, kind: bytes, link: str = "") -> tarfile.TarInfo:
     info = tarfile.TarInfo(name)
     info.type = kind
     info.linkname = link
     tar.addfile(info)
+    return info
 
 
 def test_good_archive_extracts(tmp_path: Path) -> None:
@@ -48,7 +50,7 @@ def test_good_archive_extracts(tmp_path: Path) -> None:
     assert (work / "pkg/hard.py").read_bytes() == b"print(1)\n"
 
 
-BAD: dict[str, Callable[[tarfile.TarFile], None]] = {
+BAD: dict[str, Callable[[tarfile.TarFile], object]] = {
     "dotdot": lambda t: add_file(t, "../escaped.txt"),
     "dotdot-inner": lambda t: add_file(t, "a/../../escaped.txt"),
     "absolute": lambda t: add_file(t, "/tmp/escaped.txt"),
@@ -141,7 +143,7 @@ def test_a_later_member_replaces_an_earlier_link_or_hard_link(
     assert (work / "other.txt").stat().st_nlink == 1
 
 
-HARD_LINK_TRICKS: dict[str, Callable[[tarfile.TarFile], None]] = {
+HARD_LINK_TRICKS: dict[str, Callable[[tarfile.TarFile], object]] = {
     # A hard link to a symlink member would share the link's inode, not a file's.
     "to-a-symlink": lambda t: (
         add_file(t, "x"),
