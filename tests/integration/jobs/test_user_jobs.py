@@ -20,9 +20,12 @@ from typer.testing import CliRunner
 
 from tcl.cli.main import app
 from tcl.jobs.gpt import GPTTrainer
+from tcl.jobs.inference import InferenceJob
+from tcl.jobs.job import BasicJob
 from tcl.jobs.quick import quick
 from tcl.jobs.registry import get_job
 from tcl.jobs.run import run_job
+from tcl.jobs.trainer import BaseTrainer, TrainerConfig
 
 cli = CliRunner()
 Straight = tuple[Path, Path, GPTTrainer]
@@ -132,6 +135,18 @@ TINY_LM = [
 ]
 
 
+def _trainer(job: BasicJob[object]) -> BaseTrainer[TrainerConfig, Any]:
+    """tinylm/train: the user's TinyLMTrainer, a BaseTrainer[TrainerConfig, TinyLM]."""
+    assert isinstance(job, BaseTrainer)
+    return job
+
+
+def _probe(job: BasicJob[object]) -> InferenceJob[Any, Any]:
+    """tinylm/probe: the user's TinyLMProbe, an InferenceJob."""
+    assert isinstance(job, InferenceJob)
+    return job
+
+
 def _greedy(model: Any, params: Any, prompt: list[int], n: int) -> list[int]:
     """Reference decoding: the full sequence through the model for every new token."""
     seq = list(prompt)
@@ -143,7 +158,7 @@ def _greedy(model: Any, params: Any, prompt: list[int], n: int) -> list[int]:
 
 def test_a_theseus_style_model_trains_and_reads_back(in_repo: Path) -> None:
     out = in_repo / "out-tinylm"
-    trainer = run_job("tinylm/train", None, out, overrides=TINY_LM, name="lm")
+    trainer = _trainer(run_job("tinylm/train", None, out, overrides=TINY_LM, name="lm"))
     assert trainer.global_step_counter_ == 6
     assert type(trainer.model).__name__ == "TinyLM"
     assert trainer.model.hidden == 32
@@ -151,7 +166,7 @@ def test_a_theseus_style_model_trains_and_reads_back(in_repo: Path) -> None:
     losses = [json.loads(ln)["loss"] for ln in metrics.splitlines()]
     assert len(losses) == 2 and all(np.isfinite(losses))
 
-    probe = run_job("tinylm/probe", None, out, restore="default/default/lm/step_00000006")
+    probe = _probe(run_job("tinylm/probe", None, out, restore="default/default/lm/step_00000006"))
     _tree_equal(probe.state.params, trainer.state.params)
     got = json.loads((probe.spec.results_dir / "probe.json").read_text())
     assert got["steps"] == 6
@@ -171,8 +186,12 @@ def test_a_theseus_style_model_trains_and_reads_back(in_repo: Path) -> None:
 def test_from_trainer_shares_the_live_state(in_repo: Path) -> None:
     """The inference job reads the trainer's state by reference: after more (donated) steps it
     sees the new params, not a deleted snapshot."""
-    trainer = run_job("tinylm/train", None, in_repo / "out-live", overrides=TINY_LM, name="live")
-    probe = get_job("tinylm/probe").from_trainer(trainer)  # type: ignore[attr-defined]
+    trainer = _trainer(
+        run_job("tinylm/train", None, in_repo / "out-live", overrides=TINY_LM, name="live")
+    )
+    probe_job = get_job("tinylm/probe")
+    assert issubclass(probe_job, InferenceJob)
+    probe = probe_job.from_trainer(trainer)
     before = probe.rollout(["x"], max_new_tokens=2, return_type="output_indices")
     trainer.args = dataclasses.replace(trainer.args, total_steps=9, checkpoint_at_end=False)
     trainer.run()  # three more steps; each donates (deletes) the state it was given
