@@ -61,7 +61,8 @@ def netns_http(tmp_path: Path) -> Iterator[int]:
 
 
 def _get(port: int) -> str:
-    return urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5).read().decode()
+    body: bytes = urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5).read()
+    return body.decode()
 
 
 async def test_direct_jump_forward_and_errors(ssh_testbed: SshTestbed, netns_http: int) -> None:

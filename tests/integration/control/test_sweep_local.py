@@ -136,7 +136,7 @@ class Sweep:
 
 
 def _ended(st: dict[str, Any]) -> bool:
-    c = st["counts"]
+    c: dict[str, int] = st["counts"]
     return c["queued"] + c["claimed"] + c["running"] == 0
 
 

@@ -54,7 +54,7 @@ class Env(TclEnv):
     def wait_state(self, run_id: str, states: set[str], timeout_s: float = 60) -> dict[str, Any]:
         deadline = time.monotonic() + timeout_s
         while True:
-            runs = {r["run_id"]: r for r in self.tcl_json("ps", "-a")}
+            runs: dict[str, dict[str, Any]] = {r["run_id"]: r for r in self.tcl_json("ps", "-a")}
             if runs[run_id]["state"] in states or time.monotonic() > deadline:
                 assert runs[run_id]["state"] in states, runs[run_id]
                 return runs[run_id]

@@ -59,7 +59,7 @@ async def test_gpu_batch_job_writes_to_the_shared_filesystem(slurm_cluster: Slur
             state = await conn.run(f"squeue -h -t all -j {job} -o %T", check=True)
             if str(state.stdout).strip() == "COMPLETED":
                 break
-            assert time.monotonic() < deadline, f"job {job}: {state.stdout}"
+            assert time.monotonic() < deadline, f"job {job}: {state.stdout!r}"
             await asyncio.sleep(0.2)
     path = Path(str(out).replace("%j", job))
     assert path.read_text().split() == ["0,1", "gpu", "root"]

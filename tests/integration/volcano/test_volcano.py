@@ -49,6 +49,7 @@ class Cluster:
     def vcjobs(self) -> list[dict[str, Any]]:
         custom = client.CustomObjectsApi(self.api)
         got = custom.list_namespaced_custom_object("batch.volcano.sh", "v1alpha1", NS, "jobs")
+        assert isinstance(got, dict)  # the list's JSON body (typed `object` by the client)
         return list(got["items"])
 
     def secret(self, run_id: str, attempt: int = 0) -> bool:
@@ -67,7 +68,8 @@ class Cluster:
         return True
 
     def run(self, run_id: str) -> dict[str, Any]:
-        return {r["run_id"]: r for r in self.env.tcl_json("ps", "-a")}[run_id]
+        runs: dict[str, dict[str, Any]] = {r["run_id"]: r for r in self.env.tcl_json("ps", "-a")}
+        return runs[run_id]
 
     def wait(self, run_id: str, states: set[str], timeout_s: float = 120) -> dict[str, Any]:
         deadline = time.monotonic() + timeout_s

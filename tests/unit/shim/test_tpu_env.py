@@ -11,7 +11,7 @@ from tcl.shim.executors.base import Launch, accelerator_env
 def launch(
     indices: list[int], host_chips: int, vendor: str = "tpu", chip: str = "tpu-v4"
 ) -> Launch:
-    accels = [Accelerator(index=i, chip=chip, vendor=vendor) for i in indices]  # type: ignore[arg-type]
+    accels = [Accelerator(index=i, chip=chip, vendor=vendor) for i in indices]
     return Launch(
         spec=TaskSpec(id="t1"),
         accelerators=accels,
