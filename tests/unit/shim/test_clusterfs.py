@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.polling import await_until
 from tcl.clusterfs_node import explain, mounted_fstype
 from tcl.shim.api import ClusterFs
 from tcl.shim.clusterfs import ClusterMounts
 from tcl.shim.errors import MountFailed
+from tests.polling import await_until
 
 FAKE = """\
 import json, os, sys
@@ -38,6 +38,8 @@ else:
     lines = [ln for ln in lines if f" {mp} " not in ln]
 open(table, "w").write("".join(ln + "\\n" for ln in lines))
 """
+
+IDLE_S = 0.2  # the test mounts' unmount_after_idle_s
 
 
 class Env:
@@ -67,7 +69,7 @@ class Env:
             "meta_url": f"redis://127.0.0.1:{self.port[0]}/1",
             "meta_password": "s3cret",
             "mount_point": str(self.tmp / "root") if mp == "/" else mp,
-            "unmount_after_idle_s": 0.2,
+            "unmount_after_idle_s": IDLE_S,
         }
         return ClusterFs.model_validate({**fields, **kw})
 
@@ -105,7 +107,7 @@ async def test_one_mount_for_many_tasks_unmounted_once_idle(env: Env) -> None:
     m.release("t1")
     # t2 still uses it: nothing may happen past its idle time (a slow machine can only make
     # this check weaker, never fail it)
-    await asyncio.sleep(2 * fs.unmount_after_idle_s)  # type: ignore[operator]
+    await asyncio.sleep(2 * IDLE_S)
     assert mounted_fstype(fs.mount_point, env.table) == "fuse.juicefs"
     assert [h.tasks for h in await m.health()] == [1]
     m.release("t2")
