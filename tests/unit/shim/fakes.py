@@ -61,6 +61,9 @@ class FakeExecutor:
             self.exit(task_id, 143)
         return self.exit_codes.get(task_id)
 
+    async def end_job_leftovers(self, task_id: str, handle: Handle) -> int:
+        return 0  # an in-memory workload starts no daemons
+
     async def remove(self, task_id: str, handle: Handle) -> None:
         self.alive.pop(task_id, None)
         self.exit_codes.pop(task_id, None)

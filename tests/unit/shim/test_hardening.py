@@ -10,7 +10,7 @@ import asyncio
 import json
 import shutil
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -99,7 +99,7 @@ class Upload:
         self.consumed += n
         return {"type": "http.request", "body": b"x" * n, "more_body": self.left > 0}
 
-    async def send(self, message: dict[str, Any]) -> None:
+    async def send(self, message: MutableMapping[str, Any]) -> None:
         if message["type"] == "http.response.start":
             self.status = message["status"]
             self.headers = {k.decode(): v.decode() for k, v in message["headers"]}
