@@ -7,6 +7,7 @@ import hashlib
 import io
 import tarfile
 import time
+from collections.abc import AsyncGenerator
 
 from tcl.runner.api import CodeRef, Event, EventKind, JobSpec, LogStream, RunnerState
 from tcl.runner.client import RunnerClient
@@ -75,6 +76,7 @@ async def test_ten_thousand_lines_over_websocket_with_resume(
         first: list[Event] = []
         stdout_lines = 0
         stream = client.follow(0)
+        assert isinstance(stream, AsyncGenerator)  # follow is an async generator function
         async for e in stream:
             first.append(e)
             if e.stream is LogStream.STDOUT:

@@ -114,7 +114,8 @@ class FakeShim:
 
     async def host(self) -> Any: ...
 
-    async def create_task(self, spec: TaskSpec) -> TaskInfo: ...
+    async def create_task(self, spec: TaskSpec) -> TaskInfo:
+        raise NotImplementedError("these tests start no task")
 
     async def get_task(self, task_id: str) -> TaskInfo:
         # The runner's port and token come from the shim (control never stores the token).

@@ -74,7 +74,8 @@ class Shim:
             updated_at=0,
         )
 
-    async def get_task(self, task_id: str) -> TaskInfo: ...
+    async def get_task(self, task_id: str) -> TaskInfo:
+        raise NotImplementedError("submit reads no task back")
 
     async def terminate_task(
         self, task_id: str, reason: TerminationReason = TerminationReason.DONE, message: str = ""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
@@ -115,7 +116,7 @@ async def test_body_over_the_limit_is_413(client: RunnerClient) -> None:
         await client.upload_code(big, sha(big))
     assert e.value.status == 413
 
-    async def streamed() -> object:
+    async def streamed() -> AsyncIterator[bytes]:
         yield big  # no Content-Length: the limit is enforced while streaming
 
     r = await client._http.put("/api/code", content=streamed(), headers={"X-Code-Sha256": sha(big)})
