@@ -29,9 +29,10 @@ from tests.integration.tclcli import TCL, TclEnv
 from tests.integration.ui.test_cli import _first_line
 
 with warnings.catch_warnings():
-    # Starlette wants `httpx2` for its TestClient; httpx is what this project has.
+    # Starlette wants `httpx2` for its TestClient; httpx is what this project has. The tests
+    # import it from here, without the warning (hence the explicit re-export).
     warnings.simplefilter("ignore")
-    from starlette.testclient import TestClient
+    from starlette.testclient import TestClient as TestClient
 
 TOKEN = "t" * 43
 BASE = "http://127.0.0.1:8765"

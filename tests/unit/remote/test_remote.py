@@ -11,10 +11,10 @@ import subprocess
 import sys
 import threading
 import time
+import types
 
 import pytest
 
-from tcl.remote import call as call_mod
 from tcl.remote import wire
 from tcl.remote.call import ConflictWarning, exchange
 from tcl.remote.capture import prepare, referenced_globals, ships_by_value
@@ -257,7 +257,7 @@ def test_version_mismatch_is_explained(
 ) -> None:
     real = wire.local_versions()
     fake = {**real, "python": "3.99.0"}
-    monkeypatch.setattr(call_mod.wire, "local_versions", lambda: fake)
+    monkeypatch.setattr(wire, "local_versions", lambda: fake)  # the module call.py uses
     ns = notebook("def f():\n    return 1\n")
     conn, token = worker.connect()
     with pytest.raises(
@@ -292,6 +292,7 @@ def test_referenced_globals_follow_helpers_and_closures() -> None:
     # `c` is read by the helper bound to the global `inner`; no os, range, len or unused
     assert names == ["a", "b", "c", "created", "helper", "inner"]
     assert ships_by_value(ns["fn"])
+    assert isinstance(_module_level, types.FunctionType)
     assert not ships_by_value(_module_level)  # importable: goes by reference
 
 
