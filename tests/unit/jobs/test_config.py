@@ -19,7 +19,6 @@ from tcl.jobs.config import (
     schema_of,
 )
 from tcl.jobs.errors import ConfigError, RegistryError
-from tcl.jobs.job import BasicJob
 from tcl.jobs.registry import JOBS, job
 
 
@@ -116,6 +115,8 @@ def test_a_scalar_where_a_section_is_declared_is_an_error() -> None:
 
 
 def test_the_first_config_class_wins_a_default_conflict() -> None:
+    from tcl.jobs.job import BasicJob  # imports jax: not at collection
+
     # Original: the last class listed silently won, so a library's config could override the
     # job's own. Here the job's own class (first, `self.args`) wins; seed 001's analysis config
     # declares `architecture/block_size` next to the model's with another default.
@@ -140,6 +141,8 @@ def test_the_first_config_class_wins_a_default_conflict() -> None:
 
 
 def test_conflicting_types_fail_at_registration() -> None:
+    from tcl.jobs.job import BasicJob  # imports jax: not at collection
+
     @dataclasses.dataclass
     class Other:
         lr: str = field("training/lr", default="fast")
@@ -195,6 +198,8 @@ def test_current_config_outside_a_context_is_an_error() -> None:
 
 
 def test_registering_a_key_twice_is_an_error() -> None:
+    from tcl.jobs.job import BasicJob  # imports jax: not at collection
+
     class A(BasicJob[Opt]):
         @classmethod
         def config(cls) -> list[type]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import jax
 import pytest
 
 from tcl.jobs import distributed
@@ -22,8 +21,9 @@ class FakeJax:
     def __init__(self, monkeypatch: pytest.MonkeyPatch, already: bool = False) -> None:
         self.calls: list[dict[str, Any]] = []
         self.up = already
-        monkeypatch.setattr(jax.distributed, "initialize", self.initialize)
-        monkeypatch.setattr(jax.distributed, "is_initialized", lambda: self.up)
+        # named by string: jax is imported here, when a test runs, not at collection
+        monkeypatch.setattr("jax.distributed.initialize", self.initialize)
+        monkeypatch.setattr("jax.distributed.is_initialized", lambda: self.up)
 
     def initialize(self, **kwargs: Any) -> None:
         self.calls.append(kwargs)
@@ -103,7 +103,7 @@ def test_too_late_to_join_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
         raise RuntimeError("jax.distributed.initialize() must be called before any JAX calls")
 
     FakeJax(monkeypatch)
-    monkeypatch.setattr(jax.distributed, "initialize", refuse)
+    monkeypatch.setattr("jax.distributed.initialize", refuse)
     with pytest.raises(DistributedError, match="cannot join the 2-process job as process 1"):
         initialize(NODE_1)
 

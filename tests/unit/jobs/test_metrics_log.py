@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from tcl.jobs import checkpoint  # noqa: F401  (installs the absl log filter)
-from tcl.jobs.metrics import MetricsWriter
 from tcl.runner.metricline import MetricRecord, parse_line
 
 
 def test_metrics_go_to_the_file_and_a_summary_to_the_log(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    from tcl.jobs.metrics import MetricsWriter  # imports jax: not at collection
+
     caplog.set_level(logging.INFO, logger="tcl.jobs.metrics")
     w = MetricsWriter(tmp_path / "m.jsonl")
     w.write({"kind": "train", "step": 100, "loss": 2.3456789, "mfu": None, "tokens_per_s": 99.5})
@@ -31,6 +31,8 @@ def test_metrics_are_printed_as_metric_lines(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The runner keeps these lines as metric events (`tcl metrics RUN`)."""
+    from tcl.jobs.metrics import MetricsWriter
+
     w = MetricsWriter(tmp_path / "m.jsonl")
     w.write({"kind": "train", "step": 100, "loss": 2.5, "mfu": None, "tokens_per_s": 99.5})
     w.write({"kind": "val", "step": 100, "val_loss": float("nan"), "val_ppl": 12.0})
@@ -44,6 +46,8 @@ def test_metrics_are_printed_as_metric_lines(
 
 
 def test_orbax_ocdbt_merge_notice_is_dropped(caplog: pytest.LogCaptureFixture) -> None:
+    from tcl.jobs import checkpoint  # noqa: F401  (installs the absl log filter)
+
     absl = logging.getLogger("absl")
     with caplog.at_level(logging.WARNING, logger="absl"):
         absl.warning("Skipping merge of OCDBT checkpoints: No per-process OCDBT checkpoint ...")

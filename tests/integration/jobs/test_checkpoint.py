@@ -224,12 +224,12 @@ def test_restore_reads_arrays_without_orbaxs_per_shard_copy(
 
 def test_restore_is_bit_identical_across_dtypes_shapes_and_casts(tmp_path: Path) -> None:
     key = jax.random.key(0)
-    tree = {
+    tree: dict[str, Any] = {
         "f32": jax.random.normal(key, (33, 7), jnp.float32),
         "bf16": jax.random.normal(key, (5, 3, 2), jnp.bfloat16),
         "i8": jnp.arange(-100, 100, dtype=jnp.int8),
         "bool": jnp.arange(10) % 3 == 0,
-        "scalar": jnp.asarray(2.5, jnp.float64 if jax.config.x64_enabled else jnp.float32),
+        "scalar": jnp.asarray(2.5, jax.dtypes.canonicalize_dtype(jnp.float64)),  # f32 unless x64
         "nested": {"u32": jnp.asarray([0, 1, 2**32 - 1], jnp.uint32)},
     }
     _save(tmp_path / "c", tree)
