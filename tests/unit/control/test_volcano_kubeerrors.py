@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import urllib3
-from kubernetes.client import ApiClient, Configuration, CustomObjectsApi
-from kubernetes.client.exceptions import ApiException
-from kubernetes.config.config_exception import ConfigException
 
 from tcl.control.backends.volcano.kubeerrors import (
     VOLCANO_MISSING,
@@ -21,6 +18,11 @@ from tcl.control.backends.volcano.kubeerrors import (
     translated,
 )
 from tcl.control.errors import AgentUnreachableError, ConfigError, TclError
+
+if TYPE_CHECKING:
+    from kubernetes.client.exceptions import ApiException
+
+# The kubernetes client costs a fifth of a second to import: only the tests that run load it.
 
 
 class FakeResponse:
@@ -34,6 +36,8 @@ class FakeResponse:
 
 
 def api_exception(status: int, reason: str, body: dict[str, Any] | str) -> ApiException:
+    from kubernetes.client.exceptions import ApiException
+
     text = body if isinstance(body, str) else json.dumps(body)
     resp = FakeResponse(status, reason, text.encode())
     from_response = getattr(ApiException, "from_response", None)
@@ -176,6 +180,8 @@ def test_other_status_keeps_the_servers_message() -> None:
 
 
 def test_connection_refused_names_the_server() -> None:
+    from kubernetes.client import ApiClient, Configuration, CustomObjectsApi
+
     cfg = Configuration()
     cfg.host = "http://127.0.0.1:1"
     cfg.retries = 0
@@ -190,6 +196,8 @@ def test_connection_refused_names_the_server() -> None:
 
 
 def test_config_exception_is_a_config_error() -> None:
+    from kubernetes.config.config_exception import ConfigException
+
     err = raised(ConfigException("Invalid kube-config file. No configuration found."))
     assert type(err) is ConfigError
     assert "No configuration found" in str(err)

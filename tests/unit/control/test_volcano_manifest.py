@@ -23,7 +23,15 @@ from tcl.control.backends.volcano.manifest import (
 )
 from tcl.control.config import VolcanoHost, parse_config
 from tcl.control.errors import ConfigError
-from tests.k8semu.crd import validate_vcjob
+
+
+def validate_vcjob(body: dict[str, Any]) -> list[str]:
+    """The real CRD's verdict; its jsonschema checker takes a second to import, so it is
+    imported when a test runs, not at collection."""
+    from tests.k8semu.crd import validate_vcjob
+
+    return validate_vcjob(body)
+
 
 # Seed 000's k8s-cluster host, every key set, plus the keys this issue adds.
 FULL = """\
