@@ -31,7 +31,7 @@ def run_notebook(
     )
     monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
     monkeypatch.setenv("PYTHONPATH", str(REPO))
-    nb = nbformat.v4.new_notebook()
+    nb: nbformat.NotebookNode = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell(src.strip()) for src in cells]
     client = NotebookClient(
         nb,
