@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from tcl.control.store import Store
 from tcl.control.sweep.queue import SweepQueue
+from tests.integration.control.test_sweep_queue_claims import exercise_concurrent_claims
 from tests.testbed import private_schema
-from tests.unit.control.test_sweep_queue import exercise_concurrent_claims, exercise_late_owner
+from tests.unit.control.test_sweep_queue import exercise_late_owner
 
 
 def test_postgres_concurrent_claims(postgres_url: str) -> None:

@@ -1,12 +1,10 @@
-"""The sweep queue on SQLite (WAL, a file in tmp_path); the concurrency exercise and the
-late-owner guard run on PostgreSQL too (tests/integration/control/test_sweep_queue_postgres.py).
-"""
+"""The sweep queue on SQLite (WAL, a file in tmp_path); the late-owner guard runs on PostgreSQL
+too (tests/integration/control/test_sweep_queue_postgres.py), and claims by concurrent processes
+are tests/integration/control/test_sweep_queue_claims.py."""
 
 from __future__ import annotations
 
-import multiprocessing
 import time
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +13,7 @@ import pytest
 from tcl.control.store import Store
 from tcl.control.sweep.model import EntryState
 from tcl.control.sweep.queue import NewEntry, SweepQueue
+from tests.polling import wait_until
 
 SPEC: dict[str, Any] = {"argv": ["python", "train.py"], "chips": 1}
 
@@ -26,72 +25,12 @@ def _entries(n: int, prefix: str = "job") -> list[NewEntry]:
 # shared with the PostgreSQL test ------------------------------------------------------------
 
 
-def _claim_until_empty(url: str, owner: str, batch: int, start: Any, out: Any) -> None:
-    """One dispatcher process: claim batches until none is left, finish every entry claimed;
-    sends back (owner, claimed ids, entries whose finish was refused)."""
-    store = Store(url)
-    queue = SweepQueue(store)
-    claimed: list[int] = []
-    refused: list[int] = []
-    try:
-        start.wait(60)
-        while True:
-            got = queue.claim(owner, batch, lease_s=600)
-            if not got:
-                break
-            for e in got:
-                claimed.append(e.id)
-                if not queue.finish(owner, e.id, EntryState.DONE):
-                    refused.append(e.id)
-    finally:
-        out.put((owner, claimed, refused))
-        queue.close()
-        store.close()
-
-
-def exercise_concurrent_claims(
-    url: str, entries: int = 2000, workers: int = 4, batch: int = 10
-) -> None:
-    """``workers`` processes (spawned) claim batches of ``batch`` from ``entries`` queued
-    entries until none is left and finish them: each entry is claimed exactly once."""
-    store = Store(url)
-    queue = SweepQueue(store)
-    assert queue.add("race", SPEC, _entries(entries)).added == entries
-    ctx = multiprocessing.get_context("spawn")
-    start = ctx.Barrier(workers)
-    out = ctx.Queue()
-    procs = [
-        ctx.Process(target=_claim_until_empty, args=(url, f"d{i}", batch, start, out))
-        for i in range(workers)
-    ]
-    for p in procs:
-        p.start()
-    results = [out.get(timeout=300) for _ in procs]
-    for p in procs:
-        p.join(60)
-        assert p.exitcode == 0, f"a dispatcher process failed ({p.exitcode})"
-    per_owner = {owner: ids for owner, ids, _ in results}
-    refused = [i for _, _, r in results for i in r]
-    counts = Counter(i for ids in per_owner.values() for i in ids)
-    doubles = {i: n for i, n in counts.items() if n > 1}
-    assert doubles == {}, f"{len(doubles)} entries claimed more than once"
-    assert refused == []
-    every = queue.entries("race")
-    assert len(every) == entries
-    assert set(counts) == {e.id for e in every}  # every entry claimed once
-    assert all(e.state is EntryState.DONE and e.claims == 1 for e in every)
-    assert sum(1 for ids in per_owner.values() if ids) >= 2, "no contention happened"
-    queue.close()
-    store.close()
-
-
 def exercise_late_owner(queue: SweepQueue) -> None:
     """An owner whose lease was reaped and whose entry another owner claimed changes nothing."""
     queue.add("late", SPEC, [NewEntry("only", {})])
     [e] = queue.claim("a", 1, lease_s=0.05)
     assert queue.started("a", e.id)
-    time.sleep(0.15)
-    assert queue.reap() == [e.id]
+    assert wait_until(queue.reap, 30, "a's lease to expire and be reaped") == [e.id]
     [again] = queue.claim("b", 1, lease_s=600)
     assert again.id == e.id and again.lease_owner == "b" and again.claims == 2
     assert again.run_id == e.run_id  # the next claimer adopts the run
@@ -195,8 +134,8 @@ def test_reap_requeues_expired_leases_only(queue: SweepQueue) -> None:
     short = queue.claim("dead", 2, lease_s=0.05)
     [long] = queue.claim("alive", 1, lease_s=600)
     assert queue.started("dead", short[0].id)
-    time.sleep(0.15)
-    assert sorted(queue.reap()) == sorted(e.id for e in short)
+    reaped = wait_until(queue.reap, 30, "the dead owner's leases to expire and be reaped")
+    assert sorted(reaped) == sorted(e.id for e in short)
     for e in short:
         back = queue.entry(e.id)
         assert back.state is EntryState.QUEUED and back.lease_owner is None
@@ -251,7 +190,3 @@ def test_cancel_returns_the_held_entries(queue: SweepQueue) -> None:
     assert queue.finish("a", claimed.id, EntryState.DONE) is False
     assert [e.matrix for e in queue.claim("a", 10, lease_s=600)] == ["other"]
     assert len(queue.requeue("m", [EntryState.CANCELLED])) == 4
-
-
-def test_concurrent_claims_by_four_processes(url: str) -> None:
-    exercise_concurrent_claims(url, entries=2000, workers=4, batch=10)

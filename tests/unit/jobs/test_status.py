@@ -10,6 +10,7 @@ import pytest
 
 from tcl.jobs.errors import JobsError
 from tcl.jobs.status import Heartbeat, RunStatus, StatusFile
+from tests.polling import wait_until
 
 
 def test_transitions_and_fields(tmp_path: Path) -> None:
@@ -30,16 +31,30 @@ def test_transitions_and_fields(tmp_path: Path) -> None:
     assert not list(path.parent.glob(".*tmp"))
 
 
-def test_heartbeat_touches_only_a_running_status(tmp_path: Path) -> None:
+def test_heartbeat_touches_only_a_running_status(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     status = StatusFile(tmp_path / "metadata.json")
     status.set(RunStatus.RUNNING)
     before = status.data["heartbeat_at"]
+    beats: list[float] = []
+    touch = status.heartbeat
+
+    def counted() -> None:
+        touch()
+        beats.append(time.monotonic())
+
+    monkeypatch.setattr(status, "heartbeat", counted)
     beat = Heartbeat(status, interval_s=0.05)
     beat.start()
-    time.sleep(0.3)
-    assert json.loads(status.path.read_text())["heartbeat_at"] > before
+    wait_until(
+        lambda: json.loads(status.path.read_text())["heartbeat_at"] > before,
+        30,
+        "a heartbeat of the running status",
+    )
     status.set(RunStatus.FAILED, error="x")
     final = json.loads(status.path.read_text())
-    time.sleep(0.2)
+    seen = len(beats)
+    wait_until(lambda: len(beats) >= seen + 2, 30, "two heartbeats after the run failed")
     beat.stop()
     assert json.loads(status.path.read_text()) == final
