@@ -2,11 +2,13 @@
 
 A fixed sleep ("sleep 0.5, then assert it is unmounted") is either too short on a loaded machine
 (the test flakes) or too long on an idle one (the suite crawls). These return as soon as the
-predicate holds, so their timeouts can be generous (30-60 s): they are only reached when the
+condition holds, so their timeouts can be generous (30-60 s): they are only reached when the
 thing never happens, and then the AssertionError names what was awaited and the last value seen.
 
     pid = wait_until(lambda: read_pid(path), 30, "the task's pid file")
     await await_until(lambda: mounted_fstype(mp, table) is None, 30, "the idle unmount")
+    info = await await_until(lambda: client.get_task("t1"), 30, "t1 running",
+                             done=lambda info: info.status is TaskStatus.RUNNING)
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import asyncio
 import inspect
 import time
 from collections.abc import Awaitable, Callable
-from typing import TypeVar, overload
+from typing import Any, TypeVar, overload
 
 T = TypeVar("T")
 
@@ -23,9 +25,21 @@ _FIRST_INTERVAL_S = 0.01
 _MAX_INTERVAL_S = 0.2
 
 
-def _timed_out(what: str, timeout_s: float, last: object, error: BaseException | None) -> str:
-    seen = f"last raised {error!r}" if error is not None else f"last value {last!r}"
-    return f"waited {timeout_s:g} s for {what}: {seen}"
+class _Deadline:
+    """The deadline of one wait, and the growing pause between two looks."""
+
+    def __init__(self, timeout_s: float, what: str) -> None:
+        self.timeout_s = timeout_s
+        self.what = what
+        self.end = time.monotonic() + timeout_s
+        self.pause_s = _FIRST_INTERVAL_S
+
+    def pause(self, seen: str) -> float:
+        """The next pause; AssertionError naming what was awaited once the deadline passed."""
+        if time.monotonic() >= self.end:
+            raise AssertionError(f"waited {self.timeout_s:g} s for {self.what}: {seen}")
+        pause, self.pause_s = self.pause_s, min(self.pause_s * 2, _MAX_INTERVAL_S)
+        return pause
 
 
 def wait_until(
@@ -33,28 +47,27 @@ def wait_until(
     timeout_s: float,
     what: str,
     *,
+    done: Callable[[T], object] = bool,
     ignore: tuple[type[Exception], ...] = (),
 ) -> T:
-    """Call ``predicate`` until it returns something truthy, and return that.
+    """Call ``predicate`` until ``done`` holds for what it returned (by default: until that is
+    truthy), and return it.
 
-    Exceptions of the types in ``ignore`` count as "not yet" (a server that is not listening
-    yet); any other propagates. Past ``timeout_s`` raises AssertionError naming ``what``.
+    Exceptions of the types in ``ignore`` count as "not yet" (a server not listening yet); any
+    other propagates. Past ``timeout_s``: AssertionError naming ``what`` and the last value (or
+    exception) seen.
     """
-    deadline = time.monotonic() + timeout_s
-    interval = _FIRST_INTERVAL_S
+    deadline = _Deadline(timeout_s, what)
     while True:
-        error: Exception | None = None
-        value: T | None = None
         try:
             value = predicate()
         except ignore as e:
-            error = e
-        if error is None and value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(_timed_out(what, timeout_s, value, error))
-        time.sleep(interval)
-        interval = min(interval * 2, _MAX_INTERVAL_S)
+            seen = f"last raised {e!r}"
+        else:
+            if done(value):
+                return value
+            seen = f"last value {value!r}"
+        time.sleep(deadline.pause(seen))
 
 
 @overload
@@ -63,6 +76,7 @@ async def await_until(
     timeout_s: float,
     what: str,
     *,
+    done: Callable[[T], object] = bool,
     ignore: tuple[type[Exception], ...] = (),
 ) -> T: ...
 @overload
@@ -71,33 +85,31 @@ async def await_until(
     timeout_s: float,
     what: str,
     *,
+    done: Callable[[T], object] = bool,
     ignore: tuple[type[Exception], ...] = (),
 ) -> T: ...
 async def await_until(
-    predicate: Callable[[], object],
+    predicate: Callable[[], Any],
     timeout_s: float,
     what: str,
     *,
+    done: Callable[[Any], object] = bool,
     ignore: tuple[type[Exception], ...] = (),
-) -> object:
-    """:func:`wait_until` within an event loop: the loop runs between two calls.
+) -> Any:
+    """:func:`wait_until` within an event loop, which runs between two looks.
 
     ``predicate`` may be a plain function or a coroutine function.
     """
-    deadline = time.monotonic() + timeout_s
-    interval = _FIRST_INTERVAL_S
+    deadline = _Deadline(timeout_s, what)
     while True:
-        error: Exception | None = None
-        value: object = None
         try:
             value = predicate()
             if inspect.isawaitable(value):
                 value = await value
         except ignore as e:
-            error = e
-        if error is None and value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(_timed_out(what, timeout_s, value, error))
-        await asyncio.sleep(interval)
-        interval = min(interval * 2, _MAX_INTERVAL_S)
+            seen = f"last raised {e!r}"
+        else:
+            if done(value):
+                return value
+            seen = f"last value {value!r}"
+        await asyncio.sleep(deadline.pause(seen))

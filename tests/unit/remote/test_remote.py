@@ -182,7 +182,7 @@ def test_interrupt_stops_a_long_call_and_the_worker_serves_on(session: CountingS
     timer.start()
     with pytest.raises(KeyboardInterrupt) as info:
         remote(ns["slow"])()
-    assert time.monotonic() - started < 8
+    assert time.monotonic() - started < 30  # stopped, not the 60 s call run out
     assert "time.sleep(60)" in str(info.value.__cause__)
     assert remote(ns["quick"])() == "still here"
 

@@ -34,6 +34,7 @@ from tcl.shim.inventory import discover
 from tcl.shim.reconcile import Reconciler
 from tcl.shim.service import TaskService
 from tcl.shim.store import TaskStore
+from tests.polling import await_until
 from tests.unit.shim.fakes import FakeExecutor
 
 TOKEN = "s3cret-token"
@@ -85,11 +86,12 @@ async def env(tmp_path: Path) -> AsyncIterator[Env]:
 
 
 async def wait_status(client: ShimClient, task_id: str, status: TaskStatus) -> None:
-    for _ in range(200):
-        if (await client.get_task(task_id)).status is status:
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"{task_id} never reached {status}: {await client.get_task(task_id)}")
+    await await_until(
+        lambda: client.get_task(task_id),
+        30,
+        f"{task_id} to reach {status}",
+        done=lambda info: info.status is status,
+    )
 
 
 async def test_auth(env: Env) -> None:
@@ -153,7 +155,7 @@ async def test_no_capacity_is_immediate_and_names_what_is_free(env: Env) -> None
     t0 = time.perf_counter()
     with pytest.raises(NoCapacity) as e:
         await env.client.submit_task(TaskSpec(id="b", image="img", accelerators=2))
-    assert time.perf_counter() - t0 < 0.5
+    assert time.perf_counter() - t0 < 10  # refused, not queued until something frees
     assert e.value.free == [3] and "free: [3]" in e.value.detail
     with pytest.raises(NotFound):
         await env.client.get_task("b")  # nothing recorded for a refused task

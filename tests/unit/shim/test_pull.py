@@ -98,15 +98,13 @@ def test_progress_and_auth_header() -> None:
 def test_talking_without_progress_is_a_stall() -> None:
     def retrying() -> Iterator[dict[str, Any]]:
         yield layer("a", "Downloading", 10, 100)
-        for _ in range(40):
+        for _ in range(3000):  # a minute of talk: only the stall check ends it early
             time.sleep(0.02)
             yield layer("a", "Retrying in 5 seconds")
 
     api = FakeAPI(FakeResponse(200, retrying()))
-    t0 = time.monotonic()
     with pytest.raises(ImageError, match=r"no progress for 0.2 s"):
         pull_image(api, "img", None, 0.2, lambda _: None, threading.Event())
-    assert time.monotonic() - t0 < 0.7
 
 
 def test_slow_but_moving_pull_is_not_a_stall() -> None:
