@@ -11,8 +11,8 @@ from pathlib import Path
 
 from tcl.runner.api import CodeRef, JobSpec, LogStream
 from tcl.runner.events import EventLog
-
-from .conftest import PY, TOKEN, sha, tarball
+from tests.polling import await_until
+from tests.unit.runner.conftest import PY, TOKEN, sha, tarball
 
 RUNNER = [sys.executable, "-m", "tcl.runner.main"]
 
@@ -202,11 +202,10 @@ async def _serve(tmp_path: Path, *extra: str) -> tuple[asyncio.subprocess.Proces
         str(write_token(tmp_path)),
         *extra,
     )
-    for _ in range(400):
-        if port_file.exists():
-            break
-        await asyncio.sleep(0.05)
-    return proc, f"http://127.0.0.1:{port_file.read_text().strip()}"
+    port = await await_until(
+        lambda: port_file.exists() and port_file.read_text().strip(), 60, "the runner's port file"
+    )
+    return proc, f"http://127.0.0.1:{port}"
 
 
 async def test_serve_linger_exits_with_the_jobs_exit_code(tmp_path: Path) -> None:

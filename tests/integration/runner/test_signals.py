@@ -17,8 +17,8 @@ import pytest
 from tcl.runner.api import Event, JobSpec, LogStream, RunnerState
 from tcl.runner.client import RunnerClient
 from tcl.runner.events import EventLog
+from tests.unit.runner.conftest import PY, TOKEN
 
-from .conftest import PY, TOKEN
 from .test_batch import RUNNER, write_spec, write_token
 
 S = RunnerState
