@@ -28,6 +28,9 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.delenv("TCL_DB_URL", raising=False)
     monkeypatch.setenv("NO_COLOR", "1")
     monkeypatch.setenv("COLUMNS", "200")  # tables unwrapped
+    # `tcl submit` in this process: no `tcl serve` daemon outliving the test (the daemon's own
+    # path is tests/integration/control/test_serve.py)
+    monkeypatch.setenv("TCL_SERVE", "0")
     return tmp_path
 
 

@@ -17,14 +17,11 @@ from tcl.control.errors import (
     NoPlacementError,
     ShippingError,
     SubmitCancelled,
-    TclError,
 )
-from tcl.control.paths import cache_dir
 from tcl.control.service import Control
 from tcl.control.states import RunState
 from tcl.control.store import Store
 from tcl.control.submit import Submission, submit
-from tcl.runner.api import JobRef
 from tcl.shim.api import (
     Accelerator,
     ExecutorKind,
@@ -179,16 +176,6 @@ async def test_the_job_starts_in_the_submit_directory(
     monkeypatch.chdir(tmp_path / "code")
     await submit(ctl, Submission(argv=["python", "job.py"], host="racy"))
     assert runner.spec.cwd == ""
-
-
-async def test_an_unknown_job_key_is_refused_before_anything_ships(
-    ctl: Control, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    _racy(monkeypatch, FakeRunner(None))
-    with pytest.raises(TclError, match=r"no job registered as 'gpt/trian'; did you mean gpt/train"):
-        await submit(ctl, Submission(argv=[], host="racy", job=JobRef(key="gpt/trian")))
-    assert ctl.store.list_runs() == []  # no run recorded, no snapshot made
-    assert not (cache_dir() / "index").exists()
 
 
 async def test_an_image_on_a_process_executor_host_is_warned_about(

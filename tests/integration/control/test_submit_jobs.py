@@ -1,5 +1,6 @@
 """`tcl submit --job KEY [--restore PATH]`: the key is checked against the jobs the user's repo
-declares before anything ships, and the restore path travels in the job spec."""
+declares before anything ships, and the restore path travels in the job spec. Each check is a
+real ``python -m tcl.jobs.check`` child importing JAX and the project's job modules."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typer.testing import CliRunner
 from tcl.cli.main import app
 from tcl.control.config import parse_config
 from tcl.control.errors import TclError
+from tcl.control.paths import cache_dir
 from tcl.control.service import Control
 from tcl.control.store import Store
 from tcl.control.submit import Submission, submit
@@ -103,3 +105,17 @@ def test_cli_submit_checks_the_key_and_passes_restore_into_the_job_ref(
     assert len(seen) == 1
     res = cli.invoke(app, ["submit", "--restore", "p/g/n/step/7500", "--", "true"])
     assert res.exit_code == 1 and "--restore needs --job KEY" in res.stderr
+
+
+async def test_an_unknown_job_key_is_refused_before_anything_ships(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TCL_STATE_DIR", str(tmp_path / "state"))
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "job.py").write_text("print(1)\n")
+    monkeypatch.chdir(tmp_path / "code")
+    ctl = _ctl(tmp_path, FakeRunner(None), monkeypatch)
+    with pytest.raises(TclError, match=r"no job registered as 'gpt/trian'; did you mean gpt/train"):
+        await submit(ctl, Submission(argv=[], host="racy", job=JobRef(key="gpt/trian")))
+    assert ctl.store.list_runs() == []  # no run recorded, no snapshot made
+    assert not (cache_dir() / "index").exists()
