@@ -4,9 +4,7 @@ as the session: it starts fast and speaks a framed protocol we can check byte fo
 
 from __future__ import annotations
 
-import asyncio
 import base64
-import time
 import warnings
 from pathlib import Path
 
@@ -29,6 +27,7 @@ from tcl.runner.client import RunnerAPIError, RunnerClient
 from tcl.runner.service import Runner
 from tcl.runner.treepatch import patch_id
 from tcl.runner.wsroutes import CLOSE_NO_SESSION
+from tests.polling import await_until
 
 from .conftest import PY, TOKEN, sha, tarball
 
@@ -41,15 +40,10 @@ with warnings.catch_warnings():
 REMOTE = SessionSpec(kind=SessionKind.REMOTE)
 
 
-async def _ready(client: RunnerClient, timeout_s: float = 30) -> str:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        info = await client.session()
-        if info.ready:
-            assert info.kind is SessionKind.REMOTE and info.token
-            return info.token
-        await asyncio.sleep(0.1)
-    raise AssertionError("the session never became ready")
+async def _ready(client: RunnerClient) -> str:
+    info = await await_until(client.session, 30, "the session to be ready", done=lambda i: i.ready)
+    assert info.kind is SessionKind.REMOTE and info.token
+    return info.token
 
 
 async def test_forward_carries_bytes_to_the_session_and_only_there(

@@ -108,14 +108,16 @@ def test_talking_without_progress_is_a_stall() -> None:
 
 
 def test_slow_but_moving_pull_is_not_a_stall() -> None:
+    # 0.6 s in all, longer than the 0.5 s stall timeout, but progress every 0.04 s: a gap a
+    # loaded machine would have to stretch twelvefold to look like a stall
     def slow() -> Iterator[dict[str, Any]]:
-        for i in range(1, 15):
-            time.sleep(0.03)
+        for i in range(1, 16):
+            time.sleep(0.04)
             yield layer("a", "Downloading", i, 20)
         yield layer("a", "Pull complete")
 
     pull_image(
-        FakeAPI(FakeResponse(200, slow())), "img", None, 0.1, lambda _: None, threading.Event()
+        FakeAPI(FakeResponse(200, slow())), "img", None, 0.5, lambda _: None, threading.Event()
     )
 
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from tcl.shim.executors.cgroup import MARK_ENV, TaskProcesses, _cgroup2_mount, _own_cgroup
+from tests.polling import wait_until
 
 # A process that leaves its session and forks a daemon: what signalling a process group misses.
 ESCAPE = (
@@ -38,18 +38,18 @@ def _spawn(env: dict[str, str], cgroup: Path | None) -> tuple[subprocess.Popen[s
     return proc, int(proc.stdout.readline())
 
 
-def _gone(pid: int, timeout_s: float = 10) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-            with open(f"/proc/{pid}/stat") as f:
-                if f.read().split(") ")[1].startswith("Z"):
-                    return True
-        except (ProcessLookupError, FileNotFoundError):
-            return True
-        time.sleep(0.02)
-    return False
+def _dead(pid: int) -> bool:
+    """Gone, or a zombie nobody reaped yet."""
+    try:
+        os.kill(pid, 0)
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[1].startswith("Z")
+    except (ProcessLookupError, FileNotFoundError):
+        return True
+
+
+def _gone(pid: int) -> bool:
+    return wait_until(lambda: _dead(pid), 30, f"process {pid} to end")
 
 
 def test_markers_find_and_end_a_daemon_in_its_own_session() -> None:
@@ -60,7 +60,7 @@ def test_markers_find_and_end_a_daemon_in_its_own_session() -> None:
         assert {proc.pid, daemon} <= procs.pids("t1")
         assert procs.kill("t1") >= 2
         assert _gone(daemon) and proc.wait(10) == -9
-        assert other.poll() is None and not _gone(other_daemon, 0.2)  # another task's: spared
+        assert other.poll() is None and not _dead(other_daemon)  # another task's: spared
     finally:
         procs.kill("t2")
         other.wait(10)

@@ -5,8 +5,7 @@ No SSH here: the pool's hosts only lend addresses (no netns, no ssh_config).
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import httpx
 import pytest
@@ -16,6 +15,7 @@ from google.auth.credentials import AnonymousCredentials
 from google.cloud import tpu_v2
 from google.oauth2.credentials import Credentials as OAuthCredentials
 
+from tests.polling import wait_until
 from tests.tpuemu import TpuEmulator, WorkerHost
 from tests.tpuemu.client import client, wait
 
@@ -227,11 +227,8 @@ def test_require_auth() -> None:
         assert list(token.list_nodes(parent=PARENT)) == []
 
 
-def _until(cond: object, timeout_s: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not cond():  # type: ignore[operator]
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.05)
+def _until(cond: Callable[[], object]) -> None:
+    wait_until(cond, 30, "the emulator's state")
 
 
 def test_preempt_without_workers_and_queued_resource_suspends(
