@@ -97,6 +97,8 @@ def cmd_ssh(
     # Options stop at RUN (so `tcl ssh RUN ls -la` keeps its -la): the documented
     # `tcl ssh RUN --print-config` arrives as the first word of the command.
     command = list(command or [])
+    if command[:1] == ["--"]:  # `tcl ssh RUN -- CMD`: ours, not the remote command's first word
+        command = command[1:]
     if command[:1] == ["--print-config"]:
         print_config = True
         command = command[1:]

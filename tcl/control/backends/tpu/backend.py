@@ -303,7 +303,8 @@ class TpuBackend(ShimBackend):
             out.append(super().dry_run(plan, job, image))
             return "".join(out)
         # no node yet: name its workers by placeholders for the task specs, then forget them
-        self._endpoints[host] = tuple(f"<worker {i} address>" for i in range(sl.workers))
+        # one word each: they go through the ssh host fields' checks (tcl.control.safefields)
+        self._endpoints[host] = tuple(f"WORKER-{i}-ADDRESS" for i in range(sl.workers))
         try:
             out.append(super().dry_run(plan, job, image))
         finally:
