@@ -20,7 +20,7 @@ import pytest
 from tcl.jobs.layout import LATEST_FILE, is_complete
 from tcl.runner.api import JobRef, JobSpec
 from tcl.runner.events import EventLog
-from tests.unit.runner.test_batch import write_spec
+from tests.integration.runner.test_batch import write_spec
 
 RUNNER = [sys.executable, "-m", "tcl.runner.main", "batch"]
 CONFIG = """\

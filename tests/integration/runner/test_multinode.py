@@ -16,8 +16,8 @@ import pytest
 
 from tcl.runner.api import CodeRef, JobSpec
 from tcl.runner.events import EventLog
+from tests.integration.runner.test_batch import write_spec
 from tests.unit.runner.conftest import sha, tarball
-from tests.unit.runner.test_batch import write_spec
 
 RUNNER = [sys.executable, "-m", "tcl.runner.main", "batch"]
 
