@@ -47,10 +47,11 @@ for argv in plan["runcmd"]:
 unit = open("/etc/systemd/system/tcl-shim.service").read()
 exec_start = next(l for l in unit.splitlines() if l.startswith("ExecStart="))[len("ExecStart="):]
 shim = subprocess.Popen(shlex.split(exec_start))
-token = open(plan["token_file"]).read().strip()
-req = urllib.request.Request(f"http://127.0.0.1:{plan['port']}/api/healthcheck",
-                             headers={"Authorization": f"Bearer {token}"})
 for _ in range(600):
+    # read at each try: the shim writes a new token when it starts (--new-token)
+    token = open(plan["token_file"]).read().strip()
+    req = urllib.request.Request(f"http://127.0.0.1:{plan['port']}/api/healthcheck",
+                                 headers={"Authorization": f"Bearer {token}"})
     try:
         print("HEALTH", urllib.request.urlopen(req, timeout=2).read().decode(), flush=True)
         sys.exit(0)

@@ -27,7 +27,7 @@ from tcl.control.backends.tpu.bootstrap import (
 )
 from tcl.shim.api import ExecutorKind, TaskSpec, TaskStatus, TerminationReason
 from tcl.shim.client import ShimClient
-from tcl.shim.errors import ShimError
+from tcl.shim.errors import ShimError, Unauthorized
 from tests.integration.shim.harness import cleanup_processes, free_port, start_job, wait_status
 
 pytestmark = [pytest.mark.integration, pytest.mark.tpu]
@@ -53,16 +53,19 @@ def shim_pids(state_dir: Path) -> list[int]:
     return found
 
 
-async def healthy(url: str, token: str, timeout_s: float = 60) -> ShimClient:
-    client = ShimClient(url, token)
+async def healthy(url: str, token_file: Path, timeout_s: float = 60) -> tuple[ShimClient, str]:
+    """A client of the shim once it answers to the token in ``token_file``, and that token (read
+    at each try: the shim writes a new one when it starts, ``--new-token``)."""
     deadline = time.monotonic() + timeout_s
     while True:
+        token = token_file.read_text().strip()
+        client = ShimClient(url, token)
         try:
             await client.healthcheck()
-            return client
+            return client, token
         except ShimError:
+            await client.aclose()
             if time.monotonic() > deadline:
-                await client.aclose()
                 raise
             await asyncio.sleep(0.1)
 
@@ -101,14 +104,19 @@ async def test_startup_script_brings_up_the_shim_and_shutdown_preempts(
     startup = render_startup_script(b)
 
     bash(startup, tmp_path, "startup.sh")
-    token = (shim_dir / "token").read_text().strip()
-    async with await healthy(url, token) as c:
+    c, token = await healthy(url, shim_dir / "token")
+    async with c:
         host = await c.host()
     assert [(a.index, a.chip) for a in host.accelerators] == [(i, "tpu-v4") for i in range(4)]
 
     bash(startup, tmp_path, "startup.sh")  # the next boot, or a re-run: still one shim
-    assert (shim_dir / "token").read_text().strip() == token
-    client = await healthy(url, token)
+    old = token
+    client, token = await healthy(url, shim_dir / "token")
+    # ... with a new token (--new-token): whoever read the old one has nothing
+    assert token != old
+    async with ShimClient(url, old) as stale:
+        with pytest.raises(Unauthorized):
+            await stale.host()
     async with client as c:
         assert shim_pids(shim_dir / "state") == [int((shim_dir / "shim.pid").read_text())]
         assert (tmp_path / "user-marker").read_text() == "boot\nboot\n"
