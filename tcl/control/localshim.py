@@ -114,21 +114,25 @@ def ensure_local_shim(
 
 
 def _running_pid(base: Path) -> int | None:
-    """The pid of this user's shim of ``base``, whatever its flags: the kernel's for the socket's
-    listener when it answers, else the recorded one if that process is still this user's shim
-    of this socket (a wedged shim; never a pid that something else reused)."""
+    """The pid of this user's shim of ``base``, whatever its flags or record version: the
+    kernel's for the socket's listener when it answers, else the recorded one if that process is
+    still this user's tcl-shim of this state dir (a wedged shim, or one an older tcl started on
+    TCP; never a pid that something else reused)."""
     rec = _recorded(base)
-    if rec is None:
+    if rec is not None:
+        pid = _healthy(base / SOCKET, rec[1])
+        if pid is not None:
+            return pid
+    try:
+        recorded = int(json.loads((base / "shim.json").read_text())["pid"])
+    except (OSError, ValueError, KeyError, TypeError):
         return None
-    pid = _healthy(base / SOCKET, rec[1])
-    if pid is not None:
-        return pid
     import psutil
 
     try:
-        proc = psutil.Process(int(rec[0]["pid"]))
-        ours = proc.uids().real == os.getuid() and str(base / SOCKET) in proc.cmdline()
-    except (psutil.Error, KeyError, ValueError):
+        proc = psutil.Process(recorded)
+        ours = proc.uids().real == os.getuid() and str(base / "state") in proc.cmdline()
+    except psutil.Error:
         return None
     return proc.pid if ours else None
 

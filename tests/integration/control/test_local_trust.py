@@ -232,3 +232,51 @@ def test_a_secret_reaches_its_own_job_only(home: Path) -> None:
     assert not _holders(shell_key.encode())
     assert not _files_holding(home / "state", secret.encode())
     assert _tcl(home, "stop", run).returncode == 0
+
+
+def test_a_shim_an_older_tcl_started_on_tcp_is_replaced(home: Path) -> None:
+    """Upgrade: a local shim on a TCP port with a version-1 record holds the state dir; the new
+    tcl stops it (its pid checked to be this user's shim of this state dir) and starts its own."""
+    base = home / "state" / "local-shim"
+    base.mkdir(parents=True, mode=0o700)
+    (base / "token").write_text("o" * 43 + "\n")
+    (base / "token").chmod(0o600)
+    port = _free_port()
+    argv = [
+        str(Path(sys.executable).parent / "tcl-shim"),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--state-dir",
+        str(base / "state"),
+        "--token-file",
+        str(base / "token"),
+        "--executor",
+        "process",
+    ]
+    old = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while not (base / "state" / "lock").exists() or not _listening(port):
+            assert time.monotonic() < deadline and old.poll() is None
+            time.sleep(0.1)
+        record = {
+            "version": 1,
+            "pid": old.pid,
+            "port": port,
+            "executor": "process",
+            "fake_accelerators": None,
+        }
+        (base / "shim.json").write_text(json.dumps(record))
+        res = _tcl(home, "submit", "--", "python3", "-c", "print('after upgrade')")
+        assert res.returncode == 0 and res.stdout == "after upgrade\n", res.stderr
+        assert old.wait(timeout=30) is not None
+    finally:
+        old.kill()
+        old.wait()
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
