@@ -18,7 +18,9 @@ uv run --locked mypy
 lap lint
 log=$(mktemp /tmp/tcl-pytest.XXXXXX)
 set +e
-uv run --locked pytest "$@" 2>&1 | tee "$log"
+# Tests wait on real services most of the time (one process: ~0.7 of 2 cores busy): workers
+# run whole groups side by side (tests/conftest.py says which tests share one).
+uv run --locked pytest -n "${TCL_TEST_WORKERS:-3}" --dist loadgroup "$@" 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
 set -e
 lap pytest

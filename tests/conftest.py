@@ -14,6 +14,27 @@ pytest_plugins = ["tests.testbed", "tests.browser", "tests.tiertimes"]
 _TESTS = Path(__file__).parent
 
 
+# Under pytest-xdist (`scripts/test.sh` runs `-n N --dist loadgroup`) a worker takes whole
+# groups. The testbeds with fixed addresses (the sshd hosts' namespaces and bridge, PostgreSQL's
+# and Redis's ports) exist once per machine, so every test that uses one is in one group, run by
+# one worker; so are the SLURM tests (one cluster started, not one per worker). Every other test
+# goes with its module: a module's warm fixtures start once.
+_ONE_PER_MACHINE = {
+    "ssh_testbed": "lab",
+    "postgres_url": "lab",
+    "juicefs_volume": "lab",
+    "slurm_cluster": "slurm",
+}
+
+
+def xdist_group_of(item: pytest.Item) -> str:
+    """The xdist group an item runs in (see above)."""
+    for fixture in getattr(item, "fixturenames", ()):
+        if fixture in _ONE_PER_MACHINE:
+            return _ONE_PER_MACHINE[fixture]
+    return str(Path(str(item.fspath)).relative_to(_TESTS))
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         path = Path(str(item.fspath))
@@ -21,6 +42,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.unit)
         elif _TESTS / "integration" in path.parents:
             item.add_marker(pytest.mark.integration)
+        item.add_marker(pytest.mark.xdist_group(xdist_group_of(item)))
 
 
 # `tcl submit` hands its work to a `tcl serve` daemon it starts when none answers (one per
