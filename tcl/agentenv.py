@@ -59,6 +59,9 @@ TCL_SETTINGS = frozenset(
         "TCL_REMOTE_IDLE_S",
     }
 )
+#: coverage.py's request to measure a process (set by the test command's ``coverage run``; the
+#: agents and runners of a measured session are measured too). No secret in it.
+MEASUREMENT = frozenset({"COVERAGE_PROCESS_CONFIG", "COVERAGE_PROCESS_START"})
 #: the local shim's and its runners' settings (the daemon starts the local shim)
 AGENT_PREFIXES = ("TCL_SHIM_", "TCL_RUNNER_")
 DAEMON = (
@@ -66,6 +69,7 @@ DAEMON = (
     | NETWORK
     | DOCKER
     | TCL_SETTINGS
+    | MEASUREMENT
     | {
         "SSH_AUTH_SOCK",
         "KUBECONFIG",
@@ -75,9 +79,9 @@ DAEMON = (
     }
 )
 DAEMON_PREFIXES = (*BASE_PREFIXES, *AGENT_PREFIXES, "TPU_")
-SHIM = BASE | NETWORK | DOCKER | {"TCL_TRACE"}
+SHIM = BASE | NETWORK | DOCKER | MEASUREMENT | {"TCL_TRACE"}
 SHIM_PREFIXES = (*BASE_PREFIXES, *AGENT_PREFIXES, "TPU_")
-JOB = BASE | NETWORK | {"LD_LIBRARY_PATH", "CUDA_HOME"}
+JOB = BASE | NETWORK | MEASUREMENT | {"LD_LIBRARY_PATH", "CUDA_HOME"}
 # the runner's settings (it keeps them from the job); what a TPU VM image says of its chips
 JOB_PREFIXES = (*BASE_PREFIXES, "TCL_RUNNER_", "TPU_")
 

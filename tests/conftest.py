@@ -35,6 +35,7 @@ def xdist_group_of(item: pytest.Item) -> str:
     return str(Path(str(item.fspath)).relative_to(_TESTS))
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's, which reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         path = Path(str(item.fspath))
@@ -43,6 +44,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         elif _TESTS / "integration" in path.parents:
             item.add_marker(pytest.mark.integration)
         item.add_marker(pytest.mark.xdist_group(xdist_group_of(item)))
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Refuse to run when xdist dropped the groups (tests sharing a testbed would run at once
+    in two workers): it happened silently with pytest 9.2 (pytest-dev/pytest-xdist#1386)."""
+    items = session.items
+    if items and session.config.getvalue("loadgroup") and "@" not in items[0].nodeid:
+        raise pytest.UsageError("pytest-xdist --dist loadgroup did not group the tests")
 
 
 # `tcl submit` hands its work to a `tcl serve` daemon it starts when none answers (one per

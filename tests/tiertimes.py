@@ -36,7 +36,7 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     tier.tests.add(report.nodeid)
     spent = _per_test[report.nodeid] = _per_test.get(report.nodeid, 0.0) + report.duration
     if spent > tier.slowest[0]:
-        tier.slowest = (spent, report.nodeid.split("::", 1)[-1])
+        tier.slowest = (spent, report.nodeid.split("::", 1)[-1].split("@", 1)[0])
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
