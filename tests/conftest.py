@@ -50,7 +50,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     """Refuse to run when xdist dropped the groups (tests sharing a testbed would run at once
     in two workers): it happened silently with pytest 9.2 (pytest-dev/pytest-xdist#1386)."""
     items = session.items
-    if items and session.config.getvalue("loadgroup") and "@" not in items[0].nodeid:
+    grouped = session.config.getoption("loadgroup", default=False)  # set on xdist workers
+    if items and grouped and "@" not in items[0].nodeid:
         raise pytest.UsageError("pytest-xdist --dist loadgroup did not group the tests")
 
 
