@@ -12,7 +12,7 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
-from tests.integration.tclcli import TCL, TclEnv
+from tests.integration.tclcli import TclEnv, start_tcl
 
 
 @dataclass
@@ -52,14 +52,7 @@ class Repl:
 
 def start_repl(env: TclEnv, *args: str, timeout_s: float = 300) -> Repl:
     """``tcl repl --no-browser ARGS``, once it printed its URL (fails with its stderr if not)."""
-    proc = subprocess.Popen(
-        [TCL, "repl", "--no-browser", *args],
-        cwd=env.repo,
-        env=env.env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = start_tcl(["repl", "--no-browser", *args], env.env(), env.repo)
     assert proc.stdout is not None
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

@@ -1,18 +1,87 @@
-"""The real `tcl` command run as a user would: its own HOME, state dir and config."""
+"""The real `tcl` command run as a user would: its own HOME, state dir and config.
+
+The one harness of the integration tests for that: ``user_env`` builds the environment,
+``run_tcl`` runs a command to its end, ``start_tcl`` starts one to talk to, and ``TclEnv``
+binds them to a home, a config and the repo the commands run in.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import pytest
 
 TCL = str(Path(sys.executable).parent / "tcl")
+
+# What a user of the local default has not set: no config file, no team database, and
+# `tcl submit` handing its work to `tcl serve` (its default)
+LOCAL_DEFAULT_DROP = ("TCL_CONFIG", "TCL_DB_URL", "TCL_SERVE")
+
+
+def user_env(
+    home: Path,
+    config: Path | None = None,
+    *,
+    drop: Iterable[str] = LOCAL_DEFAULT_DROP,
+    **extra: str,
+) -> dict[str, str]:
+    """This process's environment less ``drop``, with HOME at ``home``, tcl's state under
+    ``home/state``, no colours, ``config`` as TCL_CONFIG when given, then ``extra``."""
+    dropped = frozenset(drop)
+    env = {k: v for k, v in os.environ.items() if k not in dropped}
+    env.update(HOME=str(home), TCL_STATE_DIR=str(home / "state"), NO_COLOR="1")
+    if config is not None:
+        env["TCL_CONFIG"] = str(config)
+    env.update(extra)
+    return env
+
+
+def run_tcl(
+    args: Sequence[str],
+    env: Mapping[str, str],
+    cwd: Path | None = None,
+    *,
+    check: bool = True,
+    timeout: float = 180,
+    input: str | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """`tcl ARGS` to its end, its output captured as text; with ``check``, a non-zero exit
+    fails the test with both outputs."""
+    proc = subprocess.run(
+        [TCL, *args],
+        cwd=cwd,
+        env=env,
+        input=input,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    if check and proc.returncode != 0:
+        pytest.fail(f"tcl {shlex.join(args)} -> {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def start_tcl(
+    args: Sequence[str],
+    env: Mapping[str, str],
+    cwd: Path | None = None,
+    *,
+    stderr: int | IO[Any] = subprocess.PIPE,
+) -> subprocess.Popen[str]:
+    """`tcl ARGS` started, not waited for: its stdout piped (and its stderr unless told), as
+    text."""
+    return subprocess.Popen(
+        [TCL, *args], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=stderr, text=True
+    )
 
 
 @dataclass
@@ -22,30 +91,13 @@ class TclEnv:
     repo: Path  # where commands run (the shipped repo)
 
     def env(self) -> dict[str, str]:
-        return {
-            **os.environ,
-            "HOME": str(self.home),
-            "TCL_STATE_DIR": str(self.home / "state"),
-            "TCL_CONFIG": str(self.config),
-            "NO_COLOR": "1",
-            "COLUMNS": "200",
-        }
+        # drops nothing: a TCL_DB_URL or TCL_SERVE of the caller's reaches the command
+        return user_env(self.home, self.config, drop=(), COLUMNS="200")
 
     def tcl(
         self, *args: str, check: bool = True, timeout: float = 180
     ) -> subprocess.CompletedProcess[str]:
-        proc = subprocess.run(
-            [TCL, *args],
-            cwd=self.repo,
-            env=self.env(),
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
-        if check and proc.returncode != 0:
-            pytest.fail(f"tcl {' '.join(args)} -> {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
-        return proc
+        return run_tcl(args, self.env(), self.repo, check=check, timeout=timeout)
 
     def tcl_json(self, *args: str) -> Any:
         # --json is an option of the command: it goes before a `--` that starts a job's argv

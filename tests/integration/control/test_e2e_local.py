@@ -3,37 +3,24 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 from tcl.control.localshim import stop_local_shim
-
-TCL = str(Path(sys.executable).parent / "tcl")
+from tests.integration.tclcli import run_tcl, start_tcl, user_env
 
 
 def _local_env(home: Path) -> dict[str, str]:
     """No config, no team database: the local default, with state under ``home``."""
-    env = {k: v for k, v in os.environ.items() if k not in ("TCL_CONFIG", "TCL_DB_URL")}
-    env.update(HOME=str(home), TCL_STATE_DIR=str(home / "state"), NO_COLOR="1")
-    return env
+    return user_env(home, drop=("TCL_CONFIG", "TCL_DB_URL"))
 
 
 def _tcl(
     env: dict[str, str], cwd: Path, *args: str, timeout_s: float = 120
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [TCL, *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-        check=False,
-    )
+    return run_tcl(args, env, cwd, check=False, timeout=timeout_s)
 
 
 def test_no_config_runs_on_local_default(tmp_path: Path) -> None:
@@ -67,14 +54,7 @@ def test_ctrl_c_detaches_and_the_job_keeps_running(tmp_path: Path) -> None:
     try:
         job = "import time\nprint('tick', flush=True)\ntime.sleep(60)"
         sub = json.loads(tcl("submit", "-d", "--json", "--", "python", "-c", job).stdout)
-        follow = subprocess.Popen(
-            [TCL, "logs", "-f", sub["run_id"]],
-            cwd=work,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        follow = start_tcl(["logs", "-f", sub["run_id"]], env, work)
         assert follow.stdout is not None and follow.stdout.readline() == "tick\n"
         time.sleep(0.5)
         follow.send_signal(signal.SIGINT)

@@ -9,10 +9,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
-import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -20,31 +17,19 @@ from typing import Any
 import psutil
 
 from tcl.control.localshim import stop_local_shim
+from tests.integration.tclcli import run_tcl, start_tcl, user_env
 
-TCL = str(Path(sys.executable).parent / "tcl")
 FINAL = {"succeeded", "failed", "terminated", "lost"}
 
 
 def _local_env(home: Path) -> dict[str, str]:
     """No config, no team database: the local default, with state under ``home``."""
-    env = {k: v for k, v in os.environ.items() if k not in ("TCL_CONFIG", "TCL_DB_URL")}
-    env.update(HOME=str(home), TCL_STATE_DIR=str(home / "state"), NO_COLOR="1")
-    return env
+    return user_env(home, drop=("TCL_CONFIG", "TCL_DB_URL"))
 
 
 def _parallel(env: dict[str, str], cwd: Path, n: int, *args: str) -> list[tuple[int, str, str]]:
     """Start ``n`` identical `tcl` commands at once; (exit code, stdout, stderr) of each."""
-    procs = [
-        subprocess.Popen(
-            [TCL, *args],
-            cwd=cwd,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for _ in range(n)
-    ]
+    procs = [start_tcl(args, env, cwd) for _ in range(n)]
     out = []
     for p in procs:
         stdout, stderr = p.communicate(timeout=300)
@@ -79,16 +64,7 @@ def _stop_all(base: Path) -> None:
 
 
 def _ps(env: dict[str, str], cwd: Path) -> list[dict[str, Any]]:
-    res = subprocess.run(
-        [TCL, "ps", "-a", "--json"],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert res.returncode == 0, res.stderr
+    res = run_tcl(["ps", "-a", "--json"], env, cwd, timeout=120)
     rows: list[dict[str, Any]] = json.loads(res.stdout)
     return rows
 
@@ -133,16 +109,7 @@ def test_parallel_ps_after_the_shim_died_starts_one_new_shim(tmp_path: Path) -> 
     job = "import time; time.sleep(3600)"
     try:
         for _ in range(3):
-            res = subprocess.run(
-                [TCL, "submit", "-d", "--json", "--", "python3", "-c", job],
-                cwd=work,
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=120,
-                check=False,
-            )
-            assert res.returncode == 0, res.stderr
+            run_tcl(["submit", "-d", "--json", "--", "python3", "-c", job], env, work, timeout=120)
         (old,) = _shims(base / "state")
         old.send_signal(signal.SIGKILL)
         old.wait(timeout=30)
@@ -155,12 +122,6 @@ def test_parallel_ps_after_the_shim_died_starts_one_new_shim(tmp_path: Path) -> 
     finally:
         for row in _ps(env, work):
             if row["state"] not in FINAL:
-                subprocess.run(
-                    [TCL, "stop", "--grace", "1", row["run_id"]],
-                    cwd=work,
-                    env=env,
-                    capture_output=True,
-                    timeout=120,
-                    check=False,
-                )
+                stop = ["stop", "--grace", "1", row["run_id"]]
+                run_tcl(stop, env, work, check=False, timeout=120)
         _stop_all(base)

@@ -24,8 +24,8 @@ import pytest
 
 from tcl.control.daemon.client import stop_daemon
 from tcl.control.localshim import stop_local_shim
+from tests.integration.tclcli import run_tcl, user_env
 
-TCL = str(Path(sys.executable).parent / "tcl")
 NOBODY = 65534
 
 # Binds the socket as root (only root could write in the victim's 0700 dir: the strongest
@@ -76,25 +76,10 @@ def home(tmp_path: Path) -> Iterator[Path]:
                 p.kill()
 
 
-def _env(home: Path, **extra: str) -> dict[str, str]:
-    drop = ("TCL_CONFIG", "TCL_DB_URL", "TCL_SERVE")
-    env = {k: v for k, v in os.environ.items() if k not in drop}
-    env.update(HOME=str(home), TCL_STATE_DIR=str(home / "state"), NO_COLOR="1", **extra)
-    return env
-
-
 def _tcl(
     home: Path, *args: str, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [TCL, *args],
-        cwd=home / "work",
-        env=env or _env(home),
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
+    return run_tcl(args, env or user_env(home), home / "work", check=False, timeout=180)
 
 
 class _Fake:
@@ -161,7 +146,7 @@ def test_another_users_listener_gets_no_token_no_secret_and_nothing_is_killed(
         "python3",
         "-c",
         "import os; print('job sees', len(os.environ['TCL_TEST_SECRET']))",
-        env=_env(home, TCL_TEST_SECRET=secret),
+        env=user_env(home, TCL_TEST_SECRET=secret),
     )
     assert res.returncode == 0, res.stderr
     assert res.stdout == f"job sees {len(secret)}\n"
@@ -197,7 +182,7 @@ def test_a_secret_reaches_its_own_job_only(home: Path) -> None:
     secret = "s3cr3t-" + os.urandom(8).hex()
     shell_key = "cloud-" + os.urandom(8).hex()  # any other variable of the first shell
     marker = "first-job-" + os.urandom(4).hex()
-    first_env = _env(home, TCL_TEST_SECRET=secret, AWS_SECRET_ACCESS_KEY=shell_key)
+    first_env = user_env(home, TCL_TEST_SECRET=secret, AWS_SECRET_ACCESS_KEY=shell_key)
     first = _tcl(
         home,
         "submit",

@@ -7,10 +7,9 @@ import json
 import os
 import signal
 import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
+from subprocess import CompletedProcess
 
 import httpx
 import psutil
@@ -18,8 +17,7 @@ import pytest
 
 from tcl.control.daemon.client import stop_daemon
 from tcl.control.localshim import stop_local_shim
-
-TCL = str(Path(sys.executable).parent / "tcl")
+from tests.integration.tclcli import run_tcl, start_tcl, user_env
 
 
 @pytest.fixture
@@ -28,24 +26,9 @@ def home(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def _env(home: Path, **extra: str) -> dict[str, str]:
-    env = {
-        k: v for k, v in os.environ.items() if k not in ("TCL_CONFIG", "TCL_DB_URL", "TCL_SERVE")
-    }
-    env.update(HOME=str(home), TCL_STATE_DIR=str(home / "state"), NO_COLOR="1", **extra)
-    return env
-
-
-def _tcl(home: Path, *args: str, **extra: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [TCL, *args],
-        cwd=home / "work",
-        env=_env(home, **extra),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+def _tcl(home: Path, *args: str, **extra: str) -> CompletedProcess[str]:
+    env = user_env(home, None, **extra)  # None: no config file, the local default
+    return run_tcl(args, env, home / "work", check=False, timeout=120)
 
 
 def _sock(home: Path) -> Path:
@@ -120,15 +103,7 @@ def test_a_daemon_started_for_another_home_is_replaced(home: Path, tmp_path: Pat
     first = _pid(home)
     other_home = tmp_path / "other-home"
     other_home.mkdir()
-    res = subprocess.run(
-        [TCL, "submit", "--", "python3", "-c", "print('here')"],
-        cwd=home / "work",
-        env={**_env(home), "HOME": str(other_home)},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    res = _tcl(home, "submit", "--", "python3", "-c", "print('here')", HOME=str(other_home))
     assert res.returncode == 0 and res.stdout == "here\n", res.stderr
     assert _pid(home) != first and not _alive(first)
 
@@ -157,14 +132,7 @@ def test_follow_resumes_through_a_new_daemon_when_it_dies(home: Path) -> None:
         "import time\nfor i in range(30):\n    print('line', i, flush=True)\n    time.sleep(0.1)\n"
     )
     (home / "work" / "job.py").write_text(job)
-    proc = subprocess.Popen(
-        [TCL, "submit", "--", "python3", "job.py"],
-        cwd=home / "work",
-        env=_env(home),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = start_tcl(["submit", "--", "python3", "job.py"], user_env(home), home / "work")
     assert proc.stdout is not None and proc.stderr is not None
     seen = []
     for line in proc.stdout:
@@ -188,14 +156,7 @@ def test_ctrl_c_before_the_run_starts_cancels_it_in_the_daemon(home: Path) -> No
         f"hosts:\n  far: {{type: ssh, ssh: 127.0.0.1, port: {mute.getsockname()[1]},"
         " connect_timeout_s: 60}\n"
     )
-    proc = subprocess.Popen(
-        [TCL, "-c", str(cfg), "submit", "--", "true"],
-        cwd=home / "work",
-        env=_env(home),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = start_tcl(["-c", str(cfg), "submit", "--", "true"], user_env(home), home / "work")
     deadline = time.monotonic() + 30
     while not _sock(home).exists():
         assert time.monotonic() < deadline

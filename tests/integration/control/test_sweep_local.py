@@ -5,10 +5,8 @@ jobs themselves wrote (one line each, appended to a file), not only from tcl's t
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,8 +16,8 @@ import httpx
 import pytest
 
 from tcl.control.localshim import stop_local_shim
+from tests.integration.tclcli import run_tcl, user_env
 
-TCL = str(Path(sys.executable).parent / "tcl")
 USER_REPO = Path(__file__).resolve().parents[2] / "fixtures" / "userrepo"
 
 # Appends "<job_id> <attempt> <start> <end>" to $OUT when done; fails with exit code 3 while
@@ -52,29 +50,10 @@ class Sweep:
         (self.repo / "job.py").write_text(JOB)
 
     def env(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if k != "TCL_DB_URL"}
-        return {
-            **env,
-            "HOME": str(self.home),
-            "TCL_STATE_DIR": str(self.home / "state"),
-            "TCL_CONFIG": str(self.config),
-            "NO_COLOR": "1",
-            "COLUMNS": "200",
-        }
+        return user_env(self.home, self.config, drop=("TCL_DB_URL",), COLUMNS="200")
 
     def tcl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        proc = subprocess.run(
-            [TCL, *args],
-            cwd=self.repo,
-            env=self.env(),
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-        if check and proc.returncode != 0:
-            pytest.fail(f"tcl {' '.join(args)} -> {proc.returncode}\n{proc.stdout}{proc.stderr}")
-        return proc
+        return run_tcl(args, self.env(), self.repo, check=check, timeout=120)
 
     def add(self, name: str, *args: str) -> subprocess.CompletedProcess[str]:
         return self.tcl(
@@ -332,19 +311,10 @@ def test_a_matrix_of_tcl_jobs_overrides_each_entrys_config(tmp_path: Path) -> No
     home, work, out = tmp_path / "home", tmp_path / "work", tmp_path / "out"
     home.mkdir()
     shutil.copytree(USER_REPO, work, ignore=shutil.ignore_patterns("__pycache__"))
-    env = {k: v for k, v in os.environ.items() if k not in ("TCL_CONFIG", "TCL_DB_URL")}
-    env.update(HOME=str(home), TCL_STATE_DIR=str(home / "state"), NO_COLOR="1")
+    env = user_env(home, drop=("TCL_CONFIG", "TCL_DB_URL"))
 
     def tcl(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [TCL, *args],
-            cwd=work,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
+        return run_tcl(args, env, work, check=False, timeout=120)
 
     try:
         res = tcl(

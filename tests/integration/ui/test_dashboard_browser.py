@@ -7,7 +7,6 @@ grid shows its entries coloured by state. Each page's screenshot lands in test-a
 from __future__ import annotations
 
 import json
-import os
 import select
 import subprocess
 import time
@@ -20,7 +19,7 @@ import pytest
 
 from tcl.control.localshim import stop_local_shim
 from tests.browser import artefact_path
-from tests.integration.tclcli import TCL
+from tests.integration.tclcli import run_tcl, start_tcl, user_env
 
 if TYPE_CHECKING:
     from playwright.sync_api import Page
@@ -43,17 +42,7 @@ class Dash:
     url: str
 
     def tcl(self, *args: str, timeout_s: float = 180) -> subprocess.CompletedProcess[str]:
-        proc = subprocess.run(
-            [TCL, *args],
-            cwd=self.work,
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-            check=False,
-        )
-        assert proc.returncode == 0, f"tcl {' '.join(args)}: {proc.stdout}\n{proc.stderr}"
-        return proc
+        return run_tcl(args, self.env, self.work, timeout=timeout_s)
 
     def tcl_json(self, *args: str) -> Any:
         return json.loads(self.tcl(*args, "--json").stdout)
@@ -68,15 +57,7 @@ def _first_line(proc: subprocess.Popen[str], timeout_s: float) -> str:
 
 def _stop_live_runs(env: dict[str, str], work: Path) -> None:
     def tcl(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [TCL, *args],
-            cwd=work,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
+        return run_tcl(args, env, work, check=False, timeout=120)
 
     for run in json.loads(tcl("ps", "-a", "--json").stdout or "[]"):
         if run["state"] not in ("succeeded", "failed", "terminated"):
@@ -88,16 +69,8 @@ def dash(tmp_path: Path) -> Iterator[Dash]:
     home, work = tmp_path / "home", tmp_path / "work"
     home.mkdir()
     work.mkdir()
-    env = {k: v for k, v in os.environ.items() if k not in ("TCL_CONFIG", "TCL_DB_URL")}
-    env.update(HOME=str(home), TCL_STATE_DIR=str(home / "state"), NO_COLOR="1")
-    ui = subprocess.Popen(
-        [TCL, "ui", "--no-browser", "--allow-actions"],
-        cwd=work,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
+    env = user_env(home, drop=("TCL_CONFIG", "TCL_DB_URL"))
+    ui = start_tcl(["ui", "--no-browser", "--allow-actions"], env, work, stderr=subprocess.DEVNULL)
     d = Dash(env, work, "")
     try:
         d.url = _first_line(ui, 60)
@@ -107,14 +80,7 @@ def dash(tmp_path: Path) -> Iterator[Dash]:
         _stop_live_runs(env, work)  # a failed test leaves its training run going otherwise
         ui.terminate()
         ui.wait(timeout=20)
-        subprocess.run(
-            [TCL, "serve", "--stop"],
-            cwd=work,
-            env=env,
-            capture_output=True,
-            timeout=60,
-            check=False,
-        )
+        run_tcl(["serve", "--stop"], env, work, check=False, timeout=60)
         stop_local_shim(home / "state" / "local-shim")
 
 
