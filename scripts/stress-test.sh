@@ -3,8 +3,9 @@
 #   bash scripts/stress-test.sh [--integration] [--runs N] [--burners N] [pytest args...]
 # Starts N CPU burners (8 by default: stress-ng, installed here when missing and root, else
 # busy-loop Python processes), runs the unit tier --runs times in a row (3), and with
-# --integration the integration tier once after them; then prints one line per run (its
-# pytest closing line and seconds). The burners are stopped however the script ends.
+# --integration the integration tier once after them (3 xdist workers, as scripts/test.sh,
+# which must have set up the machine once); then prints one line per run (its pytest closing
+# line and seconds). The burners are stopped however the script ends.
 # Exits non-zero when any run failed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -58,12 +59,13 @@ echo "CPU burners: $how on $(nproc) cores"
 
 results=()
 failed=0
-run_tier() {  # run_tier LABEL PATH: one pytest run of a tier, its closing line and time kept
+run_tier() {  # run_tier LABEL PATH [ARGS]: one pytest run of a tier, its closing line and time
   local label=$1 path=$2 log rc start
+  shift 2
   log=$(mktemp /tmp/tcl-stress.XXXXXX)
   start=$SECONDS
   set +e
-  uv run --locked pytest -q "$path" "${pytest_args[@]}" 2>&1 | tee "$log"
+  uv run --locked pytest -q "$path" "$@" "${pytest_args[@]}" 2>&1 | tee "$log"
   rc=${PIPESTATUS[0]}
   set -e
   results+=("$(printf '%-14s rc=%-3s %5ss  %s' "$label" "$rc" "$((SECONDS - start))" "$(tail -n 1 "$log")")")
@@ -75,7 +77,10 @@ for i in $(seq "$runs"); do
   run_tier "unit run $i" tests/unit
 done
 if [ "$integration" = 1 ]; then
-  run_tier "integration" tests/integration
+  bash scripts/testbed/dockerd-up.sh
+  bash scripts/testbed/base-image.sh
+  # as scripts/test.sh runs it: 3 xdist workers, grouped by testbed
+  run_tier "integration" tests/integration -n "${TCL_TEST_WORKERS:-3}" --dist loadgroup
 fi
 stop_burners
 echo "under load ($how on $(nproc) cores):"

@@ -34,7 +34,7 @@ uv run --locked coverage report --sort=cover | sed -n '3,12p' || true
 total=$(uv run --locked coverage report --format=total --precision=0 2>/dev/null || echo 0)
 echo "coverage of tcl/ (every process the tests started from this venv): $total%"
 # the whole suite must keep the floor (a subset, `scripts/test.sh ARGS`, is not held to it)
-floor=0
+floor=90  # 91 % on 28 Nov 2026 (issue 27)
 if [ $# = 0 ] && [ "$rc" = 0 ] && [ "$total" -lt "$floor" ]; then
   echo "coverage $total% is under the floor of $floor% (scripts/test.sh)"
   rc=1

@@ -21,6 +21,8 @@ class _Tier:
 
 _tiers: dict[str, _Tier] = {}
 _per_test: dict[str, float] = {}
+_per_worker: dict[str, float] = {}  # pytest-xdist worker (gw0...) -> seconds of tests it ran
+_groups: dict[str, dict[str, float]] = {}  # worker -> xdist group -> seconds
 
 
 def _tier_of(nodeid: str) -> str:
@@ -35,6 +37,13 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     tier.seconds += report.duration
     tier.tests.add(report.nodeid)
     spent = _per_test[report.nodeid] = _per_test.get(report.nodeid, 0.0) + report.duration
+    node = getattr(report, "node", None)  # the xdist worker that ran it (controller side)
+    worker = getattr(getattr(node, "gateway", None), "id", None)
+    if isinstance(worker, str):
+        _per_worker[worker] = _per_worker.get(worker, 0.0) + report.duration
+        group = report.nodeid.rsplit("@", 1)[-1] if "@" in report.nodeid else "-"
+        by_group = _groups.setdefault(worker, {})
+        by_group[group] = by_group.get(group, 0.0) + report.duration
     if spent > tier.slowest[0]:
         tier.slowest = (spent, report.nodeid.split("::", 1)[-1].split("@", 1)[0])
 
@@ -53,3 +62,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
             f"{name:<24} {len(tier.tests):>6} {tier.seconds:>9.1f}  {slow_s:.1f} s {slow[:60]}"
         )
     tr.write_line(f"{'all':<24} {len(_per_test):>6} {total:>9.1f}")
+    for worker, seconds in sorted(_per_worker.items()):
+        top = sorted(_groups[worker].items(), key=lambda kv: -kv[1])[:3]
+        groups = ", ".join(f"{g} {t:.0f} s" for g, t in top)
+        tr.write_line(f"worker {worker:<17} {seconds:>16.1f}  most: {groups}"[:110])

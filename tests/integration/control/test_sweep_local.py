@@ -21,7 +21,8 @@ from tests.integration.tclcli import run_tcl, user_env
 USER_REPO = Path(__file__).resolve().parents[2] / "fixtures" / "userrepo"
 
 # Appends "<job_id> <attempt> <start> <end>" to $OUT when done; fails with exit code 3 while
-# its count (a file per job id) is below FAIL_UNTIL; sleeps SLEEP_S first.
+# its count (a file per job id) is below FAIL_UNTIL; sleeps SLEEP_S first (SLEEP_S < 0: until
+# the test creates $OUT/release, at most 300 s).
 JOB = """
 import os, sys, time
 start = time.time()
@@ -29,7 +30,10 @@ job_id, fail_until, sleep_s = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
 counter = os.path.join(os.environ["OUT"], "count-" + job_id)
 n = (int(open(counter).read()) if os.path.exists(counter) else 0) + 1
 open(counter, "w").write(str(n))
-time.sleep(sleep_s)
+release = os.path.join(os.environ["OUT"], "release")
+while sleep_s < 0 and not os.path.exists(release) and time.time() < start + 300:
+    time.sleep(0.05)
+time.sleep(max(sleep_s, 0))
 with open(os.path.join(os.environ["OUT"], "runs"), "a") as f:
     f.write(f"{job_id} {n} {start:.3f} {time.time():.3f} {'fail' if n < fail_until else 'ok'}\\n")
 sys.exit(3 if n < fail_until else 0)
@@ -196,7 +200,8 @@ def test_a_preempted_entry_runs_again_without_using_an_attempt(sweep: Sweep) -> 
 
 def test_higher_priority_entries_run_first_on_one_gpu(sweep: Sweep) -> None:
     s = sweep
-    blocker = [{"job_id": "blocker", "job": "blocker", "fail_until": 0, "sleep_s": 3}]
+    # the blocker holds the one GPU until both matrices are in (however slow this machine is)
+    blocker = [{"job_id": "blocker", "job": "blocker", "fail_until": 0, "sleep_s": -1}]
     s.add("first", _manifest(s.out.parent / "b.json", blocker))
     s.wait("first", lambda st: st["counts"]["running"] == 1, 60)
     low = [{"job_id": f"low{i}", "job": f"low{i}", "fail_until": 0, "sleep_s": 0} for i in range(3)]
@@ -205,6 +210,7 @@ def test_higher_priority_entries_run_first_on_one_gpu(sweep: Sweep) -> None:
     ]
     s.add("low", _manifest(s.out.parent / "l.json", low), "--priority", "1")
     s.add("high", _manifest(s.out.parent / "h.json", high), "--priority", "5")
+    (s.out / "release").touch()
     for name in ("first", "low", "high"):
         s.wait(name, _ended, 120)
     order = [r[0] for r in sorted(s.runs(), key=lambda r: float(r[2]))]

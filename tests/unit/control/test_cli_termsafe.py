@@ -7,9 +7,11 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
 import typer
 from typer.testing import CliRunner
 
+from tcl.cli import _common as cli_common
 from tcl.cli.main import app
 from tcl.cli.matrix_show import cmd_ls, cmd_status
 from tcl.cli.termsafe import plain, terminal_text
@@ -84,7 +86,11 @@ def test_logs_strip_control_sequences_unless_raw(home: Path) -> None:
     assert res.stdout == "".join(data)
 
 
-def test_ps_shows_names_commands_and_hosts_literally(home: Path) -> None:
+def test_ps_shows_names_commands_and_hosts_literally(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a wide terminal, so no cell is wrapped (without one, as in an xdist worker, rich takes 80)
+    monkeypatch.setattr(cli_common.out, "_width", 200)
     _seed(home, "[reverse]x[/]", ["python", "[bold]t.py[/]", f"{OSC52}arg"], [])
     res = runner.invoke(app, ["ps", "-a"])
     assert res.exit_code == 0, res.output
