@@ -152,6 +152,12 @@ class RemoteProcess:
             self._release = None
 
 
+def _connection_gone(e: asyncssh.ChannelOpenError) -> bool:
+    """A session refused because its connection is closed (asyncssh's own refusal, not the
+    host's): nothing reached the host."""
+    return e.code == asyncssh.OPEN_CONNECT_FAILED and e.reason == "SSH connection closed"
+
+
 def translate(e: BaseException, where: str) -> SshError:
     """Map an asyncssh/OS error to our tree (connection errors are the retryable kind)."""
     if isinstance(e, SshError):
@@ -267,6 +273,25 @@ class SshPool:
         if st is not None:
             st.facts.clear()
 
+    async def _create_process(
+        self, target: SshTarget, command: str, input: str | None = None
+    ) -> asyncssh.SSHClientProcess[str]:
+        """Open a session for ``command`` on the live connection, or on a new one when the
+        connection turns out to be gone before the session opened (cut, its close not yet
+        seen): the command never started on the host, so opening it again is safe."""
+        conn = await self.connection(target)
+        try:
+            return await conn.create_process(command, input=input)
+        except asyncssh.ChannelOpenError as e:
+            if not _connection_gone(e):
+                raise
+        st = self._state(target)
+        async with st.lock:
+            if st.conn is conn:
+                self._drop(st)
+        conn = await self.connection(target)
+        return await conn.create_process(command, input=input)
+
     async def run(
         self,
         target: SshTarget,
@@ -277,13 +302,13 @@ class SshPool:
         timeout_s: float | None = 120.0,
     ) -> RemoteResult:
         """Run ``argv`` (quoted, never a shell string from user input) on the host."""
-        conn = await self.connection(target)
         st = self._state(target)
-        assert st.sessions is not None
         command = shlex.join(argv)
+        await self.connection(target)  # sessions is set with the first connection
+        assert st.sessions is not None
         async with st.sessions:
             try:
-                proc = await conn.create_process(command, input=input)
+                proc = await self._create_process(target, command, input)
                 try:
                     res = await proc.wait(check=False, timeout=timeout_s)
                 except BaseException:
@@ -317,12 +342,12 @@ class SshPool:
         caller that knows the command before it knows the input hides that behind other waits.
         The process holds one of the host's ``max_sessions`` until it is finished or closed.
         """
-        conn = await self.connection(target)
         st = self._state(target)
+        await self.connection(target)
         assert st.sessions is not None
         await st.sessions.acquire()
         try:
-            proc = await conn.create_process(shlex.join(argv))
+            proc = await self._create_process(target, shlex.join(argv))
         except (OSError, asyncssh.Error) as e:
             st.sessions.release()
             raise translate(e, f"ssh {target.name}") from None

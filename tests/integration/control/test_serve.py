@@ -18,6 +18,7 @@ import pytest
 from tcl.control.daemon.client import stop_daemon
 from tcl.control.localshim import stop_local_shim
 from tests.integration.tclcli import run_tcl, start_tcl, user_env
+from tests.polling import wait_until
 
 
 @pytest.fixture
@@ -161,7 +162,10 @@ def test_ctrl_c_before_the_run_starts_cancels_it_in_the_daemon(home: Path) -> No
     while not _sock(home).exists():
         assert time.monotonic() < deadline
         time.sleep(0.1)
-    time.sleep(1.0)  # the request is in the daemon now
+    # the request is in the daemon now: its stream is open there
+    wait_until(
+        lambda: json.loads(_get(home, "/api/status")[1])["streams"], 30, "the submit's stream"
+    )
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 130, err

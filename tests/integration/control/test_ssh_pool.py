@@ -11,10 +11,12 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tcl.control.errors import SshAuthError, SshCommandError, SshConnectError
 from tcl.control.ssh import SshPool, SshTarget
+from tests.polling import await_until, wait_until
 from tests.testbed import SshTestbed
 
 
@@ -29,6 +31,13 @@ def _target(tb: SshTestbed, name: str, host: str, **kw: object) -> SshTarget:
         connect_timeout_s=3.0,
         **kw,  # type: ignore[arg-type]
     )
+
+
+def _listening(pid: int, port: int) -> bool:
+    """Whether something listens on ``port`` in the network namespace of process ``pid``
+    (``/proc/PID/net/tcp``: that namespace's table; state 0A is LISTEN)."""
+    rows = Path(f"/proc/{pid}/net/tcp").read_text().splitlines()[1:]
+    return any(r.split()[1].endswith(f":{port:04X}") and r.split()[3] == "0A" for r in rows)
 
 
 @pytest.fixture
@@ -54,7 +63,7 @@ def netns_http(tmp_path: Path) -> Iterator[int]:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    time.sleep(0.8)
+    wait_until(lambda: _listening(proc.pid, port), 30, f"http.server on port {port} in infra-h2")
     yield port
     proc.terminate()
     proc.wait(5)
@@ -124,7 +133,8 @@ async def test_reconnects_after_the_connection_is_cut(ssh_testbed: SshTestbed) -
         child = int(Path(f"/proc/{sess}/stat").read_text().split()[3])
         conn_pid = child if child != ssh_testbed.pid("lo") else sess
         os.kill(conn_pid, signal.SIGKILL)
-        await asyncio.sleep(0.5)
+        # gone (the pool's connection is dead: its next command must reconnect)
+        await await_until(lambda: not psutil.pid_exists(conn_pid), 30, "the cut connection")
         res = await pool.run(lo, ["echo", "again"])
         assert res.stdout == "again\n"
         assert pool.connects == 2
