@@ -1,0 +1,108 @@
+"""The pure policies under every run and sweep entry: the two state tables and the backoff.
+
+Each table is read as a whole (every pair of states), so a new state or a new move is checked
+against the rules the writers rely on: nothing leaves a final state through the table, every
+state can be reached, and a final state met again keeps the first outcome."""
+
+from __future__ import annotations
+
+import itertools
+import random
+from collections.abc import Iterable, Mapping
+from typing import TypeVar
+
+import pytest
+
+from tcl.control.backoff import backoff_s
+from tcl.control.states import TRANSITIONS as RUN_TRANSITIONS
+from tcl.control.states import Move, RunState, move
+from tcl.control.sweep.model import REQUEUE_FROM, EntryState
+from tcl.control.sweep.model import TRANSITIONS as ENTRY_TRANSITIONS
+from tcl.control.sweep.model import allowed as entry_allowed
+
+S = TypeVar("S")
+
+
+def _reachable(start: S, table: Mapping[S, Iterable[S]]) -> set[S]:
+    """States reachable from ``start`` through a target <- sources table."""
+    seen, todo = {start}, [start]
+    while todo:
+        here = todo.pop()
+        for target, sources in table.items():
+            if here in sources and target not in seen:
+                seen.add(target)
+                todo.append(target)
+    return seen
+
+
+def test_the_run_table_names_every_state_and_reaches_each_from_pending() -> None:
+    assert set(RUN_TRANSITIONS) == set(RunState)
+    assert _reachable(RunState.PENDING, RUN_TRANSITIONS) == set(RunState)
+
+
+def test_no_run_state_is_left_once_final() -> None:
+    for target, sources in RUN_TRANSITIONS.items():
+        assert not any(s.is_final for s in sources), f"{target} entered from a final state"
+
+
+@pytest.mark.parametrize(
+    ("current", "target"), list(itertools.product(RunState, RunState)), ids=str
+)
+def test_every_run_move_is_applied_kept_or_refused_by_the_table(
+    current: RunState, target: RunState
+) -> None:
+    got = move(current, target)
+    if current.is_final and target.is_final:
+        assert got is Move.KEEP  # a late poll or a second stop keeps the first outcome
+    elif current in RUN_TRANSITIONS[target]:
+        assert got is Move.APPLY
+    else:
+        assert got is Move.ILLEGAL
+
+
+def test_a_requeued_run_goes_back_to_queued_and_running_is_its_only_self_loop() -> None:
+    assert move(RunState.RUNNING, RunState.QUEUED) is Move.APPLY  # a SLURM requeue
+    self_loops = {s for s in RunState if not s.is_final and move(s, s) is Move.APPLY}
+    # queued -> queued: a requeue seen again; running -> running: each poll of a live job
+    assert self_loops == {RunState.QUEUED, RunState.RUNNING}
+    assert move(RunState.PENDING, RunState.RUNNING) is Move.ILLEGAL  # placed first
+
+
+def test_the_entry_table_names_every_state_and_reaches_each_from_queued() -> None:
+    assert set(ENTRY_TRANSITIONS) == set(EntryState)
+    assert _reachable(EntryState.QUEUED, ENTRY_TRANSITIONS) == set(EntryState)
+
+
+def test_an_entry_leaves_a_final_state_only_by_the_users_requeue() -> None:
+    for target, sources in ENTRY_TRANSITIONS.items():
+        assert not any(s.is_final for s in sources), f"{target} entered from a final state"
+    assert {s for s in EntryState if s.is_final} == REQUEUE_FROM
+
+
+@pytest.mark.parametrize(
+    ("current", "target"), list(itertools.product(EntryState, EntryState)), ids=str
+)
+def test_every_entry_move_follows_the_table(current: EntryState, target: EntryState) -> None:
+    assert entry_allowed(current, target) is (current in ENTRY_TRANSITIONS[target])
+
+
+def test_a_held_entry_goes_back_to_the_queue_and_a_queued_one_cannot_finish() -> None:
+    for held in (EntryState.CLAIMED, EntryState.RUNNING):
+        assert entry_allowed(held, EntryState.QUEUED)  # lease expired, no capacity, a retry
+    assert not entry_allowed(EntryState.QUEUED, EntryState.DONE)
+    assert not entry_allowed(EntryState.QUEUED, EntryState.RUNNING)  # claimed first
+
+
+def test_backoff_is_full_jitter_under_a_doubling_cap() -> None:
+    rng_state = random.getstate()
+    random.seed(27)
+    try:
+        for attempt in range(12):
+            bound = min(5.0, 0.25 * 2**attempt)
+            waits = [backoff_s(attempt) for _ in range(200)]
+            assert all(0 <= w <= bound for w in waits), (attempt, max(waits))
+            # full jitter: the waits spread over the whole range, not around one value
+            assert min(waits) < 0.1 * bound and max(waits) > 0.9 * bound, attempt
+        assert max(backoff_s(60, base_s=1.0, cap_s=2.0) for _ in range(50)) <= 2.0
+    finally:
+        random.setstate(rng_state)
