@@ -17,6 +17,7 @@ import pytest
 
 from tcl.control.localshim import stop_local_shim
 from tests.integration.tclcli import run_tcl, user_env
+from tests.polling import wait_until
 
 USER_REPO = Path(__file__).resolve().parents[2] / "fixtures" / "userrepo"
 
@@ -179,7 +180,8 @@ def test_a_failing_entry_is_retried_with_backoff_and_the_same_run(sweep: Sweep) 
 
 def test_a_preempted_entry_runs_again_without_using_an_attempt(sweep: Sweep) -> None:
     s = sweep
-    rows = [{"job_id": "long", "job": "long", "fail_until": 0, "sleep_s": 4}]
+    # it runs until the test releases it (not 4 s: a loaded machine ran it all between polls)
+    rows = [{"job_id": "long", "job": "long", "fail_until": 0, "sleep_s": -1}]
     s.add("preempt", _manifest(s.out.parent / "m.json", rows))  # one attempt: no retries
     s.wait("preempt", lambda st: st["counts"]["running"] == 1, 60)
     shim = s.local_shim()
@@ -190,6 +192,8 @@ def test_a_preempted_entry_runs_again_without_using_an_attempt(sweep: Sweep) -> 
         time.sleep(0.2)
     notified = shim.post("/preemption", json={"message": "spot VM reclaimed", "grace_s": 1.0})
     assert notified.status_code == 200 and len(notified.json()) == 1, notified.text
+    wait_until(lambda: (s.out / "count-long").read_text(), 90, "the second start", done="2".__eq__)
+    (s.out / "release").touch()
     s.wait("preempt", _ended, 90)
     st = s.status("preempt")
     assert st["counts"]["done"] == 1, st

@@ -173,10 +173,16 @@ def test_a_gang_waits_until_the_queue_has_room_for_every_pod(cluster: Cluster) -
     time.sleep(3)
     run = c.run(run_id)
     assert run["state"] == "queued", run
-    ps = c.env.tcl("ps", "-a").stdout
-    # the reason the scheduler gives (the solver's at submit, then the pods' Unschedulable)
+    # the reason the scheduler gives (the solver's at submit, then the pods' Unschedulable);
+    # `tcl ps` asks the cluster with a 5 s limit, so on a loaded machine it may show the run
+    # "unknown (host unreachable)" once: it is asked again (issue 28 has ps read the store)
     reason = r"queue default: 8 of 16 nvidia.com/gpu free, 16 needed|Unschedulable"
-    assert re.search(rf"queued: ({reason})", ps), ps
+    wait_until(
+        lambda: c.env.tcl("ps", "-a").stdout,
+        120,
+        "the queued reason in tcl ps",
+        done=lambda ps: re.search(rf"queued: ({reason})", ps),
+    )
     assert re.search(reason, run["message"]), run
     assert all(p.status.phase == "Pending" for p in c.pods(run_id))
     c.env.tcl("stop", "--grace", "1", blocker["run_id"])
@@ -186,8 +192,11 @@ def test_a_gang_waits_until_the_queue_has_room_for_every_pod(cluster: Cluster) -
 
 
 def _latest(pvc: Path) -> str:
-    found = sorted((pvc / "tcl" / "out").glob("checkpoints/**/latest"))
-    return found[0].read_text().strip() if found else ""
+    try:
+        found = sorted((pvc / "tcl" / "out").glob("checkpoints/**/latest"))
+        return found[0].read_text().strip() if found else ""
+    except FileNotFoundError:  # Orbax renamed a temporary directory while the walk was in it
+        return ""
 
 
 def test_an_evicted_pod_restarts_the_job_and_the_trainer_resumes(cluster: Cluster) -> None:
