@@ -24,8 +24,8 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from tcl.control.lifecycle.retry_policy import RetryPolicy
 from tcl.control.logcache import KeptEvent
-from tcl.control.retry import RetryPolicy
 from tcl.control.submitted import SubmitResult
 from tcl.runner.api import JobRef, SessionKind
 

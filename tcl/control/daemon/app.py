@@ -34,12 +34,12 @@ from tcl.control.daemon.api import (
     SubmitRequest,
 )
 from tcl.control.errors import SubmitCancelled, TclError
-from tcl.control.follow import follow
+from tcl.control.lifecycle.follow import follow
+from tcl.control.lifecycle.submit import submission_from, submit
 from tcl.control.logcache import KeptEvent
 from tcl.control.service import Control
 from tcl.control.ssh import SshPool
 from tcl.control.store import Store
-from tcl.control.submit import submission_from, submit
 from tcl.control.sweep.scheduler import Scheduler
 
 log = logging.getLogger("tcl.serve")

@@ -38,12 +38,14 @@ from tcl.control.errors import (
     SshConnectError,
     TclError,
 )
-from tcl.control.follow import ResumingPull, release, stop
-from tcl.control.retrying import place_waiting, release_attempt, waiting_for_retry
+from tcl.control.lifecycle.follow import ResumingPull
+from tcl.control.lifecycle.release import release, release_attempt
+from tcl.control.lifecycle.retry import place_waiting, waiting_for_retry
+from tcl.control.lifecycle.stop import stop
+from tcl.control.lifecycle.submit import Submission, relaunch, stored_request
 from tcl.control.service import Control
 from tcl.control.states import RunState
 from tcl.control.store import Run
-from tcl.control.submit import Submission, relaunch, stored_request
 from tcl.control.sweep.admission import Admission
 from tcl.control.sweep.manifest import fill_argv, job_config
 from tcl.control.sweep.model import Entry, EntryState
