@@ -29,10 +29,10 @@ from pathlib import Path
 from typing import TypeVar
 
 from tcl.control.backends.shimhandle import ShimHandle, ShimNode
-from tcl.control.retry import RetryPolicy
+from tcl.control.lifecycle.retry_policy import RetryPolicy
+from tcl.control.lifecycle.submit import Submission, stored_request
 from tcl.control.states import RunState
 from tcl.control.store import Store, new_run_id
-from tcl.control.submit import Submission, stored_request
 from tcl.control.sweep import manifest
 from tcl.control.sweep.model import Entry, EntryState
 from tcl.control.sweep.queue import NewEntry, SweepQueue

@@ -22,7 +22,7 @@ from typing import Any
 from bench._slurmlib import slurm_testbed, work_dir
 from tcl.control.backends.slurm.handle import SlurmHandle, SlurmLogin
 from tcl.control.config import parse_config
-from tcl.control.follow import refresh_many
+from tcl.control.lifecycle.refresh import refresh_many
 from tcl.control.service import Control
 from tcl.control.ssh import SshTarget
 from tcl.control.states import RunState

@@ -127,9 +127,9 @@ async def _phases(config: Path, repo: Path, env: dict[str, str]) -> list[tuple[f
     """Submit twice in one process (the first warms the connection), timing the second's steps
     up to its first log line."""
     from tcl.control.config import load_config_at
-    from tcl.control.follow import follow
+    from tcl.control.lifecycle.follow import follow
+    from tcl.control.lifecycle.submit import Submission, submit
     from tcl.control.service import Control
-    from tcl.control.submit import Submission, submit
 
     os.environ["TCL_STATE_DIR"] = env["TCL_STATE_DIR"]
 

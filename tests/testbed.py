@@ -174,10 +174,20 @@ def runner_image(docker_client: Any, base_image: str) -> str:
     return build_runner_image(base_image, default_base=True)
 
 
+def _postgres_env() -> dict[str, str]:
+    return {"BASE": "/tmp/tcl-testbed-pg", "PGPORT": os.environ.get("TCL_TEST_PGPORT", "54329")}
+
+
+def postgres_outage(down_s: float) -> None:
+    """Take the session's PostgreSQL away for ``down_s`` seconds (every connection dropped),
+    then back with its data (pg-outage.sh)."""
+    run_script("pg-outage.sh", {**_postgres_env(), "DOWN_S": str(down_s)})
+
+
 @pytest.fixture(scope="session")
 def postgres_url() -> Iterator[str]:
     """A throwaway PostgreSQL 15 on loopback; its URL (SQLAlchemy/psycopg form)."""
-    env = {"BASE": "/tmp/tcl-testbed-pg", "PGPORT": os.environ.get("TCL_TEST_PGPORT", "54329")}
+    env = _postgres_env()
     url = run_script("pg-up.sh", env).strip().splitlines()[-1]
     try:
         yield url.replace("postgresql://", "postgresql+psycopg://", 1)

@@ -33,7 +33,8 @@ async def follow_with(
     """Follow on an open :class:`Control` (``submit`` reuses its SSH connection) and print the
     outcome once the host has released the task. ``raw``: the job's control sequences as they
     are (``tcl logs --raw``)."""
-    from tcl.control.follow import follow  # the control plane: only where it runs in-process
+    # the control plane: only where it runs in-process
+    from tcl.control.lifecycle.follow import follow
 
     run = ctl.store.resolve(run_ref)
 

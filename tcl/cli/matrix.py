@@ -17,8 +17,8 @@ from tcl.cli._common import err, fail, globals_of, out, print_json
 from tcl.cli.matrix_show import opened_queue
 from tcl.cli.retryopts import RETRY_BACKOFF_HELP, RETRY_HELP, RETRY_ON_HELP, retry_policy
 from tcl.cli.submit import _job_ref, _pairs
+from tcl.control.lifecycle.retry_policy import RetryPolicy
 from tcl.control.paths import config_path
-from tcl.control.retry import RetryPolicy
 from tcl.control.sweep.spec import MatrixSpec
 
 if TYPE_CHECKING:
@@ -161,9 +161,9 @@ def cmd_add(
 
 def _with_code(ctx: typer.Context, spec: MatrixSpec) -> MatrixSpec:
     """The code, snapshotted once for every entry (into the code cache the scheduler reads)."""
+    from tcl.control.lifecycle.place import job_cwd
     from tcl.control.paths import cache_dir
     from tcl.control.shipping import snapshot
-    from tcl.control.submit import job_cwd
 
     cfg = globals_of(ctx).config()
     snap = snapshot(Path.cwd(), cache_dir(), cfg.shipping.max_bytes, cfg.shipping.cache_max_bytes)
@@ -246,7 +246,7 @@ def _stop_runs(ctx: typer.Context, run_ids: list[str]) -> int:
         import asyncio
 
         from tcl.control.errors import RunNotFoundError
-        from tcl.control.follow import stop
+        from tcl.control.lifecycle.stop import stop
 
         async def one(run_id: str) -> int:
             try:

@@ -30,7 +30,7 @@ class _Listing:
 
 
 async def _runs(ctl: Control, all_runs: bool, matrix: str | None = None) -> _Listing:
-    from tcl.control.follow import refresh_many
+    from tcl.control.lifecycle.refresh import refresh_many
 
     runs = _matrix_runs(ctl, matrix) if matrix else ctl.store.list_runs(include_final=all_runs)
     if matrix and not all_runs:

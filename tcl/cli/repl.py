@@ -166,7 +166,7 @@ def _after_interrupt(ctx: typer.Context, run_ref: str) -> None:
         raise typer.Exit(0)
 
     async def go(ctl: Control) -> str:
-        from tcl.control.follow import stop as stop_run
+        from tcl.control.lifecycle.stop import stop as stop_run
 
         return (await stop_run(ctl, ctl.store.resolve(run_ref), 10.0)).state.value
 

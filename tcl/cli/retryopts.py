@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from tcl.control.retry import RetryPolicy
+    from tcl.control.lifecycle.retry_policy import RetryPolicy
 
 RETRY_HELP = "Attempts that may fail, in all (1: no retry); a preemption is not counted."
 RETRY_ON_HELP = "An exit code that retries (repeatable; default: any non-zero)."
@@ -17,7 +17,7 @@ def retry_policy(
 ) -> RetryPolicy | None:
     """None when nothing retries (one attempt; a preempted run is still placed again by a
     matrix's scheduler)."""
-    from tcl.control.retry import RetryPolicy
+    from tcl.control.lifecycle.retry_policy import RetryPolicy
 
     if attempts <= 1 and not exit_codes:
         return None

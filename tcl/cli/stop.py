@@ -23,7 +23,7 @@ def cmd_stop(
     """Stop a run."""
 
     async def go(ctl: Control) -> Run:
-        from tcl.control.follow import stop
+        from tcl.control.lifecycle.stop import stop
 
         return await stop(ctl, ctl.store.resolve(run_ref), grace_s)
 

@@ -331,8 +331,8 @@ def _served(req: SubmitRequest, obs: RichObserver, announce: Announce) -> int | 
 def _dry_run(req: SubmitRequest) -> int:
     """Solve and print what each plan would send; nothing is started or recorded."""
     from tcl.control.config import load_config_at
+    from tcl.control.lifecycle.submit import dry_run, submission_from
     from tcl.control.service import Control
-    from tcl.control.submit import dry_run, submission_from
 
     async def go() -> str:
         ctl = Control(load_config_at(Path(req.config_path), req.config_named))
@@ -352,8 +352,8 @@ def _dry_run(req: SubmitRequest) -> int:
 
 def _in_process(req: SubmitRequest, obs: RichObserver, announce: Announce) -> int:
     from tcl.control.config import load_config_at
+    from tcl.control.lifecycle.submit import submission_from, submit
     from tcl.control.service import Control
-    from tcl.control.submit import submission_from, submit
 
     sub = submission_from(req)
     state: dict[str, SubmitResult] = {}

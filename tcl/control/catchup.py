@@ -28,7 +28,7 @@ class CaughtUp:
 
 async def catch_up(ctl: Control, ref: str) -> CaughtUp:
     """Resolve ``ref`` (id, prefix or name) and keep what its host has that is not kept yet."""
-    from tcl.control.follow import pull
+    from tcl.control.lifecycle.pull import pull
 
     run = ctl.store.resolve(ref)
     if run.host is None:

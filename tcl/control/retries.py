@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy import Boolean, Float, ForeignKey, Integer, String
 from sqlalchemy.orm import Mapped, mapped_column
 
-from tcl.control.retry import RetryPolicy
+from tcl.control.lifecycle.retry_policy import RetryPolicy
 from tcl.control.store import Run, Store, TableBase
 
 

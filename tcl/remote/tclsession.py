@@ -148,7 +148,7 @@ class TclSession:
         return self._run_on(self._loop, self._submit_here(req), timeout_s=READY_TIMEOUT_S)
 
     async def _submit_here(self, req: Any) -> SubmitResult:
-        from tcl.control.submit import submission_from, submit
+        from tcl.control.lifecycle.submit import submission_from, submit
 
         return await submit(self._control(), submission_from(req), check_job=False)
 
@@ -171,7 +171,7 @@ class TclSession:
         self._forward = fwd
 
     async def _shutdown(self) -> None:
-        from tcl.control.follow import stop
+        from tcl.control.lifecycle.stop import stop
 
         ctl = self._ctl
         try:

@@ -2,9 +2,10 @@
 
 Two pulls of one run at once in one process would both read the same "last kept" cursor and both
 append what their host sends, so the local log cache (the run's permanent record) would keep
-those lines twice. So the server runs at most one :func:`~tcl.control.follow.follow` per run (a
-:class:`Feed`) and fans its events out to the viewers' queues; a stop pauses the run's feed while
-it pulls, then starts it again from where it was. A feed whose last viewer left is cancelled.
+those lines twice. So the server runs at most one
+:func:`~tcl.control.lifecycle.follow.follow` per run (a :class:`Feed`) and fans its events out to
+the viewers' queues; a stop pauses the run's feed while it pulls, then starts it again from where
+it was. A feed whose last viewer left is cancelled.
 
 A viewer reads what is kept from the cache itself (any ``after``), then takes from its queue only
 what is newer than the last event it sent: it subscribes first, so nothing falls between.
@@ -19,7 +20,7 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from tcl.control.errors import TclError
-from tcl.control.follow import follow
+from tcl.control.lifecycle.follow import follow
 from tcl.control.logcache import KeptEvent, LogCache
 from tcl.runner.api import EventKind
 

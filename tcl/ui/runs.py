@@ -128,7 +128,7 @@ def run_metrics(
 async def stop_run(ui: UiDep, run_id: str) -> StopResult:
     """What `tcl stop` does: SIGTERM, SIGKILL after the grace, free its accelerators."""
     ui.require_actions()
-    from tcl.control.follow import stop
+    from tcl.control.lifecycle.stop import stop
 
     run = get_run(ui, run_id)
     # its viewers' follow waits meanwhile: two pulls at once would keep lines twice

@@ -24,8 +24,8 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from tcl.control.lifecycle.retry_policy import RetryPolicy
 from tcl.control.logcache import KeptEvent
-from tcl.control.retry import RetryPolicy
 from tcl.control.submitted import SubmitResult
 from tcl.runner.api import JobRef, SessionKind
 
@@ -119,6 +119,19 @@ class Line(_Strict):
     cancelled: bool = False
 
 
+class LoopHealth(_Strict):
+    """One of the daemon's long-running loops (the sweep scheduler...), as its supervisor sees
+    it: a loop that dies is logged and started again after a backoff; an error it survives
+    (the state store unreachable for a while) is counted here too."""
+
+    name: str
+    running: bool
+    restarts: int = 0  # times it died (or ended) and was started again
+    errors: int = 0  # errors it died of or survived
+    last_error: str = ""
+    last_error_at: float | None = None  # epoch seconds
+
+
 class Status(_Strict):
     pid: int
     uptime_s: float
@@ -128,3 +141,4 @@ class Status(_Strict):
     scheduler: str | None = None  # its id as a sweep scheduler (None: it schedules none)
     entries_running: int = 0  # matrix entries it follows now
     entries_placed: int = 0  # matrix entries it placed since start
+    loops: list[LoopHealth] = Field(default_factory=list)

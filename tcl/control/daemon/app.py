@@ -33,13 +33,14 @@ from tcl.control.daemon.api import (
     Status,
     SubmitRequest,
 )
+from tcl.control.daemon.supervisor import Supervisor
 from tcl.control.errors import SubmitCancelled, TclError
-from tcl.control.follow import follow
+from tcl.control.lifecycle.follow import follow
+from tcl.control.lifecycle.submit import submission_from, submit
 from tcl.control.logcache import KeptEvent
 from tcl.control.service import Control
 from tcl.control.ssh import SshPool
 from tcl.control.store import Store
-from tcl.control.submit import submission_from, submit
 from tcl.control.sweep.scheduler import Scheduler
 
 log = logging.getLogger("tcl.serve")
@@ -63,6 +64,8 @@ class Daemon:
         self.shutdown = asyncio.Event()
         self._work: set[asyncio.Task[None]] = set()
         self.scheduler: Scheduler | None = None  # set by the server when it schedules sweeps
+        # its long-running loops (the scheduler): restarted when they die (set by the server)
+        self.supervisor = Supervisor(asyncio.Event())
         self._sched_controls: dict[str, Control] = {}
 
     def control(self, config_path: str, config_named: bool) -> Control:
@@ -206,6 +209,7 @@ def create_app(d: Daemon) -> ASGIApp:
             scheduler=sched.owner if sched else None,
             entries_running=len(sched.watchers) if sched else 0,
             entries_placed=sched.placed if sched else 0,
+            loops=d.supervisor.health(),
         )
 
     @app.post("/api/submit")

@@ -23,6 +23,7 @@ import uvicorn
 
 from tcl.control.daemon.app import Daemon, create_app
 from tcl.control.daemon.identity import current_identity, daemon_dir
+from tcl.control.daemon.supervisor import Supervisor
 from tcl.control.paths import db_url
 from tcl.control.store import Store
 from tcl.control.sweep.queue import SweepQueue
@@ -62,10 +63,15 @@ async def serve(base: Path, idle_exit_s: float, sched: SchedulerSettings | None)
     identity = current_identity()
     d = Daemon(identity, Store(db_url()), idle_exit_s)
     stopping = asyncio.Event()
-    scheduling: asyncio.Task[None] | None = None
+    d.supervisor = Supervisor(stopping)
     if sched is not None:
-        d.scheduler = Scheduler(SweepQueue(d.store), d.scheduler_control, sched)
-        scheduling = asyncio.create_task(d.scheduler.run(stopping))
+        d.scheduler = Scheduler(
+            SweepQueue(d.store),
+            d.scheduler_control,
+            sched,
+            on_error=lambda e: d.supervisor.note_error("scheduler", e),
+        )
+        d.supervisor.start("scheduler", d.scheduler.run)
     config = uvicorn.Config(
         create_app(d), log_level="warning", lifespan="off", timeout_graceful_shutdown=5
     )
@@ -76,9 +82,7 @@ async def serve(base: Path, idle_exit_s: float, sched: SchedulerSettings | None)
     finally:
         watcher.cancel()
         stopping.set()
-        if scheduling is not None:
-            with contextlib.suppress(Exception):
-                await scheduling  # hands its entries back to the queue
+        await d.supervisor.wait()  # the scheduler hands its entries back to the queue
         with contextlib.suppress(OSError):
             (base / SOCKET).unlink()  # ours: the lock kept any other daemon out
         await d.aclose()

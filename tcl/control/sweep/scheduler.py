@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from tcl.control.backoff import backoff_s
 from tcl.control.errors import (
     AgentError,
     AgentUnreachableError,
@@ -36,14 +37,17 @@ from tcl.control.errors import (
     NoPlacementError,
     RunNotFoundError,
     SshConnectError,
+    StoreError,
     TclError,
 )
-from tcl.control.follow import ResumingPull, release, stop
-from tcl.control.retrying import place_waiting, release_attempt, waiting_for_retry
+from tcl.control.lifecycle.follow import ResumingPull
+from tcl.control.lifecycle.release import release, release_attempt
+from tcl.control.lifecycle.retry import place_waiting, waiting_for_retry
+from tcl.control.lifecycle.stop import stop
+from tcl.control.lifecycle.submit import Submission, relaunch, stored_request
 from tcl.control.service import Control
 from tcl.control.states import RunState
 from tcl.control.store import Run
-from tcl.control.submit import Submission, relaunch, stored_request
 from tcl.control.sweep.admission import Admission
 from tcl.control.sweep.manifest import fill_argv, job_config
 from tcl.control.sweep.model import Entry, EntryState
@@ -55,6 +59,7 @@ from tcl.runner.api import JobRef
 log = logging.getLogger("tcl.scheduler")
 TRACE = os.environ.get("TCL_TRACE") == "1"  # where a placement's time goes, in the log
 REAP_EVERY_S = 1.0
+STORE_RETRY_CAP_S = 10.0  # the state store unreachable: ask again within this long
 MAX_CLAIMS = 20  # an entry whose placement failed this often (hosts dropping it) fails
 
 
@@ -65,6 +70,7 @@ class SchedulerSettings:
     batch: int = 16  # entries claimed at once
     full_wait_s: float = 2.0  # nothing could be placed: claim again after this (or a run's end)
     reconnect_deadline_s: float = 300.0  # a run's host unreachable this long: its entry fails
+    store_retry_s: float = 0.5  # the state store unreachable: first wait before asking again
 
 
 def scheduler_id() -> str:
@@ -81,8 +87,11 @@ class Scheduler:
         control_for: Callable[[str, bool], Control],
         settings: SchedulerSettings | None = None,
         owner: str | None = None,
+        on_error: Callable[[BaseException], None] | None = None,
     ) -> None:
         self.queue = queue
+        # told of each error the loop survives (its supervisor shows them in the status)
+        self.on_error = on_error
         self.control_for = control_for
         self.settings = settings or SchedulerSettings()
         self.owner = owner or scheduler_id()
@@ -100,29 +109,29 @@ class Scheduler:
     async def run(self, stopping: asyncio.Event) -> None:
         beats = asyncio.create_task(self._heartbeats(stopping))
         reaped_at = 0.0
+        store_failures = 0  # passes in a row the state store did not answer
         try:
             while not stopping.is_set():
-                now = time.time()
-                if now - reaped_at >= REAP_EVERY_S:
-                    await asyncio.to_thread(self.queue.reap)
-                    reaped_at = now
                 self._wake.clear()  # before claiming: a run that ends meanwhile wakes the next
-                limit = self.admission.limit(self._placing, now)
-                if limit:
-                    claimed = await asyncio.to_thread(
-                        self.queue.claim, self.owner, limit, self.settings.lease_s
-                    )
-                    self.admission.took(len(claimed))
-                    if claimed:
-                        self._placing += len(claimed)
-                        batch = asyncio.create_task(self._place_batch(claimed))
-                        self._batches.add(batch)
-                        batch.add_done_callback(self._batches.discard)
+                try:
+                    reaped_at = await self._pass(reaped_at)
+                except StoreError as e:
+                    # unreachable for now (restarted, failed over): the next pass asks again;
+                    # the entries it follows go on, their leases renewed once it answers
+                    log.warning("sweep queue: %s; asking again", e)
+                    self._error(e)
+                    store_failures += 1
+                else:
+                    store_failures = 0
+                wait_s = self.admission.wait_s(time.time())
+                if store_failures:
+                    retry_s = self.settings.store_retry_s
+                    wait_s = max(wait_s, backoff_s(store_failures - 1, retry_s, STORE_RETRY_CAP_S))
                 woken = asyncio.ensure_future(self._wake.wait())
                 stopped = asyncio.ensure_future(stopping.wait())
                 await asyncio.wait(
                     {woken, stopped},
-                    timeout=self.admission.wait_s(time.time()),
+                    timeout=wait_s,
                     return_when=asyncio.FIRST_COMPLETED,
                 )
                 woken.cancel()
@@ -136,6 +145,29 @@ class Scheduler:
             if self._batches:
                 await asyncio.wait(self._batches, timeout=30.0)
             await self._hand_back()
+
+    async def _pass(self, reaped_at: float) -> float:
+        """Reap (now and then) and claim what there is room for; when it last reaped."""
+        now = time.time()
+        if now - reaped_at >= REAP_EVERY_S:
+            await asyncio.to_thread(self.queue.reap)
+            reaped_at = now
+        limit = self.admission.limit(self._placing, now)
+        if limit:
+            claimed = await asyncio.to_thread(
+                self.queue.claim, self.owner, limit, self.settings.lease_s
+            )
+            self.admission.took(len(claimed))
+            if claimed:
+                self._placing += len(claimed)
+                batch = asyncio.create_task(self._place_batch(claimed))
+                self._batches.add(batch)
+                batch.add_done_callback(self._batches.discard)
+        return reaped_at
+
+    def _error(self, e: BaseException) -> None:
+        if self.on_error is not None:
+            self.on_error(e)
 
     async def _hand_back(self) -> None:
         """Stopping: the entries it follows go back to the queue at once (not after their
@@ -168,6 +200,7 @@ class Scheduler:
                 )
             except TclError as e:
                 log.warning("heartbeat failed: %s", e)
+                self._error(e)
                 continue
             for entry_id, task in list(self.watchers.items()):
                 if entry_id not in held:  # cancelled by the user, or reaped: let it go

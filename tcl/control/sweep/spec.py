@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tcl.control.retry import RetryPolicy
+from tcl.control.lifecycle.retry_policy import RetryPolicy
 from tcl.runner.api import JobRef
 
 SPEC_VERSION = 1

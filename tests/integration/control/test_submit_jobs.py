@@ -14,10 +14,10 @@ from typer.testing import CliRunner
 from tcl.cli.main import app
 from tcl.control.config import parse_config
 from tcl.control.errors import TclError
+from tcl.control.lifecycle.submit import Submission, submit
 from tcl.control.paths import cache_dir
 from tcl.control.service import Control
 from tcl.control.store import Store
-from tcl.control.submit import Submission, submit
 from tcl.runner.api import JobRef
 from tests.unit.control.test_follow import FakeBackend, FakeRunner, use_hosts
 from tests.unit.control.test_submit import Shim
@@ -82,7 +82,7 @@ async def test_an_import_error_in_the_users_job_module_is_shown(
 def test_cli_submit_checks_the_key_and_passes_restore_into_the_job_ref(
     repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import tcl.control.submit
+    import tcl.control.lifecycle.submit
 
     seen: list[Submission] = []
 
@@ -93,7 +93,7 @@ def test_cli_submit_checks_the_key_and_passes_restore_into_the_job_ref(
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.setenv("TCL_SERVE", "0")  # the in-process submit, replaced here
     monkeypatch.delenv("TCL_CONFIG", raising=False)
-    monkeypatch.setattr(tcl.control.submit, "submit", fake_submit)
+    monkeypatch.setattr(tcl.control.lifecycle.submit, "submit", fake_submit)
     cli = CliRunner()
     args = ["submit", "--job", "custom/my_job", "--restore", "p/g/n/step/7500"]
     res = cli.invoke(app, args)

@@ -113,7 +113,7 @@ def test_no_follow_runs_while_a_stop_pulls(
     make_client: MakeClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Two pulls of one run at once would keep its lines twice: the stop's pulls run alone."""
-    import tcl.control.follow as follow_mod
+    import tcl.control.lifecycle.stop as stop_mod
     from tcl.control.states import RunState
 
     client = make_client(allow_actions=True, headers=PAGE)
@@ -125,7 +125,7 @@ def test_no_follow_runs_while_a_stop_pulls(
         ctl.store.set_state(run.id, RunState.TERMINATED, message="stopped by user")
         return ctl.store.get_run(run.id)
 
-    monkeypatch.setattr(follow_mod, "stop", fake_stop)
+    monkeypatch.setattr(stop_mod, "stop", fake_stop)
     with client.websocket_connect(f"{WS}/api/runs/wait-run/logs") as ws:
         deadline = time.monotonic() + 5
         while not ui.feeds.following and time.monotonic() < deadline:

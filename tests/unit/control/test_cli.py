@@ -254,7 +254,7 @@ def test_ssh_print_config_after_the_run_prints_the_config(
 
 
 def test_chip_names_are_case_insensitive(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import tcl.control.submit
+    import tcl.control.lifecycle.submit
     from tcl.control.config import parse_config
     from tcl.control.errors import TclError
 
@@ -265,7 +265,7 @@ def test_chip_names_are_case_insensitive(home: Path, monkeypatch: pytest.MonkeyP
         raise TclError("stop here")
 
     monkeypatch.setenv("TCL_SERVE", "0")  # the in-process submit, replaced here
-    monkeypatch.setattr(tcl.control.submit, "submit", submit)
+    monkeypatch.setattr(tcl.control.lifecycle.submit, "submit", submit)
     res = runner.invoke(app, ["submit", "--chip", "H100", "--", "true"])
     assert res.exit_code == 1 and seen == ["h100"]
     cfg = parse_config("hosts:\n  a: {type: local, chips: {H100: 8}}\n")
@@ -279,7 +279,7 @@ def test_a_cancelled_submit_prints_one_line(home: Path, monkeypatch: pytest.Monk
         raise SubmitCancelled("cancelled; nothing left on gpu1")
 
     monkeypatch.setenv("TCL_SERVE", "0")
-    monkeypatch.setattr("tcl.control.submit.submit", cancelled)
+    monkeypatch.setattr("tcl.control.lifecycle.submit.submit", cancelled)
     res = runner.invoke(app, ["submit", "--", "python", "x.py"])
     assert res.exit_code == 130
     assert res.stderr.strip() == "cancelled; nothing left on gpu1"

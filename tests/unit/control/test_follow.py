@@ -13,7 +13,9 @@ from tcl.control.backends.shimhost import ShimHost
 from tcl.control.backends.table import BACKENDS
 from tcl.control.config import default_config
 from tcl.control.errors import AgentUnreachableError
-from tcl.control.follow import follow, refresh, stop
+from tcl.control.lifecycle.follow import follow
+from tcl.control.lifecycle.refresh import refresh
+from tcl.control.lifecycle.stop import stop
 from tcl.control.logcache import LogCache
 from tcl.control.service import Control
 from tcl.control.shipping import Snapshot

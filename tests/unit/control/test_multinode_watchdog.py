@@ -26,7 +26,7 @@ from tcl.control.backends.base import (
 )
 from tcl.control.backends.table import BACKENDS
 from tcl.control.config import default_config
-from tcl.control.follow import pull
+from tcl.control.lifecycle.pull import pull
 from tcl.control.logcache import LogCache
 from tcl.control.paths import cache_dir
 from tcl.control.service import Control

@@ -1,10 +1,10 @@
-"""The retry policy (tcl.control.retry.decide): each branch, and the backoff."""
+"""The retry policy (tcl.control.lifecycle.retry_policy.decide): each branch, and the backoff."""
 
 from __future__ import annotations
 
 import pytest
 
-from tcl.control.retry import Decision, RetryPolicy, Verdict, decide
+from tcl.control.lifecycle.retry_policy import Decision, RetryPolicy, Verdict, decide
 from tcl.control.states import RunState
 
 THREE = RetryPolicy(max_attempts=3, backoff_s=10, backoff_max_s=25)

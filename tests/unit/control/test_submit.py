@@ -18,10 +18,10 @@ from tcl.control.errors import (
     ShippingError,
     SubmitCancelled,
 )
+from tcl.control.lifecycle.submit import Submission, submit
 from tcl.control.service import Control
 from tcl.control.states import RunState
 from tcl.control.store import Store
-from tcl.control.submit import Submission, submit
 from tcl.shim.api import (
     Accelerator,
     ExecutorKind,

@@ -1,9 +1,10 @@
-"""Pulling a run's events into the local log cache; follow, refresh, stop: through its backend.
+"""Pulling a run's events into the local log cache, through its backend; what a pull learns
+moves the run on (its end, a retry, a requeue, a lost host placed again).
 
 The local cache is the cursor: a pull asks each node for ``after = last seq kept of it`` and
 appends only newer events, so a follow that loses its connection reconnects (jittered backoff)
 and continues with no lost and no repeated line. The metric events among them are kept in the
-state store as well (:mod:`.metricstore`).
+state store as well (:mod:`tcl.control.metricstore`).
 """
 
 from __future__ import annotations
@@ -11,28 +12,26 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tcl.control.backends.base import RUNNER_STATES, Backend, Handle, NodePage, worst_state
-from tcl.control.backoff import backoff_s
 from tcl.control.errors import AgentUnreachableError, SshConnectError, TclError
+from tcl.control.lifecycle.release import release_attempt
+from tcl.control.lifecycle.retry import place_waiting, retry_after_end, waiting_for_retry
 from tcl.control.logcache import KeptEvent, LogCache
-from tcl.control.retrying import place_waiting, release_attempt, retry_after_end, waiting_for_retry
 from tcl.control.service import Control
 from tcl.control.states import Move, RunState, move
-from tcl.runner.api import EventKind
 
 if TYPE_CHECKING:
     from tcl.control.store import Attempt, Run
 
-RECONNECT_DEADLINE_S = 300.0
 STOP_GRACE_S = 10.0  # the watchdog's stop of a multi-node run's other nodes
 # A long-poll answered by one node: how long the others may still answer before their polls
 # are cancelled (their events come with the next pull).
 SIBLING_GRACE_S = 0.05
-_RETRYABLE = (AgentUnreachableError, SshConnectError)
+# A dropped connection: a pull that failed with one of these may be tried again.
+RETRYABLE = (AgentUnreachableError, SshConnectError)
 
 
 @dataclass(frozen=True)
@@ -150,7 +149,7 @@ async def pull(
             if ended is None:
                 return PullResult(fresh, RunState.QUEUED, True)  # its policy places it again
             why = ended
-        _record_state(ctl, ctl.store.get_run(run.id), att, state, code, why)
+        record_state(ctl, ctl.store.get_run(run.id), att, state, code, why)
     if state.is_final and not more and release:
         await release_attempt(ctl, att, state)
     return PullResult(fresh, state if not more else RunState.RUNNING, more)
@@ -194,7 +193,7 @@ def _failed_node(
 async def _relaunch(ctl: Control, run: Run, att: Attempt, why: str) -> None:
     """The host lost the run (a preempted node): end this attempt, free what is left of it,
     and place the run again as its next attempt; when that fails the run fails, saying why."""
-    from tcl.control.submit import relaunch
+    from tcl.control.lifecycle.submit import relaunch
 
     ctl.store.update_attempt(run.id, att.attempt, state=RunState.TERMINATED)
     with contextlib.suppress(TclError):
@@ -224,7 +223,7 @@ def _next_attempt(
         ctl.store.set_state(run.id, RunState.QUEUED, message=why)
 
 
-def _record_state(
+def record_state(
     ctl: Control, run: Run, att: Attempt, state: RunState, exit_code: int | None, why: str
 ) -> None:
     """Write what the host says when it moves the run on; a late or stale page (a node still
@@ -242,181 +241,3 @@ def _record_state(
     ctl.store.set_state(run.id, state, exit_code=exit_code, message=msg)
     if move(att.state, state) is Move.APPLY:
         ctl.store.update_attempt(run.id, att.attempt, state=state)
-
-
-async def release(ctl: Control, run_id: str) -> None:
-    """Free a final run's host resources once every event is kept (what a pull with
-    ``release`` does): the host frees its accelerators and files."""
-    run = ctl.store.get_run(run_id)
-    att = ctl.store.latest_attempt(run_id)
-    if att is not None and att.handle and run.state.is_final:
-        await release_attempt(ctl, att, run.state)
-
-
-async def follow(
-    ctl: Control,
-    run: Run,
-    on_event: Callable[[KeptEvent], None],
-    on_reconnect: Callable[[str], None] | None = None,
-    after: int = 0,
-) -> Run:
-    """Print kept events after ``after``, then new ones until the run ends; survives drops.
-
-    Events are handed over as soon as they are pulled; the run is returned once its resources
-    are released on its host, so when a followed ``tcl submit`` returns its accelerators are
-    free."""
-    cache = LogCache(run.id)
-    for e in cache.read(after):
-        on_event(e)
-    puller = ResumingPull(RECONNECT_DEADLINE_S, on_reconnect)
-    while True:
-        current = ctl.store.get_run(run.id)
-        if current.state.is_final and _has_final_event(ctl, cache, run.id):
-            return current
-        res = await puller.pull(ctl, current)
-        if res is None:
-            continue  # reconnected after a drop
-        for ev in res.events:
-            on_event(ev)
-        if res.state.is_final and not res.more:
-            await release(ctl, run.id)
-            return ctl.store.get_run(run.id)
-        if not res.events and res.state in (RunState.QUEUED, RunState.PENDING):
-            # a queued run's backend may answer without waiting, and a run not placed yet
-            # has no host to wait on: without a pause this loop would never yield
-            await asyncio.sleep(0.2)
-
-
-class ResumingPull:
-    """Long-poll pulls of one run that survive dropped connections: the host's connection is
-    reset and the pull tried again after a jittered backoff, until ``deadline_s`` of failures
-    in a row (then the error is raised)."""
-
-    def __init__(
-        self,
-        deadline_s: float,
-        on_reconnect: Callable[[str], None] | None = None,
-        relaunch: bool = True,
-    ) -> None:
-        self.deadline_s = deadline_s
-        self.on_reconnect = on_reconnect
-        self.relaunch = relaunch
-        self._failing_since: float | None = None
-        self._attempt = 0
-
-    async def pull(self, ctl: Control, run: Run) -> PullResult | None:
-        """The next page, or None after a dropped connection (the caller loops)."""
-        try:
-            res = await pull(ctl, run, wait_s=10.0, release=False, relaunch=self.relaunch)
-        except _RETRYABLE as e:
-            now = time.monotonic()
-            self._failing_since = self._failing_since or now
-            if now - self._failing_since > self.deadline_s:
-                raise
-            if self.on_reconnect is not None:
-                self.on_reconnect(str(e).splitlines()[0])
-            att = ctl.store.latest_attempt(run.id)
-            if att is not None and att.handle:
-                await ctl.backend_for(att).reset(ctl.handle(att))
-            await asyncio.sleep(backoff_s(self._attempt, base_s=0.2, cap_s=3.0))
-            self._attempt += 1
-            return None
-        self._failing_since, self._attempt = None, 0
-        return res
-
-
-def _has_final_event(ctl: Control, cache: LogCache, run_id: str) -> bool:
-    """Every node of the latest attempt has its final state kept (a run whose events were
-    never pulled, e.g. stopped before it started, counts as drained)."""
-    att = ctl.store.latest_attempt(run_id)
-    nodes = ctl.handle(att).node_count if att is not None and att.handle else 1
-    last: dict[int, KeptEvent] = {}
-    seen = False
-    for e in cache.read():
-        seen = True
-        if e.kind is EventKind.STATE and (att is None or e.attempt == att.attempt):
-            last[e.node] = e
-    if not seen:
-        return True
-    return len(last) == nodes and all(
-        e.state is not None and e.state.is_final for e in last.values()
-    )
-
-
-async def refresh_many(ctl: Control, runs: Sequence[Run], timeout_s: float = 5.0) -> list[Run]:
-    """Bring non-final runs' states up to date: one batched status call per backend (a SLURM
-    host answers all its runs in one round trip); runs that ended are then drained and
-    released. A run whose host cannot be reached is left as it was (`tcl ps`: unknown)."""
-    live = [r for r in runs if not r.state.is_final and r.host is not None]
-    groups: dict[str, list[tuple[Run, Attempt]]] = {}
-    for r in live:
-        att = ctl.store.latest_attempt(r.id)
-        if att is not None and att.handle:
-            groups.setdefault(att.backend, []).append((r, att))
-
-    async def one_backend(kind: str, items: list[tuple[Run, Attempt]]) -> None:
-        try:
-            backend = ctl.backend_for_kind(kind)
-            handles = [ctl.handle(att) for _, att in items]
-            answers = await asyncio.wait_for(backend.statuses(handles), timeout_s)
-        except (TclError, TimeoutError):
-            for r, _ in items:
-                ctl.store.note_unreachable(r.id)
-            return
-        for (r, att), ans in zip(items, answers, strict=True):
-            if isinstance(ans, Exception):
-                if isinstance(ans, (*_RETRYABLE, TimeoutError)):
-                    ctl.store.note_unreachable(r.id)
-                continue
-            ctl.store.clear_unreachable(r.id)
-            if ans.state.is_final or ans.state != r.state:
-                with contextlib.suppress(TclError, TimeoutError):
-                    run_now = ctl.store.get_run(r.id)
-                    await asyncio.wait_for(pull(ctl, run_now, relaunch=False), timeout_s)
-            _record_state(ctl, ctl.store.get_run(r.id), att, ans.state, ans.exit_code, ans.message)
-
-    await asyncio.gather(*(one_backend(k, items) for k, items in groups.items()))
-    return [ctl.store.get_run(r.id) for r in runs]
-
-
-async def refresh(ctl: Control, run: Run, timeout_s: float = 5.0) -> Run:
-    """One run's state brought up to date (see :func:`refresh_many`)."""
-    return (await refresh_many(ctl, [run], timeout_s))[0]
-
-
-async def stop(ctl: Control, run: Run, grace_s: float = 10.0) -> Run:
-    """Stop the job on every node (SIGTERM, SIGKILL after ``grace_s``), keep its last logs,
-    free what it holds."""
-    if run.state.is_final:
-        return run
-    if waiting_for_retry(ctl, run):  # its last attempt ended already: nothing runs to stop
-        ctl.retries.placed(run.id)
-        ctl.store.set_state(
-            run.id, RunState.TERMINATED, message="stopped by user (was waiting to be placed again)"
-        )
-        return ctl.store.get_run(run.id)
-    att = ctl.store.latest_attempt(run.id)
-    if att is None or not att.handle:
-        ctl.store.set_state(run.id, RunState.TERMINATED, message="stopped before placement")
-        return ctl.store.get_run(run.id)
-    try:
-        backend = ctl.backend_for(att)
-        handle = ctl.handle(att)
-        await backend.stop(handle, grace_s)
-    except TclError as e:  # its host cannot be reached or is unknown: end it here only
-        ctl.store.set_state(
-            run.id, RunState.TERMINATED, message=f"stopped here only, its host not reached: {e}"
-        )
-        return ctl.store.get_run(run.id)
-    deadline = time.monotonic() + grace_s + 10.0
-    with contextlib.suppress(TclError):
-        while time.monotonic() < deadline:
-            res = await pull(
-                ctl, ctl.store.get_run(run.id), wait_s=1.0, release=False, relaunch=False
-            )
-            if res.state.is_final and not res.more:
-                break
-    ctl.store.set_state(run.id, RunState.TERMINATED, message="stopped by user")
-    with contextlib.suppress(TclError):
-        await release_attempt(ctl, ctl.store.latest_attempt(run.id) or att, RunState.TERMINATED)
-    return ctl.store.get_run(run.id)

@@ -1,34 +1,37 @@
 """``tcl submit``: snapshot → record → solve → launch (next candidate on no_capacity) → start.
 
 The steps report through a small :class:`Observer` (the CLI draws spinners and an upload bar
-with it); nothing here prints.
+with it); nothing here prints. Choosing the host and launching there is
+:mod:`tcl.control.lifecycle.place`'s; :func:`relaunch` places a stored run again the same way.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import importlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tcl.control.backends.base import Handle, Observer
+from tcl.control.backends.base import Observer
 from tcl.control.daemon.api import SubmitRequest
-from tcl.control.errors import (
-    ConfirmationNeededError,
-    NoCapacityError,
-    NoPlacementError,
-    SubmitCancelled,
-    TclError,
-)
+from tcl.control.errors import SubmitCancelled, TclError
 from tcl.control.jobcheck import check_job_key, job_dirs
+from tcl.control.lifecycle.place import (
+    Tried,
+    cancel_solving,
+    job_cwd,
+    job_cwd_of,
+    place_and_start,
+    resume_where,
+    solver_request,
+)
+from tcl.control.lifecycle.retry_policy import RetryPolicy
 from tcl.control.paths import cache_dir
-from tcl.control.retry import RetryPolicy
 from tcl.control.service import Control
-from tcl.control.shipping import Snapshot, cached_snapshot, snapshot
-from tcl.control.solver import Request, Solution, solve
+from tcl.control.shipping import cached_snapshot, snapshot
+from tcl.control.solver import solve
 from tcl.control.states import RunState
 from tcl.control.submitted import SubmitResult
 from tcl.runner.api import CodeRef, JobRef, JobSpec, SessionKind, SessionSpec
@@ -104,7 +107,7 @@ async def submit(
         if note:
             obs.note(note)
     obs.status("snapshotting code, finding hosts")
-    req = _request(sub)
+    req = solver_request(sub)
     # The solver's probes open the SSH connections while the code is hashed and the store's
     # module (SQLAlchemy) is imported: both would otherwise wait on each other's idle time.
     solving = asyncio.create_task(solve(ctl.cfg, req, ctl.backend_of))
@@ -121,7 +124,7 @@ async def submit(
             asyncio.to_thread(importlib.import_module, "tcl.control.store"),
         )
     except BaseException:
-        await _cancel(solving)
+        await cancel_solving(solving)
         raise
     from tcl.control.store import new_run_id  # imported above, off the event loop
 
@@ -133,17 +136,17 @@ async def submit(
         )
 
     run_id = new_run_id(sub.name)
-    request = stored_request(sub, _job_cwd(sub, snap))
-    tried = _Tried()
+    request = stored_request(sub, job_cwd_of(sub, snap))
+    tried = Tried()
     try:
         ctl.store.create_run(run_id, sub.name, request)
     except BaseException:
-        await _cancel(solving)
+        await cancel_solving(solving)
         raise
     try:
-        return await _place_and_start(ctl, sub, snap, run_id, req, solving, obs, tried)
+        return await place_and_start(ctl, sub, snap, run_id, req, solving, obs, tried)
     except BaseException as e:
-        await _cancel(solving)
+        await cancel_solving(solving)
         cancelled = isinstance(e, KeyboardInterrupt | asyncio.CancelledError)
         run = ctl.store.get_run(run_id)
         if ctl.store.latest_attempt(run_id) is None:
@@ -184,110 +187,10 @@ def stored_request(sub: Submission, cwd: str) -> dict[str, Any]:
     }
 
 
-@dataclass
-class _Tried:
-    """The host where this submit last created a task (named by a cancel's message)."""
-
-    host: str | None = None
-
-
-async def _cancel(task: asyncio.Task[Solution]) -> None:
-    if task.done():
-        if not task.cancelled():
-            task.exception()  # retrieved: no "exception was never retrieved" warning
-        return
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError, Exception):
-        await task
-
-
-async def _place_and_start(
-    ctl: Control,
-    sub: Submission,
-    snap: Snapshot,
-    run_id: str,
-    req: Request,
-    solving: asyncio.Task[Solution],
-    obs: Observer,
-    tried: _Tried,
-) -> SubmitResult:
-    obs.status("finding hosts")
-    sol = await solving
-    skipped = list(sol.skipped)
-    if sol.queue is not None:
-        obs.note(f"nothing can start now; queueing on {sol.queue.host}: {sol.queue.queue_reason}")
-    for plan in sol.plans:
-        if plan.confirm and not sub.yes:
-            raise ConfirmationNeededError(plan.confirm)
-        backend = ctl.backend_for_kind(plan.backend)
-        att = ctl.store.add_attempt(run_id, plan.host, backend.kind)
-        job = JobSpec(
-            run_id=run_id,
-            attempt=att.attempt,
-            name=sub.name,
-            argv=sub.argv or None,
-            env=dict(sub.env),
-            secrets=sub.secrets,
-            cwd=_job_cwd(sub, snap),
-            code=CodeRef(sha256=snap.sha256, size=snap.size),
-            max_duration_s=sub.max_duration_s,
-            job=sub.job,
-            session=SessionSpec(kind=sub.session) if sub.session else None,
-        )
-        recorded: list[Handle] = []
-
-        def on_handle(
-            h: Handle,
-            att_no: int = att.attempt,
-            rec: list[Handle] = recorded,
-            host: str = plan.host,
-        ) -> None:
-            rec.append(h)
-            tried.host = host  # something exists there: a cancel cleans it up
-            ctl.store.update_attempt(run_id, att_no, handle=h.model_dump(mode="json"))
-
-        try:
-            launched = await backend.launch(plan, job, snap, sub.image, obs, on_handle)
-        except NoCapacityError as e:
-            ctl.store.discard_attempt(run_id, att.attempt)
-            skipped.append((plan.host, f"no capacity at launch: {e}"))
-            continue
-        except BaseException:
-            if not recorded:  # nothing reached the host: no attempt to show
-                ctl.store.discard_attempt(run_id, att.attempt)
-            raise
-        ctl.store.update_attempt(
-            run_id, att.attempt, handle=launched.handle.model_dump(mode="json")
-        )
-        ctl.store.set_placement(run_id, plan.host, backend.kind, snap.sha256)
-        if launched.state is RunState.QUEUED:
-            ctl.store.set_state(run_id, RunState.QUEUED, message=plan.queue_reason or None)
-        else:
-            ctl.store.set_state(run_id, RunState.PROVISIONING)
-            ctl.store.set_state(run_id, launched.state)
-        ctl.store.update_attempt(run_id, att.attempt, state=launched.state)
-        return SubmitResult(
-            run_id=run_id,
-            name=sub.name,
-            host=plan.host,
-            backend=backend.kind,
-            task_id=launched.handle.task_label(),
-            accelerators=launched.accelerators[0] if launched.accelerators else [],
-            code_sha256=snap.sha256,
-            code_bytes=snap.size,
-            uploaded_bytes=launched.uploaded_bytes,
-            skipped=skipped,
-            ssh=launched.ssh,
-            nodes=launched.handle.node_count,
-            state=launched.state.value,
-        )
-    raise NoPlacementError(f"nothing fits {req.describe()} at launch; hosts now:", skipped)
-
-
 async def dry_run(ctl: Control, sub: Submission) -> str:
     """The plan (host, nodes, chips per node) and what its backend would send, for every offer
     the solver would try in order; nothing is started or recorded (the code is only hashed)."""
-    req = _request(sub)
+    req = solver_request(sub)
     sol = await solve(ctl.cfg, req, ctl.backend_of)
     snap = await asyncio.to_thread(
         snapshot,
@@ -321,31 +224,6 @@ async def dry_run(ctl: Control, sub: Submission) -> str:
     return "".join(out)
 
 
-def _request(sub: Submission) -> Request:
-    return Request(
-        chip=sub.chip,
-        chips=sub.chips,
-        nodes=sub.nodes,
-        host=sub.host,
-        options=dict(sub.options),
-        interactive=sub.session is not None,
-    )
-
-
-def _job_cwd(sub: Submission, snap: Snapshot) -> str:
-    return sub.job_cwd if sub.job_cwd is not None else job_cwd(sub.cwd, snap.root)
-
-
-def job_cwd(cwd: Path, root: Path) -> str:
-    """Where the job starts, relative to the shipped root: the submit's directory when it lies
-    inside the snapshot (``cd sub && tcl submit`` runs in ``sub``), else the root."""
-    try:
-        rel = cwd.resolve().relative_to(root)
-    except ValueError:
-        return ""
-    return "" if rel == Path() else rel.as_posix()
-
-
 async def relaunch(ctl: Control, run_id: str, obs: Observer | None = None) -> SubmitResult:
     """Place a run whose host lost it (a preempted cloud node) again, as its next attempt:
     the same request, code (from the local cache) and run id, so a ``tcl.jobs`` trainer
@@ -368,7 +246,7 @@ async def relaunch(ctl: Control, run_id: str, obs: Observer | None = None) -> Su
         chip=r.get("chip"),
         chips=int(r.get("chips") or 0),
         nodes=int(r.get("nodes") or 0),
-        host=_resume_where(ctl, run_id, r.get("host"), r.get("env") or {}),
+        host=resume_where(ctl, run_id, r.get("host"), r.get("env") or {}),
         image=r.get("image"),
         env=dict(r.get("env") or {}),
         secrets={n: os.environ[n] for n in r.get("secret_names") or []},
@@ -381,27 +259,11 @@ async def relaunch(ctl: Control, run_id: str, obs: Observer | None = None) -> Su
         session=SessionKind(r["session"]) if r.get("session") else None,
     )
     snap = await asyncio.to_thread(cached_snapshot, cache_dir(), run.code_sha256)
-    req = _request(sub)
+    req = solver_request(sub)
     solving = asyncio.create_task(solve(ctl.cfg, req, ctl.backend_of))
     try:
-        return await _place_and_start(
-            ctl, sub, snap, run_id, req, solving, obs or _Silent(), _Tried()
+        return await place_and_start(
+            ctl, sub, snap, run_id, req, solving, obs or _Silent(), Tried()
         )
     finally:
-        await _cancel(solving)
-
-
-def _resume_where(ctl: Control, run_id: str, pinned: str | None, env: dict[str, str]) -> str | None:
-    """Where the next attempt may go: where the user pinned it; else, for a run whose out dir
-    is its cluster's shared root (``tcl.control.clusterfs``), any host of that cluster (the one
-    it ran on may be gone, the checkpoints are on every host of it); else anywhere."""
-    if pinned is not None or "TCL_OUT_DIR" in env:
-        return pinned
-    att = ctl.store.latest_attempt(run_id)
-    if att is None:
-        return None
-    host = ctl.cfg.hosts.get(att.host)
-    cluster = host.cluster if host is not None else att.host  # a multi-node run: its cluster
-    if cluster is None or cluster not in ctl.cfg.clusters or not ctl.cfg.clusters[cluster].root:
-        return None
-    return cluster
+        await cancel_solving(solving)

@@ -18,26 +18,14 @@ from tcl.control.errors import (
     SshConnectError,
     TclError,
 )
+from tcl.control.lifecycle.release import release_attempt
+from tcl.control.lifecycle.retry_policy import Verdict, decide
 from tcl.control.retries import policy_of
-from tcl.control.retry import Verdict, decide
 from tcl.control.service import Control
 from tcl.control.states import Move, RunState, move
 from tcl.control.store import Attempt, Run
 
 NO_PLACE_RETRY_S = 2.0  # nothing free now: look again after this long (not a failure)
-
-
-async def release_attempt(ctl: Control, att: Attempt, state: RunState) -> None:
-    """Once every event is kept locally: free what the attempt holds on its host."""
-    handle = ctl.handle(att)
-    if handle.released:
-        return
-    try:
-        await ctl.backend_for(att).release(handle, state)
-    except TclError:
-        return  # the host is gone: nothing to free that can be reached
-    released = handle.model_copy(update={"released": True})
-    ctl.store.update_attempt(att.run_id, att.attempt, handle=released.model_dump(mode="json"))
 
 
 async def retry_after_end(
@@ -74,7 +62,7 @@ async def retry_after_end(
 async def place_waiting(ctl: Control, run_id: str) -> bool:
     """Place a run that waits for its retry as its next attempt; True when placed. Nothing
     free: it keeps waiting (looked at again shortly). Any other refusal ends the run."""
-    from tcl.control.submit import relaunch
+    from tcl.control.lifecycle.submit import relaunch
 
     ctl.retries.placed(run_id)  # before the run moves on: no reader sees it placed and waiting
     try:

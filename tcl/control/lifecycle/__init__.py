@@ -1,0 +1,35 @@
+"""A run's lifecycle on the workstation side, one verb per module.
+
+::
+
+    submit ──► place ──► pull / follow ──► (ended) ──► retry ──► place again
+                          ▲    │                        │
+                          │    └─► refresh (`tcl ps`)   └─► release (host resources freed)
+                          └─ stop (any time: stop, drain the last events, release)
+
+- :mod:`.submit`: snapshot the code, record the run, hand it to placement; ``relaunch``
+  places a stored run again as its next attempt (same run id); ``dry_run``.
+- :mod:`.place`: the solver's request, then launch on each plan in order (the next on
+  ``no_capacity``) and record the run started; where a relaunch may go.
+- :mod:`.pull`: one pull of new events from every node into the local log cache, and what it
+  learns moves the run on (its end, a requeue, a multi-node watchdog stop, a lost host placed
+  again).
+- :mod:`.follow`: kept events, then pulls until the run ends, surviving dropped connections
+  (``ResumingPull``).
+- :mod:`.refresh`: runs' states brought up to date, one batched status call per backend.
+- :mod:`.stop`: stop the job on every node, keep its last logs, free what it holds.
+- :mod:`.retry`: a run's end under its retry policy (back to ``queued``), and placing a run
+  that waits for its retry again.
+- :mod:`.retry_policy`: the pure policy (``RetryPolicy``, ``decide``): no I/O.
+- :mod:`.release`: free what an attempt holds on its host once every event is kept.
+
+Who calls them today: the CLI (``tcl submit``, ``tcl ps`` → refresh, ``tcl stop``, ``tcl repl``,
+``tcl matrix``), ``tcl logs -f`` (:mod:`tcl.cli.follow` → follow), the ``tcl serve`` daemon's
+submit and follow streams (:mod:`tcl.control.daemon.app`), the dashboard's feeds and stop
+(:mod:`tcl.ui`), ``@tcl.remote`` sessions (:mod:`tcl.remote.tclsession`), the log catch-up
+(:mod:`tcl.control.catchup` → pull) and the sweep scheduler (:mod:`tcl.control.sweep.scheduler`:
+follow, release, retry, stop, relaunch). Each decides for itself when to pull, release and
+place again; the run controller (issue 28) will become their one caller.
+
+Nothing is re-exported here: import each verb from its module.
+"""

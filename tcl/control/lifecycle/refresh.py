@@ -1,0 +1,56 @@
+"""Bringing runs' states up to date (`tcl ps`): one batched status call per backend."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from tcl.control.errors import TclError
+from tcl.control.lifecycle.pull import RETRYABLE, pull, record_state
+from tcl.control.service import Control
+
+if TYPE_CHECKING:
+    from tcl.control.store import Attempt, Run
+
+
+async def refresh_many(ctl: Control, runs: Sequence[Run], timeout_s: float = 5.0) -> list[Run]:
+    """Bring non-final runs' states up to date: one batched status call per backend (a SLURM
+    host answers all its runs in one round trip); runs that ended are then drained and
+    released. A run whose host cannot be reached is left as it was (`tcl ps`: unknown)."""
+    live = [r for r in runs if not r.state.is_final and r.host is not None]
+    groups: dict[str, list[tuple[Run, Attempt]]] = {}
+    for r in live:
+        att = ctl.store.latest_attempt(r.id)
+        if att is not None and att.handle:
+            groups.setdefault(att.backend, []).append((r, att))
+
+    async def one_backend(kind: str, items: list[tuple[Run, Attempt]]) -> None:
+        try:
+            backend = ctl.backend_for_kind(kind)
+            handles = [ctl.handle(att) for _, att in items]
+            answers = await asyncio.wait_for(backend.statuses(handles), timeout_s)
+        except (TclError, TimeoutError):
+            for r, _ in items:
+                ctl.store.note_unreachable(r.id)
+            return
+        for (r, att), ans in zip(items, answers, strict=True):
+            if isinstance(ans, Exception):
+                if isinstance(ans, (*RETRYABLE, TimeoutError)):
+                    ctl.store.note_unreachable(r.id)
+                continue
+            ctl.store.clear_unreachable(r.id)
+            if ans.state.is_final or ans.state != r.state:
+                with contextlib.suppress(TclError, TimeoutError):
+                    run_now = ctl.store.get_run(r.id)
+                    await asyncio.wait_for(pull(ctl, run_now, relaunch=False), timeout_s)
+            record_state(ctl, ctl.store.get_run(r.id), att, ans.state, ans.exit_code, ans.message)
+
+    await asyncio.gather(*(one_backend(k, items) for k, items in groups.items()))
+    return [ctl.store.get_run(r.id) for r in runs]
+
+
+async def refresh(ctl: Control, run: Run, timeout_s: float = 5.0) -> Run:
+    """One run's state brought up to date (see :func:`refresh_many`)."""
+    return (await refresh_many(ctl, [run], timeout_s))[0]

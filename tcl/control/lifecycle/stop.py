@@ -1,0 +1,55 @@
+"""Stopping a run: its job on every node, its last logs kept, what it holds freed."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import TYPE_CHECKING
+
+from tcl.control.errors import TclError
+from tcl.control.lifecycle.pull import pull
+from tcl.control.lifecycle.release import release_attempt
+from tcl.control.lifecycle.retry import waiting_for_retry
+from tcl.control.service import Control
+from tcl.control.states import RunState
+
+if TYPE_CHECKING:
+    from tcl.control.store import Run
+
+
+async def stop(ctl: Control, run: Run, grace_s: float = 10.0) -> Run:
+    """Stop the job on every node (SIGTERM, SIGKILL after ``grace_s``), keep its last logs,
+    free what it holds."""
+    if run.state.is_final:
+        return run
+    if waiting_for_retry(ctl, run):  # its last attempt ended already: nothing runs to stop
+        ctl.retries.placed(run.id)
+        ctl.store.set_state(
+            run.id, RunState.TERMINATED, message="stopped by user (was waiting to be placed again)"
+        )
+        return ctl.store.get_run(run.id)
+    att = ctl.store.latest_attempt(run.id)
+    if att is None or not att.handle:
+        ctl.store.set_state(run.id, RunState.TERMINATED, message="stopped before placement")
+        return ctl.store.get_run(run.id)
+    try:
+        backend = ctl.backend_for(att)
+        handle = ctl.handle(att)
+        await backend.stop(handle, grace_s)
+    except TclError as e:  # its host cannot be reached or is unknown: end it here only
+        ctl.store.set_state(
+            run.id, RunState.TERMINATED, message=f"stopped here only, its host not reached: {e}"
+        )
+        return ctl.store.get_run(run.id)
+    deadline = time.monotonic() + grace_s + 10.0
+    with contextlib.suppress(TclError):
+        while time.monotonic() < deadline:
+            res = await pull(
+                ctl, ctl.store.get_run(run.id), wait_s=1.0, release=False, relaunch=False
+            )
+            if res.state.is_final and not res.more:
+                break
+    ctl.store.set_state(run.id, RunState.TERMINATED, message="stopped by user")
+    with contextlib.suppress(TclError):
+        await release_attempt(ctl, ctl.store.latest_attempt(run.id) or att, RunState.TERMINATED)
+    return ctl.store.get_run(run.id)
