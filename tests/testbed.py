@@ -175,7 +175,10 @@ def runner_image(docker_client: Any, base_image: str) -> str:
 
 
 def _postgres_env() -> dict[str, str]:
-    return {"BASE": "/tmp/tcl-testbed-pg", "PGPORT": os.environ.get("TCL_TEST_PGPORT", "54329")}
+    return {
+        "BASE": os.environ.get("TCL_TEST_PG_BASE", "/tmp/tcl-testbed-pg"),
+        "PGPORT": os.environ.get("TCL_TEST_PGPORT", "54329"),
+    }
 
 
 def postgres_outage(down_s: float) -> None:

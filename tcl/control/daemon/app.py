@@ -34,7 +34,7 @@ from tcl.control.daemon.api import (
     SubmitRequest,
 )
 from tcl.control.daemon.supervisor import Supervisor
-from tcl.control.errors import SubmitCancelled, TclError
+from tcl.control.errors import StoreError, SubmitCancelled, TclError
 from tcl.control.lifecycle.follow import follow
 from tcl.control.lifecycle.submit import submission_from, submit
 from tcl.control.logcache import KeptEvent
@@ -85,9 +85,12 @@ class Daemon:
         if self.streams or self.idle_exit_s <= 0 or quiet_s <= self.idle_exit_s:
             return False
         # a sweep in progress keeps it: queued entries wait for it
-        return self.scheduler is None or (
-            not self.scheduler.busy() and self.scheduler.queue.pending() == 0
-        )
+        if self.scheduler is None:
+            return True
+        try:
+            return not self.scheduler.busy() and self.scheduler.queue.pending() == 0
+        except StoreError:
+            return False  # the store does not answer now: there may be entries waiting
 
     def spawn(self, coro: Awaitable[None]) -> asyncio.Task[None]:
         task: asyncio.Task[None] = asyncio.ensure_future(coro)

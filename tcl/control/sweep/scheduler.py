@@ -125,8 +125,7 @@ class Scheduler:
                     store_failures = 0
                 wait_s = self.admission.wait_s(time.time())
                 if store_failures:
-                    retry_s = self.settings.store_retry_s
-                    wait_s = max(wait_s, backoff_s(store_failures - 1, retry_s, STORE_RETRY_CAP_S))
+                    wait_s = max(wait_s, self._store_wait_s(store_failures))
                 woken = asyncio.ensure_future(self._wake.wait())
                 stopped = asyncio.ensure_future(stopping.wait())
                 await asyncio.wait(
@@ -368,7 +367,7 @@ class Scheduler:
     async def _watch(self, ctl: Control, entry: Entry) -> None:
         assert entry.run_id is not None
         try:
-            state, why = await self._follow(ctl, entry.run_id)
+            state, why = await self._follow_through_outages(ctl, entry.run_id)
         except asyncio.CancelledError:
             # our lease is gone: cancelled by the user (stop its run), or taken by another
             # scheduler (leave the run to it)
@@ -383,12 +382,46 @@ class Scheduler:
         finally:
             self.watchers.pop(entry.id, None)
             self._wake.set()  # its GPU is free: claim the next entry now
+        await self._until_stored(lambda: self._record_end(ctl, entry, state, why))
+
+    def _record_end(self, ctl: Control, entry: Entry, state: EntryState, why: str) -> None:
+        assert entry.run_id is not None
         if state is EntryState.QUEUED:
             waiting = ctl.retries.waiting(entry.run_id)
             not_before = waiting.not_before if waiting is not None else 0.0
-            await asyncio.to_thread(self.queue.release, self.owner, entry.id, not_before, why)
+            self.queue.release(self.owner, entry.id, not_before, why)
         else:
-            await asyncio.to_thread(self.queue.finish, self.owner, entry.id, state, why)
+            self.queue.finish(self.owner, entry.id, state, why)
+
+    async def _until_stored(self, write: Callable[[], None]) -> None:
+        """Run ``write`` (in a thread) until the state store takes it: an outage delays the
+        entry's end, never loses it (cancelled: the lease expires and the next scheduler that
+        adopts the entry records it)."""
+        failures = 0
+        while True:
+            try:
+                await asyncio.to_thread(write)
+                return
+            except StoreError as e:
+                self._error(e)
+                failures += 1
+                await asyncio.sleep(self._store_wait_s(failures))
+
+    def _store_wait_s(self, failures: int) -> float:
+        return backoff_s(failures - 1, self.settings.store_retry_s, STORE_RETRY_CAP_S)
+
+    async def _follow_through_outages(self, ctl: Control, run_id: str) -> tuple[EntryState, str]:
+        """:meth:`_follow`, again while the state store does not answer (the run goes on on its
+        host meanwhile; following it again resumes after the last event kept)."""
+        failures = 0
+        while True:
+            try:
+                return await self._follow(ctl, run_id)
+            except StoreError as e:
+                log.warning("following run %s: %s; following it again", run_id, e)
+                self._error(e)
+                failures += 1
+                await asyncio.sleep(self._store_wait_s(failures))
 
     async def _follow(self, ctl: Control, run_id: str) -> tuple[EntryState, str]:
         """Pull the run until it ends (done/failed) or waits for a retry (queued)."""

@@ -30,7 +30,15 @@ class PgSweep(Sweep):
         self.db_url = db_url
 
     def env(self) -> dict[str, str]:
-        return user_env(self.home, self.config, drop=(), TCL_DB_URL=self.db_url, COLUMNS="200")
+        # the daemon stays once the sweep is done, for its status (the fixture stops it)
+        return user_env(
+            self.home,
+            self.config,
+            drop=(),
+            TCL_DB_URL=self.db_url,
+            COLUMNS="200",
+            TCL_SERVE_IDLE_EXIT_S="600",
+        )
 
 
 @pytest.fixture
