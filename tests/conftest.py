@@ -16,14 +16,17 @@ _TESTS = Path(__file__).parent
 
 # Under pytest-xdist (`scripts/test.sh` runs `-n N --dist loadgroup`) a worker takes whole
 # groups. The testbeds with fixed addresses (the sshd hosts' namespaces and bridge, PostgreSQL's
-# and Redis's ports) exist once per machine, so every test that uses one is in one group, run by
-# one worker; so are the SLURM tests (one cluster started, not one per worker). Every other test
-# goes with its module: a module's warm fixtures start once.
+# and Redis's ports, the Kubernetes emulator's pod bridge) exist once per machine, so every test
+# that uses one is in one group, run by one worker; so are the SLURM tests (one cluster started,
+# not one per worker). Every other test goes with its module: a module's warm fixtures start once.
 _ONE_PER_MACHINE = {
     "ssh_testbed": "lab",
     "postgres_url": "lab",
     "juicefs_volume": "lab",
     "slurm_cluster": "slurm",
+    # the Kubernetes emulators share one pod bridge (br-k8semu): one removing it as the last
+    # pod leaves raced another attaching a pod (seen in CI with two workers)
+    "k8semu_factory": "k8s",
 }
 
 

@@ -28,6 +28,7 @@ import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from tcl.control.backoff import backoff_s
 from tcl.control.errors import (
@@ -220,9 +221,8 @@ class Scheduler:
                 if refused:
                     self.admission.refused(time.time())
                     for e in refused + left:
-                        await asyncio.to_thread(
-                            self.queue.release, self.owner, e.id, 0.0, self._refusals.pop(e.id, "")
-                        )
+                        why = self._refusals.pop(e.id, "")
+                        await self._until_stored(self.queue.release, self.owner, e.id, 0.0, why)
                     self._placing -= len(left)
                     left = []
         finally:
@@ -247,24 +247,29 @@ class Scheduler:
         except NoPlacementError as e:
             self._refusals[entry.id] = _line(e)
             return False
+        except StoreError as e:
+            # the state store stopped answering mid-placement: not the entry's fault, and how
+            # far it got is unknown; back to the queue once the store answers (the next claim
+            # adopts what was placed: a started job is followed, not started twice)
+            log.warning("placing entry %s: %s; queued again", entry.job_id, e)
+            self._error(e)
+            why = f"the state store did not answer while placing it: {_line(e)}"
+            await self._until_stored(self.queue.release, self.owner, entry.id, 0.0, why)
         except (AgentError, SshConnectError) as e:
             # a host that dropped a connection mid-placement (its launch undid its task): not
             # the entry's fault; it goes back to the queue, a while later, up to a limit
             if entry.claims < MAX_CLAIMS:
                 later = time.time() + self.settings.full_wait_s
-                await asyncio.to_thread(self.queue.release, self.owner, entry.id, later, _line(e))
+                await self._until_stored(self.queue.release, self.owner, entry.id, later, _line(e))
                 return True
             log.exception("entry %s (%s)", entry.id, entry.job_id)
-            await asyncio.to_thread(
-                self.queue.finish,
-                self.owner,
-                entry.id,
-                EntryState.FAILED,
-                f"placing it failed {entry.claims} times; last: {_line(e)}",
+            why = f"placing it failed {entry.claims} times; last: {_line(e)}"
+            await self._until_stored(
+                self.queue.finish, self.owner, entry.id, EntryState.FAILED, why
             )
         except Exception as e:  # an entry's own failure ends that entry
             log.exception("entry %s (%s)", entry.id, entry.job_id)
-            await asyncio.to_thread(
+            await self._until_stored(
                 self.queue.finish, self.owner, entry.id, EntryState.FAILED, _line(e)
             )
         return True
@@ -382,7 +387,7 @@ class Scheduler:
         finally:
             self.watchers.pop(entry.id, None)
             self._wake.set()  # its GPU is free: claim the next entry now
-        await self._until_stored(lambda: self._record_end(ctl, entry, state, why))
+        await self._until_stored(self._record_end, ctl, entry, state, why)
 
     def _record_end(self, ctl: Control, entry: Entry, state: EntryState, why: str) -> None:
         assert entry.run_id is not None
@@ -393,14 +398,14 @@ class Scheduler:
         else:
             self.queue.finish(self.owner, entry.id, state, why)
 
-    async def _until_stored(self, write: Callable[[], None]) -> None:
-        """Run ``write`` (in a thread) until the state store takes it: an outage delays the
-        entry's end, never loses it (cancelled: the lease expires and the next scheduler that
-        adopts the entry records it)."""
+    async def _until_stored(self, write: Callable[..., object], *args: Any) -> None:
+        """Run ``write(*args)`` (in a thread) until the state store takes it: an outage delays
+        the entry's end, never loses it (cancelled: the lease expires and the next scheduler
+        that adopts the entry records it)."""
         failures = 0
         while True:
             try:
-                await asyncio.to_thread(write)
+                await asyncio.to_thread(write, *args)
                 return
             except StoreError as e:
                 self._error(e)

@@ -8,7 +8,7 @@ from typing import Any
 
 from tcl.control.daemon.supervisor import Supervisor
 from tcl.control.errors import StoreError
-from tcl.control.sweep.model import Entry
+from tcl.control.sweep.model import Entry, EntryState
 from tcl.control.sweep.scheduler import Scheduler, SchedulerSettings
 from tests.polling import await_until
 
@@ -97,3 +97,55 @@ async def test_the_scheduler_asks_the_store_again_after_it_failed() -> None:
     finally:
         stopping.set()
         await asyncio.wait_for(task, 30)
+
+
+class _PlacingDownStore(_DownStore):
+    """The store goes away while an entry is being placed: reading its matrix fails, and so
+    does the first try to hand the entry back."""
+
+    def __init__(self) -> None:
+        super().__init__(fail=0)
+        self.released: list[tuple[int, str]] = []
+        self.release_tries = 0
+
+    def matrix(self, name: str) -> Any:
+        raise StoreError("state store error: connection refused")
+
+    def release(self, owner: str, entry_id: int, not_before: float, why: str) -> None:
+        self.release_tries += 1
+        if self.release_tries == 1:
+            raise StoreError("state store error: connection refused")
+        self.released.append((entry_id, why))
+
+    def finish(self, *args: Any) -> None:
+        raise AssertionError(f"an outage failed the entry: {args}")
+
+
+async def test_an_entry_being_placed_in_an_outage_goes_back_to_the_queue() -> None:
+    """Before: the StoreError ended the entry as failed, whose recording failed too, and the
+    entry stayed claimed (its lease renewed by the heartbeat) for ever."""
+    queue = _PlacingDownStore()
+    q: Any = queue
+    no_control: Any = None
+    sched = Scheduler(q, no_control, SchedulerSettings(store_retry_s=0.01))
+    entry = Entry(
+        id=7,
+        matrix="m",
+        job_id="j7",
+        fields={},
+        state=EntryState.CLAIMED,
+        priority=0,
+        not_before=0.0,
+        lease_owner=sched.owner,
+        lease_expires=None,
+        claims=1,
+        run_id="run-j7",
+        last_error="",
+        created_at=0.0,
+        started_at=None,
+        ended_at=None,
+    )
+    assert await asyncio.wait_for(sched._start_or_end(entry), 30)
+    assert queue.release_tries == 2
+    [(entry_id, why)] = queue.released
+    assert entry_id == 7 and "state store did not answer" in why
