@@ -55,6 +55,7 @@ from tcl.control.sweep.model import Entry, EntryState
 from tcl.control.sweep.queue import SweepQueue
 from tcl.control.sweep.shellsafe import field_env
 from tcl.control.sweep.spec import MatrixSpec
+from tcl.control.sweep.turns import PriorityTurns
 from tcl.runner.api import JobRef
 
 log = logging.getLogger("tcl.scheduler")
@@ -104,6 +105,7 @@ class Scheduler:
         self.admission = Admission(self.settings.batch, self.settings.full_wait_s)
         self._placing = 0  # entries claimed and being placed
         self._batches: set[asyncio.Task[None]] = set()
+        self.turns = PriorityTurns()  # one priority at a time across batches
 
     # the loop ---------------------------------------------------------------------------------
 
@@ -160,7 +162,8 @@ class Scheduler:
             self.admission.took(len(claimed))
             if claimed:
                 self._placing += len(claimed)
-                batch = asyncio.create_task(self._place_batch(claimed))
+                ticket = self.turns.claimed(e.priority for e in claimed)
+                batch = asyncio.create_task(self._place_batch(claimed, ticket))
                 self._batches.add(batch)
                 batch.add_done_callback(self._batches.discard)
         return reaped_at
@@ -206,20 +209,36 @@ class Scheduler:
                 if entry_id not in held:  # cancelled by the user, or reaped: let it go
                     task.cancel()
 
-    async def _place_batch(self, claimed: list[Entry]) -> None:
+    async def _place_batch(self, claimed: list[Entry], ticket: int) -> None:
         """Place a claimed batch, one priority at a time (the entries of one priority at
-        once: a lower one never takes the last free GPU while a higher one is being placed).
-        The first refusal (nothing free) sends it and the rest back to the queue."""
+        once: a lower one never takes the last free GPU while a higher one, of this batch or
+        another, is being placed). The first refusal (nothing free) sends it and the rest
+        back to the queue."""
         left = list(claimed)
+        open_priorities = {e.priority for e in claimed}  # groups PriorityTurns still counts
+
+        def group_done(priority: int, refused: bool) -> None:
+            open_priorities.discard(priority)
+            self.turns.done(priority, refused)
+
         try:
             while left:
-                group = [e for e in left if e.priority == left[0].priority]
+                priority = left[0].priority
+                group = [e for e in left if e.priority == priority]
+                if await self.turns.turn(ticket, priority):
+                    oks = await asyncio.gather(*map(self._start_or_end, group))
+                else:  # a higher priority found nothing free meanwhile: it goes first
+                    oks = [False] * len(group)
+                    for e in group:
+                        self._refusals[e.id] = "entries of a higher priority wait for room"
                 left = left[len(group) :]
-                oks = await asyncio.gather(*map(self._start_or_end, group))
                 self._placing -= len(group)
                 refused = [e for e, ok in zip(group, oks, strict=True) if not ok]
+                group_done(priority, refused=bool(refused))
                 if refused:
                     self.admission.refused(time.time())
+                    for p in {e.priority for e in left}:
+                        group_done(p, refused=False)  # they go back untried
                     for e in refused + left:
                         why = self._refusals.pop(e.id, "")
                         await self._until_stored(self.queue.release, self.owner, e.id, 0.0, why)
@@ -227,6 +246,9 @@ class Scheduler:
                     left = []
         finally:
             self._placing -= len(left)  # cancelled: their leases lapse or are handed back
+            for p in list(open_priorities):
+                group_done(p, refused=False)
+            self.turns.finished(ticket)
             self._wake.set()
 
     async def _start_or_end(self, entry: Entry) -> bool:
