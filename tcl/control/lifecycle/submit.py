@@ -70,6 +70,8 @@ class Submission:
     job_cwd: str | None = None  # where the job starts in the tree (a relaunch: as first placed)
     retry: RetryPolicy | None = None  # place it again when it fails or is preempted
     session: SessionKind | None = None  # an interactive session (`tcl repl`, `@tcl.remote`)
+    config_path: str | None = None  # the config it was placed with (its controller's too)
+    config_named: bool = False
 
 
 def submission_from(req: SubmitRequest) -> Submission:
@@ -92,6 +94,8 @@ def submission_from(req: SubmitRequest) -> Submission:
         yes=req.yes,
         retry=req.retry,
         session=req.session,
+        config_path=req.config_path,
+        config_named=req.config_named,
     )
 
 
@@ -184,6 +188,8 @@ def stored_request(sub: Submission, cwd: str) -> dict[str, Any]:
         "max_duration_s": sub.max_duration_s,
         "retry": sub.retry.model_dump(mode="json") if sub.retry else None,
         "session": sub.session.value if sub.session else None,
+        "config_path": sub.config_path,
+        "config_named": sub.config_named,
     }
 
 

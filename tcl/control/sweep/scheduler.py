@@ -41,7 +41,7 @@ from tcl.control.errors import (
     StoreError,
     TclError,
 )
-from tcl.control.lifecycle.follow import ResumingPull
+from tcl.control.lifecycle.pull import ResumingPull
 from tcl.control.lifecycle.release import release, release_attempt
 from tcl.control.lifecycle.retry import place_waiting, waiting_for_retry
 from tcl.control.lifecycle.stop import stop

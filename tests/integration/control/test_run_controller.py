@@ -1,0 +1,162 @@
+"""The run controller in `tcl serve` owns every placed run, followed or not (real processes, the
+local default). These tests read the state store directly, never through a tcl command that
+could advance a run itself: whatever moves the runs here is the daemon's controller."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tcl.control.daemon.client import stop_daemon
+from tcl.control.localshim import stop_local_shim
+from tcl.control.states import RunState
+from tcl.control.store import Run, Store
+from tests.integration.tclcli import run_tcl, start_tcl, user_env
+from tests.polling import wait_until
+
+
+class Home:
+    def __init__(self, root: Path, **extra: str) -> None:
+        self.root = root
+        self.work = root / "work"
+        self.work.mkdir()
+        self.env = user_env(root, None, drop=("TCL_CONFIG", "TCL_DB_URL"), **extra)
+        self._store: Store | None = None
+
+    def tcl(self, *args: str, timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
+        return run_tcl(args, self.env, self.work, check=False, timeout=timeout_s)
+
+    def submit_detached(self, *args: str) -> str:
+        res = self.tcl("submit", "-d", "--json", *args)
+        assert res.returncode == 0, res.stderr
+        return str(json.loads(res.stdout)["run_id"])
+
+    @property
+    def store(self) -> Store:
+        if self._store is None:
+            self._store = Store(f"sqlite:///{self.root / 'state' / 'tcl.db'}")
+        return self._store
+
+    def run(self, run_id: str) -> Run:
+        return self.store.get_run(run_id)
+
+    def attempts(self, run_id: str) -> int:
+        return len(self.store.attempts(run_id))
+
+    def shim(self) -> httpx.Client:
+        base = self.root / "state" / "local-shim"
+        token = (base / "token").read_text().strip()
+        return httpx.Client(
+            base_url="http://localhost/api",
+            headers={"Authorization": f"Bearer {token}"},
+            transport=httpx.HTTPTransport(uds=str(base / "shim.sock")),
+            timeout=30,
+        )
+
+    def daemon_pid(self) -> int:
+        sock = self.root / "state" / "serve" / "daemon.sock"
+        with httpx.Client(transport=httpx.HTTPTransport(uds=str(sock)), timeout=10) as c:
+            return int(c.get("http://localhost/api/healthcheck").json()["pid"])
+
+    def close(self) -> None:
+        stop_daemon(self.root / "state" / "serve")
+        stop_local_shim(self.root / "state" / "local-shim")
+        if self._store is not None:
+            self._store.close()
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Iterator[Home]:
+    h = Home(tmp_path, TCL_SERVE_LEASE_S="3")
+    yield h
+    h.close()
+
+
+def _lines(n: int, every_s: float = 0.0) -> str:
+    pause = f"; time.sleep({every_s})" if every_s else ""
+    return f"import time\nfor i in range({n}):\n    print(f'line {{i}}', flush=True){pause}\n"
+
+
+def test_a_detached_run_nobody_follows_keeps_every_line_after_its_host_is_gone(home: Home) -> None:
+    run_id = home.submit_detached("--", "python", "-c", _lines(3000))
+    # nobody follows and nothing here pulls: the daemon's controller ends the run
+    run = wait_until(
+        lambda: home.run(run_id), 120, "the run's end", done=lambda r: r.state.is_final
+    )
+    assert run.state is RunState.SUCCEEDED, run
+    # its host goes away (the task, its runner and everything it kept are gone with it)
+    stop_local_shim(home.root / "state" / "local-shim")
+    logs = home.tcl("logs", run_id)
+    assert logs.returncode == 0, logs.stderr
+    assert logs.stdout.splitlines() == [f"line {i}" for i in range(3000)]
+
+
+def test_a_detached_retry_run_preempted_with_nobody_following_is_placed_again(
+    home: Home,
+) -> None:
+    flag = home.root / "release"
+    job = (
+        "import os, pathlib, time\n"
+        f"print('attempt', os.environ.get('TCL_ATTEMPT'), flush=True)\n"
+        f"while not pathlib.Path({str(flag)!r}).exists():\n    time.sleep(0.1)\n"
+    )
+    run_id = home.submit_detached("--retry", "3", "--", "python", "-c", job)
+    wait_until(lambda: home.run(run_id).state, 60, "running", done=RunState.RUNNING.__eq__)
+    with home.shim() as shim:
+        told = shim.post("/preemption", json={"message": "spot VM reclaimed", "grace_s": 1.0})
+    assert told.status_code == 200 and len(told.json()) == 1, told.text
+    # nobody follows: the controller sees the preemption and places attempt 1 itself
+    wait_until(lambda: home.attempts(run_id), 60, "attempt 1 placed", done=(2).__eq__)
+    wait_until(lambda: home.run(run_id).state, 60, "running again", done=RunState.RUNNING.__eq__)
+    flag.touch()
+    run = wait_until(lambda: home.run(run_id), 60, "its end", done=lambda r: r.state.is_final)
+    assert run.state is RunState.SUCCEEDED, run
+    assert [a.state for a in home.store.attempts(run_id)] == [
+        RunState.TERMINATED,
+        RunState.SUCCEEDED,
+    ]
+    logs = home.tcl("logs", run_id).stdout.splitlines()
+    assert [ln for ln in logs if ln.startswith("attempt")] == ["attempt 0", "attempt 1"], logs
+
+
+def _kill_daemon_mid_run(home: Home) -> str:
+    run_id = home.submit_detached("--", "python", "-c", _lines(400, every_s=0.02))
+    logs_file = home.root / "state" / "logs" / f"{run_id}.jsonl"
+    wait_until(lambda: logs_file.exists() and logs_file.stat().st_size > 0, 60, "first lines")
+    os.kill(home.daemon_pid(), signal.SIGKILL)
+    return run_id
+
+
+def test_the_next_daemon_carries_on_a_killed_daemon_s_runs(home: Home) -> None:
+    run_id = _kill_daemon_mid_run(home)
+    # the next daemon takes the dead one's lease once it lapses (3 s here) and carries on
+    # where the log cache stops, with nobody following
+    serve = start_tcl(["serve"], home.env, home.work)
+    try:
+        run = wait_until(lambda: home.run(run_id), 120, "its end", done=lambda r: r.state.is_final)
+        assert run.state is RunState.SUCCEEDED, run
+        logs = home.tcl("logs", run_id)
+        assert logs.stdout.splitlines() == [f"line {i}" for i in range(400)], logs.stderr
+        shown = home.tcl("serve", "--status")
+        assert shown.returncode == 0, shown.stderr
+        status = json.loads(shown.stdout)
+        assert status["controller"] and status["runs_owned"] == 0, status
+    finally:
+        serve.send_signal(signal.SIGTERM)
+        serve.communicate(timeout=60)
+
+
+def test_a_follow_without_a_daemon_carries_on_a_killed_daemon_s_run(home: Home) -> None:
+    run_id = _kill_daemon_mid_run(home)
+    # `tcl logs -f` runs the controller in-process for its run: it takes the lapsed lease
+    follow = home.tcl("logs", "-f", run_id, timeout_s=180)
+    assert follow.returncode == 0, follow.stderr
+    assert follow.stdout.splitlines() == [f"line {i}" for i in range(400)]
+    assert home.run(run_id).state is RunState.SUCCEEDED
