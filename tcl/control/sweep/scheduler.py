@@ -46,6 +46,7 @@ from tcl.control.lifecycle.release import release, release_attempt
 from tcl.control.lifecycle.retry import place_waiting, waiting_for_retry
 from tcl.control.lifecycle.stop import stop
 from tcl.control.lifecycle.submit import Submission, relaunch, stored_request
+from tcl.control.runleases import RunLeases
 from tcl.control.service import Control
 from tcl.control.states import RunState
 from tcl.control.store import Run
@@ -106,6 +107,10 @@ class Scheduler:
         self._placing = 0  # entries claimed and being placed
         self._batches: set[asyncio.Task[None]] = set()
         self.turns = PriorityTurns()  # one priority at a time across batches
+        # the runs of the entries it follows: it holds their leases (their one owner, so a
+        # `tcl ps`, `tcl logs` or follow reads what it keeps instead of pulling them too)
+        self.run_leases = RunLeases(queue.store)
+        self._runs: dict[int, str] = {}  # entry id -> run id, for the entries it follows
 
     # the loop ---------------------------------------------------------------------------------
 
@@ -189,6 +194,9 @@ class Scheduler:
                     0.0,
                     "its scheduler stopped; queued again",
                 )
+            run_id = self._runs.pop(entry_id, None)
+            if run_id is not None:
+                await self._drop_run(run_id)
 
     def busy(self) -> bool:
         return bool(self.watchers) or self._placing > 0
@@ -208,6 +216,14 @@ class Scheduler:
             for entry_id, task in list(self.watchers.items()):
                 if entry_id not in held:  # cancelled by the user, or reaped: let it go
                     task.cancel()
+                    gone = self._runs.pop(entry_id, None)
+                    if gone is not None:  # its run goes with it (to the next claimer)
+                        await self._drop_run(gone)
+            runs = {self._runs[e] for e in held if e in self._runs}
+            with contextlib.suppress(StoreError):
+                await asyncio.to_thread(
+                    self.run_leases.renew, self.owner, runs, self.settings.lease_s
+                )
 
     async def _place_batch(self, claimed: list[Entry], ticket: int) -> None:
         """Place a claimed batch, one priority at a time (the entries of one priority at
@@ -330,7 +346,28 @@ class Scheduler:
                 with contextlib.suppress(TclError):
                     ctl.store.delete_run(entry.run_id)
                 raise
-        elif waiting_for_retry(ctl, run):
+            await self._take_run(entry.run_id)
+        else:
+            await self._take_run(run.id)
+            try:
+                if not await self._resume(ctl, entry, run):
+                    await self._drop_run(run.id)
+                    return False
+            except BaseException:
+                await self._drop_run(run.id)
+                raise
+        if not await asyncio.to_thread(self.queue.started, self.owner, entry.id):
+            await self._drop_run(entry.run_id)
+            return False  # cancelled meanwhile: its watcher would only stop it
+        self._runs[entry.id] = entry.run_id
+        self.watchers[entry.id] = asyncio.create_task(self._watch(ctl, entry))
+        return True
+
+    async def _resume(self, ctl: Control, entry: Entry, run: Run) -> bool:
+        """An entry claimed again whose run exists: place it again when it waits for a retry
+        that is due, adopt a placement its scheduler did not record; False when the entry
+        went back to the queue (the retry is not due)."""
+        if waiting_for_retry(ctl, run):
             waiting = ctl.retries.waiting(run.id)
             if waiting is not None and not waiting.due:
                 await asyncio.to_thread(
@@ -344,10 +381,20 @@ class Scheduler:
         elif run.state in (RunState.PENDING, RunState.PROVISIONING):
             # its scheduler died before or while placing it (perhaps after its job started)
             await self._adopt_placement(ctl, run)
-        if not await asyncio.to_thread(self.queue.started, self.owner, entry.id):
-            return False  # cancelled meanwhile: its watcher would only stop it
-        self.watchers[entry.id] = asyncio.create_task(self._watch(ctl, entry))
         return True
+
+    async def _take_run(self, run_id: str) -> None:
+        """Own the run (its lease); another live owner (a scheduler whose entry lease lapsed
+        before its run lease did): not now, the entry goes back to the queue."""
+        taken = await asyncio.to_thread(
+            self.run_leases.take, self.owner, run_id, self.settings.lease_s
+        )
+        if not taken:
+            raise NoPlacementError(f"run {run_id} is still owned by another controller", [])
+
+    async def _drop_run(self, run_id: str) -> None:
+        with contextlib.suppress(StoreError):
+            await asyncio.to_thread(self.run_leases.drop, self.owner, run_id)
 
     async def _place(self, ctl: Control, run_id: str) -> None:
         try:
@@ -401,7 +448,11 @@ class Scheduler:
             with contextlib.suppress(TclError):
                 now = await asyncio.to_thread(self.queue.entry, entry.id)
                 if now.state is EntryState.CANCELLED:
-                    await stop(ctl, ctl.store.get_run(entry.run_id), grace_s=5.0)
+                    # no owner while it is stopped: the stop keeps its last events itself;
+                    # stopped already (by `tcl matrix cancel`): what it holds is freed here
+                    await self._drop_run(entry.run_id)
+                    stopped = await stop(ctl, ctl.store.get_run(entry.run_id), grace_s=5.0)
+                    await release(ctl, stopped.id)
             raise
         except Exception as e:  # its host is gone for good, a bug: end the entry
             log.exception("following entry %s", entry.job_id)
@@ -410,6 +461,8 @@ class Scheduler:
             self.watchers.pop(entry.id, None)
             self._wake.set()  # its GPU is free: claim the next entry now
         await self._until_stored(self._record_end, ctl, entry, state, why)
+        self._runs.pop(entry.id, None)
+        await self._drop_run(entry.run_id)
 
     def _record_end(self, ctl: Control, entry: Entry, state: EntryState, why: str) -> None:
         assert entry.run_id is not None

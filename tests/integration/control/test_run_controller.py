@@ -23,11 +23,20 @@ from tests.polling import wait_until
 
 
 class Home:
-    def __init__(self, root: Path, **extra: str) -> None:
+    """``gpus``: a config with one local host of that many fake GPUs (else the local default)."""
+
+    def __init__(self, root: Path, gpus: int = 0, **extra: str) -> None:
         self.root = root
         self.work = root / "work"
         self.work.mkdir()
-        self.env = user_env(root, None, drop=("TCL_CONFIG", "TCL_DB_URL"), **extra)
+        config = None
+        if gpus:
+            config = root / "config.yaml"
+            config.write_text(
+                f'hosts:\n  here: {{type: local, fake_accelerators: "h100:{gpus}", '
+                "executor: process}\n"
+            )
+        self.env = user_env(root, config, drop=("TCL_CONFIG", "TCL_DB_URL"), **extra)
         self._store: Store | None = None
 
     def tcl(self, *args: str, timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
@@ -75,6 +84,13 @@ class Home:
 @pytest.fixture
 def home(tmp_path: Path) -> Iterator[Home]:
     h = Home(tmp_path, TCL_SERVE_LEASE_S="3")
+    yield h
+    h.close()
+
+
+@pytest.fixture
+def gpu_home(tmp_path: Path) -> Iterator[Home]:
+    h = Home(tmp_path, gpus=8, TCL_SERVE_LEASE_S="3")
     yield h
     h.close()
 
@@ -160,3 +176,27 @@ def test_a_follow_without_a_daemon_carries_on_a_killed_daemon_s_run(home: Home) 
     assert follow.returncode == 0, follow.stderr
     assert follow.stdout.splitlines() == [f"line {i}" for i in range(400)]
     assert home.run(run_id).state is RunState.SUCCEEDED
+
+
+def test_a_killed_local_shim_loses_no_line_of_its_live_runs(gpu_home: Home) -> None:
+    home = gpu_home
+    runs = [
+        home.submit_detached("--chip", "h100", "--", "python", "-c", _lines(300, every_s=0.03))
+        for _ in range(8)
+    ]
+    logs = [home.root / "state" / "logs" / f"{r}.jsonl" for r in runs]
+    wait_until(lambda: all(f.exists() for f in logs), 60, "every run's first lines")
+    shim_json = home.root / "state" / "local-shim" / "shim.json"
+    os.kill(int(json.loads(shim_json.read_text())["pid"]), signal.SIGKILL)
+    # the runners go on; the controller asks again until the shim is back (started anew on
+    # its next use) and keeps every line; nothing here touches the runs
+    for run_id in runs:
+        run = wait_until(
+            lambda r=run_id: home.run(r), 180, f"{run_id}'s end", done=lambda r: r.state.is_final
+        )
+        assert run.state is RunState.SUCCEEDED, run
+        shown = home.tcl("logs", run_id)
+        assert shown.stdout.splitlines() == [f"line {i}" for i in range(300)], run_id
+    with home.shim() as shim:
+        gpus = shim.get("/host").json()["accelerators"]
+    assert len(gpus) == 8 and all(g["task_id"] is None for g in gpus), gpus

@@ -357,3 +357,32 @@ def test_a_matrix_of_tcl_jobs_overrides_each_entrys_config(tmp_path: Path) -> No
         tcl("matrix", "cancel", "jm")
         tcl("serve", "--stop")
         stop_local_shim(home / "state" / "local-shim")
+
+
+def test_a_sweep_run_has_one_owner_and_ps_and_logs_only_read_it(sweep: Sweep) -> None:
+    from tcl.control.runleases import RunLeases
+    from tcl.control.store import Store
+
+    s = sweep
+    rows = [{"job_id": "held", "job": "held", "fail_until": 0, "sleep_s": -1}]
+    s.add("owned", _manifest(s.out.parent / "m.json", rows))
+    s.wait("owned", lambda st: st["counts"]["running"] == 1, 60)
+    [run] = json.loads(s.tcl("ps", "--matrix", "owned", "--json").stdout)
+    scheduler = json.loads(s.tcl("serve", "--status").stdout)["scheduler"]
+    store = Store(f"sqlite:///{s.home / 'state' / 'tcl.db'}")
+    try:
+        # its scheduler holds the run's lease: `tcl ps` and `tcl logs` read, they do not pull
+        lease = RunLeases(store).of([run["run_id"]])[run["run_id"]]
+        assert lease.owner == scheduler and lease.live(), lease
+        for _ in range(3):
+            assert s.tcl("ps").returncode == 0
+            assert s.tcl("logs", run["run_id"]).returncode == 0
+        (s.out / "release").touch()
+        s.wait("owned", _ended, 60)
+        assert s.status("owned")["counts"]["done"] == 1
+        assert RunLeases(store).of([run["run_id"]]) == {}  # given up once it ended
+    finally:
+        store.close()
+    kept = [json.loads(ln) for ln in (s.home / "state" / "logs" / f"{run['run_id']}.jsonl").open()]
+    seqs = [(e.get("attempt", 0), e.get("node", 0), e["node_seq"]) for e in kept]
+    assert len(seqs) == len(set(seqs)), seqs  # no event kept twice
