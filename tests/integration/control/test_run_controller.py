@@ -4,6 +4,7 @@ could advance a run itself: whatever moves the runs here is the daemon's control
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -192,7 +193,10 @@ def test_a_killed_local_shim_loses_no_line_of_its_live_runs(gpu_home: Home) -> N
     # its next use) and keeps every line; nothing here touches the runs
     for run_id in runs:
         run = wait_until(
-            lambda r=run_id: home.run(r), 180, f"{run_id}'s end", done=lambda r: r.state.is_final
+            functools.partial(home.run, run_id),
+            180,
+            f"{run_id}'s end",
+            done=lambda r: r.state.is_final,
         )
         assert run.state is RunState.SUCCEEDED, run
         shown = home.tcl("logs", run_id)
