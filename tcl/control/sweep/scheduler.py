@@ -109,8 +109,14 @@ class Scheduler:
         self.turns = PriorityTurns()  # one priority at a time across batches
         # the runs of the entries it follows: it holds their leases (their one owner, so a
         # `tcl ps`, `tcl logs` or follow reads what it keeps instead of pulling them too)
-        self.run_leases = RunLeases(queue.store)
+        self._run_leases: RunLeases | None = None
         self._runs: dict[int, str] = {}  # entry id -> run id, for the entries it follows
+
+    @property
+    def run_leases(self) -> RunLeases:
+        if self._run_leases is None:
+            self._run_leases = RunLeases(self.queue.store)
+        return self._run_leases
 
     # the loop ---------------------------------------------------------------------------------
 
@@ -220,10 +226,11 @@ class Scheduler:
                     if gone is not None:  # its run goes with it (to the next claimer)
                         await self._drop_run(gone)
             runs = {self._runs[e] for e in held if e in self._runs}
-            with contextlib.suppress(StoreError):
-                await asyncio.to_thread(
-                    self.run_leases.renew, self.owner, runs, self.settings.lease_s
-                )
+            if runs:
+                with contextlib.suppress(StoreError):
+                    await asyncio.to_thread(
+                        self.run_leases.renew, self.owner, runs, self.settings.lease_s
+                    )
 
     async def _place_batch(self, claimed: list[Entry], ticket: int) -> None:
         """Place a claimed batch, one priority at a time (the entries of one priority at
