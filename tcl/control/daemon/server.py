@@ -24,7 +24,7 @@ import uvicorn
 from tcl.control.daemon.app import Daemon, create_app
 from tcl.control.daemon.identity import current_identity, daemon_dir
 from tcl.control.daemon.supervisor import Supervisor
-from tcl.control.lifecycle.reconcile import ControllerSettings, RunController
+from tcl.control.lifecycle.reconcile import ControllerSettings, RunController, default_lease_s
 from tcl.control.paths import db_url
 from tcl.control.store import Store
 from tcl.control.sweep.queue import SweepQueue
@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--lease-s",
         type=float,
-        default=float(os.environ.get("TCL_SERVE_LEASE_S", SchedulerSettings.lease_s)),
+        default=default_lease_s(),
         help="a silent daemon's runs and matrix entries go to the next one after this long "
         "(default: $TCL_SERVE_LEASE_S or 30)",
     )

@@ -33,15 +33,17 @@ import os
 import secrets
 import socket
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
 
 from tcl.control.backoff import backoff_s
 from tcl.control.errors import StoreError, TclError
+from tcl.control.lifecycle.adopt import adopt_placement, interrupted
 from tcl.control.lifecycle.pull import ResumingPull, drained
 from tcl.control.lifecycle.release import release
 from tcl.control.logcache import LogCache
 from tcl.control.paths import config_path
+from tcl.control.retries import policy_of
 from tcl.control.runleases import RunLeases
 from tcl.control.service import Control
 from tcl.control.states import RunState
@@ -56,10 +58,17 @@ ERROR_RETRY_CAP_S = 30.0  # an owner whose pulls fail (not a dropped connection)
 DRAIN_DEADLINE_S = 300.0
 
 
+def default_lease_s() -> float:
+    """How long a silent owner keeps its runs: ``$TCL_SERVE_LEASE_S`` (30 s)."""
+    return float(os.environ.get("TCL_SERVE_LEASE_S") or 30.0)
+
+
 @dataclass(frozen=True)
 class ControllerSettings:
-    lease_s: float = 30.0  # a controller silent this long loses its runs to the next one
-    heartbeat_s: float = 5.0  # how often it renews its leases
+    # a controller (or a submit placing a run) silent this long loses its runs to the next one
+    lease_s: float = field(default_factory=default_lease_s)
+    # how often it renews its leases: a third of the lease, at most 5 s
+    heartbeat_s: float = field(default_factory=lambda: min(5.0, default_lease_s() / 3))
     pass_s: float = 2.0  # how often it looks for runs nobody owns
 
 
@@ -82,9 +91,14 @@ def run_config(run: Run) -> tuple[str, bool]:
     return str(found), named
 
 
-def ownable(run: Run) -> bool:
-    """A live run a controller advances (placed, not a sweep's)."""
-    return run.state in OWNED_STATES and run.host is not None and not sweep_run(run)
+def ownable(run: Run, lease_s: float = 30.0) -> bool:
+    """A live run a controller advances: placed, or ``pending`` for longer than a placer's
+    lease (its submit died mid-placement: adopted once that lease lapsed); not a sweep's."""
+    if sweep_run(run):
+        return False
+    if run.state is RunState.PENDING:
+        return time.time() - run.updated_at > lease_s
+    return run.state in OWNED_STATES and run.host is not None
 
 
 def undrained(ctl: Control, run: Run) -> bool:
@@ -146,7 +160,7 @@ class RunController:
         if self.owns(run_id):
             return True
         run = await asyncio.to_thread(self.store.get_run, run_id)
-        if ownable(run) or undrained(self.control_for(run), run):
+        if ownable(run, self.settings.lease_s) or undrained(self.control_for(run), run):
             return await self._take(run)
         return False
 
@@ -192,7 +206,7 @@ class RunController:
 
     async def _pass(self) -> None:
         runs = await asyncio.to_thread(self._live_runs)
-        free = [r for r in runs if r.id not in self.owners and ownable(r)]
+        free = [r for r in runs if r.id not in self.owners and ownable(r, self.settings.lease_s)]
         if not free:
             return
         # one read of their leases: a run another live controller owns costs no write
@@ -283,6 +297,28 @@ class RunController:
         with contextlib.suppress(StoreError):
             await asyncio.to_thread(self.leases.drop, self.owner, run_id)
 
+    async def _place_again(self, ctl: Control, run: Run) -> None:
+        """Nothing of an interrupted placement runs: a first one (its ``tcl submit`` died) ends
+        the run, saying so; a placement again (a retry, a lost node) is made again here."""
+        if run.state is RunState.PENDING:
+            ctl.store.set_state(
+                run.id,
+                RunState.FAILED,
+                message="its tcl submit stopped before the job started; nothing is left running",
+            )
+            return
+        why = "its placement was interrupted (its controller stopped); placing it again"
+        if policy_of(run) is not None:
+            ctl.retries.wait(run.id, 0.0, False, why)  # placed by the pulls below, when due
+            return
+        from tcl.control.lifecycle.submit import relaunch
+
+        try:
+            await relaunch(ctl, run.id)
+        except TclError as e:
+            why = f"{why}; placing it again failed: {str(e).splitlines()[0]}"
+            ctl.store.set_state(run.id, RunState.FAILED, message=why)
+
     async def _advance(self, run_id: str) -> None:
         run = await asyncio.to_thread(self.store.get_run, run_id)
         ctl = self.control_for(run)
@@ -297,6 +333,11 @@ class RunController:
             self.trouble[run_id] = why
             self._notify(run_id)
 
+        att = interrupted(ctl, run)
+        # its placer died mid-placement (the host unreachable: raised, tried again later)
+        cut_short = att is not None or run.state is RunState.PENDING
+        if cut_short and not await adopt_placement(ctl, run, att):
+            await self._place_again(ctl, run)
         # unreachable for however long: asked again (a backoff capped at seconds), never failed;
         # an ended run's last events are waited for a while only
         deadline_s = DRAIN_DEADLINE_S if run.state.is_final else math.inf
@@ -326,3 +367,32 @@ class RunController:
             if not res.events and res.state in (RunState.QUEUED, RunState.PENDING):
                 # a queued run's backend may answer without waiting: pace it
                 await asyncio.sleep(0.5)
+
+
+@contextlib.asynccontextmanager
+async def placing(
+    store: Store, run_id: str, settings: ControllerSettings | None = None
+) -> AsyncIterator[None]:
+    """Hold a run's lease while it is placed (a ``tcl submit``): no controller adopts it
+    meanwhile; if this process dies, the lease lapses and the next controller adopts what the
+    placement left (:mod:`tcl.control.lifecycle.adopt`)."""
+    s = settings or ControllerSettings()
+    leases = RunLeases(store)
+    owner = controller_id("submit")
+    await asyncio.to_thread(leases.take, owner, run_id, s.lease_s)
+
+    async def renew() -> None:
+        while True:
+            await asyncio.sleep(s.heartbeat_s)
+            with contextlib.suppress(StoreError):
+                await asyncio.to_thread(leases.renew, owner, {run_id}, s.lease_s)
+
+    renewing = asyncio.create_task(renew())
+    try:
+        yield
+    finally:
+        renewing.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await renewing
+        with contextlib.suppress(StoreError):
+            await asyncio.to_thread(leases.drop, owner, run_id)

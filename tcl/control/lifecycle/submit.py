@@ -27,6 +27,7 @@ from tcl.control.lifecycle.place import (
     resume_where,
     solver_request,
 )
+from tcl.control.lifecycle.reconcile import placing
 from tcl.control.lifecycle.retry_policy import RetryPolicy
 from tcl.control.paths import cache_dir
 from tcl.control.service import Control
@@ -148,7 +149,8 @@ async def submit(
         await cancel_solving(solving)
         raise
     try:
-        return await place_and_start(ctl, sub, snap, run_id, req, solving, obs, tried)
+        async with placing(ctl.store, run_id):  # a controller adopts it only if we die
+            return await place_and_start(ctl, sub, snap, run_id, req, solving, obs, tried)
     except BaseException as e:
         await cancel_solving(solving)
         cancelled = isinstance(e, KeyboardInterrupt | asyncio.CancelledError)

@@ -33,7 +33,6 @@ from typing import Any
 from tcl.control.backoff import backoff_s
 from tcl.control.errors import (
     AgentError,
-    AgentUnreachableError,
     NoCapacityError,
     NoPlacementError,
     RunNotFoundError,
@@ -41,8 +40,9 @@ from tcl.control.errors import (
     StoreError,
     TclError,
 )
+from tcl.control.lifecycle.adopt import adopt_placement
 from tcl.control.lifecycle.pull import ResumingPull
-from tcl.control.lifecycle.release import release, release_attempt
+from tcl.control.lifecycle.release import release
 from tcl.control.lifecycle.retry import place_waiting, waiting_for_retry
 from tcl.control.lifecycle.stop import stop
 from tcl.control.lifecycle.submit import Submission, relaunch, stored_request
@@ -416,27 +416,11 @@ class Scheduler:
             raise
 
     async def _adopt_placement(self, ctl: Control, run: Run) -> None:
-        """A run whose scheduler died before recording its placement: if a task was made and
-        its job started (the runner says so), record the placement and follow it; else end
-        that attempt and place the run again. Unsure (the host does not answer): later."""
-        att = ctl.store.latest_attempt(run.id)
-        if att is not None and att.handle and not att.state.is_final:
-            try:
-                status = await ctl.backend_for(att).status(ctl.handle(att))
-            except TclError as e:
-                # not knowing is no licence to start it again (it may have run): later
-                raise AgentUnreachableError(
-                    f"cannot tell whether run {run.id}'s job started: {_line(e)}"
-                ) from None
-            if status.state not in (RunState.PROVISIONING, RunState.PENDING):
-                if run.state is RunState.PENDING:  # the watcher records how it goes on
-                    ctl.store.set_placement(run.id, att.host, att.backend, run.code_sha256)
-                    ctl.store.set_state(run.id, RunState.PROVISIONING)
-                return  # its job started: the watcher follows it
-            with contextlib.suppress(TclError):
-                await ctl.backend_for(att).stop(ctl.handle(att), grace_s=1.0)
-            ctl.store.update_attempt(run.id, att.attempt, state=RunState.TERMINATED)
-            await release_attempt(ctl, att, RunState.TERMINATED)
+        """A run whose scheduler died before recording its placement: followed when its job
+        started; else placed again (:mod:`tcl.control.lifecycle.adopt`). Unsure (the host
+        does not answer): later."""
+        if await adopt_placement(ctl, run, ctl.store.latest_attempt(run.id)):
+            return  # its job started: the watcher follows it
         if run.state is RunState.PROVISIONING:
             ctl.store.set_state(
                 run.id,

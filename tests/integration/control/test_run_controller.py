@@ -9,6 +9,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +17,7 @@ import httpx
 import pytest
 
 from tcl.control.daemon.client import stop_daemon
+from tcl.control.errors import StoreError
 from tcl.control.localshim import stop_local_shim
 from tcl.control.states import RunState
 from tcl.control.store import Run, Store
@@ -204,3 +206,49 @@ def test_a_killed_local_shim_loses_no_line_of_its_live_runs(gpu_home: Home) -> N
     with home.shim() as shim:
         gpus = shim.get("/host").json()["accelerators"]
     assert len(gpus) == 8 and all(g["task_id"] is None for g in gpus), gpus
+
+
+def test_a_submit_killed_mid_placement_leaves_nothing_pending_nor_holding_a_gpu(
+    gpu_home: Home,
+) -> None:
+    home = gpu_home
+    # a code upload long enough to kill the submit in the middle of its placement
+    (home.work / "weights.bin").write_bytes(os.urandom(48 * 1024 * 1024))
+    env = {**home.env, "TCL_SERVE": "0"}  # the placement runs in the CLI process itself
+    submit = subprocess.Popen(
+        [str(Path(sys.executable).parent / "tcl"), "submit", "--chip", "h100", "--", "true"],
+        env=env,
+        cwd=home.work,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+
+        def attempt_made() -> str | None:
+            for run in home.store.list_runs():
+                if home.store.attempts(run.id):
+                    return run.id
+            return None
+
+        # (the state dir and its database appear once the submit starts)
+        found = wait_until(attempt_made, 120, "the submit's attempt", ignore=(StoreError,))
+        assert found is not None
+        run_id = found
+        assert home.run(run_id).state is RunState.PENDING  # still placing it
+    finally:
+        submit.kill()
+        submit.wait()
+    # the next controller adopts it once the dead submit's lease lapsed (3 s here): its job
+    # never started, so its task is stopped and freed and the run ends saying why
+    serve = start_tcl(["serve"], home.env, home.work)
+    try:
+        run = wait_until(lambda: home.run(run_id), 120, "its end", done=lambda r: r.state.is_final)
+        assert run.state is RunState.FAILED, run
+        assert "its tcl submit stopped before the job started" in run.message, run
+        assert [a.state for a in home.store.attempts(run_id)] == [RunState.TERMINATED]
+        with home.shim() as shim:
+            gpus = shim.get("/host").json()["accelerators"]
+        assert all(g["task_id"] is None for g in gpus), gpus
+    finally:
+        serve.send_signal(signal.SIGTERM)
+        serve.communicate(timeout=60)
