@@ -226,7 +226,8 @@ def test_a_preempted_trainer_resumes_on_the_other_host_from_latest(cluster: Clus
         time.sleep(0.5)
     # the host is going away: its shutdown script tells the shim (the job checkpoints), which
     # takes no new task meanwhile; nobody follows: the run's controller places attempt 2 on b
-    notified = c.shim("a", "POST", "/preemption", {"message": "spot VM reclaimed", "grace_s": 30.0})
+    # (a short grace: host a takes new tasks again for the tests after this one)
+    notified = c.shim("a", "POST", "/preemption", {"message": "spot VM reclaimed", "grace_s": 5.0})
     assert len(notified) == 1, notified
     followed = c.env.tcl("logs", "-f", run_id, timeout=600)
     logs = followed.stdout + followed.stderr  # the job's stderr lines come on stderr
