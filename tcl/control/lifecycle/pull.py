@@ -18,9 +18,21 @@ from typing import TYPE_CHECKING
 
 from tcl.control.backends.base import RUNNER_STATES, Backend, Handle, NodePage, worst_state
 from tcl.control.backoff import backoff_s
-from tcl.control.errors import AgentUnreachableError, SshConnectError, TclError
+from tcl.control.errors import (
+    AgentError,
+    AgentUnreachableError,
+    NoPlacementError,
+    SshConnectError,
+    TclError,
+)
 from tcl.control.lifecycle.release import release_attempt
-from tcl.control.lifecycle.retry import place_waiting, retry_after_end, waiting_for_retry
+from tcl.control.lifecycle.retry import (
+    NO_PLACE_RETRY_S,
+    end_failed_placement,
+    place_waiting,
+    retry_after_end,
+    waiting_for_retry,
+)
 from tcl.control.logcache import KeptEvent, LogCache
 from tcl.control.service import Control
 from tcl.control.states import Move, RunState, move
@@ -205,8 +217,16 @@ async def _relaunch(ctl: Control, run: Run, att: Attempt, why: str) -> None:
     if move(current.state, RunState.QUEUED) is not Move.APPLY:
         return  # stopped here meanwhile
     ctl.store.set_state(run.id, RunState.QUEUED, message=f"{why}; placing it again")
+    before = ctl.store.latest_attempt(run.id)
     try:
         await relaunch(ctl, run.id)
+    except (NoPlacementError, AgentError, SshConnectError) as e:
+        end_failed_placement(ctl, run.id, before)
+        # nothing could take it now (its node is still going away, a queued resource waits):
+        # not the run's fault, it waits and is placed again when due (each pull looks)
+        why = f"{why}; nothing took it yet ({str(e).splitlines()[0]}): trying again"
+        ctl.retries.wait(run.id, NO_PLACE_RETRY_S, False, why)
+        ctl.store.set_state(run.id, RunState.QUEUED, message=why)
     except TclError as e:
         why = f"{why}; placing it again failed: {str(e).splitlines()[0]}"
         ctl.store.set_state(run.id, RunState.FAILED, message=why)
@@ -285,16 +305,17 @@ class ResumingPull:
 
 
 def drained(ctl: Control, cache: LogCache, run_id: str) -> bool:
-    """Every node of the latest attempt has its final state kept (a run whose events were
-    never pulled, e.g. stopped before it started, counts as drained)."""
+    """Every node of the latest attempt has its final state kept (an attempt none of whose
+    events were pulled, e.g. stopped or failed before its job started, counts as drained)."""
     att = ctl.store.latest_attempt(run_id)
     nodes = ctl.handle(att).node_count if att is not None and att.handle else 1
     last: dict[int, KeptEvent] = {}
     seen = False
     for e in cache.read():
-        seen = True
-        if e.kind is EventKind.STATE and (att is None or e.attempt == att.attempt):
-            last[e.node] = e
+        if att is None or e.attempt == att.attempt:
+            seen = True
+            if e.kind is EventKind.STATE:
+                last[e.node] = e
     if not seen:
         return True
     return len(last) == nodes and all(

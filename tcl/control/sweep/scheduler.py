@@ -111,6 +111,7 @@ class Scheduler:
         # `tcl ps`, `tcl logs` or follow reads what it keeps instead of pulling them too)
         self._run_leases: RunLeases | None = None
         self._runs: dict[int, str] = {}  # entry id -> run id, for the entries it follows
+        self._in_hand: set[int] = set()  # entries it claimed and still places or follows
 
     @property
     def run_leases(self) -> RunLeases:
@@ -170,14 +171,28 @@ class Scheduler:
             claimed = await asyncio.to_thread(
                 self.queue.claim, self.owner, limit, self.settings.lease_s
             )
+            claimed = await self._drop_own(claimed)
             self.admission.took(len(claimed))
             if claimed:
+                self._in_hand.update(e.id for e in claimed)
                 self._placing += len(claimed)
                 ticket = self.turns.claimed(e.priority for e in claimed)
                 batch = asyncio.create_task(self._place_batch(claimed, ticket))
                 self._batches.add(batch)
                 batch.add_done_callback(self._batches.discard)
         return reaped_at
+
+    async def _drop_own(self, claimed: list[Entry]) -> list[Entry]:
+        """Entries this scheduler still places or follows, claimed again after its late
+        heartbeat let their leases lapse (a loaded machine): they stay with their placer or
+        watcher, never handled twice; a followed one is marked running again."""
+        fresh = []
+        for e in claimed:
+            if e.id not in self._in_hand:
+                fresh.append(e)
+            elif e.id in self.watchers:
+                await asyncio.to_thread(self.queue.started, self.owner, e.id)
+        return fresh
 
     def _error(self, e: BaseException) -> None:
         if self.on_error is not None:
@@ -213,7 +228,7 @@ class Scheduler:
                 await asyncio.wait_for(stopping.wait(), self.settings.heartbeat_s)
             try:
                 held = await asyncio.to_thread(
-                    self.queue.heartbeat, self.owner, self.settings.lease_s
+                    self.queue.heartbeat, self.owner, self.settings.lease_s, set(self._in_hand)
                 )
             except TclError as e:
                 log.warning("heartbeat failed: %s", e)
@@ -263,6 +278,8 @@ class Scheduler:
                     for p in {e.priority for e in left}:
                         group_done(p, refused=False)  # they go back untried
                     for e in refused + left:
+                        self._in_hand.discard(e.id)  # out of its hands before it is queued
+                    for e in refused + left:
                         why = self._refusals.pop(e.id, "")
                         await self._until_stored(self.queue.release, self.owner, e.id, 0.0, why)
                     self._placing -= len(left)
@@ -272,6 +289,9 @@ class Scheduler:
             for p in list(open_priorities):
                 group_done(p, refused=False)
             self.turns.finished(ticket)
+            for e in claimed:  # out of its hands unless a watcher follows it now
+                if e.id not in self.watchers:
+                    self._in_hand.discard(e.id)
             self._wake.set()
 
     async def _start_or_end(self, entry: Entry) -> bool:
@@ -449,7 +469,9 @@ class Scheduler:
             log.exception("following entry %s", entry.job_id)
             state, why = EntryState.FAILED, _line(e)
         finally:
-            self.watchers.pop(entry.id, None)
+            if self.watchers.get(entry.id) is asyncio.current_task():
+                del self.watchers[entry.id]
+                self._in_hand.discard(entry.id)
             self._wake.set()  # its GPU is free: claim the next entry now
         await self._until_stored(self._record_end, ctl, entry, state, why)
         self._runs.pop(entry.id, None)

@@ -42,7 +42,8 @@ sys.exit(3 if n < fail_until else 0)
 
 
 class Sweep:
-    def __init__(self, root: Path, gpus: int) -> None:
+    def __init__(self, root: Path, gpus: int, **extra_env: str) -> None:
+        self.extra_env = extra_env
         self.home, self.repo, self.out = root / "home", root / "repo", root / "out"
         for d in (self.home, self.repo, self.out):
             d.mkdir()
@@ -55,7 +56,9 @@ class Sweep:
         (self.repo / "job.py").write_text(JOB)
 
     def env(self) -> dict[str, str]:
-        return user_env(self.home, self.config, drop=("TCL_DB_URL",), COLUMNS="200")
+        return user_env(
+            self.home, self.config, drop=("TCL_DB_URL",), COLUMNS="200", **self.extra_env
+        )
 
     def tcl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         return run_tcl(args, self.env(), self.repo, check=check, timeout=120)
