@@ -36,7 +36,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
-from tcl.control.backoff import backoff_s
+from tcl.control.backoff import backoff_s, pause
 from tcl.control.errors import StoreError, TclError
 from tcl.control.lifecycle.adopt import adopt_placement, interrupted
 from tcl.control.lifecycle.pull import ResumingPull, drained
@@ -193,11 +193,7 @@ class RunController:
                 wait_s = self.settings.pass_s
                 if failures:
                     wait_s = max(wait_s, backoff_s(failures - 1, 0.5, 10.0))
-                woken = asyncio.ensure_future(self._wake.wait())
-                stopped = asyncio.ensure_future(stopping.wait())
-                await asyncio.wait({woken, stopped}, timeout=wait_s, return_when="FIRST_COMPLETED")
-                woken.cancel()
-                stopped.cancel()
+                await pause(self._wake, stopping, wait_s)
         finally:
             beats.cancel()
             with contextlib.suppress(asyncio.CancelledError):

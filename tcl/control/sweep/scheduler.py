@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tcl.control.backoff import backoff_s
+from tcl.control.backoff import backoff_s, pause
 from tcl.control.errors import (
     AgentError,
     NoCapacityError,
@@ -141,15 +141,7 @@ class Scheduler:
                 wait_s = self.admission.wait_s(time.time())
                 if store_failures:
                     wait_s = max(wait_s, self._store_wait_s(store_failures))
-                woken = asyncio.ensure_future(self._wake.wait())
-                stopped = asyncio.ensure_future(stopping.wait())
-                await asyncio.wait(
-                    {woken, stopped},
-                    timeout=wait_s,
-                    return_when=asyncio.FIRST_COMPLETED,
-                )
-                woken.cancel()
-                stopped.cancel()
+                await pause(self._wake, stopping, wait_s)
         finally:
             beats.cancel()
             with contextlib.suppress(asyncio.CancelledError):

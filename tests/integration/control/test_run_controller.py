@@ -21,7 +21,7 @@ from tcl.control.errors import StoreError
 from tcl.control.localshim import stop_local_shim
 from tcl.control.states import RunState
 from tcl.control.store import Run, Store
-from tests.integration.tclcli import run_tcl, start_tcl, user_env
+from tests.integration.tclcli import local_shim_client, run_tcl, start_tcl, user_env
 from tests.polling import wait_until
 
 
@@ -63,14 +63,7 @@ class Home:
         return len(self.store.attempts(run_id))
 
     def shim(self) -> httpx.Client:
-        base = self.root / "state" / "local-shim"
-        token = (base / "token").read_text().strip()
-        return httpx.Client(
-            base_url="http://localhost/api",
-            headers={"Authorization": f"Bearer {token}"},
-            transport=httpx.HTTPTransport(uds=str(base / "shim.sock")),
-            timeout=30,
-        )
+        return local_shim_client(self.root / "state")
 
     def daemon_pid(self) -> int:
         sock = self.root / "state" / "serve" / "daemon.sock"

@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from tcl.control.localshim import stop_local_shim
-from tests.integration.tclcli import run_tcl, user_env
+from tests.integration.tclcli import local_shim_client, run_tcl, user_env
 from tests.polling import wait_until
 
 USER_REPO = Path(__file__).resolve().parents[2] / "fixtures" / "userrepo"
@@ -104,14 +104,7 @@ class Sweep:
 
     def local_shim(self) -> httpx.Client:
         """A client of the local shim (its Unix socket, its token)."""
-        base = self.home / "state" / "local-shim"
-        token = (base / "token").read_text().strip()
-        return httpx.Client(
-            base_url="http://localhost/api",
-            headers={"Authorization": f"Bearer {token}"},
-            transport=httpx.HTTPTransport(uds=str(base / "shim.sock")),
-            timeout=30,
-        )
+        return local_shim_client(self.home / "state")
 
     def close(self) -> None:
         # cancel what is left (its runs stopped): nothing of a test goes on holding a GPU
