@@ -247,7 +247,6 @@ def _stop_runs(ctx: typer.Context, run_ids: list[str]) -> int:
 
         from tcl.control.errors import RunNotFoundError
         from tcl.control.lifecycle.stop import stop
-        from tcl.control.states import RunState
 
         async def one(run_id: str) -> int:
             try:
@@ -255,8 +254,7 @@ def _stop_runs(ctx: typer.Context, run_ids: list[str]) -> int:
             except RunNotFoundError:
                 return 0
             if run.state.is_final:
-                # its scheduler saw the cancel first and stopped it: stopped all the same
-                return 1 if run.state is RunState.TERMINATED else 0
+                return 0
             await stop(ctl, run, grace_s=5.0)
             return 1
 
