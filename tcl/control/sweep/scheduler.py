@@ -234,16 +234,18 @@ class Scheduler:
                 left = left[len(group) :]
                 self._placing -= len(group)
                 refused = [e for e, ok in zip(group, oks, strict=True) if not ok]
-                group_done(priority, refused=bool(refused))
                 if refused:
                     self.admission.refused(time.time())
-                    for p in {e.priority for e in left}:
-                        group_done(p, refused=False)  # they go back untried
                     for e in refused + left:
                         why = self._refusals.pop(e.id, "")
                         await self._until_stored(self.queue.release, self.owner, e.id, 0.0, why)
+                    # done only once they are queued again: a batch claimed meanwhile, which
+                    # could not claim them, waits for this group and goes back untried
+                    for p in {e.priority for e in left}:
+                        group_done(p, refused=False)
                     self._placing -= len(left)
                     left = []
+                group_done(priority, refused=bool(refused))
         finally:
             self._placing -= len(left)  # cancelled: their leases lapse or are handed back
             for p in list(open_priorities):

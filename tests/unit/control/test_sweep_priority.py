@@ -8,14 +8,12 @@ tests/integration/control/test_sweep_local.py::test_higher_priority_entries_run_
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 
 from tcl.control.errors import NoPlacementError
 from tcl.control.service import Control
-from tcl.control.store import Store
 from tcl.control.sweep.model import Entry, EntryState
 from tcl.control.sweep.queue import NewEntry, SweepQueue
 from tcl.control.sweep.scheduler import Scheduler, SchedulerSettings
@@ -61,12 +59,8 @@ def _no_control(config_path: str, named: bool) -> Control:
 
 
 @pytest.fixture
-def queue(tmp_path: Path) -> Iterator[SweepQueue]:
-    store = Store(f"sqlite:///{tmp_path / 'tcl.db'}")
-    q = SweepQueue(store)
-    yield q
-    q.close()
-    store.close()
+def queue(sqlite_queue: SweepQueue) -> SweepQueue:
+    return sqlite_queue
 
 
 def _entries(prefix: str, priority: int) -> list[NewEntry]:

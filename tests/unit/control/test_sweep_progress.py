@@ -4,15 +4,12 @@ a real SQLite store whose entries went through the queue's claim / started / fin
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from sqlalchemy import event, update
 
 from tcl.control.errors import SweepError
-from tcl.control.store import Store
 from tcl.control.sweep.model import EntryState
 from tcl.control.sweep.progress import export, iso, last_line, summary
 from tcl.control.sweep.queue import EntryRow, NewEntry, SweepQueue
@@ -22,12 +19,8 @@ OWNER = "sched-1"
 
 
 @pytest.fixture
-def queue(tmp_path: Path) -> Iterator[SweepQueue]:
-    store = Store(f"sqlite:///{tmp_path / 'tcl.db'}")
-    q = SweepQueue(store)
-    yield q
-    q.close()
-    store.close()
+def queue(sqlite_queue: SweepQueue) -> SweepQueue:
+    return sqlite_queue
 
 
 def _add(q: SweepQueue, n: int, name: str = "m") -> None:
