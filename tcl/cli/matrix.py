@@ -221,23 +221,28 @@ def cmd_cancel(
     ctx: typer.Context, name: Annotated[str, typer.Argument(help="The matrix.")]
 ) -> None:
     """Cancel every entry not ended yet; stop the runs of those running."""
+    import time
+
     from tcl.control.errors import TclError
 
     try:
         with opened_queue() as queue:
             queue.matrix(name)
             counts = queue.counts(name).get(name, {})
+            cancelled_at = time.time()
             held = queue.cancel(name)
     except TclError as e:
         raise fail(str(e), e.exit_code) from None
-    stopped = _stop_runs(ctx, [e.run_id for e in held if e.run_id])
+    stopped = _stop_runs(ctx, [e.run_id for e in held if e.run_id], cancelled_at)
     queued = sum(n for st, n in counts.items() if st.value == "queued")
     out.print(
         f"cancelled {queued + len(held)} entries of {name}; stopped {stopped} runs", markup=False
     )
 
 
-def _stop_runs(ctx: typer.Context, run_ids: list[str]) -> int:
+def _stop_runs(ctx: typer.Context, run_ids: list[str], cancelled_at: float) -> int:
+    """How many of ``run_ids`` were stopped: here, or by their scheduler, which sees the
+    cancel at its next heartbeat and may get there first."""
     if not run_ids:
         return 0
     from tcl.cli._common import with_control
@@ -247,6 +252,7 @@ def _stop_runs(ctx: typer.Context, run_ids: list[str]) -> int:
 
         from tcl.control.errors import RunNotFoundError
         from tcl.control.lifecycle.stop import stop
+        from tcl.control.states import RunState
 
         async def one(run_id: str) -> int:
             try:
@@ -254,7 +260,8 @@ def _stop_runs(ctx: typer.Context, run_ids: list[str]) -> int:
             except RunNotFoundError:
                 return 0
             if run.state.is_final:
-                return 0
+                stopped_by_scheduler = run.state is RunState.TERMINATED
+                return int(stopped_by_scheduler and run.updated_at >= cancelled_at)
             await stop(ctl, run, grace_s=5.0)
             return 1
 

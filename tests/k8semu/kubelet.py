@@ -1,6 +1,6 @@
 """The kubelet's part: run a pod's one container as a local process in its own namespaces.
 
-A pod runs as ``ip netns exec <ns> unshare -m -u --propagation private -- sh -c <setup>``:
+A pod runs as ``ip netns exec <ns> unshare -m -u --propagation private -- bash -c <setup>``:
 its network namespace (own IP, ``/etc/hosts`` from ``/etc/netns/<ns>/hosts``), its own mount
 namespace where its volumes are bind-mounted, its own UTS namespace (hostname = pod name).
 The setup script then ``exec``s the container's ``command`` + ``args`` (``$(VAR)`` expanded as
@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import select
 import shlex
 import signal
 import subprocess
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+START_TIMEOUT_S = 30.0  # the most a pod's setup (hostname, bind mounts) may take
 IP = "/usr/sbin/ip" if Path("/usr/sbin/ip").exists() else "/sbin/ip"
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _REF = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.\-]*)\)")
@@ -150,7 +152,11 @@ class PodProcess:
 
 
 def _setup_script(
-    pod: dict[str, Any], mounts: list[tuple[Path, str]], workdir: str, made_dirs: list[Path]
+    pod: dict[str, Any],
+    mounts: list[tuple[Path, str]],
+    workdir: str,
+    made_dirs: list[Path],
+    started_fd: int,
 ) -> str:
     """The shell run first inside the pod's namespaces: hostname, bind mounts, cd, exec."""
     lines = [f"hostname {shlex.quote(pod['spec'].get('hostname') or pod['metadata']['name'])}"]
@@ -166,7 +172,10 @@ def _setup_script(
         q = shlex.quote(dest)
         lines.append(f"mount --bind {shlex.quote(str(src))} {q}")
     lines.append(f"cd {shlex.quote(workdir)}")
-    lines.append('exec "$@"')
+    # tell the kubelet the mounts are in place (the container is "started"); the container
+    # itself does not inherit that pipe
+    lines.append(f"echo started >&{started_fd}")
+    lines.append(f'exec "$@" {started_fd}>&-')
     return " && ".join(lines)
 
 
@@ -194,17 +203,30 @@ def start(
     if not argv:
         raise ValueError("the emulator needs an explicit command (images are not run)")
     workdir = container.get("workingDir") or "/"
-    script = _setup_script(pod, mounts, workdir, made_dirs)
     namespaces = [IP, "netns", "exec", netns, "unshare", "-m", "-u", "--propagation", "private"]
     log.parent.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.Popen(
-        [*namespaces, "--", "/bin/sh", "-c", script, "k8semu-pod", *argv],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        env=full_env,
-        start_new_session=True,
-    )
+    started_r, started_w = os.pipe()
+    script = _setup_script(pod, mounts, workdir, made_dirs, started_w)
+    try:
+        proc = subprocess.Popen(  # bash: it closes an fd above 9 (dash does not)
+            [*namespaces, "--", "/bin/bash", "-c", script, "k8semu-pod", *argv],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=full_env,
+            start_new_session=True,
+            pass_fds=(started_w,),
+        )
+    finally:
+        os.close(started_w)
+    try:
+        # Running only once the bind mounts are made: an exec before that would write into the
+        # host's folder under the mountPath (a real kubelet reports Running after the mounts)
+        ready, _, _ = select.select([started_r], [], [], START_TIMEOUT_S)
+        if ready:
+            os.read(started_r, 64)  # b"" if the setup failed and the process exited
+    finally:
+        os.close(started_r)
     pp = PodProcess(netns, ip, log, proc, full_env, workdir)
     pp.pump = threading.Thread(target=pp._pump, daemon=True)
     pp.pump.start()
