@@ -53,6 +53,7 @@ TCL_SETTINGS = frozenset(
         "TCL_CODE_CACHE_DIR",
         "TCL_SERVE",
         "TCL_SERVE_IDLE_EXIT_S",
+        "TCL_SERVE_LEASE_S",
         "TCL_TRACE",
         "TCL_TPU_API_ENDPOINT",
         "TCL_TPU_CREDENTIALS",

@@ -20,12 +20,22 @@ def cmd_serve(
         bool, typer.Option("--no-scheduler", help="Do not claim matrix entries.")
     ] = False,
     lease_s: Annotated[
-        float,
-        typer.Option("--lease-s", min=1, help="A silent scheduler's entries are requeued after."),
-    ] = 30.0,
+        float | None,
+        typer.Option(
+            "--lease-s",
+            min=1,
+            help="A silent daemon's runs and matrix entries go to the next one after this long "
+            "(default: $TCL_SERVE_LEASE_S or 30).",
+        ),
+    ] = None,
     heartbeat_s: Annotated[
-        float, typer.Option("--heartbeat-s", min=0.1, help="How often leases are renewed.")
-    ] = 5.0,
+        float | None,
+        typer.Option(
+            "--heartbeat-s",
+            min=0.1,
+            help="How often leases are renewed (default: a third of --lease-s, at most 5).",
+        ),
+    ] = None,
     batch: Annotated[int, typer.Option("--batch", min=1, help="Entries claimed at once.")] = 16,
 ) -> None:
     """Keep SSH connections warm, run submits, and schedule matrix entries (one daemon per
@@ -43,10 +53,11 @@ def cmd_serve(
         return
     from tcl.control.daemon.server import main
 
-    argv = [
-        *("--idle-exit-s", str(idle_exit_s), "--lease-s", str(lease_s)),
-        *("--heartbeat-s", str(heartbeat_s), "--batch", str(batch)),
-    ]
+    argv = ["--idle-exit-s", str(idle_exit_s), "--batch", str(batch)]
+    if lease_s is not None:
+        argv += ["--lease-s", str(lease_s)]
+    if heartbeat_s is not None:
+        argv += ["--heartbeat-s", str(heartbeat_s)]
     code = main(argv + (["--no-scheduler"] if no_scheduler else []))
     if code:
         raise typer.Exit(code)

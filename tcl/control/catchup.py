@@ -2,7 +2,8 @@
 
 A catch-up pulls page after page until its host has nothing newer (no long-poll, no
 relaunch); a host that cannot be reached leaves what is kept, and says why. What is kept
-stays readable after the host is gone.
+stays readable after the host is gone. A run a controller owns is not pulled here: its owner
+keeps the cache up to date.
 """
 
 from __future__ import annotations
@@ -29,10 +30,14 @@ class CaughtUp:
 async def catch_up(ctl: Control, ref: str) -> CaughtUp:
     """Resolve ``ref`` (id, prefix or name) and keep what its host has that is not kept yet."""
     from tcl.control.lifecycle.pull import pull
+    from tcl.control.runleases import RunLeases
 
     run = ctl.store.resolve(ref)
     if run.host is None:
         return CaughtUp(run.id)
+    lease = RunLeases(ctl.store).of([run.id]).get(run.id)
+    if lease is not None and lease.live():
+        return CaughtUp(run.id)  # its controller keeps the cache up to date (its one writer)
     try:
         for _ in range(MAX_PAGES):
             res = await pull(ctl, ctl.store.get_run(run.id), relaunch=False)

@@ -13,6 +13,7 @@ import functools
 import logging
 import os
 import socket
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,6 +42,7 @@ from tcl.shim.errors import (
     ExecutorUnavailable,
     IllegalTransition,
     ImageError,
+    NoCapacity,
     ShimError,
     TaskExists,
     TaskNotTerminated,
@@ -71,6 +73,9 @@ class TaskService:
     _terminating: dict[str, asyncio.Future[TaskInfo]] = field(default_factory=dict)
     _submitting: set[str] = field(default_factory=set)
     _preempting: set[asyncio.Task[None]] = field(default_factory=set)
+    # a preemption notice: the host is going away, so no new task until its grace ran out
+    _going_away_until: float = 0.0
+    _going_away_why: str = ""
 
     def __post_init__(self) -> None:
         self.allocator = Allocator(
@@ -137,6 +142,13 @@ class TaskService:
             )
         if spec.id in self.store or spec.id in self._submitting:
             raise TaskExists(f"task {spec.id!r} already exists")
+        left_s = self._going_away_until - time.monotonic()
+        if left_s > 0:  # a run placed here now would be preempted again within seconds
+            raise NoCapacity(
+                f"this host is being preempted ({self._going_away_why}): no new task for "
+                f"{left_s:.0f} s",
+                [],
+            )
         if kind is ExecutorKind.DOCKER and not spec.image:
             raise BadRequest("image: required by the docker executor")
         for i, m in enumerate(spec.mounts):
@@ -319,10 +331,13 @@ class TaskService:
 
         Each runner is asked to stop its job (SIGTERM: ``tcl.jobs`` checkpoints and exits), the
         usual terminate path. The caller (the VM's shutdown-script) does not wait on the answer:
-        it polls the task list until nothing runs, within the time the VM has left."""
+        it polls the task list until nothing runs, within the time the VM has left. New tasks
+        are refused (``no_capacity``) for ``grace_s``: a run placed again goes elsewhere."""
         req = TerminateRequest(
             reason=TerminationReason.PREEMPTED, message=notice.message, timeout_s=notice.grace_s
         )
+        self._going_away_until = time.monotonic() + notice.grace_s
+        self._going_away_why = notice.message
         notified = [r.info for r in self.store.records() if is_active(r.info.status)]
         for info in notified:
             job = asyncio.create_task(self._preempt_one(info.id, req))

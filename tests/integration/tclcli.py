@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+import httpx
 import pytest
 
 TCL = str(Path(sys.executable).parent / "tcl")
@@ -103,3 +104,16 @@ class TclEnv:
         # --json is an option of the command: it goes before a `--` that starts a job's argv
         cut = args.index("--") if "--" in args else len(args)
         return json.loads(self.tcl(*args[:cut], "--json", *args[cut:]).stdout)
+
+
+def local_shim_client(state_dir: Path) -> httpx.Client:
+    """A client of the local shim of tcl's state dir ``state_dir`` (its Unix socket, its
+    token: read anew, a restarted shim has another)."""
+    base = state_dir / "local-shim"
+    token = (base / "token").read_text().strip()
+    return httpx.Client(
+        base_url="http://localhost/api",
+        headers={"Authorization": f"Bearer {token}"},
+        transport=httpx.HTTPTransport(uds=str(base / "shim.sock")),
+        timeout=30,
+    )

@@ -141,4 +141,6 @@ class Status(_Strict):
     scheduler: str | None = None  # its id as a sweep scheduler (None: it schedules none)
     entries_running: int = 0  # matrix entries it follows now
     entries_placed: int = 0  # matrix entries it placed since start
+    controller: str | None = None  # its id as a run controller (the owner its leases name)
+    runs_owned: int = 0  # runs its controller owns now (follows, moves on, frees)
     loops: list[LoopHealth] = Field(default_factory=list)

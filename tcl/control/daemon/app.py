@@ -36,11 +36,12 @@ from tcl.control.daemon.api import (
 from tcl.control.daemon.supervisor import Supervisor
 from tcl.control.errors import StoreError, SubmitCancelled, TclError
 from tcl.control.lifecycle.follow import follow
+from tcl.control.lifecycle.reconcile import RunController, run_config
 from tcl.control.lifecycle.submit import submission_from, submit
 from tcl.control.logcache import KeptEvent
 from tcl.control.service import Control
 from tcl.control.ssh import SshPool
-from tcl.control.store import Store
+from tcl.control.store import Run, Store
 from tcl.control.sweep.scheduler import Scheduler
 
 log = logging.getLogger("tcl.serve")
@@ -64,6 +65,7 @@ class Daemon:
         self.shutdown = asyncio.Event()
         self._work: set[asyncio.Task[None]] = set()
         self.scheduler: Scheduler | None = None  # set by the server when it schedules sweeps
+        self.controller: RunController | None = None  # set by the server: it owns live runs
         # its long-running loops (the scheduler): restarted when they die (set by the server)
         self.supervisor = Supervisor(asyncio.Event())
         self._sched_controls: dict[str, Control] = {}
@@ -80,10 +82,17 @@ class Daemon:
             ctl = self._sched_controls[config_path] = self.control(config_path, config_named)
         return ctl
 
+    def run_control(self, run: Run) -> Control:
+        """The Control its controller advances a run with: the config it was submitted with."""
+        path, named = run_config(run)
+        return self.scheduler_control(path, named)
+
     def idle(self) -> bool:
         quiet_s = time.monotonic() - self.last_active
         if self.streams or self.idle_exit_s <= 0 or quiet_s <= self.idle_exit_s:
             return False
+        if self.controller is not None and self.controller.busy():
+            return False  # it owns live runs: their logs and retries need it
         # a sweep in progress keeps it: queued entries wait for it
         if self.scheduler is None:
             return True
@@ -126,7 +135,11 @@ class _QueueObserver:
 
 
 async def _follow_into(
-    ctl: Control, run_ref: str, after: int, queue: asyncio.Queue[Line | None]
+    ctl: Control,
+    run_ref: str,
+    after: int,
+    queue: asyncio.Queue[Line | None],
+    controller: RunController | None,
 ) -> None:
     def on_event(e: KeptEvent) -> None:
         queue.put_nowait(Line(kind=LineKind.EVENT, event=e))
@@ -134,7 +147,8 @@ async def _follow_into(
     def on_reconnect(why: str) -> None:
         queue.put_nowait(Line(kind=LineKind.RECONNECTING, text=why))
 
-    final = await follow(ctl, ctl.store.resolve(run_ref), on_event, on_reconnect, after=after)
+    run = ctl.store.resolve(run_ref)
+    final = await follow(ctl, run, on_event, on_reconnect, after=after, controller=controller)
     end = RunEnd(run_id=final.id, state=final.state.value, exit_code=final.exit_code)
     queue.put_nowait(Line(kind=LineKind.END, run=end))
 
@@ -212,6 +226,8 @@ def create_app(d: Daemon) -> ASGIApp:
             scheduler=sched.owner if sched else None,
             entries_running=len(sched.watchers) if sched else 0,
             entries_placed=sched.placed if sched else 0,
+            controller=d.controller.owner if d.controller else None,
+            runs_owned=len(d.controller.owners) if d.controller else 0,
             loops=d.supervisor.health(),
         )
 
@@ -228,8 +244,10 @@ def create_app(d: Daemon) -> ASGIApp:
                 res = await submit(ctl, sub, _QueueObserver(queue), check_job=False)
                 queue.put_nowait(Line(kind=LineKind.SUBMITTED, result=res))
                 d.submissions.pop(sid, None)  # started: nothing left to cancel
+                if d.controller is not None:
+                    d.controller.wake()  # it owns the run from now on, followed or not
                 if req.follow:
-                    await _follow_into(ctl, res.run_id, 0, queue)
+                    await _follow_into(ctl, res.run_id, 0, queue, d.controller)
             finally:
                 d.submissions.pop(sid, None)
                 await ctl.aclose()
@@ -254,7 +272,7 @@ def create_app(d: Daemon) -> ASGIApp:
         async def work() -> None:
             ctl = d.control(req.config_path, req.config_named)
             try:
-                await _follow_into(ctl, req.run, req.after, queue)
+                await _follow_into(ctl, req.run, req.after, queue, d.controller)
             finally:
                 await ctl.aclose()
 

@@ -24,6 +24,7 @@ import uvicorn
 from tcl.control.daemon.app import Daemon, create_app
 from tcl.control.daemon.identity import current_identity, daemon_dir
 from tcl.control.daemon.supervisor import Supervisor
+from tcl.control.lifecycle.reconcile import ControllerSettings, RunController, default_lease_s
 from tcl.control.paths import db_url
 from tcl.control.store import Store
 from tcl.control.sweep.queue import SweepQueue
@@ -57,7 +58,12 @@ async def _watch_idle(d: Daemon, server: uvicorn.Server) -> None:
         await asyncio.sleep(1.0)
 
 
-async def serve(base: Path, idle_exit_s: float, sched: SchedulerSettings | None) -> None:
+async def serve(
+    base: Path,
+    idle_exit_s: float,
+    sched: SchedulerSettings | None,
+    runs: ControllerSettings | None = None,
+) -> None:
     # Listening already: a client may connect before uvicorn accepts.
     sock = listen_unix(base / SOCKET)
     identity = current_identity()
@@ -72,6 +78,13 @@ async def serve(base: Path, idle_exit_s: float, sched: SchedulerSettings | None)
             on_error=lambda e: d.supervisor.note_error("scheduler", e),
         )
         d.supervisor.start("scheduler", d.scheduler.run)
+    d.controller = RunController(
+        d.store,
+        d.run_control,
+        runs,
+        on_error=lambda e: d.supervisor.note_error("controller", e),
+    )
+    d.supervisor.start("controller", d.controller.run)
     config = uvicorn.Config(
         create_app(d), log_level="warning", lifespan="off", timeout_graceful_shutdown=5
     )
@@ -104,14 +117,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--lease-s",
         type=float,
-        default=SchedulerSettings.lease_s,
-        help="a silent scheduler's entries go back to the queue after this long",
+        default=default_lease_s(),
+        help="a silent daemon's runs and matrix entries go to the next one after this long "
+        "(default: $TCL_SERVE_LEASE_S or 30)",
     )
-    ap.add_argument("--heartbeat-s", type=float, default=SchedulerSettings.heartbeat_s)
+    ap.add_argument(
+        "--heartbeat-s",
+        type=float,
+        default=None,
+        help="how often it renews its leases (default: a third of --lease-s, at most 5)",
+    )
     ap.add_argument(
         "--batch", type=int, default=SchedulerSettings.batch, help="matrix entries claimed at once"
     )
     args = ap.parse_args(argv)
+    if args.heartbeat_s is None:
+        args.heartbeat_s = min(SchedulerSettings.heartbeat_s, args.lease_s / 3)
     if not 0 < args.heartbeat_s < args.lease_s:
         ap.error("--heartbeat-s must be positive and shorter than --lease-s")
     sched = (
@@ -121,6 +142,7 @@ def main(argv: list[str] | None = None) -> int:
             lease_s=args.lease_s, heartbeat_s=args.heartbeat_s, batch=max(1, args.batch)
         )
     )
+    runs = ControllerSettings(lease_s=args.lease_s, heartbeat_s=args.heartbeat_s)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     for noisy in ("httpx", "asyncssh"):  # a line per request, per channel
         logging.getLogger(noisy).setLevel(logging.WARNING)
@@ -131,5 +153,5 @@ def main(argv: list[str] | None = None) -> int:
     except AlreadyRunning as e:
         print(f"tcl serve: {e}", file=sys.stderr)
         return 1
-    asyncio.run(serve(base, args.idle_exit_s, sched))
+    asyncio.run(serve(base, args.idle_exit_s, sched, runs))
     return 0

@@ -12,16 +12,31 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tcl.control.backends.base import RUNNER_STATES, Backend, Handle, NodePage, worst_state
-from tcl.control.errors import AgentUnreachableError, SshConnectError, TclError
+from tcl.control.backoff import backoff_s
+from tcl.control.errors import (
+    AgentError,
+    AgentUnreachableError,
+    NoPlacementError,
+    SshConnectError,
+    TclError,
+)
 from tcl.control.lifecycle.release import release_attempt
-from tcl.control.lifecycle.retry import place_waiting, retry_after_end, waiting_for_retry
+from tcl.control.lifecycle.retry import (
+    NO_PLACE_RETRY_S,
+    end_failed_placement,
+    place_waiting,
+    retry_after_end,
+    waiting_for_retry,
+)
 from tcl.control.logcache import KeptEvent, LogCache
 from tcl.control.service import Control
 from tcl.control.states import Move, RunState, move
+from tcl.runner.api import EventKind
 
 if TYPE_CHECKING:
     from tcl.control.store import Attempt, Run
@@ -202,8 +217,16 @@ async def _relaunch(ctl: Control, run: Run, att: Attempt, why: str) -> None:
     if move(current.state, RunState.QUEUED) is not Move.APPLY:
         return  # stopped here meanwhile
     ctl.store.set_state(run.id, RunState.QUEUED, message=f"{why}; placing it again")
+    before = ctl.store.latest_attempt(run.id)
     try:
         await relaunch(ctl, run.id)
+    except (NoPlacementError, AgentError, SshConnectError) as e:
+        end_failed_placement(ctl, run.id, before)
+        # nothing could take it now (its node is still going away, a queued resource waits):
+        # not the run's fault, it waits and is placed again when due (each pull looks)
+        why = f"{why}; nothing took it yet ({str(e).splitlines()[0]}): trying again"
+        ctl.retries.wait(run.id, NO_PLACE_RETRY_S, False, why)
+        ctl.store.set_state(run.id, RunState.QUEUED, message=why)
     except TclError as e:
         why = f"{why}; placing it again failed: {str(e).splitlines()[0]}"
         ctl.store.set_state(run.id, RunState.FAILED, message=why)
@@ -241,3 +264,60 @@ def record_state(
     ctl.store.set_state(run.id, state, exit_code=exit_code, message=msg)
     if move(att.state, state) is Move.APPLY:
         ctl.store.update_attempt(run.id, att.attempt, state=state)
+
+
+class ResumingPull:
+    """Long-poll pulls of one run that survive dropped connections: the host's connection is
+    reset and the pull tried again after a jittered backoff, until ``deadline_s`` of failures
+    in a row (then the error is raised)."""
+
+    def __init__(
+        self,
+        deadline_s: float,
+        on_reconnect: Callable[[str], None] | None = None,
+        relaunch: bool = True,
+    ) -> None:
+        self.deadline_s = deadline_s
+        self.on_reconnect = on_reconnect
+        self.relaunch = relaunch
+        self._failing_since: float | None = None
+        self._attempt = 0
+
+    async def pull(self, ctl: Control, run: Run) -> PullResult | None:
+        """The next page, or None after a dropped connection (the caller loops)."""
+        try:
+            res = await pull(ctl, run, wait_s=10.0, release=False, relaunch=self.relaunch)
+        except RETRYABLE as e:
+            now = time.monotonic()
+            self._failing_since = self._failing_since or now
+            if now - self._failing_since > self.deadline_s:
+                raise
+            if self.on_reconnect is not None:
+                self.on_reconnect(str(e).splitlines()[0])
+            att = ctl.store.latest_attempt(run.id)
+            if att is not None and att.handle:
+                await ctl.backend_for(att).reset(ctl.handle(att))
+            await asyncio.sleep(backoff_s(self._attempt, base_s=0.2, cap_s=3.0))
+            self._attempt += 1
+            return None
+        self._failing_since, self._attempt = None, 0
+        return res
+
+
+def drained(ctl: Control, cache: LogCache, run_id: str) -> bool:
+    """Every node of the latest attempt has its final state kept (an attempt none of whose
+    events were pulled, e.g. stopped or failed before its job started, counts as drained)."""
+    att = ctl.store.latest_attempt(run_id)
+    nodes = ctl.handle(att).node_count if att is not None and att.handle else 1
+    last: dict[int, KeptEvent] = {}
+    seen = False
+    for e in cache.read():
+        if att is None or e.attempt == att.attempt:
+            seen = True
+            if e.kind is EventKind.STATE:
+                last[e.node] = e
+    if not seen:
+        return True
+    return len(last) == nodes and all(
+        e.state is not None and e.state.is_final for e in last.values()
+    )

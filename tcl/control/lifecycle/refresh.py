@@ -1,4 +1,5 @@
-"""Bringing runs' states up to date (`tcl ps`): one batched status call per backend."""
+"""Bringing runs' states up to date (`tcl ps`): one batched status call per backend, for the
+runs no controller owns (an owned run's state in the store is its owner's, kept current)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from tcl.control.errors import TclError
 from tcl.control.lifecycle.pull import RETRYABLE, pull, record_state
+from tcl.control.runleases import RunLeases
 from tcl.control.service import Control
 
 if TYPE_CHECKING:
@@ -20,6 +22,9 @@ async def refresh_many(ctl: Control, runs: Sequence[Run], timeout_s: float = 5.0
     host answers all its runs in one round trip); runs that ended are then drained and
     released. A run whose host cannot be reached is left as it was (`tcl ps`: unknown)."""
     live = [r for r in runs if not r.state.is_final and r.host is not None]
+    # a run its controller owns is that controller's to advance: the store says how it is
+    owned = RunLeases(ctl.store).of([r.id for r in live])
+    live = [r for r in live if r.id not in owned or not owned[r.id].live()]
     groups: dict[str, list[tuple[Run, Attempt]]] = {}
     for r in live:
         att = ctl.store.latest_attempt(r.id)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 
 from tcl.control.errors import (
-    AgentUnreachableError,
+    AgentError,
     NoPlacementError,
     SshConnectError,
     TclError,
@@ -65,11 +65,14 @@ async def place_waiting(ctl: Control, run_id: str) -> bool:
     from tcl.control.lifecycle.submit import relaunch
 
     ctl.retries.placed(run_id)  # before the run moves on: no reader sees it placed and waiting
+    before = ctl.store.latest_attempt(run_id)
     try:
         await relaunch(ctl, run_id)
-    except (NoPlacementError, AgentUnreachableError, SshConnectError) as e:
-        # nothing free now, or a host dropped the connection mid-placement (its launch undid
-        # its task): not the run's fault, it waits again
+    except (NoPlacementError, AgentError, SshConnectError) as e:
+        # nothing free now, a host that refused it for now (a queued resource still waiting)
+        # or dropped the connection mid-placement (its launch undid its task): not the run's
+        # fault, it waits again
+        end_failed_placement(ctl, run_id, before)
         ctl.retries.postpone(run_id, NO_PLACE_RETRY_S, str(e).splitlines()[0])
         return False
     except TclError as e:
@@ -81,7 +84,17 @@ async def place_waiting(ctl: Control, run_id: str) -> bool:
 
 
 def waiting_for_retry(ctl: Control, run: Run) -> bool:
-    """The run's last attempt ended and its policy put it back in the queue."""
-    if run.state is not RunState.QUEUED or policy_of(run) is None:
+    """The run's last attempt ended and it waits to be placed again (its retry policy put it
+    back in the queue, or its host lost it and nothing could take it at once)."""
+    if run.state is not RunState.QUEUED:
         return False
     return ctl.retries.waiting(run.id) is not None
+
+
+def end_failed_placement(ctl: Control, run_id: str, before: Attempt | None) -> None:
+    """A placement that failed after recording its attempt (its launch undid what it made):
+    that attempt ends ``terminated``, so the next one is not mistaken for it."""
+    att = ctl.store.latest_attempt(run_id)
+    newer = att is not None and (before is None or att.attempt > before.attempt)
+    if att is not None and newer and not att.state.is_final:
+        ctl.store.update_attempt(run_id, att.attempt, state=RunState.TERMINATED)

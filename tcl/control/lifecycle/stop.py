@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from typing import TYPE_CHECKING
@@ -42,6 +43,13 @@ async def stop(ctl: Control, run: Run, grace_s: float = 10.0) -> Run:
         )
         return ctl.store.get_run(run.id)
     deadline = time.monotonic() + grace_s + 10.0
+    if _owned(ctl, run.id):
+        # its controller keeps the last events and frees its host (one writer of its log):
+        # wait for that, so that the accelerators are free when the stop returns
+        ctl.store.set_state(run.id, RunState.TERMINATED, message="stopped by user")
+        while time.monotonic() < deadline and _owned(ctl, run.id):
+            await asyncio.sleep(0.2)
+        return ctl.store.get_run(run.id)
     with contextlib.suppress(TclError):
         while time.monotonic() < deadline:
             res = await pull(
@@ -53,3 +61,11 @@ async def stop(ctl: Control, run: Run, grace_s: float = 10.0) -> Run:
     with contextlib.suppress(TclError):
         await release_attempt(ctl, ctl.store.latest_attempt(run.id) or att, RunState.TERMINATED)
     return ctl.store.get_run(run.id)
+
+
+def _owned(ctl: Control, run_id: str) -> bool:
+    """A controller holds the run's live lease (the daemon's, another command's)."""
+    from tcl.control.runleases import RunLeases
+
+    lease = RunLeases(ctl.store).of([run_id]).get(run_id)
+    return lease is not None and lease.live()

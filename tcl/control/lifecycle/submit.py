@@ -27,6 +27,7 @@ from tcl.control.lifecycle.place import (
     resume_where,
     solver_request,
 )
+from tcl.control.lifecycle.reconcile import placing
 from tcl.control.lifecycle.retry_policy import RetryPolicy
 from tcl.control.paths import cache_dir
 from tcl.control.service import Control
@@ -70,6 +71,8 @@ class Submission:
     job_cwd: str | None = None  # where the job starts in the tree (a relaunch: as first placed)
     retry: RetryPolicy | None = None  # place it again when it fails or is preempted
     session: SessionKind | None = None  # an interactive session (`tcl repl`, `@tcl.remote`)
+    config_path: str | None = None  # the config it was placed with (its controller's too)
+    config_named: bool = False
 
 
 def submission_from(req: SubmitRequest) -> Submission:
@@ -92,6 +95,8 @@ def submission_from(req: SubmitRequest) -> Submission:
         yes=req.yes,
         retry=req.retry,
         session=req.session,
+        config_path=req.config_path,
+        config_named=req.config_named,
     )
 
 
@@ -144,7 +149,8 @@ async def submit(
         await cancel_solving(solving)
         raise
     try:
-        return await place_and_start(ctl, sub, snap, run_id, req, solving, obs, tried)
+        async with placing(ctl.store, run_id):  # a controller adopts it only if we die
+            return await place_and_start(ctl, sub, snap, run_id, req, solving, obs, tried)
     except BaseException as e:
         await cancel_solving(solving)
         cancelled = isinstance(e, KeyboardInterrupt | asyncio.CancelledError)
@@ -184,6 +190,8 @@ def stored_request(sub: Submission, cwd: str) -> dict[str, Any]:
         "max_duration_s": sub.max_duration_s,
         "retry": sub.retry.model_dump(mode="json") if sub.retry else None,
         "session": sub.session.value if sub.session else None,
+        "config_path": sub.config_path,
+        "config_named": sub.config_named,
     }
 
 

@@ -20,7 +20,7 @@ well under a lease).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -279,13 +279,20 @@ class SweepQueue:
             rows = [_entry(r) for r in s.scalars(stmt)]
         return sorted(rows, key=lambda e: (-e.priority, e.id))
 
-    def heartbeat(self, owner: str, lease_s: float) -> set[int]:
-        """Extend every lease ``owner`` holds; returns the ids it still holds (an entry missing
-        from them was reaped, cancelled or taken: its holder must let it go)."""
+    def heartbeat(self, owner: str, lease_s: float, ids: Collection[int] | None = None) -> set[int]:
+        """Extend the leases ``owner`` holds (only those of ``ids``, when given: an entry its
+        scheduler no longer handles lapses and goes back to the queue); returns the ids it
+        still holds (an entry missing from them was reaped, cancelled or taken: its holder
+        must let it go)."""
         now = time.time()
+        where = [EntryRow.lease_owner == owner, EntryRow.state.in_(_HELD)]
+        if ids is not None:
+            if not ids:
+                return set()
+            where.append(EntryRow.id.in_(list(ids)))
         stmt = (
             update(EntryRow)
-            .where(EntryRow.lease_owner == owner, EntryRow.state.in_(_HELD))
+            .where(*where)
             .values(lease_expires=now + lease_s)
             .returning(EntryRow.id)
             .execution_options(synchronize_session=False)

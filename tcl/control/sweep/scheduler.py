@@ -30,10 +30,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tcl.control.backoff import backoff_s
+from tcl.control.backoff import backoff_s, pause
 from tcl.control.errors import (
     AgentError,
-    AgentUnreachableError,
     NoCapacityError,
     NoPlacementError,
     RunNotFoundError,
@@ -41,11 +40,13 @@ from tcl.control.errors import (
     StoreError,
     TclError,
 )
-from tcl.control.lifecycle.follow import ResumingPull
-from tcl.control.lifecycle.release import release, release_attempt
+from tcl.control.lifecycle.adopt import adopt_placement
+from tcl.control.lifecycle.pull import ResumingPull
+from tcl.control.lifecycle.release import release
 from tcl.control.lifecycle.retry import place_waiting, waiting_for_retry
 from tcl.control.lifecycle.stop import stop
 from tcl.control.lifecycle.submit import Submission, relaunch, stored_request
+from tcl.control.runleases import RunLeases
 from tcl.control.service import Control
 from tcl.control.states import RunState
 from tcl.control.store import Run
@@ -106,6 +107,17 @@ class Scheduler:
         self._placing = 0  # entries claimed and being placed
         self._batches: set[asyncio.Task[None]] = set()
         self.turns = PriorityTurns()  # one priority at a time across batches
+        # the runs of the entries it follows: it holds their leases (their one owner, so a
+        # `tcl ps`, `tcl logs` or follow reads what it keeps instead of pulling them too)
+        self._run_leases: RunLeases | None = None
+        self._runs: dict[int, str] = {}  # entry id -> run id, for the entries it follows
+        self._in_hand: set[int] = set()  # entries it claimed and still places or follows
+
+    @property
+    def run_leases(self) -> RunLeases:
+        if self._run_leases is None:
+            self._run_leases = RunLeases(self.queue.store)
+        return self._run_leases
 
     # the loop ---------------------------------------------------------------------------------
 
@@ -129,15 +141,7 @@ class Scheduler:
                 wait_s = self.admission.wait_s(time.time())
                 if store_failures:
                     wait_s = max(wait_s, self._store_wait_s(store_failures))
-                woken = asyncio.ensure_future(self._wake.wait())
-                stopped = asyncio.ensure_future(stopping.wait())
-                await asyncio.wait(
-                    {woken, stopped},
-                    timeout=wait_s,
-                    return_when=asyncio.FIRST_COMPLETED,
-                )
-                woken.cancel()
-                stopped.cancel()
+                await pause(self._wake, stopping, wait_s)
         finally:
             beats.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -159,14 +163,28 @@ class Scheduler:
             claimed = await asyncio.to_thread(
                 self.queue.claim, self.owner, limit, self.settings.lease_s
             )
+            claimed = await self._drop_own(claimed)
             self.admission.took(len(claimed))
             if claimed:
+                self._in_hand.update(e.id for e in claimed)
                 self._placing += len(claimed)
                 ticket = self.turns.claimed(e.priority for e in claimed)
                 batch = asyncio.create_task(self._place_batch(claimed, ticket))
                 self._batches.add(batch)
                 batch.add_done_callback(self._batches.discard)
         return reaped_at
+
+    async def _drop_own(self, claimed: list[Entry]) -> list[Entry]:
+        """Entries this scheduler still places or follows, claimed again after its late
+        heartbeat let their leases lapse (a loaded machine): they stay with their placer or
+        watcher, never handled twice; a followed one is marked running again."""
+        fresh = []
+        for e in claimed:
+            if e.id not in self._in_hand:
+                fresh.append(e)
+            elif e.id in self.watchers:
+                await asyncio.to_thread(self.queue.started, self.owner, e.id)
+        return fresh
 
     def _error(self, e: BaseException) -> None:
         if self.on_error is not None:
@@ -189,6 +207,9 @@ class Scheduler:
                     0.0,
                     "its scheduler stopped; queued again",
                 )
+            run_id = self._runs.pop(entry_id, None)
+            if run_id is not None:
+                await self._drop_run(run_id)
 
     def busy(self) -> bool:
         return bool(self.watchers) or self._placing > 0
@@ -199,7 +220,7 @@ class Scheduler:
                 await asyncio.wait_for(stopping.wait(), self.settings.heartbeat_s)
             try:
                 held = await asyncio.to_thread(
-                    self.queue.heartbeat, self.owner, self.settings.lease_s
+                    self.queue.heartbeat, self.owner, self.settings.lease_s, set(self._in_hand)
                 )
             except TclError as e:
                 log.warning("heartbeat failed: %s", e)
@@ -208,6 +229,15 @@ class Scheduler:
             for entry_id, task in list(self.watchers.items()):
                 if entry_id not in held:  # cancelled by the user, or reaped: let it go
                     task.cancel()
+                    gone = self._runs.pop(entry_id, None)
+                    if gone is not None:  # its run goes with it (to the next claimer)
+                        await self._drop_run(gone)
+            runs = {self._runs[e] for e in held if e in self._runs}
+            if runs:
+                with contextlib.suppress(StoreError):
+                    await asyncio.to_thread(
+                        self.run_leases.renew, self.owner, runs, self.settings.lease_s
+                    )
 
     async def _place_batch(self, claimed: list[Entry], ticket: int) -> None:
         """Place a claimed batch, one priority at a time (the entries of one priority at
@@ -237,6 +267,8 @@ class Scheduler:
                 if refused:
                     self.admission.refused(time.time())
                     for e in refused + left:
+                        self._in_hand.discard(e.id)  # out of its hands before it is queued
+                    for e in refused + left:
                         why = self._refusals.pop(e.id, "")
                         await self._until_stored(self.queue.release, self.owner, e.id, 0.0, why)
                     # done only once they are queued again: a batch claimed meanwhile, which
@@ -251,6 +283,9 @@ class Scheduler:
             for p in list(open_priorities):
                 group_done(p, refused=False)
             self.turns.finished(ticket)
+            for e in claimed:  # out of its hands unless a watcher follows it now
+                if e.id not in self.watchers:
+                    self._in_hand.discard(e.id)
             self._wake.set()
 
     async def _start_or_end(self, entry: Entry) -> bool:
@@ -332,7 +367,28 @@ class Scheduler:
                 with contextlib.suppress(TclError):
                     ctl.store.delete_run(entry.run_id)
                 raise
-        elif waiting_for_retry(ctl, run):
+            await self._take_run(entry.run_id)
+        else:
+            await self._take_run(run.id)
+            try:
+                if not await self._resume(ctl, entry, run):
+                    await self._drop_run(run.id)
+                    return False
+            except BaseException:
+                await self._drop_run(run.id)
+                raise
+        if not await asyncio.to_thread(self.queue.started, self.owner, entry.id):
+            await self._drop_run(entry.run_id)
+            return False  # cancelled meanwhile: its watcher would only stop it
+        self._runs[entry.id] = entry.run_id
+        self.watchers[entry.id] = asyncio.create_task(self._watch(ctl, entry))
+        return True
+
+    async def _resume(self, ctl: Control, entry: Entry, run: Run) -> bool:
+        """An entry claimed again whose run exists: place it again when it waits for a retry
+        that is due, adopt a placement its scheduler did not record; False when the entry
+        went back to the queue (the retry is not due)."""
+        if waiting_for_retry(ctl, run):
             waiting = ctl.retries.waiting(run.id)
             if waiting is not None and not waiting.due:
                 await asyncio.to_thread(
@@ -346,10 +402,20 @@ class Scheduler:
         elif run.state in (RunState.PENDING, RunState.PROVISIONING):
             # its scheduler died before or while placing it (perhaps after its job started)
             await self._adopt_placement(ctl, run)
-        if not await asyncio.to_thread(self.queue.started, self.owner, entry.id):
-            return False  # cancelled meanwhile: its watcher would only stop it
-        self.watchers[entry.id] = asyncio.create_task(self._watch(ctl, entry))
         return True
+
+    async def _take_run(self, run_id: str) -> None:
+        """Own the run (its lease); another live owner (a scheduler whose entry lease lapsed
+        before its run lease did): not now, the entry goes back to the queue."""
+        taken = await asyncio.to_thread(
+            self.run_leases.take, self.owner, run_id, self.settings.lease_s
+        )
+        if not taken:
+            raise NoPlacementError(f"run {run_id} is still owned by another controller", [])
+
+    async def _drop_run(self, run_id: str) -> None:
+        with contextlib.suppress(StoreError):
+            await asyncio.to_thread(self.run_leases.drop, self.owner, run_id)
 
     async def _place(self, ctl: Control, run_id: str) -> None:
         try:
@@ -364,27 +430,11 @@ class Scheduler:
             raise
 
     async def _adopt_placement(self, ctl: Control, run: Run) -> None:
-        """A run whose scheduler died before recording its placement: if a task was made and
-        its job started (the runner says so), record the placement and follow it; else end
-        that attempt and place the run again. Unsure (the host does not answer): later."""
-        att = ctl.store.latest_attempt(run.id)
-        if att is not None and att.handle and not att.state.is_final:
-            try:
-                status = await ctl.backend_for(att).status(ctl.handle(att))
-            except TclError as e:
-                # not knowing is no licence to start it again (it may have run): later
-                raise AgentUnreachableError(
-                    f"cannot tell whether run {run.id}'s job started: {_line(e)}"
-                ) from None
-            if status.state not in (RunState.PROVISIONING, RunState.PENDING):
-                if run.state is RunState.PENDING:  # the watcher records how it goes on
-                    ctl.store.set_placement(run.id, att.host, att.backend, run.code_sha256)
-                    ctl.store.set_state(run.id, RunState.PROVISIONING)
-                return  # its job started: the watcher follows it
-            with contextlib.suppress(TclError):
-                await ctl.backend_for(att).stop(ctl.handle(att), grace_s=1.0)
-            ctl.store.update_attempt(run.id, att.attempt, state=RunState.TERMINATED)
-            await release_attempt(ctl, att, RunState.TERMINATED)
+        """A run whose scheduler died before recording its placement: followed when its job
+        started; else placed again (:mod:`tcl.control.lifecycle.adopt`). Unsure (the host
+        does not answer): later."""
+        if await adopt_placement(ctl, run, ctl.store.latest_attempt(run.id)):
+            return  # its job started: the watcher follows it
         if run.state is RunState.PROVISIONING:
             ctl.store.set_state(
                 run.id,
@@ -403,15 +453,23 @@ class Scheduler:
             with contextlib.suppress(TclError):
                 now = await asyncio.to_thread(self.queue.entry, entry.id)
                 if now.state is EntryState.CANCELLED:
-                    await stop(ctl, ctl.store.get_run(entry.run_id), grace_s=5.0)
+                    # no owner while it is stopped: the stop keeps its last events itself;
+                    # stopped already (by `tcl matrix cancel`): what it holds is freed here
+                    await self._drop_run(entry.run_id)
+                    stopped = await stop(ctl, ctl.store.get_run(entry.run_id), grace_s=5.0)
+                    await release(ctl, stopped.id)
             raise
         except Exception as e:  # its host is gone for good, a bug: end the entry
             log.exception("following entry %s", entry.job_id)
             state, why = EntryState.FAILED, _line(e)
         finally:
-            self.watchers.pop(entry.id, None)
+            if self.watchers.get(entry.id) is asyncio.current_task():
+                del self.watchers[entry.id]
+                self._in_hand.discard(entry.id)
             self._wake.set()  # its GPU is free: claim the next entry now
         await self._until_stored(self._record_end, ctl, entry, state, why)
+        self._runs.pop(entry.id, None)
+        await self._drop_run(entry.run_id)
 
     def _record_end(self, ctl: Control, entry: Entry, state: EntryState, why: str) -> None:
         assert entry.run_id is not None

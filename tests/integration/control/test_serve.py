@@ -89,7 +89,8 @@ def test_submits_share_one_daemon_on_a_private_socket(home: Path) -> None:
 
 
 def test_the_daemon_goes_when_idle(home: Path) -> None:
-    res = _tcl(home, "submit", "-d", "--", "true", TCL_SERVE_IDLE_EXIT_S="1")
+    # it owns the run while it runs (not idle then): still there when asked for its pid
+    res = _tcl(home, "submit", "-d", "--", "sleep", "3", TCL_SERVE_IDLE_EXIT_S="1")
     assert res.returncode == 0, res.stderr
     pid = _pid(home)
     deadline = time.monotonic() + 20

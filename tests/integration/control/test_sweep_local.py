@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from tcl.control.localshim import stop_local_shim
-from tests.integration.tclcli import run_tcl, user_env
+from tests.integration.tclcli import local_shim_client, run_tcl, user_env
 from tests.polling import wait_until
 
 USER_REPO = Path(__file__).resolve().parents[2] / "fixtures" / "userrepo"
@@ -42,7 +42,8 @@ sys.exit(3 if n < fail_until else 0)
 
 
 class Sweep:
-    def __init__(self, root: Path, gpus: int) -> None:
+    def __init__(self, root: Path, gpus: int, **extra_env: str) -> None:
+        self.extra_env = extra_env
         self.home, self.repo, self.out = root / "home", root / "repo", root / "out"
         for d in (self.home, self.repo, self.out):
             d.mkdir()
@@ -55,7 +56,9 @@ class Sweep:
         (self.repo / "job.py").write_text(JOB)
 
     def env(self) -> dict[str, str]:
-        return user_env(self.home, self.config, drop=("TCL_DB_URL",), COLUMNS="200")
+        return user_env(
+            self.home, self.config, drop=("TCL_DB_URL",), COLUMNS="200", **self.extra_env
+        )
 
     def tcl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         return run_tcl(args, self.env(), self.repo, check=check, timeout=120)
@@ -101,14 +104,7 @@ class Sweep:
 
     def local_shim(self) -> httpx.Client:
         """A client of the local shim (its Unix socket, its token)."""
-        base = self.home / "state" / "local-shim"
-        token = (base / "token").read_text().strip()
-        return httpx.Client(
-            base_url="http://localhost/api",
-            headers={"Authorization": f"Bearer {token}"},
-            transport=httpx.HTTPTransport(uds=str(base / "shim.sock")),
-            timeout=30,
-        )
+        return local_shim_client(self.home / "state")
 
     def close(self) -> None:
         # cancel what is left (its runs stopped): nothing of a test goes on holding a GPU
@@ -357,3 +353,32 @@ def test_a_matrix_of_tcl_jobs_overrides_each_entrys_config(tmp_path: Path) -> No
         tcl("matrix", "cancel", "jm")
         tcl("serve", "--stop")
         stop_local_shim(home / "state" / "local-shim")
+
+
+def test_a_sweep_run_has_one_owner_and_ps_and_logs_only_read_it(sweep: Sweep) -> None:
+    from tcl.control.runleases import RunLeases
+    from tcl.control.store import Store
+
+    s = sweep
+    rows = [{"job_id": "held", "job": "held", "fail_until": 0, "sleep_s": -1}]
+    s.add("owned", _manifest(s.out.parent / "m.json", rows))
+    s.wait("owned", lambda st: st["counts"]["running"] == 1, 60)
+    [run] = json.loads(s.tcl("ps", "--matrix", "owned", "--json").stdout)
+    scheduler = json.loads(s.tcl("serve", "--status").stdout)["scheduler"]
+    store = Store(f"sqlite:///{s.home / 'state' / 'tcl.db'}")
+    try:
+        # its scheduler holds the run's lease: `tcl ps` and `tcl logs` read, they do not pull
+        lease = RunLeases(store).of([run["run_id"]])[run["run_id"]]
+        assert lease.owner == scheduler and lease.live(), lease
+        for _ in range(3):
+            assert s.tcl("ps").returncode == 0
+            assert s.tcl("logs", run["run_id"]).returncode == 0
+        (s.out / "release").touch()
+        s.wait("owned", _ended, 60)
+        assert s.status("owned")["counts"]["done"] == 1
+        assert RunLeases(store).of([run["run_id"]]) == {}  # given up once it ended
+    finally:
+        store.close()
+    kept = [json.loads(ln) for ln in (s.home / "state" / "logs" / f"{run['run_id']}.jsonl").open()]
+    seqs = [(e.get("attempt", 0), e.get("node", 0), e["node_seq"]) for e in kept]
+    assert len(seqs) == len(set(seqs)), seqs  # no event kept twice

@@ -375,8 +375,10 @@ def test_a_preempted_pod_is_recreated_and_the_trainer_resumes(pod: Pod) -> None:
         attempts = store.attempts(run_id)
     finally:
         store.close()
-    assert [a.attempt for a in attempts] == [0, 1], attempts
-    assert attempts[0].state.value == "terminated"
+    # attempt 0 preempted; the last one succeeded; any between is a placement that found
+    # nothing free yet while the preempted node was going away (its queued resource undone)
+    assert attempts[0].state.value == "terminated" and attempts[-1].state.value == "succeeded"
+    assert all(a.state.value == "terminated" for a in attempts[1:-1]), attempts
 
 
 class _Quiet:

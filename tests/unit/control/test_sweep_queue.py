@@ -129,6 +129,16 @@ def test_heartbeat_returns_held_ids_and_extends_leases(queue: SweepQueue) -> Non
     assert queue.heartbeat("nobody", 600) == set()
 
 
+def test_a_heartbeat_renews_only_the_entries_its_scheduler_handles(queue: SweepQueue) -> None:
+    queue.add("m", SPEC, _entries(3))
+    mine = queue.claim("a", 3, lease_s=600)
+    # one claimed entry its scheduler dropped (a race): it is not renewed, so it lapses
+    assert queue.heartbeat("a", 0.05, {mine[0].id, mine[1].id}) == {mine[0].id, mine[1].id}
+    assert queue.entry(mine[2].id).lease_expires == mine[2].lease_expires
+    assert queue.heartbeat("a", 600, set()) == set()
+    assert wait_until(queue.reap, 30, "the unrenewed lease to lapse", done=bool)
+
+
 def test_reap_requeues_expired_leases_only(queue: SweepQueue) -> None:
     queue.add("m", SPEC, _entries(4))
     short = queue.claim("dead", 2, lease_s=0.05)

@@ -193,6 +193,25 @@ async def test_preemption_terminates_every_live_task_as_preempted(env: Env) -> N
     assert await env.client.preempt() == []
 
 
+async def test_a_host_being_preempted_takes_no_new_task(env: Env) -> None:
+    await env.client.preempt(PreemptionNotice(message="spot VM preempted", grace_s=60))
+    # a run placed again after its preemption goes elsewhere, not onto the host going away
+    with pytest.raises(NoCapacity) as e:
+        await env.client.submit_task(TaskSpec(id="late", image="img", accelerators=1))
+    assert "being preempted (spot VM preempted)" in e.value.detail
+
+
+async def test_a_host_still_up_after_its_preemption_grace_takes_work_again(env: Env) -> None:
+    await env.client.preempt(PreemptionNotice(grace_s=0.2))
+    async with asyncio.timeout(30):
+        while True:
+            try:
+                await env.client.submit_task(TaskSpec(id="later", image="img", accelerators=1))
+                break
+            except NoCapacity:
+                await asyncio.sleep(0.05)  # still within the grace
+
+
 async def test_terminate_while_starting(env: Env) -> None:
     env.executor.start_delay_s = 5
     await env.client.submit_task(TaskSpec(id="slow", image="img", accelerators=1))

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from tcl.control.config import TpuHost
-from tcl.control.errors import AgentUnreachableError, NoCapacityError, TclError
+from tcl.control.errors import AgentError, AgentUnreachableError, NoCapacityError, TclError
 
 ENDPOINT_ENV = "TCL_TPU_API_ENDPOINT"
 CREDENTIALS_ENV = "TCL_TPU_CREDENTIALS"
@@ -50,6 +50,11 @@ T = TypeVar("T")
 
 class TpuApiError(TclError):
     """The Cloud TPU API refused a request or cannot be used (credentials, permission)."""
+
+
+class NodeNotReadyError(TpuApiError, AgentError):
+    """A node being started went away or did not get ready (preempted meanwhile, vanished,
+    too slow): not the run's fault; placing it again later may succeed."""
 
 
 class TpuApiUnreachableError(AgentUnreachableError):
@@ -278,14 +283,14 @@ class TpuApi:
         while True:
             node = await self.get_node(node_id)
             if node is None:
-                raise TpuApiError(f"{self.host}: node {node_id} vanished while starting")
+                raise NodeNotReadyError(f"{self.host}: node {node_id} vanished while starting")
             if node.state in until:
                 return node
             if node.state in LOST:
-                raise TpuApiError(f"{self.host}: node {node_id} is {node.state}")
+                raise NodeNotReadyError(f"{self.host}: node {node_id} is {node.state}")
             on_state(node.state)
             if time.monotonic() > deadline:
-                raise TpuApiError(
+                raise NodeNotReadyError(
                     f"{self.host}: node {node_id} still {node.state} after {timeout_s:.0f} s"
                 )
             await asyncio.sleep(POLL_INTERVAL_S)

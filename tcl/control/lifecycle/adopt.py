@@ -1,0 +1,65 @@
+"""Adopting a run whose placement was interrupted: its placer (a ``tcl submit``, a controller
+placing a retry or a lost node again, a sweep's scheduler) died between recording the attempt
+and recording the run started.
+
+Such a run is ``pending`` (a first placement) or ``queued`` (a placement again) while its latest
+attempt is still ``provisioning``. Its task may exist on the host, and its job may even have
+started: the host is asked. Started: the placement is recorded and the run is followed. Not
+started: the task is stopped and freed and the attempt ends ``terminated``, and the caller
+places the run again (nothing is left holding accelerators). The host does not answer: nothing
+is decided (it may have started), the adoption is tried again later.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import TYPE_CHECKING
+
+from tcl.control.errors import AgentUnreachableError, TclError
+from tcl.control.lifecycle.release import release_attempt
+from tcl.control.lifecycle.retry import waiting_for_retry
+from tcl.control.service import Control
+from tcl.control.states import RunState
+
+if TYPE_CHECKING:
+    from tcl.control.store import Attempt, Run
+
+NOT_STARTED = frozenset({RunState.PENDING, RunState.PROVISIONING})
+
+
+def interrupted(ctl: Control, run: Run) -> Attempt | None:
+    """The latest attempt, when its placement never finished (else None)."""
+    if run.state not in (RunState.PENDING, RunState.QUEUED) or waiting_for_retry(ctl, run):
+        return None
+    att = ctl.store.latest_attempt(run.id)
+    if att is None or att.state is not RunState.PROVISIONING:
+        return None
+    return att
+
+
+async def adopt_placement(ctl: Control, run: Run, att: Attempt | None) -> bool:
+    """True when the attempt's job started (its placement is recorded now: follow the run);
+    False when nothing of it runs any more (the caller places the run again). Raises
+    :class:`AgentUnreachableError` when its host cannot tell."""
+    if att is None or att.state.is_final:
+        return False
+    if not att.handle:  # nothing reached a host
+        ctl.store.update_attempt(run.id, att.attempt, state=RunState.TERMINATED)
+        return False
+    try:
+        status = await ctl.backend_for(att).status(ctl.handle(att))
+    except TclError as e:
+        # not knowing is no licence to start it again (it may have run): later
+        raise AgentUnreachableError(
+            f"cannot tell whether run {run.id}'s job started: {str(e).splitlines()[0]}"
+        ) from None
+    if status.state not in NOT_STARTED:
+        if run.state in (RunState.PENDING, RunState.QUEUED):
+            ctl.store.set_placement(run.id, att.host, att.backend, run.code_sha256)
+            ctl.store.set_state(run.id, RunState.PROVISIONING)
+        return True  # its job started: whoever follows the run records how it goes on
+    with contextlib.suppress(TclError):
+        await ctl.backend_for(att).stop(ctl.handle(att), grace_s=1.0)
+    ctl.store.update_attempt(run.id, att.attempt, state=RunState.TERMINATED)
+    await release_attempt(ctl, att, RunState.TERMINATED)
+    return False

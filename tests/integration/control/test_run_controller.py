@@ -1,0 +1,247 @@
+"""The run controller in `tcl serve` owns every placed run, followed or not (real processes, the
+local default). These tests read the state store directly, never through a tcl command that
+could advance a run itself: whatever moves the runs here is the daemon's controller."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tcl.control.daemon.client import stop_daemon
+from tcl.control.errors import StoreError
+from tcl.control.localshim import stop_local_shim
+from tcl.control.states import RunState
+from tcl.control.store import Run, Store
+from tests.integration.tclcli import local_shim_client, run_tcl, start_tcl, user_env
+from tests.polling import wait_until
+
+
+class Home:
+    """``gpus``: a config with one local host of that many fake GPUs (else the local default)."""
+
+    def __init__(self, root: Path, gpus: int = 0, **extra: str) -> None:
+        self.root = root
+        self.work = root / "work"
+        self.work.mkdir()
+        config = None
+        if gpus:
+            config = root / "config.yaml"
+            config.write_text(
+                f'hosts:\n  here: {{type: local, fake_accelerators: "h100:{gpus}", '
+                "executor: process}\n"
+            )
+        self.env = user_env(root, config, drop=("TCL_CONFIG", "TCL_DB_URL"), **extra)
+        self._store: Store | None = None
+
+    def tcl(self, *args: str, timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
+        return run_tcl(args, self.env, self.work, check=False, timeout=timeout_s)
+
+    def submit_detached(self, *args: str) -> str:
+        res = self.tcl("submit", "-d", "--json", *args)
+        assert res.returncode == 0, res.stderr
+        return str(json.loads(res.stdout)["run_id"])
+
+    @property
+    def store(self) -> Store:
+        if self._store is None:
+            self._store = Store(f"sqlite:///{self.root / 'state' / 'tcl.db'}")
+        return self._store
+
+    def run(self, run_id: str) -> Run:
+        return self.store.get_run(run_id)
+
+    def attempts(self, run_id: str) -> int:
+        return len(self.store.attempts(run_id))
+
+    def shim(self) -> httpx.Client:
+        return local_shim_client(self.root / "state")
+
+    def daemon_pid(self) -> int:
+        sock = self.root / "state" / "serve" / "daemon.sock"
+        with httpx.Client(transport=httpx.HTTPTransport(uds=str(sock)), timeout=10) as c:
+            return int(c.get("http://localhost/api/healthcheck").json()["pid"])
+
+    def close(self) -> None:
+        stop_daemon(self.root / "state" / "serve")
+        stop_local_shim(self.root / "state" / "local-shim")
+        if self._store is not None:
+            self._store.close()
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Iterator[Home]:
+    h = Home(tmp_path, TCL_SERVE_LEASE_S="3")
+    yield h
+    h.close()
+
+
+@pytest.fixture
+def gpu_home(tmp_path: Path) -> Iterator[Home]:
+    h = Home(tmp_path, gpus=8, TCL_SERVE_LEASE_S="3")
+    yield h
+    h.close()
+
+
+def _lines(n: int, every_s: float = 0.0) -> str:
+    pause = f"; time.sleep({every_s})" if every_s else ""
+    return f"import time\nfor i in range({n}):\n    print(f'line {{i}}', flush=True){pause}\n"
+
+
+def test_a_detached_run_nobody_follows_keeps_every_line_after_its_host_is_gone(home: Home) -> None:
+    run_id = home.submit_detached("--", "python", "-c", _lines(3000))
+    # nobody follows and nothing here pulls: the daemon's controller ends the run
+    run = wait_until(
+        lambda: home.run(run_id), 120, "the run's end", done=lambda r: r.state.is_final
+    )
+    assert run.state is RunState.SUCCEEDED, run
+    # its host goes away (the task, its runner and everything it kept are gone with it)
+    stop_local_shim(home.root / "state" / "local-shim")
+    logs = home.tcl("logs", run_id)
+    assert logs.returncode == 0, logs.stderr
+    assert logs.stdout.splitlines() == [f"line {i}" for i in range(3000)]
+
+
+def test_a_detached_retry_run_preempted_with_nobody_following_is_placed_again(
+    home: Home,
+) -> None:
+    flag = home.root / "release"
+    job = (
+        "import os, pathlib, time\n"
+        f"print('attempt', os.environ.get('TCL_ATTEMPT'), flush=True)\n"
+        f"while not pathlib.Path({str(flag)!r}).exists():\n    time.sleep(0.1)\n"
+    )
+    run_id = home.submit_detached("--retry", "3", "--", "python", "-c", job)
+    wait_until(lambda: home.run(run_id).state, 60, "running", done=RunState.RUNNING.__eq__)
+    with home.shim() as shim:
+        told = shim.post("/preemption", json={"message": "spot VM reclaimed", "grace_s": 1.0})
+    assert told.status_code == 200 and len(told.json()) == 1, told.text
+    # nobody follows: the controller sees the preemption and places attempt 1 itself
+    wait_until(lambda: home.attempts(run_id), 60, "attempt 1 placed", done=(2).__eq__)
+    wait_until(lambda: home.run(run_id).state, 60, "running again", done=RunState.RUNNING.__eq__)
+    flag.touch()
+    run = wait_until(lambda: home.run(run_id), 60, "its end", done=lambda r: r.state.is_final)
+    assert run.state is RunState.SUCCEEDED, run
+    assert [a.state for a in home.store.attempts(run_id)] == [
+        RunState.TERMINATED,
+        RunState.SUCCEEDED,
+    ]
+    logs = home.tcl("logs", run_id).stdout.splitlines()
+    assert [ln for ln in logs if ln.startswith("attempt")] == ["attempt 0", "attempt 1"], logs
+
+
+def _kill_daemon_mid_run(home: Home) -> str:
+    run_id = home.submit_detached("--", "python", "-c", _lines(400, every_s=0.02))
+    logs_file = home.root / "state" / "logs" / f"{run_id}.jsonl"
+    wait_until(lambda: logs_file.exists() and logs_file.stat().st_size > 0, 60, "first lines")
+    os.kill(home.daemon_pid(), signal.SIGKILL)
+    return run_id
+
+
+def test_the_next_daemon_carries_on_a_killed_daemon_s_runs(home: Home) -> None:
+    run_id = _kill_daemon_mid_run(home)
+    # the next daemon takes the dead one's lease once it lapses (3 s here) and carries on
+    # where the log cache stops, with nobody following
+    serve = start_tcl(["serve"], home.env, home.work)
+    try:
+        run = wait_until(lambda: home.run(run_id), 120, "its end", done=lambda r: r.state.is_final)
+        assert run.state is RunState.SUCCEEDED, run
+        logs = home.tcl("logs", run_id)
+        assert logs.stdout.splitlines() == [f"line {i}" for i in range(400)], logs.stderr
+        shown = home.tcl("serve", "--status")
+        assert shown.returncode == 0, shown.stderr
+        status = json.loads(shown.stdout)
+        assert status["controller"] and status["runs_owned"] == 0, status
+    finally:
+        serve.send_signal(signal.SIGTERM)
+        serve.communicate(timeout=60)
+
+
+def test_a_follow_without_a_daemon_carries_on_a_killed_daemon_s_run(home: Home) -> None:
+    run_id = _kill_daemon_mid_run(home)
+    # `tcl logs -f` runs the controller in-process for its run: it takes the lapsed lease
+    follow = home.tcl("logs", "-f", run_id, timeout_s=180)
+    assert follow.returncode == 0, follow.stderr
+    assert follow.stdout.splitlines() == [f"line {i}" for i in range(400)]
+    assert home.run(run_id).state is RunState.SUCCEEDED
+
+
+def test_a_killed_local_shim_loses_no_line_of_its_live_runs(gpu_home: Home) -> None:
+    home = gpu_home
+    runs = [
+        home.submit_detached("--chip", "h100", "--", "python", "-c", _lines(300, every_s=0.03))
+        for _ in range(8)
+    ]
+    logs = [home.root / "state" / "logs" / f"{r}.jsonl" for r in runs]
+    wait_until(lambda: all(f.exists() for f in logs), 60, "every run's first lines")
+    shim_json = home.root / "state" / "local-shim" / "shim.json"
+    os.kill(int(json.loads(shim_json.read_text())["pid"]), signal.SIGKILL)
+    # the runners go on; the controller asks again until the shim is back (started anew on
+    # its next use) and keeps every line; nothing here touches the runs
+    for run_id in runs:
+        run = wait_until(
+            functools.partial(home.run, run_id),
+            180,
+            f"{run_id}'s end",
+            done=lambda r: r.state.is_final,
+        )
+        assert run.state is RunState.SUCCEEDED, run
+        shown = home.tcl("logs", run_id)
+        assert shown.stdout.splitlines() == [f"line {i}" for i in range(300)], run_id
+    with home.shim() as shim:
+        gpus = shim.get("/host").json()["accelerators"]
+    assert len(gpus) == 8 and all(g["task_id"] is None for g in gpus), gpus
+
+
+def test_a_submit_killed_mid_placement_leaves_nothing_pending_nor_holding_a_gpu(
+    gpu_home: Home,
+) -> None:
+    home = gpu_home
+    # a code upload long enough to kill the submit in the middle of its placement
+    (home.work / "weights.bin").write_bytes(os.urandom(48 * 1024 * 1024))
+    env = {**home.env, "TCL_SERVE": "0"}  # the placement runs in the CLI process itself
+    submit = subprocess.Popen(
+        [str(Path(sys.executable).parent / "tcl"), "submit", "--chip", "h100", "--", "true"],
+        env=env,
+        cwd=home.work,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+
+        def attempt_made() -> str | None:
+            for run in home.store.list_runs():
+                if home.store.attempts(run.id):
+                    return run.id
+            return None
+
+        # (the state dir and its database appear once the submit starts)
+        found = wait_until(attempt_made, 120, "the submit's attempt", ignore=(StoreError,))
+        assert found is not None
+        run_id = found
+        assert home.run(run_id).state is RunState.PENDING  # still placing it
+    finally:
+        submit.kill()
+        submit.wait()
+    # the next controller adopts it once the dead submit's lease lapsed (3 s here): its job
+    # never started, so its task is stopped and freed and the run ends saying why
+    serve = start_tcl(["serve"], home.env, home.work)
+    try:
+        run = wait_until(lambda: home.run(run_id), 120, "its end", done=lambda r: r.state.is_final)
+        assert run.state is RunState.FAILED, run
+        assert "its tcl submit stopped before the job started" in run.message, run
+        assert [a.state for a in home.store.attempts(run_id)] == [RunState.TERMINATED]
+        with home.shim() as shim:
+            gpus = shim.get("/host").json()["accelerators"]
+        assert all(g["task_id"] is None for g in gpus), gpus
+    finally:
+        serve.send_signal(signal.SIGTERM)
+        serve.communicate(timeout=60)
