@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from tcl.shim.api import ClusterFs
-from tcl.shim.errors import MountFailed
+from tcl.common.api import ClusterFs
+from tcl.common.errors import MountFailed
 
 JUICEFS_FSTYPE = "fuse.juicefs"
 MOUNT_TIMEOUT_S = 90.0

@@ -24,10 +24,10 @@ from typing import TYPE_CHECKING
 from pydantic import ValidationError
 
 from tcl.atomic import write_atomic
+from tcl.common.api import ClusterFs
 from tcl.runner.api import JobSpec, RunnerState
 from tcl.runner.errors import InvalidSpec, RunnerError
 from tcl.runner.service import Runner, RunnerConfig
-from tcl.shim.api import ClusterFs
 from tcl.tokenfile import TOKEN_MIN_BITS, token_bits
 
 if TYPE_CHECKING:
@@ -191,8 +191,8 @@ def _drive(runner: Runner, spec: JobSpec, code_path: Path | None, mount: NodeMou
 def _mount(runner: Runner, mount: NodeMount) -> bool:
     """The cluster's root on this node before the job starts; when it cannot be mounted the job
     fails to start with one line naming the node and the fix (also on stderr: SLURM's output)."""
+    from tcl.common.errors import MountFailed
     from tcl.runner.nodemount import node_name
-    from tcl.shim.errors import MountFailed
 
     try:
         mount.acquire()

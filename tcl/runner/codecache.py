@@ -18,7 +18,7 @@ per-task upper dir; see ``premounted_code``), or a *copy* of the tree, made with
 ``copy_file_range`` (a reflink on btrfs/XFS, an in-kernel copy elsewhere, a plain copy across
 file systems). Hard links would be cheaper than a copy but share the inode, and a job running
 as root (every docker job) opening a shipped file for writing would change the cache for every
-later job. The shim keeps the cache under a size budget (``tcl.shim.codegc``): a lookup
+later job. The shim keeps the cache under a size budget (its ``codegc`` module): a lookup
 touches the tree's mtime, and the least recently used trees not used by a task go first.
 """
 

@@ -52,8 +52,8 @@ from tcl.clusterfs_node import (
     preflight,
     unmount_argv,
 )
-from tcl.shim.api import ClusterFs
-from tcl.shim.errors import MountFailed
+from tcl.common.api import ClusterFs
+from tcl.common.errors import MountFailed
 
 log = logging.getLogger(__name__)
 

@@ -20,6 +20,12 @@ from pydantic import (
     field_validator,
 )
 
+from tcl.common.api import MAX_SECRET_LEN, AbsPath
+
+# A SLURM node's runner reads it too (its batch spec file): defined in tcl.common, part of this
+# schema all the same.
+from tcl.common.api import ClusterFs as ClusterFs
+
 API_VERSION = 1
 
 # Task ids name a folder (tasks/<id>) and a container: no leading dot (so never "." or ".."),
@@ -37,9 +43,7 @@ MAX_ENV_VALUE_LEN = 32 * 1024
 MAX_SSH_KEYS = 32
 MAX_SSH_KEY_LEN = 16 * 1024
 MAX_MOUNTS = 64
-MAX_PATH_LEN = 4096
 MAX_NAME_LEN = 512  # name, image, registry username
-MAX_SECRET_LEN = 16 * 1024  # registry password or token
 MAX_MESSAGE_LEN = 4096
 MAX_ACCELERATORS = 4096  # a count, an index, or the length of a list of indices
 MAX_CPUS = 65536.0
@@ -103,7 +107,6 @@ TaskId = Annotated[
     StringConstraints(min_length=1, max_length=TASK_ID_MAX_LEN, pattern=TASK_ID_PATTERN),
 ]
 Name = Annotated[str, StringConstraints(max_length=MAX_NAME_LEN)]
-AbsPath = Annotated[str, StringConstraints(max_length=MAX_PATH_LEN, pattern=r"^/")]
 # No "=" in a key and no NUL anywhere: neither can be put in a process environment.
 EnvKey = Annotated[
     str, StringConstraints(min_length=1, max_length=MAX_ENV_KEY_LEN, pattern=r"^[^=\x00]+$")
@@ -125,22 +128,6 @@ class Mount(_Strict):
     source: AbsPath
     target: AbsPath
     read_only: StrictBool = False
-
-
-class ClusterFs(_Strict):
-    """A cluster's shared filesystem (JuiceFS), mounted at ``mount_point`` before the task
-    starts and shared by the host's tasks. ``meta_url`` carries no password: the password
-    travels here, reaches ``juicefs`` through its environment (``META_PASSWORD``) and is never
-    written to the task's record."""
-
-    meta_url: str = Field(min_length=1, max_length=MAX_PATH_LEN, pattern=r"^[a-z][a-z0-9+]*://")
-    meta_password: str | None = Field(default=None, repr=False, max_length=MAX_SECRET_LEN)
-    mount_point: AbsPath
-    cache_size_mib: StrictInt | None = Field(default=None, gt=0)
-    cache_dir: AbsPath | None = None
-    all_squash: str | None = Field(default=None, pattern=r"^[0-9]+:[0-9]+$")
-    # None: never unmounted by the shim; else this long after its last task ended
-    unmount_after_idle_s: StrictFloat | None = Field(default=300.0, ge=0, allow_inf_nan=False)
 
 
 class TaskSpec(_Strict):

@@ -38,6 +38,7 @@ from tcl.clusterfs_node import (
     preflight,
     unmount_argv,
 )
+from tcl.common import errors as node_errors
 from tcl.shim.api import ClusterFs, MountHealth
 from tcl.shim.errors import MountFailed
 
@@ -118,7 +119,10 @@ class ClusterMounts:
             idle = self._idle.pop(mp, None)
             if idle is not None:
                 idle.cancel()
-            await self._ensure(fs)
+            try:
+                await self._ensure(fs)
+            except node_errors.MountFailed as e:  # tcl.clusterfs_node's, in the shim's terms
+                raise MountFailed(e.detail) from e
             self._users.setdefault(mp, set()).add(task_id)
 
     def release(self, task_id: str) -> None:
@@ -188,7 +192,7 @@ class ClusterMounts:
                 return
             try:
                 await self._unmount(mp)
-            except MountFailed as e:
+            except (MountFailed, node_errors.MountFailed) as e:
                 log.warning("%s", e.detail)  # busy (a shell sits in it): tried again later
                 self._schedule_idle(mp)
 

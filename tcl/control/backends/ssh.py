@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from dataclasses import dataclass
+from importlib import resources
 
 from tcl.control.agents import RunnerApi, ShimApi
 from tcl.control.backends.base import Progress, SshEndpoint
@@ -27,43 +28,16 @@ from tcl.control.ssh import RemoteProcess, SshPool, SshTarget
 from tcl.shim.api import ExecutorKind
 
 # Runs on the host (`python -c SCRIPT TARBALL SHA256`), "PORT TOKEN" on stdin (the runner's
-# bearer token never reaches a command line): have the
-# runner take the tree from the host's code cache (no upload, no extraction); else stream the
-# cached tarball into its PUT /code; exit 3 when the host has neither. The port arrives once the
-# runner is up, so the process starts (shell, interpreter, imports) while the container starts;
-# no port (stdin closed empty) means the submit gave up: exit 4.
-_HOST_PUT = r"""
-import json, os, sys, urllib.error, urllib.request
-path, sha = sys.argv[1], sys.argv[2]
-try:
-    os.utime(path)  # used now: the shim evicts the least recently used tarballs first
-except OSError:
-    pass
-port, _, token = sys.stdin.readline().strip().partition(" ")
-if not port.isdigit():
-    sys.exit(4)
-base = f"http://127.0.0.1:{port}/api/code"
-auth = {"Authorization": f"Bearer {token}"}
-req = urllib.request.Request(f"{base}/cached", data=json.dumps({"sha256": sha}).encode(),
-                             method="POST", headers={"Content-Type": "application/json", **auth})
-try:
-    urllib.request.urlopen(req, timeout=600).read()
-    sys.exit(0)
-except urllib.error.HTTPError as e:
-    if e.code not in (404, 405):  # 405: a runner from before the code cache
-        sys.exit(f"runner refused the cached code: {e.code} {e.read()[:300]!r}")
-if not os.path.isfile(path):
-    sys.exit(3)
-with open(path, "rb") as f:
-    req = urllib.request.Request(
-        base, data=f, method="PUT",
-        headers={"X-Code-Sha256": sha, "Content-Length": str(os.fstat(f.fileno()).st_size),
-                 "Content-Type": "application/gzip", **auth})
-    try:
-        urllib.request.urlopen(req, timeout=600).read()
-    except urllib.error.HTTPError as e:
-        sys.exit(f"runner refused the code: {e.code} {e.read()[:300]!r}")
-"""
+# bearer token never reaches a command line): have the runner take the tree from the host's code
+# cache (no upload, no extraction); else stream the cached tarball into its PUT /code; exit 3
+# when the host has neither. The port arrives once the runner is up, so the process starts
+# (shell, interpreter, imports) while the container starts; no port (stdin closed empty) means
+# the submit gave up: exit 4. A standard-library program, see its docstring.
+_HOST_PUT = (
+    resources.files("tcl.control.backends.ssh_scripts")
+    .joinpath("host_put.py")
+    .read_text(encoding="utf-8")
+)
 
 
 # `sh -c SCRIPT sh SHIM_DIR`: print the shim dir with ~ resolved, then the token (one round trip).

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from tcl.common.api import ClusterFs
+from tcl.common.errors import MountFailed
 from tcl.runner import nodemount
 from tcl.runner.api import JobSpec
 from tcl.runner.batch import CLUSTER_FS_KEY, load_spec, run_batch
@@ -24,8 +26,6 @@ from tcl.runner.errors import InvalidSpec
 from tcl.runner.events import EventLog
 from tcl.runner.nodemount import NodeMount
 from tcl.runner.service import RunnerConfig
-from tcl.shim.api import ClusterFs
-from tcl.shim.errors import MountFailed
 
 PASSWORD = "pw-s3cret"
 PY = sys.executable

@@ -21,6 +21,7 @@ from __future__ import annotations
 import re
 import shlex
 from dataclasses import dataclass
+from importlib import resources
 
 from tcl.control.hostsetup import (
     MAKE_TOKEN_SH,
@@ -166,33 +167,13 @@ echo "tcl bootstrap: shim setup exited $status"
 """
 
 
-_NOTIFY_PY = """
-import json, sys, time, urllib.request
-token_file, port, grace_s, wait_s = sys.argv[1], sys.argv[2], float(sys.argv[3]), float(sys.argv[4])
-with open(token_file) as f:
-    token = f.read().strip()
-base = "http://127.0.0.1:%s/api" % port
-opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-def call(method, path, body=None):
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(base + path, data=data, method=method)
-    req.add_header("Authorization", "Bearer " + token)
-    req.add_header("Content-Type", "application/json")
-    with opener.open(req, timeout=5) as r:
-        return json.load(r)
-deadline = time.monotonic() + wait_s
-notified = call("POST", "/preemption", {"message": "the VM is being preempted or stopped",
-                                        "grace_s": grace_s})
-print("tcl shutdown: notified", [t["id"] for t in notified], flush=True)
-while time.monotonic() < deadline:
-    live = [t["id"] for t in call("GET", "/tasks") if t["status"] != "terminated"]
-    if not live:
-        print("tcl shutdown: no task running", flush=True)
-        break
-    time.sleep(0.5)
-else:
-    print("tcl shutdown: still running after %.0f s: %s" % (wait_s, live), flush=True)
-"""
+# The shutdown-script's Python: tell the shim, wait for its tasks (argv: TOKEN_FILE PORT
+# GRACE_S WAIT_S); a standard-library program, see its docstring.
+_NOTIFY_PY = (
+    resources.files("tcl.control.backends.tpu.scripts")
+    .joinpath("notify_shutdown.py")
+    .read_text(encoding="utf-8")
+)
 
 
 def render_shutdown_script(b: WorkerBootstrap) -> str:
