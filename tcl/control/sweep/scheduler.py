@@ -40,7 +40,7 @@ from tcl.control.errors import (
     StoreError,
     TclError,
 )
-from tcl.control.lifecycle.adopt import adopt_placement
+from tcl.control.lifecycle.adopt import adopt_placement, interrupted
 from tcl.control.lifecycle.pull import ResumingPull
 from tcl.control.lifecycle.release import release
 from tcl.control.lifecycle.retry import place_waiting, waiting_for_retry
@@ -399,7 +399,7 @@ class Scheduler:
                 waiting = ctl.retries.waiting(run.id)
                 if waiting is not None:  # nothing free: like a first placement's refusal
                     raise NoPlacementError(waiting.why or "nothing free", [])
-        elif run.state in (RunState.PENDING, RunState.PROVISIONING):
+        elif run.state in (RunState.PENDING, RunState.PROVISIONING) or interrupted(ctl, run):
             # its scheduler died before or while placing it (perhaps after its job started)
             await self._adopt_placement(ctl, run)
         return True
@@ -441,7 +441,14 @@ class Scheduler:
                 RunState.QUEUED,
                 message="its scheduler stopped while placing it; placing it again",
             )
-        await self._place(ctl, run.id)
+        try:
+            await self._place(ctl, run.id)
+        except NoPlacementError as e:
+            # its attempt is undone and nothing is free now: the run waits to be placed, as
+            # after a preemption (the next claim places it; following it now would only
+            # find the attempt that was undone)
+            ctl.retries.wait(run.id, 0.0, False, f"placing it again: {_line(e)}")
+            raise
 
     async def _watch(self, ctl: Control, entry: Entry) -> None:
         assert entry.run_id is not None

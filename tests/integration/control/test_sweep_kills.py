@@ -22,7 +22,8 @@ import httpx
 import pytest
 
 from tests.integration.control.test_sweep_local import Sweep, _ended, _manifest
-from tests.integration.tclcli import start_tcl
+from tests.integration.tclcli import run_tcl, start_tcl
+from tests.polling import wait_until
 
 ENTRIES = int(os.environ.get("TCL_TEST_KILL_ENTRIES", "120"))
 KILLS = 5
@@ -67,7 +68,7 @@ def test_a_sweep_survives_its_daemon_killed_five_times(sweep: Sweep) -> None:
                 serve = start_tcl(["serve"], s.env(), s.repo, stderr=log)
         s.wait("kills", _ended, 600)
         st = s.status("kills")
-        assert st["counts"]["done"] == ENTRIES, st
+        assert st["counts"]["done"] == ENTRIES, (st["counts"], st.get("failures"))
         ran = Counter(r[0] for r in s.runs())
         assert len(ran) == ENTRIES and set(ran.values()) == {1}, ran.most_common(3)
         starts = {p.name: p.read_text() for p in s.out.glob("count-*")}
@@ -81,3 +82,65 @@ def test_a_sweep_survives_its_daemon_killed_five_times(sweep: Sweep) -> None:
         if serve is not None and serve.poll() is None:
             serve.send_signal(signal.SIGTERM)
             serve.communicate(timeout=60)
+
+
+def test_a_placement_its_dead_scheduler_left_waits_for_room_then_runs(tmp_path: Path) -> None:
+    """A scheduler died while placing an entry's run (an attempt that never reached its host).
+    The next one undoes that attempt; with the one GPU busy the run waits to be placed (it is
+    not followed as it stands, which would end it `terminated`) and runs once the GPU frees."""
+    from tcl.control.errors import RunNotFoundError
+    from tcl.control.lifecycle.submit import stored_request
+    from tcl.control.states import RunState
+    from tcl.control.store import Store
+    from tcl.control.sweep.model import EntryState
+    from tcl.control.sweep.queue import SweepQueue
+    from tcl.control.sweep.scheduler import _submission
+    from tcl.control.sweep.spec import MatrixSpec
+
+    s = Sweep(tmp_path, gpus=1)
+    serve: subprocess.Popen[str] | None = None
+    store = None
+    try:
+        rows = [{"job_id": "e0", "job": "e0", "fail_until": 0, "sleep_s": 0}]
+        s.add("left", _manifest(s.out.parent / "m.json", rows), "--no-start")
+        # the one GPU is busy (a run with no daemon around) until $OUT/release exists
+        blocker = ["submit", "-d", "--chip", "h100", "--env", f"OUT={s.out}", "--"]
+        blocker += ["python", "job.py", "blocker", "0", "-1"]
+        run_tcl(blocker, {**s.env(), "TCL_SERVE": "0"}, s.repo)
+        # what its dead scheduler left: the run placed, its attempt recorded, nothing on a host
+        store = Store(f"sqlite:///{s.home / 'state' / 'tcl.db'}")
+        queue = SweepQueue(store)
+        (entry,) = queue.entries("left")
+        assert entry.run_id is not None
+        spec = MatrixSpec.model_validate(queue.matrix("left").spec)
+        sub = _submission(spec, entry)
+        run_id = entry.run_id
+        store.create_run(run_id, sub.name, stored_request(sub, spec.job_cwd), spec.code_sha256)
+        store.set_placement(run_id, "here", "local", spec.code_sha256)
+        store.set_state(run_id, RunState.PROVISIONING)
+        store.add_attempt(run_id, "here", "local")
+        with (s.home / "serve-fg.log").open("a") as log:
+            serve = start_tcl(["serve"], s.env(), s.repo, stderr=log)
+        # adopted: the attempt undone, the run back in the queue (nothing free for it)
+        wait_until(
+            lambda: store.get_run(run_id).state is RunState.QUEUED,
+            60,
+            "the run adopted and queued",
+            ignore=(RunNotFoundError,),
+        )
+        wait_until(lambda: queue.entry(entry.id).claims >= 2, 60, "the entry claimed again")
+        assert queue.entry(entry.id).state not in (EntryState.FAILED, EntryState.DONE)
+        (s.out / "release").touch()
+        s.wait("left", _ended, 120)
+        st = s.status("left")
+        assert st["counts"]["done"] == 1, (st["counts"], st.get("failures"), s.serve_log())
+        att = store.latest_attempt(run_id)
+        assert att is not None and att.attempt == 1 and att.state is RunState.SUCCEEDED
+    finally:
+        if store is not None:
+            store.close()
+        (s.out / "release").touch()
+        if serve is not None and serve.poll() is None:
+            serve.send_signal(signal.SIGTERM)
+            serve.communicate(timeout=60)
+        s.close()
