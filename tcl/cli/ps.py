@@ -14,10 +14,12 @@ from tcl.cli.termsafe import cell, plain
 from tcl.control.states import RunState
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from rich.table import Table
 
     from tcl.control.service import Control
-    from tcl.control.store import Run
+    from tcl.control.store import Attempt, Run
 
 
 WAIT_REASON_CHARS = 100  # a queued run's reason in the STATE column (--json has all of it)
@@ -27,6 +29,7 @@ WAIT_REASON_CHARS = 100  # a queued run's reason in the STATE column (--json has
 class _Listing:
     runs: list[Run]
     unreachable_since: dict[str, float]  # run id -> first failed refresh (non-final runs)
+    attempts: dict[str, list[Attempt]]  # run id -> its attempts, oldest first
 
 
 async def _runs(ctl: Control, all_runs: bool, matrix: str | None = None) -> _Listing:
@@ -38,7 +41,7 @@ async def _runs(ctl: Control, all_runs: bool, matrix: str | None = None) -> _Lis
     fresh = await refresh_many(ctl, runs)
     shown = fresh if all_runs else [r for r in fresh if not r.state.is_final]
     since = ctl.store.unreachable_since([r.id for r in shown if not r.state.is_final])
-    return _Listing(shown, since)
+    return _Listing(shown, since, ctl.store.attempts_of([r.id for r in shown]))
 
 
 def _matrix_runs(ctl: Control, matrix: str) -> list[Run]:
@@ -54,8 +57,21 @@ def _matrix_runs(ctl: Control, matrix: str) -> list[Run]:
     return sorted(ctl.store.runs_by_id(ids).values(), key=lambda r: r.created_at, reverse=True)
 
 
-def state_text(r: Run, unreachable_since: float | None) -> str:
-    """The STATE column: the stored state, or ``unknown`` while its host cannot be reached."""
+def state_text(r: Run, unreachable_since: float | None, attempts: Sequence[Attempt] = ()) -> str:
+    """The STATE column: the stored state, or ``unknown`` while its host cannot be reached;
+    a run placed more than once says which attempt and why the one before ended."""
+    return _state(r, unreachable_since) + _after(attempts)
+
+
+def _after(attempts: Sequence[Attempt]) -> str:
+    if len(attempts) < 2:
+        return ""
+    before = attempts[-2]
+    after = f" after {before.cause.value.replace('_', ' ')}" if before.cause is not None else ""
+    return f" · attempt {attempts[-1].attempt}{after}"
+
+
+def _state(r: Run, unreachable_since: float | None) -> str:
     if unreachable_since is not None and not r.state.is_final:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(unreachable_since))
         return f"unknown (host unreachable since {when})"
@@ -78,7 +94,7 @@ def _table(listing: _Listing) -> Table:
     for r in listing.runs:
         chips = r.request.get("chips", 0)
         chip = r.request.get("chip") or ""
-        state = state_text(r, listing.unreachable_since.get(r.id))
+        state = state_text(r, listing.unreachable_since.get(r.id), listing.attempts.get(r.id, []))
         chips_text = f"{chips} {chip}".strip() if chips else "-"
         command = plain(_command(r.request))[:60]
         shown = [r.id, r.name, state, r.host or "-", chips_text, age(r.created_at), command]
@@ -97,7 +113,20 @@ def _command(request: dict[str, Any]) -> str:
 
 def _json(r: Run, listing: _Listing) -> dict[str, Any]:
     since = listing.unreachable_since.get(r.id)
-    return {**run_json(r), "unreachable_since": iso(since) if since is not None else None}
+    attempts = [
+        {
+            "attempt": a.attempt,
+            "host": a.host,
+            "state": a.state.value,
+            "cause": a.cause.value if a.cause is not None else None,
+        }
+        for a in listing.attempts.get(r.id, [])
+    ]
+    return {
+        **run_json(r),
+        "unreachable_since": iso(since) if since is not None else None,
+        "attempts": attempts,
+    }
 
 
 def cmd_ps(

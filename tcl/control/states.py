@@ -53,3 +53,24 @@ def move(current: RunState, target: RunState) -> Move:
 
 def allowed(current: RunState, target: RunState) -> bool:
     return move(current, target) is not Move.ILLEGAL
+
+
+class AttemptCause(enum.StrEnum):
+    """Why an attempt ended: recorded with its final state, shown with the run's attempts.
+
+    Only ``exit`` is the job's own verdict; the others are what happened to it (a retry policy
+    counts a failed ``exit`` as a failure, never the rest)."""
+
+    EXIT = "exit"  # the job exited (succeeded or failed: its exit code says)
+    PREEMPTED = "preempted"  # the host or its scheduler took it back (preemption, requeue)
+    NODE_LOST = "node_lost"  # its host lost it (a preempted cloud node, a vanished pod)
+    PLACEMENT_FAILED = "placement_failed"  # its placement did not finish (undone)
+    STOPPED = "stopped"  # stopped: by the user (`tcl stop`, `tcl matrix cancel`), its time limit
+
+    @classmethod
+    def of_end(cls, state: RunState, preempted: bool = False) -> AttemptCause:
+        """What its host's final state says: a job stopped there (``terminated``: a stop, its
+        time limit) or one that exited; a preemption notice whatever its state."""
+        if preempted:
+            return cls.PREEMPTED
+        return cls.STOPPED if state is RunState.TERMINATED else cls.EXIT

@@ -36,9 +36,10 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 from tcl.control.errors import IllegalMoveError, RunNotFoundError, StoreError
-from tcl.control.states import Move, RunState, move
+from tcl.control.migrations import LATEST, migrate
+from tcl.control.states import AttemptCause, Move, RunState, move
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = LATEST
 _IN_CHUNK = 500  # ids per IN (...) list: well under every backend's bound-parameter limit
 
 
@@ -76,6 +77,8 @@ class AttemptRow(_Base):
     state: Mapped[str] = mapped_column(String(32))
     log_cursor: Mapped[int] = mapped_column(Integer, default=0)  # last event seq kept locally
     created_at: Mapped[float] = mapped_column(Float)
+    # why it ended (``AttemptCause``; '' until then, and for attempts recorded before v2)
+    cause: Mapped[str] = mapped_column(String(32), default="", server_default="")
 
 
 class RunHealthRow(_Base):
@@ -121,6 +124,7 @@ class Attempt:
     state: RunState
     log_cursor: int
     created_at: float = 0.0
+    cause: AttemptCause | None = None  # why it ended (None until then, or recorded before v2)
 
 
 def _run(row: RunRow) -> Run:
@@ -149,6 +153,7 @@ def _attempt(row: AttemptRow) -> Attempt:
         RunState(row.state),
         row.log_cursor,
         row.created_at,
+        AttemptCause(row.cause) if row.cause else None,
     )
 
 
@@ -259,6 +264,9 @@ class Store:
                             f"the state store at {self._safe_url()} has schema {meta.value}, "
                             f"newer than this tcl ({SCHEMA_VERSION}); upgrade tcl"
                         )
+                    elif int(meta.value) < SCHEMA_VERSION:
+                        # one transaction: a step that fails leaves the store as it was
+                        meta.value = str(migrate(s.connection(), int(meta.value)))
         except SQLAlchemyError as e:
             raise StoreError(f"cannot open the state store {self._safe_url()}: {e}") from None
 
@@ -498,8 +506,13 @@ class Store:
         *,
         handle: dict[str, Any] | None = None,
         state: RunState | None = None,
+        cause: AttemptCause | None = None,
         log_cursor: int | None = None,
     ) -> None:
+        """The attempt's guarded writer. A final state comes with its ``cause`` (why the
+        attempt ended), kept with the first final state only."""
+        if (state is not None and state.is_final) != (cause is not None):
+            raise ValueError(f"attempt state {state}: a cause with a final state, and only then")
         with self._session() as s:
             row = s.get(AttemptRow, (run_id, attempt))
             if row is None:
@@ -514,6 +527,7 @@ class Store:
                     )
                 if verdict is Move.APPLY:
                     row.state = state.value
+                    row.cause = cause.value if cause is not None else ""
             if log_cursor is not None and log_cursor > row.log_cursor:
                 row.log_cursor = log_cursor
 
@@ -545,6 +559,21 @@ class Store:
                     .group_by(AttemptRow.run_id)
                 )
                 out.update((run_id, int(n)) for run_id, n in s.execute(q))
+        return out
+
+    def attempts_of(self, run_ids: Collection[str]) -> dict[str, list[Attempt]]:
+        """Every attempt of each of these runs, oldest first (a run with none is absent)."""
+        ids = list(dict.fromkeys(run_ids))
+        out: dict[str, list[Attempt]] = {}
+        with self._session() as s:
+            for i in range(0, len(ids), _IN_CHUNK):
+                q = (
+                    select(AttemptRow)
+                    .where(AttemptRow.run_id.in_(ids[i : i + _IN_CHUNK]))
+                    .order_by(AttemptRow.run_id, AttemptRow.attempt)
+                )
+                for row in s.scalars(q):
+                    out.setdefault(row.run_id, []).append(_attempt(row))
         return out
 
     def attempts(self, run_id: str) -> list[Attempt]:

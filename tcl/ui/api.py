@@ -40,6 +40,7 @@ class AttemptItem(BaseModel):
     host: str
     backend: str
     state: str
+    cause: str | None  # why it ended (tcl.control.states.AttemptCause), None while it runs
     created_at: float | None
 
 

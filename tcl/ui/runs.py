@@ -95,6 +95,7 @@ async def run_detail(ui: UiDep, run_id: str) -> RunDetail:
                 host=a.host,
                 backend=a.backend,
                 state=a.state.value,
+                cause=a.cause.value if a.cause is not None else None,
                 created_at=a.created_at or None,
             )
             for a in attempts

@@ -19,7 +19,7 @@ from tcl.control.errors import AgentUnreachableError, TclError
 from tcl.control.lifecycle.release import release_attempt
 from tcl.control.lifecycle.retry import waiting_for_retry
 from tcl.control.service import Control
-from tcl.control.states import RunState
+from tcl.control.states import AttemptCause, RunState
 
 if TYPE_CHECKING:
     from tcl.control.store import Attempt, Run
@@ -44,7 +44,9 @@ async def adopt_placement(ctl: Control, run: Run, att: Attempt | None) -> bool:
     if att is None or att.state.is_final:
         return False
     if not att.handle:  # nothing reached a host
-        ctl.store.update_attempt(run.id, att.attempt, state=RunState.TERMINATED)
+        ctl.store.update_attempt(
+            run.id, att.attempt, state=RunState.TERMINATED, cause=AttemptCause.PLACEMENT_FAILED
+        )
         return False
     try:
         status = await ctl.backend_for(att).status(ctl.handle(att))
@@ -60,6 +62,8 @@ async def adopt_placement(ctl: Control, run: Run, att: Attempt | None) -> bool:
         return True  # its job started: whoever follows the run records how it goes on
     with contextlib.suppress(TclError):
         await ctl.backend_for(att).stop(ctl.handle(att), grace_s=1.0)
-    ctl.store.update_attempt(run.id, att.attempt, state=RunState.TERMINATED)
+    ctl.store.update_attempt(
+        run.id, att.attempt, state=RunState.TERMINATED, cause=AttemptCause.PLACEMENT_FAILED
+    )
     await release_attempt(ctl, att, RunState.TERMINATED)
     return False

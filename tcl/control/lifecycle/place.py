@@ -18,7 +18,7 @@ from tcl.control.errors import ConfirmationNeededError, NoCapacityError, NoPlace
 from tcl.control.service import Control
 from tcl.control.shipping import Snapshot
 from tcl.control.solver import Request, Solution
-from tcl.control.states import RunState
+from tcl.control.states import AttemptCause, RunState
 from tcl.control.submitted import SubmitResult
 from tcl.runner.api import CodeRef, JobSpec, SessionSpec
 
@@ -138,7 +138,8 @@ async def place_and_start(
         else:
             ctl.store.set_state(run_id, RunState.PROVISIONING)
             ctl.store.set_state(run_id, launched.state)
-        ctl.store.update_attempt(run_id, att.attempt, state=launched.state)
+        ended = AttemptCause.of_end(launched.state) if launched.state.is_final else None
+        ctl.store.update_attempt(run_id, att.attempt, state=launched.state, cause=ended)
         return SubmitResult(
             run_id=run_id,
             name=sub.name,

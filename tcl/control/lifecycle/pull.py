@@ -35,7 +35,7 @@ from tcl.control.lifecycle.retry import (
 )
 from tcl.control.logcache import KeptEvent, LogCache
 from tcl.control.service import Control
-from tcl.control.states import Move, RunState, move
+from tcl.control.states import AttemptCause, Move, RunState, move
 from tcl.runner.api import EventKind
 
 if TYPE_CHECKING:
@@ -123,7 +123,8 @@ async def pull(
     lost = next((p for p in pages.values() if p.lost), None)
     if lost is not None:
         why = lost.message or "its host lost it"
-        if await retry_after_end(ctl, run, att, RunState.TERMINATED, None, why, True) is None:
+        lost_end = (RunState.TERMINATED, None, why, AttemptCause.NODE_LOST)
+        if await retry_after_end(ctl, run, att, *lost_end) is None:
             return PullResult(fresh, RunState.QUEUED, True)  # its policy places it again
         if not relaunch:
             return PullResult(fresh, run.state, False)
@@ -137,7 +138,9 @@ async def pull(
         node, code = failed
         await backend.stop(handle, grace_s=STOP_GRACE_S)
         if move(att.state, RunState.FAILED) is Move.APPLY:
-            ctl.store.update_attempt(run.id, att.attempt, state=RunState.FAILED)
+            ctl.store.update_attempt(
+                run.id, att.attempt, state=RunState.FAILED, cause=AttemptCause.EXIT
+            )
         noun = handle.node_noun
         why = f"{noun} {node} failed" + (f" (exit code {code})" if code is not None else "")
         ctl.store.set_state(
@@ -158,13 +161,14 @@ async def pull(
         codes = [p.exit_code for p in pages.values() if p.exit_code]
         code = codes[0] if codes else next((p.exit_code for p in pages.values()), None)
         why = next((p.message for p in pages.values() if p.message), "")
+        preempted = any(p.preempted for p in pages.values())
+        cause = AttemptCause.of_end(state, preempted)
         if state.is_final and not run.state.is_final:
-            preempted = any(p.preempted for p in pages.values())
-            ended = await retry_after_end(ctl, run, att, state, code, why, preempted)
+            ended = await retry_after_end(ctl, run, att, state, code, why, cause)
             if ended is None:
                 return PullResult(fresh, RunState.QUEUED, True)  # its policy places it again
             why = ended
-        record_state(ctl, ctl.store.get_run(run.id), att, state, code, why)
+        record_state(ctl, ctl.store.get_run(run.id), att, state, code, why, cause)
     if state.is_final and not more and release:
         await release_attempt(ctl, att, state)
     return PullResult(fresh, state if not more else RunState.RUNNING, more)
@@ -210,7 +214,9 @@ async def _relaunch(ctl: Control, run: Run, att: Attempt, why: str) -> None:
     and place the run again as its next attempt; when that fails the run fails, saying why."""
     from tcl.control.lifecycle.submit import relaunch
 
-    ctl.store.update_attempt(run.id, att.attempt, state=RunState.TERMINATED)
+    ctl.store.update_attempt(
+        run.id, att.attempt, state=RunState.TERMINATED, cause=AttemptCause.NODE_LOST
+    )
     with contextlib.suppress(TclError):
         await release_attempt(ctl, att, RunState.TERMINATED)
     current = ctl.store.get_run(run.id)
@@ -237,7 +243,9 @@ def _next_attempt(
 ) -> None:
     """The scheduler put the run back in its queue (preemption, requeue): a new attempt with
     the backend's new handle; the old one ends ``terminated``."""
-    ctl.store.update_attempt(run.id, att.attempt, state=RunState.TERMINATED)
+    ctl.store.update_attempt(
+        run.id, att.attempt, state=RunState.TERMINATED, cause=AttemptCause.PREEMPTED
+    )
     new = ctl.store.add_attempt(run.id, att.host, att.backend, handle.model_dump(mode="json"))
     ctl.store.update_attempt(run.id, new.attempt, state=RunState.QUEUED)
     why = next((p.message for p in pages.values() if p.message), "requeued")
@@ -247,7 +255,13 @@ def _next_attempt(
 
 
 def record_state(
-    ctl: Control, run: Run, att: Attempt, state: RunState, exit_code: int | None, why: str
+    ctl: Control,
+    run: Run,
+    att: Attempt,
+    state: RunState,
+    exit_code: int | None,
+    why: str,
+    cause: AttemptCause,
 ) -> None:
     """Write what the host says when it moves the run on; a late or stale page (a node still
     provisioning, a run stopped here already) changes nothing."""
@@ -263,7 +277,8 @@ def record_state(
         msg = why or None
     ctl.store.set_state(run.id, state, exit_code=exit_code, message=msg)
     if move(att.state, state) is Move.APPLY:
-        ctl.store.update_attempt(run.id, att.attempt, state=state)
+        ended = cause if state.is_final else None
+        ctl.store.update_attempt(run.id, att.attempt, state=state, cause=ended)
 
 
 class ResumingPull:

@@ -12,6 +12,7 @@ from tcl.control.errors import TclError
 from tcl.control.lifecycle.pull import RETRYABLE, pull, record_state
 from tcl.control.runleases import RunLeases
 from tcl.control.service import Control
+from tcl.control.states import AttemptCause
 
 if TYPE_CHECKING:
     from tcl.control.store import Attempt, Run
@@ -50,7 +51,9 @@ async def refresh_many(ctl: Control, runs: Sequence[Run], timeout_s: float = 5.0
                 with contextlib.suppress(TclError, TimeoutError):
                     run_now = ctl.store.get_run(r.id)
                     await asyncio.wait_for(pull(ctl, run_now, relaunch=False), timeout_s)
-            record_state(ctl, ctl.store.get_run(r.id), att, ans.state, ans.exit_code, ans.message)
+            cause = AttemptCause.of_end(ans.state)
+            now = ctl.store.get_run(r.id)
+            record_state(ctl, now, att, ans.state, ans.exit_code, ans.message, cause)
 
     await asyncio.gather(*(one_backend(k, items) for k, items in groups.items()))
     return [ctl.store.get_run(r.id) for r in runs]

@@ -22,7 +22,7 @@ from tcl.control.lifecycle.release import release_attempt
 from tcl.control.lifecycle.retry_policy import Verdict, decide
 from tcl.control.retries import policy_of
 from tcl.control.service import Control
-from tcl.control.states import Move, RunState, move
+from tcl.control.states import AttemptCause, Move, RunState, move
 from tcl.control.store import Attempt, Run
 
 NO_PLACE_RETRY_S = 2.0  # nothing free now: look again after this long (not a failure)
@@ -35,7 +35,7 @@ async def retry_after_end(
     state: RunState,
     exit_code: int | None,
     why: str,
-    preempted: bool,
+    cause: AttemptCause,
 ) -> str | None:
     """The run's attempt ended in ``state``. With a policy that retries it, end the attempt,
     put the run back in the queue and return None; else return the message its end should
@@ -44,6 +44,7 @@ async def retry_after_end(
     if policy is None:
         return why
     prior = ctl.retries.get(run.id)
+    preempted = cause in (AttemptCause.PREEMPTED, AttemptCause.NODE_LOST)
     d = decide(policy, prior.failures if prior else 0, state, exit_code, why, preempted)
     if d.verdict not in (Verdict.RETRY, Verdict.REQUEUE):
         return d.why or why
@@ -51,7 +52,7 @@ async def retry_after_end(
     if move(current.state, RunState.QUEUED) is not Move.APPLY:
         return why  # stopped here meanwhile
     if move(att.state, state) is Move.APPLY:
-        ctl.store.update_attempt(run.id, att.attempt, state=state)
+        ctl.store.update_attempt(run.id, att.attempt, state=state, cause=cause)
     with contextlib.suppress(TclError):
         await release_attempt(ctl, ctl.store.latest_attempt(run.id) or att, state)
     ctl.retries.wait(run.id, d.delay_s, d.verdict is Verdict.RETRY, d.why)
@@ -97,4 +98,6 @@ def end_failed_placement(ctl: Control, run_id: str, before: Attempt | None) -> N
     att = ctl.store.latest_attempt(run_id)
     newer = att is not None and (before is None or att.attempt > before.attempt)
     if att is not None and newer and not att.state.is_final:
-        ctl.store.update_attempt(run_id, att.attempt, state=RunState.TERMINATED)
+        ctl.store.update_attempt(
+            run_id, att.attempt, state=RunState.TERMINATED, cause=AttemptCause.PLACEMENT_FAILED
+        )

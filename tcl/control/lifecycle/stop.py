@@ -12,10 +12,10 @@ from tcl.control.lifecycle.pull import pull
 from tcl.control.lifecycle.release import release_attempt
 from tcl.control.lifecycle.retry import waiting_for_retry
 from tcl.control.service import Control
-from tcl.control.states import RunState
+from tcl.control.states import AttemptCause, RunState
 
 if TYPE_CHECKING:
-    from tcl.control.store import Run
+    from tcl.control.store import Attempt, Run
 
 
 async def stop(ctl: Control, run: Run, grace_s: float = 10.0) -> Run:
@@ -32,6 +32,8 @@ async def stop(ctl: Control, run: Run, grace_s: float = 10.0) -> Run:
     att = ctl.store.latest_attempt(run.id)
     if att is None or not att.handle:
         ctl.store.set_state(run.id, RunState.TERMINATED, message="stopped before placement")
+        if att is not None:
+            _stopped(ctl, att)
         return ctl.store.get_run(run.id)
     try:
         backend = ctl.backend_for(att)
@@ -41,12 +43,14 @@ async def stop(ctl: Control, run: Run, grace_s: float = 10.0) -> Run:
         ctl.store.set_state(
             run.id, RunState.TERMINATED, message=f"stopped here only, its host not reached: {e}"
         )
+        _stopped(ctl, att)
         return ctl.store.get_run(run.id)
     deadline = time.monotonic() + grace_s + 10.0
     if _owned(ctl, run.id):
         # its controller keeps the last events and frees its host (one writer of its log):
         # wait for that, so that the accelerators are free when the stop returns
         ctl.store.set_state(run.id, RunState.TERMINATED, message="stopped by user")
+        _stopped(ctl, att)
         while time.monotonic() < deadline and _owned(ctl, run.id):
             await asyncio.sleep(0.2)
         return ctl.store.get_run(run.id)
@@ -58,9 +62,17 @@ async def stop(ctl: Control, run: Run, grace_s: float = 10.0) -> Run:
             if res.state.is_final and not res.more:
                 break
     ctl.store.set_state(run.id, RunState.TERMINATED, message="stopped by user")
+    _stopped(ctl, att)
     with contextlib.suppress(TclError):
         await release_attempt(ctl, ctl.store.latest_attempt(run.id) or att, RunState.TERMINATED)
     return ctl.store.get_run(run.id)
+
+
+def _stopped(ctl: Control, att: Attempt) -> None:
+    """The attempt ends with its run (kept as it was if it ended first: its job's exit)."""
+    ctl.store.update_attempt(
+        att.run_id, att.attempt, state=RunState.TERMINATED, cause=AttemptCause.STOPPED
+    )
 
 
 def _owned(ctl: Control, run_id: str) -> bool:

@@ -234,7 +234,7 @@
         <div id="charts"><p class="empty">no metrics yet (a job prints TCL_METRIC {json} lines)</p></div></section>
       <section><h3>Logs</h3><div id="node-tabs"></div><div id="run-logs"></div></section>
       <section><h3>Attempts</h3><table id="attempts"><thead><tr><th>attempt</th><th>host</th>
-        <th>backend</th><th>state</th><th>created</th></tr></thead><tbody></tbody></table></section>
+        <th>backend</th><th>state</th><th>ended by</th><th>created</th></tr></thead><tbody></tbody></table></section>
       <section><h3>Request</h3><pre id="run-spec"></pre></section>`;
     const stateEl = $("#run-state");
     let live = true;
@@ -271,7 +271,8 @@
         + (r.message ? ` · <span class="msg">${esc(r.message)}</span>` : "");
       $("#attempts tbody").innerHTML = d.attempts.map((a) => `<tr data-attempt="${esc(a.attempt)}">`
         + `<td>${esc(a.attempt)}</td><td>${esc(a.host)}</td><td>${esc(a.backend)}</td>`
-        + `<td class="state st-${esc(a.state)}">${esc(a.state)}</td><td>${esc(when(a.created_at))}</td></tr>`).join("");
+        + `<td class="state st-${esc(a.state)}">${esc(a.state)}</td><td class="cause">${esc(a.cause || "")}</td>`
+        + `<td>${esc(when(a.created_at))}</td></tr>`).join("");
       const spec = JSON.stringify(d.request, null, 2);
       if ($("#run-spec").textContent !== spec) $("#run-spec").textContent = spec;
       setNodes(d.nodes);

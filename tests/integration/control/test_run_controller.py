@@ -19,7 +19,7 @@ import pytest
 from tcl.control.daemon.client import stop_daemon
 from tcl.control.errors import StoreError
 from tcl.control.localshim import stop_local_shim
-from tcl.control.states import RunState
+from tcl.control.states import AttemptCause, RunState
 from tcl.control.store import Run, Store
 from tests.integration.tclcli import local_shim_client, run_tcl, start_tcl, user_env
 from tests.polling import wait_until
@@ -130,12 +130,15 @@ def test_a_detached_retry_run_preempted_with_nobody_following_is_placed_again(
     flag.touch()
     run = wait_until(lambda: home.run(run_id), 60, "its end", done=lambda r: r.state.is_final)
     assert run.state is RunState.SUCCEEDED, run
-    assert [a.state for a in home.store.attempts(run_id)] == [
-        RunState.TERMINATED,
-        RunState.SUCCEEDED,
+    assert [(a.state, a.cause) for a in home.store.attempts(run_id)] == [
+        (RunState.TERMINATED, AttemptCause.PREEMPTED),
+        (RunState.SUCCEEDED, AttemptCause.EXIT),
     ]
     logs = home.tcl("logs", run_id).stdout.splitlines()
     assert [ln for ln in logs if ln.startswith("attempt")] == ["attempt 0", "attempt 1"], logs
+    (shown,) = json.loads(home.tcl("ps", "-a", "--json").stdout)
+    causes = [(a["attempt"], a["cause"]) for a in shown["attempts"]]
+    assert causes == [(0, "preempted"), (1, "exit")], shown
 
 
 def _kill_daemon_mid_run(home: Home) -> str:

@@ -9,7 +9,7 @@ from sqlalchemy import text
 
 from tcl.control.store import Store
 from tests.unit.control.test_metricstore import exercise_metricstore
-from tests.unit.control.test_store import exercise_store
+from tests.unit.control.test_store import exercise_migration, exercise_store
 
 
 def test_postgres_store(postgres_url: str) -> None:
@@ -25,6 +25,16 @@ def test_postgres_store(postgres_url: str) -> None:
         assert store.engine.dialect.name == "postgresql"
     finally:
         store.close()
+
+
+def test_a_version_1_postgres_store_is_migrated(postgres_url: str) -> None:
+    schema = f"tcl_migrate_{uuid.uuid4().hex[:8]}"
+    admin = Store(postgres_url)
+    with admin.engine.begin() as c:
+        c.execute(text(f'CREATE SCHEMA "{schema}"'))
+    admin.close()
+    sep = "&" if "?" in postgres_url else "?"
+    exercise_migration(f"{postgres_url}{sep}options=-csearch_path%3D{schema}")
 
 
 def test_postgres_metric_store(postgres_url: str) -> None:

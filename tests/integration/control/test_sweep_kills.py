@@ -78,6 +78,10 @@ def test_a_sweep_survives_its_daemon_killed_five_times(sweep: Sweep) -> None:
         assert len(gpus) == 8 and all(g["task_id"] is None for g in gpus), gpus
         runs = json.loads(s.tcl("ps", "-a", "--matrix", "kills", "--json").stdout)
         assert {r["state"] for r in runs} == {"succeeded"}, Counter(r["state"] for r in runs)
+        # each ran once to its exit; an attempt before (a placement a kill cut short) was undone
+        assert {r["attempts"][-1]["cause"] for r in runs} == {"exit"}
+        before = Counter(a["cause"] for r in runs for a in r["attempts"][:-1])
+        assert set(before) <= {"placement_failed"}, before
     finally:
         if serve is not None and serve.poll() is None:
             serve.send_signal(signal.SIGTERM)
@@ -90,7 +94,7 @@ def test_a_placement_its_dead_scheduler_left_waits_for_room_then_runs(tmp_path: 
     not followed as it stands, which would end it `terminated`) and runs once the GPU frees."""
     from tcl.control.errors import RunNotFoundError
     from tcl.control.lifecycle.submit import stored_request
-    from tcl.control.states import RunState
+    from tcl.control.states import AttemptCause, RunState
     from tcl.control.store import Store
     from tcl.control.sweep.model import EntryState
     from tcl.control.sweep.queue import SweepQueue
@@ -134,8 +138,10 @@ def test_a_placement_its_dead_scheduler_left_waits_for_room_then_runs(tmp_path: 
         s.wait("left", _ended, 120)
         st = s.status("left")
         assert st["counts"]["done"] == 1, (st["counts"], st.get("failures"), s.serve_log())
-        att = store.latest_attempt(run_id)
-        assert att is not None and att.attempt == 1 and att.state is RunState.SUCCEEDED
+        assert [(a.state, a.cause) for a in store.attempts(run_id)] == [
+            (RunState.TERMINATED, AttemptCause.PLACEMENT_FAILED),
+            (RunState.SUCCEEDED, AttemptCause.EXIT),
+        ]
     finally:
         if store is not None:
             store.close()

@@ -18,7 +18,7 @@ import pytest
 from tcl.control.config import Config, load_config_at
 from tcl.control.logcache import KeptEvent, LogCache
 from tcl.control.metricstore import MetricStore
-from tcl.control.states import RunState
+from tcl.control.states import AttemptCause, RunState
 from tcl.control.store import Store
 from tcl.control.sweep.model import EntryState
 from tcl.control.sweep.queue import NewEntry, SweepQueue
@@ -79,9 +79,11 @@ def seed(store: Store) -> None:
     store.create_run("bad-run", "eval-big", {"argv": ["python", "eval.py"], "chips": 1})
     store.set_placement("bad-run", "farbox", "ssh", None)
     store.add_attempt("bad-run", "farbox", "ssh")
+    store.update_attempt("bad-run", 0, state=RunState.TERMINATED, cause=AttemptCause.PREEMPTED)
     store.add_attempt("bad-run", "farbox", "ssh")
     _advance(store, "bad-run", RunState.PROVISIONING, RunState.RUNNING)
     store.set_state("bad-run", RunState.FAILED, exit_code=3, message="exit code 3")
+    store.update_attempt("bad-run", 1, state=RunState.FAILED, cause=AttemptCause.EXIT)
     store.create_run("live-run", "train-live", {"argv": ["bash", "-c", "sleep 1000"]})
     _advance(store, "live-run", RunState.PROVISIONING, RunState.RUNNING)
     store.create_run("wait-run", "<b>waiting</b>", {"job": "lm1b", "chips": 4})

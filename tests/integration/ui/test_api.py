@@ -157,9 +157,9 @@ def test_run_detail_and_404(client: TestClient) -> None:
         "argv": ["python", "eval.py"],
         "chips": 1,
     }
-    assert [(a["attempt"], a["host"], a["backend"]) for a in d["attempts"]] == [
-        (0, "farbox", "ssh"),
-        (1, "farbox", "ssh"),
+    assert [(a["attempt"], a["host"], a["state"], a["cause"]) for a in d["attempts"]] == [
+        (0, "farbox", "terminated", "preempted"),
+        (1, "farbox", "failed", "exit"),
     ]
     assert all(a["created_at"] > 0 for a in d["attempts"]) and d["nodes"] == 1
     r = client.get("/api/runs/no-such-run")

@@ -19,7 +19,7 @@ from tcl.control.lifecycle.stop import stop
 from tcl.control.logcache import LogCache
 from tcl.control.service import Control
 from tcl.control.shipping import Snapshot
-from tcl.control.states import RunState
+from tcl.control.states import AttemptCause, RunState
 from tcl.control.store import Store
 from tcl.runner.api import Event, EventKind, EventsPage, JobSpec, LogStream, RunnerState
 from tcl.shim.api import ExecutorKind, Ports, TaskInfo, TaskSpec, TerminationReason
@@ -422,7 +422,7 @@ def test_run_writers_refuse_illegal_moves(ctl: Control) -> None:
         ctl.store.set_state("r-1", RunState.RUNNING)
     assert ctl.store.set_state("r-1", RunState.FAILED) is False  # the first outcome is kept
     assert ctl.store.get_run("r-1").state is RunState.SUCCEEDED
-    ctl.store.update_attempt("r-1", 0, state=RunState.SUCCEEDED)
+    ctl.store.update_attempt("r-1", 0, state=RunState.SUCCEEDED, cause=AttemptCause.EXIT)
     with pytest.raises(IllegalMoveError, match="attempt 0"):
         ctl.store.update_attempt("r-1", 0, state=RunState.PROVISIONING)
     # the store numbers attempts: a second one is 1, whatever the caller thinks

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from tcl.control.errors import IllegalMoveError, RunNotFoundError
-from tcl.control.states import RunState
-from tcl.control.store import Store
+from tcl.control.states import AttemptCause, RunState
+from tcl.control.store import SCHEMA_VERSION, Store
 
 
 def exercise_store(store: Store) -> None:
@@ -34,6 +34,18 @@ def exercise_store(store: Store) -> None:
     assert latest is not None and latest.log_cursor == 7 and latest.handle["task_id"] == "t1"
     assert store.set_state(run.id, RunState.RUNNING)
     assert store.set_state(run.id, RunState.SUCCEEDED, exit_code=0)
+    # an attempt ends with why; a final state without one (or a cause without one) is a bug
+    with pytest.raises(ValueError, match="cause"):
+        store.update_attempt(run.id, 0, state=RunState.SUCCEEDED)
+    with pytest.raises(ValueError, match="cause"):
+        store.update_attempt(run.id, 0, state=RunState.RUNNING, cause=AttemptCause.EXIT)
+    assert store.attempts_of([run.id])[run.id][0].cause is None  # running: not ended yet
+    store.update_attempt(run.id, 0, state=RunState.SUCCEEDED, cause=AttemptCause.EXIT)
+    # a late stop after the job's exit keeps the first end and its cause
+    store.update_attempt(run.id, 0, state=RunState.TERMINATED, cause=AttemptCause.STOPPED)
+    ended = store.attempts_of([run.id, "eval-def456"])
+    assert list(ended) == [run.id]  # a run without attempts is absent
+    assert [(a.state, a.cause) for a in ended[run.id]] == [(RunState.SUCCEEDED, AttemptCause.EXIT)]
     # a late TERMINATED after the outcome is refused; the first outcome is kept
     assert store.set_state(run.id, RunState.TERMINATED) is False
     assert store.set_state(run.id, RunState.SUCCEEDED, exit_code=9) is False
@@ -55,3 +67,40 @@ def test_sqlite_store(tmp_path: Path) -> None:
     again = Store(f"sqlite:///{tmp_path / 'tcl.db'}")
     assert again.get_run("train-abc123").state is RunState.SUCCEEDED
     again.close()
+
+
+def downgrade_to_v1(store: Store) -> None:
+    """Make ``store`` what a tcl of schema version 1 left: attempts without their cause."""
+    with store.engine.begin() as c:
+        c.exec_driver_sql("ALTER TABLE tcl_attempts DROP COLUMN cause")
+        c.exec_driver_sql("UPDATE tcl_meta SET value = '1' WHERE key = 'schema_version'")
+
+
+def exercise_migration(url: str) -> None:
+    """A version-1 store with an ended attempt opens as the latest version: the attempt kept,
+    its cause unknown; new ends record theirs. Shared with the PostgreSQL test."""
+    store = Store(url)
+    store.create_run("old-run", "old", {"argv": ["true"]})
+    store.set_state("old-run", RunState.PROVISIONING)
+    store.add_attempt("old-run", "gpu1", "ssh", {"task_id": "t0"})
+    store.add_attempt("old-run", "gpu1", "ssh", {"task_id": "t1"})
+    downgrade_to_v1(store)
+    store.close()
+    store = Store(url)
+    try:
+        with store.engine.connect() as c:
+            version = c.exec_driver_sql(
+                "SELECT value FROM tcl_meta WHERE key = 'schema_version'"
+            ).scalar()
+        assert version == str(SCHEMA_VERSION) == "2"
+        first, _ = store.attempts("old-run")
+        assert first.handle == {"task_id": "t0"} and first.cause is None
+        store.update_attempt("old-run", 1, state=RunState.TERMINATED, cause=AttemptCause.STOPPED)
+        assert store.attempts("old-run")[1].cause is AttemptCause.STOPPED
+    finally:
+        store.close()
+    Store(url).close()  # opening the latest version again changes nothing
+
+
+def test_a_version_1_store_is_migrated(tmp_path: Path) -> None:
+    exercise_migration(f"sqlite:///{tmp_path / 'tcl.db'}")

@@ -1,0 +1,35 @@
+"""The state store's schema versions and the steps between them.
+
+A store records its schema version (``tcl_meta``). Opening an older one runs each step after
+it, in order, under the schema lock (one migrator, however many ``tcl`` commands and daemons
+open it at once), then records the new version. A step uses only portable DDL, so the same
+step runs on SQLite and PostgreSQL. Tables added later need no step: ``create_all`` makes
+them; a step is needed when an existing table gains a column.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from sqlalchemy import Connection, text
+
+Step = Callable[[Connection], None]
+
+
+def _attempt_cause(conn: Connection) -> None:
+    """v2: why each attempt ended (``tcl.control.states.AttemptCause``); '' for attempts
+    recorded before (and for those not ended)."""
+    conn.execute(text("ALTER TABLE tcl_attempts ADD COLUMN cause VARCHAR(32) NOT NULL DEFAULT ''"))
+
+
+# version -> the step that makes it from the one before
+STEPS: dict[int, Step] = {2: _attempt_cause}
+LATEST = max(STEPS)
+
+
+def migrate(conn: Connection, found: int) -> int:
+    """Run the steps after version ``found``; the version the store has now."""
+    for version in sorted(v for v in STEPS if v > found):
+        STEPS[version](conn)
+        found = version
+    return found
