@@ -8,8 +8,7 @@
     │   └── CodeTooLargeError     over the size limit: names the limit and the largest files
     ├── UnknownHostError          a run's host is not in the config and it kept no record
     ├── StoreError                the state store refuses (unknown run, schema, ...)
-    │   ├── RunNotFoundError
-    │   └── IllegalMoveError      a state writer refused a move its table does not allow
+    │   └── RunNotFoundError
     ├── SshError                  translated from asyncssh / OSError at the pool
     │   ├── SshConnectError       cannot connect (refused, timeout, DNS): retried with backoff
     │   ├── SshAuthError          key refused / host key mismatch: never retried
@@ -20,10 +19,14 @@
     │   ├── DaemonError           the local `tcl serve` daemon cannot be started or reached
     │   └── SyncConflictError     the runner refused a code sync: those paths changed under it
     ├── NoPlacementError          the solver found nothing: carries what each host offers
+    ├── PlacementAborted          the run was stopped while it was placed (its task undone)
     ├── SubmitCancelled           Ctrl-C during a submit, once what it started is cleaned up
     ├── ConfirmationNeededError   the plan creates something billed: the user must confirm
     ├── SyncError                 `tcl sync` cannot build a patch (too big, state file bad)
     └── HostSetupError            `tcl host setup` failed (names the step)
+
+    StateConflict                 (outside the tree) a state writer refused a move its table
+                                  does not allow: a bug or a lost race, never the user's
 
 Foreign exceptions (asyncssh, httpx, OSError, yaml, pydantic) are translated where they are
 called, so callers and the CLI only ever see this tree.
@@ -65,8 +68,11 @@ class RunNotFoundError(StoreError):
     """No run with that id (or unique id prefix / name)."""
 
 
-class IllegalMoveError(StoreError):
-    """A run or attempt writer was asked for a move ``tcl.control.states`` does not allow."""
+class StateConflict(Exception):
+    """A run or attempt writer was asked for a move ``tcl.control.states`` does not allow.
+
+    Not a :class:`TclError` on purpose: no ``except TclError`` (a user-facing failure)
+    swallows it; it reaches the loop that owns the run, which logs it as a bug and retries."""
 
 
 class SshError(TclError):
@@ -113,6 +119,11 @@ class NoPlacementError(TclError):
         lines = [message, *(f"  {host}: {offer}" for host, offer in offers)]
         super().__init__("\n".join(lines))
         self.offers = offers
+
+
+class PlacementAborted(TclError):
+    """The run was stopped (``tcl stop``, a matrix cancel) while it was being placed: the task
+    its placement launched was stopped and freed."""
 
 
 class SubmitCancelled(TclError):

@@ -2,7 +2,7 @@
 
 Two guarded writers (:meth:`Store.set_state`, :meth:`Store.update_attempt`) move a run and an
 attempt between states, checking ``tcl.control.states.TRANSITIONS``: an illegal move raises
-:class:`IllegalMoveError` and leaves the row untouched; a final state met again keeps the first
+:class:`StateConflict` and leaves the row untouched; a final state met again keeps the first
 outcome. The store is the one source of attempt numbers (:meth:`Store.add_attempt`).
 The schema uses only portable types, so the same code runs on SQLite and PostgreSQL.
 """
@@ -35,7 +35,7 @@ from sqlalchemy import (
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
-from tcl.control.errors import IllegalMoveError, RunNotFoundError, StoreError
+from tcl.control.errors import RunNotFoundError, StateConflict, StoreError
 from tcl.control.migrations import LATEST, migrate
 from tcl.control.states import AttemptCause, Move, RunState, move
 
@@ -411,7 +411,7 @@ class Store:
         exit_code: int | None = None,
     ) -> bool:
         """The one writer of run state: True when applied, False when a final state is met
-        again (the first outcome is kept); raises :class:`IllegalMoveError` otherwise."""
+        again (the first outcome is kept); raises :class:`StateConflict` otherwise."""
         with self._session() as s:
             row = s.get(RunRow, run_id, with_for_update=True)
             if row is None:
@@ -419,7 +419,7 @@ class Store:
             current = RunState(row.state)
             verdict = move(current, state)
             if verdict is Move.ILLEGAL:
-                raise IllegalMoveError(f"run {run_id}: {current} → {state} is not allowed")
+                raise StateConflict(f"run {run_id}: {current} → {state} is not allowed")
             if verdict is Move.KEEP:
                 return False
             row.state = state.value
@@ -522,7 +522,7 @@ class Store:
             if state is not None:
                 verdict = move(RunState(row.state), state)
                 if verdict is Move.ILLEGAL:
-                    raise IllegalMoveError(
+                    raise StateConflict(
                         f"run {run_id} attempt {attempt}: {row.state} → {state} is not allowed"
                     )
                 if verdict is Move.APPLY:

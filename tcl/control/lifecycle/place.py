@@ -9,12 +9,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tcl.control.backends.base import Handle, Observer
-from tcl.control.errors import ConfirmationNeededError, NoCapacityError, NoPlacementError
+from tcl.control.backends.base import Backend, Handle, Launched, Observer, Offer
+from tcl.control.errors import (
+    ConfirmationNeededError,
+    NoCapacityError,
+    NoPlacementError,
+    PlacementAborted,
+)
 from tcl.control.service import Control
 from tcl.control.shipping import Snapshot
 from tcl.control.solver import Request, Solution
@@ -24,6 +30,10 @@ from tcl.runner.api import CodeRef, JobSpec, SessionSpec
 
 if TYPE_CHECKING:
     from tcl.control.lifecycle.submit import Submission
+
+log = logging.getLogger(__name__)
+
+UNDO_GRACE_S = 2.0  # a job stopped because its placement could not be recorded
 
 
 def solver_request(sub: Submission) -> Request:
@@ -129,17 +139,13 @@ async def place_and_start(
             if not recorded:  # nothing reached the host: no attempt to show
                 ctl.store.discard_attempt(run_id, att.attempt)
             raise
-        ctl.store.update_attempt(
-            run_id, att.attempt, handle=launched.handle.model_dump(mode="json")
-        )
-        ctl.store.set_placement(run_id, plan.host, backend.kind, snap.sha256)
-        if launched.state is RunState.QUEUED:
-            ctl.store.set_state(run_id, RunState.QUEUED, message=plan.queue_reason or None)
-        else:
-            ctl.store.set_state(run_id, RunState.PROVISIONING)
-            ctl.store.set_state(run_id, launched.state)
-        ended = AttemptCause.of_end(launched.state) if launched.state.is_final else None
-        ctl.store.update_attempt(run_id, att.attempt, state=launched.state, cause=ended)
+        try:
+            _record_started(ctl, run_id, att.attempt, plan, backend.kind, snap, launched)
+        except BaseException:
+            # its job runs on the host but the run cannot be recorded started (stopped
+            # meanwhile, the store gone): it is stopped there, nothing left holding chips
+            await _undo(ctl, backend, launched.handle, run_id, att.attempt)
+            raise
         return SubmitResult(
             run_id=run_id,
             name=sub.name,
@@ -156,6 +162,46 @@ async def place_and_start(
             state=launched.state.value,
         )
     raise NoPlacementError(f"nothing fits {req.describe()} at launch; hosts now:", skipped)
+
+
+def _record_started(
+    ctl: Control,
+    run_id: str,
+    attempt: int,
+    plan: Offer,
+    kind: str,
+    snap: Snapshot,
+    launched: Launched,
+) -> None:
+    """Record the launched attempt and its run started; a run stopped meanwhile raises."""
+    ctl.store.update_attempt(run_id, attempt, handle=launched.handle.model_dump(mode="json"))
+    if ctl.store.get_run(run_id).state.is_final:
+        raise PlacementAborted(f"run {run_id} was stopped while it was being placed")
+    ctl.store.set_placement(run_id, plan.host, kind, snap.sha256)
+    if launched.state is RunState.QUEUED:
+        ctl.store.set_state(run_id, RunState.QUEUED, message=plan.queue_reason or None)
+    else:
+        ctl.store.set_state(run_id, RunState.PROVISIONING)
+        ctl.store.set_state(run_id, launched.state)
+    ended = AttemptCause.of_end(launched.state) if launched.state.is_final else None
+    ctl.store.update_attempt(run_id, attempt, state=launched.state, cause=ended)
+
+
+async def _undo(ctl: Control, backend: Backend, handle: Handle, run_id: str, attempt: int) -> None:
+    """Stop and free a launched attempt that was not recorded started; its attempt ends
+    (``stopped`` when its run was, else ``placement_failed``). Best effort: what cannot be
+    reached now is what a host's own reconcile frees (the task's max duration, its lease)."""
+    try:
+        await backend.stop(handle, grace_s=UNDO_GRACE_S)
+        await backend.release(handle, RunState.TERMINATED)
+    except Exception:
+        log.warning("run %s attempt %d: stopping its unrecorded task failed", run_id, attempt)
+    with contextlib.suppress(Exception):
+        stopped = ctl.store.get_run(run_id).state is RunState.TERMINATED
+        cause = AttemptCause.STOPPED if stopped else AttemptCause.PLACEMENT_FAILED
+        released = handle.model_copy(update={"released": True}).model_dump(mode="json")
+        ctl.store.update_attempt(run_id, attempt, handle=released)
+        ctl.store.update_attempt(run_id, attempt, state=RunState.TERMINATED, cause=cause)
 
 
 def resume_where(ctl: Control, run_id: str, pinned: str | None, env: dict[str, str]) -> str | None:

@@ -415,15 +415,15 @@ async def test_a_run_with_no_way_to_its_host_can_still_be_stopped(ctl: Control) 
 
 
 def test_run_writers_refuse_illegal_moves(ctl: Control) -> None:
-    from tcl.control.errors import IllegalMoveError
+    from tcl.control.errors import StateConflict
 
     ctl.store.set_state("r-1", RunState.SUCCEEDED)
-    with pytest.raises(IllegalMoveError, match="succeeded → running"):
+    with pytest.raises(StateConflict, match="succeeded → running"):
         ctl.store.set_state("r-1", RunState.RUNNING)
     assert ctl.store.set_state("r-1", RunState.FAILED) is False  # the first outcome is kept
     assert ctl.store.get_run("r-1").state is RunState.SUCCEEDED
     ctl.store.update_attempt("r-1", 0, state=RunState.SUCCEEDED, cause=AttemptCause.EXIT)
-    with pytest.raises(IllegalMoveError, match="attempt 0"):
+    with pytest.raises(StateConflict, match="attempt 0"):
         ctl.store.update_attempt("r-1", 0, state=RunState.PROVISIONING)
     # the store numbers attempts: a second one is 1, whatever the caller thinks
     assert ctl.store.add_attempt("r-1", "local", "local").attempt == 1

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tcl.control.errors import IllegalMoveError, RunNotFoundError
+from tcl.control.errors import RunNotFoundError, StateConflict
 from tcl.control.states import AttemptCause, RunState
 from tcl.control.store import SCHEMA_VERSION, Store
 
@@ -21,7 +21,7 @@ def exercise_store(store: Store) -> None:
     with pytest.raises(RunNotFoundError):
         store.resolve("zzz")
     # the guarded writer refuses an illegal move and keeps the row as it was
-    with pytest.raises(IllegalMoveError):  # pending → running skips provisioning
+    with pytest.raises(StateConflict):  # pending → running skips provisioning
         store.set_state(run.id, RunState.RUNNING)
     assert store.get_run(run.id).state is RunState.PENDING
     assert store.set_state(run.id, RunState.PROVISIONING)

@@ -1,0 +1,83 @@
+"""A placement that launched a task but cannot record its run started (stopped meanwhile, the
+store failing) stops and frees that task: nothing is left holding accelerators."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from tcl.control.backends.base import Handle, Launched, Observer, Offer
+from tcl.control.backends.table import BACKENDS
+from tcl.control.errors import PlacementAborted, StoreError
+from tcl.control.lifecycle.submit import relaunch
+from tcl.control.service import Control
+from tcl.control.shipping import Snapshot
+from tcl.control.states import AttemptCause, RunState
+from tcl.runner.api import JobSpec
+from tests.unit.control.test_multinode_watchdog import Scripted, TwoNodes, ctl
+
+__all__ = ["ctl"]  # the fixture: a real store, the scripted two-node backend
+
+
+class StoppedWhileLaunching(Scripted):
+    """`tcl stop` lands while the task starts: the run is terminated before it is recorded."""
+
+    control: Control | None = None
+
+    async def launch(
+        self,
+        plan: Offer,
+        job: JobSpec,
+        snap: Snapshot,
+        image: str | None,
+        obs: Observer,
+        on_handle: Callable[[Handle], None],
+    ) -> Launched:
+        launched = await super().launch(plan, job, snap, image, obs, on_handle)
+        assert self.control is not None
+        self.control.store.set_state(job.run_id, RunState.TERMINATED, message="stopped by user")
+        return launched
+
+
+def _queued_run(ctl: Control) -> str:
+    ctl.store.create_run("r-2", "", {"argv": ["train"], "chips": 0})
+    ctl.store.set_placement("r-2", "local", "local", "a" * 64)
+    ctl.store.set_state("r-2", RunState.QUEUED)
+    return "r-2"
+
+
+async def test_a_run_stopped_while_placed_has_its_task_stopped_and_freed(
+    ctl: Control, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(StoppedWhileLaunching, "control", ctl)
+    monkeypatch.setitem(BACKENDS, "local", StoppedWhileLaunching)
+    run_id = _queued_run(ctl)
+    with pytest.raises(PlacementAborted, match="stopped while it was being placed"):
+        await relaunch(ctl, run_id)
+    gen = len(Scripted.launched)
+    assert Scripted.stops == [gen] and Scripted.released == [gen]
+    (att,) = ctl.store.attempts(run_id)
+    assert (att.state, att.cause) == (RunState.TERMINATED, AttemptCause.STOPPED)
+    assert TwoNodes.model_validate(att.handle).released
+    assert ctl.store.get_run(run_id).state is RunState.TERMINATED
+
+
+async def test_a_store_failing_after_launch_undoes_the_placement(
+    ctl: Control, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_id = _queued_run(ctl)
+    real = ctl.store.set_placement
+
+    def failing(*args: object, **kw: object) -> None:
+        if args and args[0] == run_id:
+            raise StoreError("database is locked")
+        real(*args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ctl.store, "set_placement", failing)
+    with pytest.raises(StoreError):
+        await relaunch(ctl, run_id)
+    gen = len(Scripted.launched)
+    assert Scripted.stops == [gen] and Scripted.released == [gen]
+    (att,) = ctl.store.attempts(run_id)
+    assert (att.state, att.cause) == (RunState.TERMINATED, AttemptCause.PLACEMENT_FAILED)
