@@ -1,4 +1,5 @@
-"""The runner's state machine: one transition table and one guarded writer.
+"""The runner's state machine: one transition table (target <- sources), read by
+``allowed(current, target)``, and one guarded writer, ``StateMachine.move``.
 
     waiting_spec ──submit──► waiting_code ──code──► ready ──run──► running ──► succeeded
          │                        │                   │               ├──────► failed
@@ -32,7 +33,7 @@ TRANSITIONS: dict[RunnerState, frozenset[RunnerState]] = {
 }
 
 
-def is_allowed(current: RunnerState, target: RunnerState) -> bool:
+def allowed(current: RunnerState, target: RunnerState) -> bool:
     return current in TRANSITIONS[target]
 
 
@@ -67,8 +68,8 @@ class StateMachine:
         """
         with self._lock:
             current = self._state
-            allowed = TRANSITIONS[target] if expect is None else TRANSITIONS[target] & expect
-            if current not in allowed:
+            sources = TRANSITIONS[target] if expect is None else TRANSITIONS[target] & expect
+            if current not in sources:
                 raise IllegalTransition(f"cannot go from {current} to {target}")
             self._state = target
             if exit_code is not None:

@@ -1,4 +1,5 @@
-"""Task states: one transition table, consulted by the store's single guarded writer.
+"""Task states: one transition table (target <- sources), consulted by the store's single guarded
+writer, ``TaskStore.update``, through ``allowed(current, target)``.
 
 ::
 
@@ -8,9 +9,9 @@
                     (any state may terminate)      running→running   terminated→terminated
 
 ``preparing → creating`` skips the pull when the image is already present (or the executor
-pulls nothing). Two self-loops are deliberate: ``running → running`` records facts learnt after
-start (ports, adoption after a shim restart) and ``terminated → terminated`` makes terminate
-repeatable (the store keeps the first reason). ``pulling → pulling`` carries pull progress.
+pulls nothing). Three self-loops are deliberate: ``pulling → pulling`` carries pull progress,
+``running → running`` records facts learnt after start (ports, adoption after a shim restart) and
+``terminated → terminated`` makes terminate repeatable (the store keeps the first reason).
 """
 
 from __future__ import annotations
@@ -19,18 +20,23 @@ from tcl.shim.api import TaskStatus
 
 S = TaskStatus
 
+# target -> the states it may be entered from. Self-loops are commented with their reason.
 TRANSITIONS: dict[TaskStatus, frozenset[TaskStatus]] = {
-    S.PENDING: frozenset({S.PREPARING, S.TERMINATED}),
-    S.PREPARING: frozenset({S.PULLING, S.CREATING, S.TERMINATED}),
-    S.PULLING: frozenset({S.PULLING, S.CREATING, S.TERMINATED}),
-    S.CREATING: frozenset({S.RUNNING, S.TERMINATED}),
-    S.RUNNING: frozenset({S.RUNNING, S.TERMINATED}),
-    S.TERMINATED: frozenset({S.TERMINATED}),
+    S.PENDING: frozenset(),
+    S.PREPARING: frozenset({S.PENDING}),
+    # pulling -> pulling: pull progress is recorded as it arrives
+    S.PULLING: frozenset({S.PREPARING, S.PULLING}),
+    S.CREATING: frozenset({S.PREPARING, S.PULLING}),  # from preparing: nothing to pull
+    # running -> running: facts learnt after start (ports, adoption after a shim restart)
+    S.RUNNING: frozenset({S.CREATING, S.RUNNING}),
+    # any state may terminate; terminated -> terminated: terminate is repeatable (the store
+    # keeps the first reason)
+    S.TERMINATED: frozenset(TaskStatus),
 }
 
 
-def can_transition(current: TaskStatus, target: TaskStatus) -> bool:
-    return target in TRANSITIONS[current]
+def allowed(current: TaskStatus, target: TaskStatus) -> bool:
+    return current in TRANSITIONS[target]
 
 
 def is_active(status: TaskStatus) -> bool:

@@ -26,7 +26,7 @@ from pydantic import BaseModel, Field, ValidationError
 from tcl.atomic import write_atomic
 from tcl.shim.api import Ports, TaskInfo, TaskSpec, TaskStatus, TerminationReason, valid_task_id
 from tcl.shim.errors import BadRequest, IllegalTransition, NotFound, ShimError, TaskExists
-from tcl.shim.states import can_transition
+from tcl.shim.states import allowed
 
 log = logging.getLogger(__name__)
 
@@ -137,7 +137,7 @@ class TaskStore:
             if workload_removed is not None:
                 record_changes["workload_removed"] = workload_removed
             if status is not None:
-                if not can_transition(info.status, status):
+                if not allowed(info.status, status):
                     raise IllegalTransition(f"task {task_id!r}: {info.status} -> {status} refused")
                 changes["status"] = status
                 if status is TaskStatus.TERMINATED:

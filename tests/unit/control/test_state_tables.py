@@ -1,24 +1,34 @@
-"""The pure policies under every run and sweep entry: the two state tables and the backoff.
+"""The pure policies under every run and sweep entry: the state tables and the backoff.
 
 Each table is read as a whole (every pair of states), so a new state or a new move is checked
 against the rules the writers rely on: nothing leaves a final state through the table, every
-state can be reached, and a final state met again keeps the first outcome."""
+state can be reached, and a final state met again keeps the first outcome. All four state
+machines (run/attempt, sweep entry, shim task, runner job) speak one dialect: a ``TRANSITIONS``
+table written target <- sources and one predicate, ``allowed(current, target)``."""
 
 from __future__ import annotations
 
+import enum
 import itertools
 import random
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from types import ModuleType
 from typing import TypeVar
 
 import pytest
 
+import tcl.control.states
+import tcl.control.sweep.model
+import tcl.runner.states
+import tcl.shim.states
 from tcl.control.backoff import backoff_s
 from tcl.control.states import TRANSITIONS as RUN_TRANSITIONS
 from tcl.control.states import Move, RunState, move
 from tcl.control.sweep.model import REQUEUE_FROM, EntryState
 from tcl.control.sweep.model import TRANSITIONS as ENTRY_TRANSITIONS
 from tcl.control.sweep.model import allowed as entry_allowed
+from tcl.runner.api import RunnerState
+from tcl.shim.api import TaskStatus
 
 S = TypeVar("S")
 
@@ -33,6 +43,44 @@ def _reachable(start: S, table: Mapping[S, Iterable[S]]) -> set[S]:
                 seen.add(target)
                 todo.append(target)
     return seen
+
+
+def _never(current: enum.Enum, target: enum.Enum) -> bool:
+    return False
+
+
+def _both_final(current: enum.Enum, target: enum.Enum) -> bool:
+    # The run table's one rule outside the table: a final state met again keeps the first
+    # outcome (``Move.KEEP``), which ``allowed`` admits.
+    return bool(getattr(current, "is_final", False) and getattr(target, "is_final", False))
+
+
+# module, its state enum, and the moves ``allowed`` admits beyond the table.
+DIALECT: list[tuple[ModuleType, type[enum.Enum], Callable[[enum.Enum, enum.Enum], bool]]] = [
+    (tcl.control.states, RunState, _both_final),
+    (tcl.control.sweep.model, EntryState, _never),
+    (tcl.shim.states, TaskStatus, _never),
+    (tcl.runner.states, RunnerState, _never),
+]
+
+
+@pytest.mark.parametrize(("module", "states", "beyond"), DIALECT, ids=lambda v: v.__name__)
+def test_every_state_table_speaks_one_dialect(
+    module: ModuleType,
+    states: type[enum.Enum],
+    beyond: Callable[[enum.Enum, enum.Enum], bool],
+) -> None:
+    """target -> frozenset of the states it may be entered from, and ``allowed`` reads it so."""
+    table = module.TRANSITIONS
+    assert set(table) == set(states)
+    for target, sources in table.items():
+        assert isinstance(sources, frozenset), target
+        assert all(isinstance(s, states) for s in sources), target
+    allowed = getattr(module, "allowed", None)
+    assert callable(allowed), f"{module.__name__} has no allowed(current, target)"
+    for current, target in itertools.product(states, states):
+        want = current in table[target] or beyond(current, target)
+        assert allowed(current, target) is want, (current, target)
 
 
 def test_the_run_table_names_every_state_and_reaches_each_from_pending() -> None:

@@ -8,7 +8,7 @@ import pytest
 
 from tcl.runner.api import RunnerState
 from tcl.runner.errors import IllegalTransition
-from tcl.runner.states import TRANSITIONS, StateMachine, is_allowed
+from tcl.runner.states import TRANSITIONS, StateMachine, allowed
 
 S = RunnerState
 # Written out by hand from design §3.2, independently of the table under test.
@@ -33,13 +33,13 @@ def test_table_covers_every_state() -> None:
 
 @pytest.mark.parametrize(("src", "dst"), list(itertools.product(S, S)))
 def test_every_pair(src: RunnerState, dst: RunnerState) -> None:
-    assert is_allowed(src, dst) == ((src, dst) in LEGAL)
+    assert allowed(src, dst) == ((src, dst) in LEGAL)
 
 
 def test_final_states_are_dead_ends() -> None:
     for final in (S.SUCCEEDED, S.FAILED, S.TERMINATED):
         assert final.is_final
-        assert not any(is_allowed(final, dst) for dst in S)
+        assert not any(allowed(final, dst) for dst in S)
 
 
 def test_writer_refuses_illegal_moves_and_records_legal_ones() -> None:
