@@ -112,6 +112,7 @@ class Scheduler:
         self._run_leases: RunLeases | None = None
         self._runs: dict[int, str] = {}  # entry id -> run id, for the entries it follows
         self._in_hand: set[int] = set()  # entries it claimed and still places or follows
+        self._placing_runs: set[str] = set()  # runs one of its placements works on now
 
     @property
     def run_leases(self) -> RunLeases:
@@ -344,7 +345,20 @@ class Scheduler:
 
     async def _start(self, entry: Entry) -> bool:
         """Place the entry's run (or adopt it) and start its watcher; False when the entry
-        went back to the queue (its run waits for a retry's backoff)."""
+        went back to the queue (its run waits for a retry's backoff). One placement of a run
+        at a time: a second one (the entry claimed again while its first placement goes on)
+        would take the first one's attempt for an interrupted one and undo it."""
+        assert entry.run_id is not None
+        if entry.run_id in self._placing_runs:
+            log.warning("entry %s: its run is being placed already; later", entry.job_id)
+            raise NoPlacementError(f"its run {entry.run_id} is being placed already", [])
+        self._placing_runs.add(entry.run_id)
+        try:
+            return await self._start_placing(entry)
+        finally:
+            self._placing_runs.discard(entry.run_id)
+
+    async def _start_placing(self, entry: Entry) -> bool:
         spec = self.spec(entry.matrix)
         ctl = self.control_for(spec.config_path, spec.config_named)
         assert entry.run_id is not None
@@ -360,14 +374,20 @@ class Scheduler:
                 stored_request(sub, spec.job_cwd),
                 code_sha256=spec.code_sha256,
             )
+            # its lease while it is placed: another scheduler or a controller that finds it
+            # pending leaves it alone until this one recorded it or died
+            await self._take_run(entry.run_id)
             try:
                 await self._place(ctl, entry.run_id)
             except NoPlacementError:
                 # nothing placed: no run to show in `tcl ps` until one is (the id is kept)
+                await self._drop_run(entry.run_id)
                 with contextlib.suppress(TclError):
                     ctl.store.delete_run(entry.run_id)
                 raise
-            await self._take_run(entry.run_id)
+            except BaseException:
+                await self._drop_run(entry.run_id)
+                raise
         else:
             await self._take_run(run.id)
             try:
