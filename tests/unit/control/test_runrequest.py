@@ -5,6 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from tcl.control.errors import StoreError
 from tcl.control.lifecycle.retry_policy import RetryPolicy
 from tcl.control.lifecycle.submit import Submission, stored_request
 from tcl.control.runrequest import RunRequest
@@ -130,3 +133,26 @@ def test_command_text_is_argv_or_job_or_session() -> None:
     assert RunRequest(argv=["x"], job="lm1b").command_text() == "x"
     assert RunRequest(job="lm1b", session=SessionKind.REMOTE).command_text() == "job lm1b"
     assert RunRequest().command_text() == ""
+
+
+def test_a_request_of_the_wrong_type_names_its_run(tmp_path: Path) -> None:
+    store = Store(f"sqlite:///{tmp_path / 'tcl.db'}")
+    try:
+        with store.session() as s:
+            bad = {"argv": ["true"], "chips": "eight"}
+            s.add(
+                RunRow(
+                    id="bad-run",
+                    name="",
+                    state="pending",
+                    request=bad,
+                    created_at=0.0,
+                    updated_at=0.0,
+                )
+            )
+        with pytest.raises(
+            StoreError, match=r"run bad-run: its stored request is unreadable \(chips"
+        ):
+            store.get_run("bad-run")
+    finally:
+        store.close()
