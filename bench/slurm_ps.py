@@ -23,6 +23,7 @@ from bench._slurmlib import slurm_testbed, work_dir
 from tcl.control.backends.slurm.handle import SlurmHandle, SlurmLogin
 from tcl.control.config import parse_config
 from tcl.control.lifecycle.refresh import refresh_many
+from tcl.control.runrequest import RunRequest
 from tcl.control.service import Control
 from tcl.control.ssh import SshTarget
 from tcl.control.states import RunState
@@ -53,7 +54,7 @@ hosts:
             login = SlurmLogin.of(cfg.hosts["hpc"])  # type: ignore[arg-type]
             for i, job in enumerate(job_ids):
                 run_id = f"bench-{i:04d}"
-                ctl.store.create_run(run_id, "", {"argv": ["true"]})
+                ctl.store.create_run(run_id, "", RunRequest(argv=["true"]))
                 ctl.store.set_state(run_id, RunState.QUEUED, message="held")
                 handle = SlurmHandle(
                     host="hpc", login=login, job_id=job, run_dir=f"{work}/bench/{run_id}"

@@ -92,23 +92,14 @@ def _table(listing: _Listing) -> Table:
     for col in ("RUN", "NAME", "STATE", "HOST", "CHIPS", "CREATED", "COMMAND"):
         t.add_column(col, overflow="fold")
     for r in listing.runs:
-        chips = r.request.get("chips", 0)
-        chip = r.request.get("chip") or ""
+        chips = r.request.chips
+        chip = r.request.chip or ""
         state = state_text(r, listing.unreachable_since.get(r.id), listing.attempts.get(r.id, []))
         chips_text = f"{chips} {chip}".strip() if chips else "-"
-        command = plain(_command(r.request))[:60]
+        command = plain(r.request.command_text())[:60]
         shown = [r.id, r.name, state, r.host or "-", chips_text, age(r.created_at), command]
         t.add_row(*(cell(text) for text in shown))  # names, commands, hosts: shown literally
     return t
-
-
-def _command(request: dict[str, Any]) -> str:
-    """What the run runs: its argv, a tcl.jobs job, or an interactive session."""
-    if request.get("argv"):
-        return " ".join(request["argv"])
-    if request.get("session"):
-        return f"({request['session']} session)"
-    return f"job {request.get('job') or ''}"
 
 
 def _json(r: Run, listing: _Listing) -> dict[str, Any]:

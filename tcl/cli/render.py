@@ -52,6 +52,7 @@ def print_event(e: Event, timestamps: bool = False, raw: bool = False) -> None:
 
 def run_json(r: Run) -> dict[str, Any]:
     """The stable JSON form of a run (documented in docs/cli.md)."""
+    session = r.request.session
     return {
         "run_id": r.id,
         "name": r.name,
@@ -60,11 +61,11 @@ def run_json(r: Run) -> dict[str, Any]:
         "backend": r.backend,
         "exit_code": r.exit_code,
         "message": r.message,
-        "argv": list(r.request.get("argv", [])),
-        "job": r.request.get("job"),  # a tcl.jobs key (`submit --job`), else null
-        "session": r.request.get("session"),  # "jupyter" (`tcl repl`), "remote", else null
-        "chip": r.request.get("chip"),
-        "chips": r.request.get("chips", 0),
+        "argv": list(r.request.argv),
+        "job": r.request.job,  # a tcl.jobs key (`submit --job`), else null
+        "session": session.value if session else None,  # "jupyter" (`tcl repl`), "remote"
+        "chip": r.request.chip,
+        "chips": r.request.chips,
         "code_sha256": r.code_sha256,
         "created_at": iso(r.created_at),
         "updated_at": iso(r.updated_at),

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
 
 from sqlalchemy import Boolean, Float, ForeignKey, Integer, String
 from sqlalchemy.orm import Mapped, mapped_column
@@ -45,8 +44,7 @@ class RetryState:
 
 
 def policy_of(run: Run) -> RetryPolicy | None:
-    raw: Any = run.request.get("retry")
-    return None if raw is None else RetryPolicy.model_validate(raw)
+    return run.request.retry
 
 
 class Retries:

@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import ValidationError
 from sqlalchemy import (
     JSON,
     Engine,
@@ -37,6 +38,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 from tcl.control.errors import RunNotFoundError, StateConflict, StoreError
 from tcl.control.migrations import LATEST, migrate
+from tcl.control.runrequest import RunRequest
 from tcl.control.states import AttemptCause, Move, RunState, move
 
 SCHEMA_VERSION = LATEST
@@ -58,7 +60,7 @@ class RunRow(_Base):
     state: Mapped[str] = mapped_column(String(32), index=True)
     host: Mapped[str | None] = mapped_column(String(256), nullable=True)
     backend: Mapped[str | None] = mapped_column(String(32), nullable=True)
-    request: Mapped[dict[str, Any]] = mapped_column(JSON)  # argv, chip, chips, image, env names
+    request: Mapped[dict[str, Any]] = mapped_column(JSON)  # a RunRequest (tcl.control.runrequest)
     code_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
     exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
     message: Mapped[str] = mapped_column(String(2048), default="")
@@ -106,7 +108,7 @@ class Run:
     state: RunState
     host: str | None
     backend: str | None
-    request: dict[str, Any]
+    request: RunRequest
     code_sha256: str | None
     exit_code: int | None
     message: str
@@ -127,6 +129,18 @@ class Attempt:
     cause: AttemptCause | None = None  # why it ended (None until then, or recorded before v2)
 
 
+def _request(row: RunRow) -> RunRequest:
+    """The row's request, parsed (missing keys take their defaults, unknown ones are ignored)."""
+    try:
+        return RunRequest.model_validate(row.request)
+    except ValidationError as e:  # a value of the wrong type: written by hand, or a future tcl
+        first = e.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise StoreError(
+            f"run {row.id}: its stored request is unreadable ({where}: {first['msg']})"
+        ) from None
+
+
 def _run(row: RunRow) -> Run:
     return Run(
         row.id,
@@ -134,7 +148,7 @@ def _run(row: RunRow) -> Run:
         RunState(row.state),
         row.host,
         row.backend,
-        dict(row.request),
+        _request(row),
         row.code_sha256,
         row.exit_code,
         row.message,
@@ -163,20 +177,8 @@ def _starts_with(column: Any, prefix: str) -> Any:
     return column.like(like, escape="\\")
 
 
-def command_of(request: dict[str, Any]) -> str:
-    """A run's command as one line: its argv, else its job's key, else its session kind."""
-    import shlex
-
-    argv = request.get("argv")
-    if argv:
-        return shlex.join(str(a) for a in argv)
-    if request.get("job"):
-        return f"job {request['job']}"
-    return str(request.get("session") or "")
-
-
 def _haystack(row: RunRow) -> str:
-    return " ".join((row.id, row.name, row.host or "", command_of(row.request))).casefold()
+    return " ".join((row.id, row.name, row.host or "", _request(row).command_text())).casefold()
 
 
 def new_run_id(name: str = "") -> str:
@@ -310,14 +312,14 @@ class Store:
     # runs -------------------------------------------------------------------------------
 
     def create_run(
-        self, run_id: str, name: str, request: dict[str, Any], code_sha256: str | None = None
+        self, run_id: str, name: str, request: RunRequest, code_sha256: str | None = None
     ) -> Run:
         now = time.time()
         row = RunRow(
             id=run_id,
             name=name,
             state=RunState.PENDING.value,
-            request=request,
+            request=request.model_dump(mode="json"),
             code_sha256=code_sha256,
             message="",
             created_at=now,

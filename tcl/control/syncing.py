@@ -54,7 +54,7 @@ def begin(ctl: Control, run_id: str, start: Path) -> treesync.SyncState:
         run_id=run_id,
         root=root,
         git=git,
-        job_cwd=str(run.request.get("job_cwd") or ""),
+        job_cwd=run.request.job_cwd,
         base=treesync.tree_id(manifest),
         manifest=manifest,
     )

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Depends, HTTPException, Query
 from tcl.control.errors import RunNotFoundError, TclError
 from tcl.control.metricstore import READ_LIMIT
 from tcl.control.states import RunState
-from tcl.control.store import Run, command_of
+from tcl.control.store import Run
 from tcl.ui.api import (
     AttemptItem,
     MetricPage,
@@ -31,21 +31,20 @@ METRICS_PAGE = 20_000
 def run_item(r: Run, now: float | None = None) -> RunItem:
     now = time.time() if now is None else now
     req = r.request
-    chips = req.get("chips")
     return RunItem(
         run_id=r.id,
         name=r.name,
         state=r.state.value,
         host=r.host,
         backend=r.backend,
-        chips=chips if isinstance(chips, int) else 0,
-        chip=req.get("chip"),
+        chips=req.chips,
+        chip=req.chip,
         created_at=r.created_at,
         age_s=max(0.0, now - r.created_at),
-        command=command_of(req),
+        command=req.command_text(),
         message=r.message,
         exit_code=r.exit_code,
-        session=req.get("session"),
+        session=req.session.value if req.session else None,
         live=not r.state.is_final,
     )
 
@@ -88,7 +87,7 @@ async def run_detail(ui: UiDep, run_id: str) -> RunDetail:
             nodes = 1
     return RunDetail(
         run=run_item(run),
-        request=run.request,
+        request=run.request.model_dump(mode="json"),
         attempts=[
             AttemptItem(
                 attempt=a.attempt,

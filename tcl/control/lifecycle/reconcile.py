@@ -78,15 +78,13 @@ def controller_id(kind: str = "serve") -> str:
 
 def sweep_run(run: Run) -> bool:
     """A matrix entry's run: its sweep scheduler follows it."""
-    env = run.request.get("env")
-    return isinstance(env, dict) and "TCL_MATRIX" in env
+    return "TCL_MATRIX" in run.request.env
 
 
 def run_config(run: Run) -> tuple[str, bool]:
     """The config file its submit used (runs recorded before it was kept: the default one)."""
-    path = run.request.get("config_path")
-    if isinstance(path, str) and path:
-        return path, bool(run.request.get("config_named"))
+    if run.request.config_path:
+        return run.request.config_path, run.request.config_named
     found, named = config_path()
     return str(found), named
 

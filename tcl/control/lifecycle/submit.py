@@ -12,7 +12,6 @@ import importlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from tcl.control.backends.base import Observer
 from tcl.control.daemon.api import SubmitRequest
@@ -30,6 +29,7 @@ from tcl.control.lifecycle.place import (
 from tcl.control.lifecycle.reconcile import placing
 from tcl.control.lifecycle.retry_policy import RetryPolicy
 from tcl.control.paths import cache_dir
+from tcl.control.runrequest import RunRequest
 from tcl.control.service import Control
 from tcl.control.shipping import cached_snapshot, snapshot
 from tcl.control.solver import solve
@@ -171,28 +171,28 @@ async def submit(
         raise
 
 
-def stored_request(sub: Submission, cwd: str) -> dict[str, Any]:
+def stored_request(sub: Submission, cwd: str) -> RunRequest:
     """What the store keeps of a submit: enough to place the run again as it was submitted
     (a lost node, a retry, a matrix entry's first placement); secrets by name only."""
-    return {
-        "argv": sub.argv,
-        "chip": sub.chip,
-        "chips": sub.chips,
-        "nodes": sub.nodes,
-        "host": sub.host,
-        "image": sub.image,
-        "env": sub.env,
-        "secret_names": sorted(sub.secrets),
-        "job": sub.job.key if sub.job else None,
-        "job_ref": sub.job.model_dump(mode="json") if sub.job else None,
-        "options": sub.options,
-        "job_cwd": cwd,
-        "max_duration_s": sub.max_duration_s,
-        "retry": sub.retry.model_dump(mode="json") if sub.retry else None,
-        "session": sub.session.value if sub.session else None,
-        "config_path": sub.config_path,
-        "config_named": sub.config_named,
-    }
+    return RunRequest(
+        argv=list(sub.argv),
+        chip=sub.chip,
+        chips=sub.chips,
+        nodes=sub.nodes,
+        host=sub.host,
+        image=sub.image,
+        env=dict(sub.env),
+        secret_names=sorted(sub.secrets),
+        job=sub.job.key if sub.job else None,
+        job_ref=sub.job,
+        options=dict(sub.options),
+        job_cwd=cwd,
+        max_duration_s=sub.max_duration_s,
+        retry=sub.retry,
+        session=sub.session,
+        config_path=sub.config_path,
+        config_named=sub.config_named,
+    )
 
 
 async def dry_run(ctl: Control, sub: Submission) -> str:
@@ -241,30 +241,29 @@ async def relaunch(ctl: Control, run_id: str, obs: Observer | None = None) -> Su
     r = run.request
     if not run.code_sha256:
         raise TclError(f"run {run_id} kept no code to place again")
-    missing = [n for n in r.get("secret_names") or [] if n not in os.environ]
+    missing = [n for n in r.secret_names if n not in os.environ]
     if missing:
         raise TclError(
             f"cannot place run {run_id} again: secret {', '.join(missing)} is not in the "
             "environment of the process following it"
         )
-    job_ref = r.get("job_ref")
     sub = Submission(
-        argv=list(r.get("argv") or []),
+        argv=list(r.argv),
         name=run.name,
-        chip=r.get("chip"),
-        chips=int(r.get("chips") or 0),
-        nodes=int(r.get("nodes") or 0),
-        host=resume_where(ctl, run_id, r.get("host"), r.get("env") or {}),
-        image=r.get("image"),
-        env=dict(r.get("env") or {}),
-        secrets={n: os.environ[n] for n in r.get("secret_names") or []},
-        job=JobRef.model_validate(job_ref) if job_ref else None,
-        options=dict(r.get("options") or {}),
+        chip=r.chip,
+        chips=r.chips,
+        nodes=r.nodes,
+        host=resume_where(ctl, run_id, r.host, r.env),
+        image=r.image,
+        env=dict(r.env),
+        secrets={n: os.environ[n] for n in r.secret_names},
+        job=r.job_ref,
+        options=dict(r.options),
         yes=True,
-        job_cwd=str(r.get("job_cwd") or ""),
-        max_duration_s=r.get("max_duration_s"),
-        retry=RetryPolicy.model_validate(r["retry"]) if r.get("retry") else None,
-        session=SessionKind(r["session"]) if r.get("session") else None,
+        job_cwd=r.job_cwd,
+        max_duration_s=r.max_duration_s,
+        retry=r.retry,
+        session=r.session,
     )
     snap = await asyncio.to_thread(cached_snapshot, cache_dir(), run.code_sha256)
     req = solver_request(sub)

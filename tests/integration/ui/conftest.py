@@ -18,6 +18,7 @@ import pytest
 from tcl.control.config import Config, load_config_at
 from tcl.control.logcache import KeptEvent, LogCache
 from tcl.control.metricstore import MetricStore
+from tcl.control.runrequest import RunRequest
 from tcl.control.states import AttemptCause, RunState
 from tcl.control.store import Store
 from tcl.control.sweep.model import EntryState
@@ -70,13 +71,13 @@ def seed(store: Store) -> None:
     store.create_run(
         "ok-run",
         "train-small",
-        {"argv": ["python", "train.py", "--lr", "0.1"], "chip": "h100", "chips": 2},
+        RunRequest(argv=["python", "train.py", "--lr", "0.1"], chip="h100", chips=2),
     )
     store.set_placement("ok-run", "here", "local", None)
     store.add_attempt("ok-run", "here", "local")
     _advance(store, "ok-run", RunState.PROVISIONING, RunState.RUNNING)
     store.set_state("ok-run", RunState.SUCCEEDED, exit_code=0)
-    store.create_run("bad-run", "eval-big", {"argv": ["python", "eval.py"], "chips": 1})
+    store.create_run("bad-run", "eval-big", RunRequest(argv=["python", "eval.py"], chips=1))
     store.set_placement("bad-run", "farbox", "ssh", None)
     store.add_attempt("bad-run", "farbox", "ssh")
     store.update_attempt("bad-run", 0, state=RunState.TERMINATED, cause=AttemptCause.PREEMPTED)
@@ -84,9 +85,9 @@ def seed(store: Store) -> None:
     _advance(store, "bad-run", RunState.PROVISIONING, RunState.RUNNING)
     store.set_state("bad-run", RunState.FAILED, exit_code=3, message="exit code 3")
     store.update_attempt("bad-run", 1, state=RunState.FAILED, cause=AttemptCause.EXIT)
-    store.create_run("live-run", "train-live", {"argv": ["bash", "-c", "sleep 1000"]})
+    store.create_run("live-run", "train-live", RunRequest(argv=["bash", "-c", "sleep 1000"]))
     _advance(store, "live-run", RunState.PROVISIONING, RunState.RUNNING)
-    store.create_run("wait-run", "<b>waiting</b>", {"job": "lm1b", "chips": 4})
+    store.create_run("wait-run", "<b>waiting</b>", RunRequest(job="lm1b", chips=4))
     MetricStore(store).add(
         "ok-run",
         [

@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from tcl.control.runrequest import RunRequest
 from tcl.control.service import HostStatus
 from tcl.control.states import RunState
 from tcl.control.store import RunRow
@@ -153,10 +154,10 @@ def test_runs_list_holds_2000_runs_and_finds_one(  # speed: bench/ui_load.py
 
 def test_run_detail_and_404(client: TestClient) -> None:
     d = client.get("/api/runs/bad-run").json()
-    assert d["run"]["state"] == "failed" and d["request"] == {
-        "argv": ["python", "eval.py"],
-        "chips": 1,
-    }
+    assert d["run"]["state"] == "failed"
+    # the stored request as the store keeps it: every field, defaults included, and its version
+    assert d["request"] == RunRequest(argv=["python", "eval.py"], chips=1).model_dump(mode="json")
+    assert d["request"]["version"] == 1 and d["request"]["argv"] == ["python", "eval.py"]
     assert [(a["attempt"], a["host"], a["state"], a["cause"]) for a in d["attempts"]] == [
         (0, "farbox", "terminated", "preempted"),
         (1, "farbox", "failed", "exit"),

@@ -7,6 +7,7 @@ import time
 import pytest
 
 from tcl.cli.ps import state_text
+from tcl.control.runrequest import RunRequest
 from tcl.control.states import AttemptCause, RunState
 from tcl.control.store import Attempt, Run
 
@@ -29,7 +30,7 @@ def test_the_cause_of_a_host_s_final_state(
 
 def _run(state: RunState) -> Run:
     now = time.time()
-    return Run("r-1", "r", state, "gpu1", "ssh", {}, None, None, "", now, now)
+    return Run("r-1", "r", state, "gpu1", "ssh", RunRequest(), None, None, "", now, now)
 
 
 def _attempt(n: int, state: RunState, cause: AttemptCause | None) -> Attempt:

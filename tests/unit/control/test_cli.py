@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from tcl.cli.main import app
 from tcl.control.logcache import LogCache
+from tcl.control.runrequest import RunRequest
 from tcl.control.states import RunState
 from tcl.control.store import Store
 from tcl.runner.api import Event, EventKind, LogStream, RunnerState
@@ -70,7 +71,7 @@ def test_submit_usage_errors(home: Path) -> None:
 def _seed_run(home: Path) -> str:
     store = Store(f"sqlite:///{home / 'state' / 'tcl.db'}")
     store.create_run(
-        "train-aaaaaa", "train", {"argv": ["python", "t.py"], "chips": 2, "chip": "h100"}
+        "train-aaaaaa", "train", RunRequest(argv=["python", "t.py"], chips=2, chip="h100")
     )
     store.set_state("train-aaaaaa", RunState.PROVISIONING)
     store.set_placement("train-aaaaaa", "gone-host", "ssh", "0" * 64)
@@ -149,9 +150,11 @@ def test_ps_json_is_stable(home: Path) -> None:
         "created_at",
         "updated_at",
         "unreachable_since",  # null unless the host cannot be reached (display state)
+        "attempts",
     }
     assert row["state"] == "succeeded" and row["argv"] == ["python", "t.py"]
-    assert row["job"] is None
+    assert row["job"] is None and row["session"] is None
+    assert (row["chip"], row["chips"]) == ("h100", 2)
     res = runner.invoke(app, ["ps", "-a"])
     assert "train-aaaaaa" in res.stdout and "succeeded" in res.stdout
 

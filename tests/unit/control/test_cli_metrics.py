@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 from tcl.cli.main import app
 from tcl.control.logcache import LogCache
+from tcl.control.runrequest import RunRequest
 from tcl.control.states import RunState
 from tcl.control.store import Store
 from tcl.runner.api import Event, EventKind, LogStream, RunnerState
@@ -33,7 +34,7 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def _seed(home: Path, run_id: str, metrics: list[str]) -> None:
     """A finished run on a host gone from the config, its events kept locally only."""
     store = Store(f"sqlite:///{home / 'state' / 'tcl.db'}")
-    store.create_run(run_id, run_id.split("-")[0], {"argv": ["python", "t.py"]})
+    store.create_run(run_id, run_id.split("-")[0], RunRequest(argv=["python", "t.py"]))
     store.set_state(run_id, RunState.PROVISIONING)
     store.set_placement(run_id, "gone-host", "ssh", "0" * 64)
     store.add_attempt(run_id, "gone-host", "ssh", {"task_id": "t", "runner_port": 1})

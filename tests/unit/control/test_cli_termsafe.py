@@ -16,6 +16,7 @@ from tcl.cli.main import app
 from tcl.cli.matrix_show import cmd_ls, cmd_status
 from tcl.cli.termsafe import plain, terminal_text
 from tcl.control.logcache import LogCache
+from tcl.control.runrequest import RunRequest
 from tcl.control.states import RunState
 from tcl.control.store import Store
 from tcl.control.sweep.model import EntryState
@@ -56,7 +57,7 @@ def _seed(home: Path, name: str, argv: list[str], data: list[str]) -> str:
     (home / "state" / "logs").mkdir(parents=True, exist_ok=True)
     store = Store(f"sqlite:///{home / 'state' / 'tcl.db'}")
     run_id = "evil-aaaaaa"
-    store.create_run(run_id, name, {"argv": argv, "chips": 1, "chip": "[blink]h100[/]"})
+    store.create_run(run_id, name, RunRequest(argv=argv, chips=1, chip="[blink]h100[/]"))
     store.set_state(run_id, RunState.PROVISIONING)
     store.set_placement(run_id, "[reverse]host[/]", "ssh", "0" * 64)
     store.add_attempt(run_id, "[reverse]host[/]", "ssh", {"task_id": "t", "runner_port": 1})
@@ -95,7 +96,7 @@ def test_ps_shows_names_commands_and_hosts_literally(
     res = runner.invoke(app, ["ps", "-a"])
     assert res.exit_code == 0, res.output
     assert "[reverse]x[/]" in res.stdout
-    assert "python [bold]t.py[/] arg" in res.stdout
+    assert "python '[bold]t.py[/]' 'arg'" in res.stdout  # shell-quoted, the OSC 52 dropped
     assert "[reverse]host[/]" in res.stdout and "[blink]h100[/]" in res.stdout
     assert "\x1b" not in res.stdout and "\x07" not in res.stdout
 

@@ -17,6 +17,7 @@ from tcl.control.lifecycle.follow import follow
 from tcl.control.lifecycle.refresh import refresh
 from tcl.control.lifecycle.stop import stop
 from tcl.control.logcache import LogCache
+from tcl.control.runrequest import RunRequest
 from tcl.control.service import Control
 from tcl.control.shipping import Snapshot
 from tcl.control.states import AttemptCause, RunState
@@ -189,7 +190,7 @@ def use_hosts(monkeypatch: pytest.MonkeyPatch, **hosts: ShimHost) -> None:
 def ctl(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Control:
     monkeypatch.setenv("TCL_STATE_DIR", str(tmp_path))
     c = Control(default_config(), Store(f"sqlite:///{tmp_path / 'tcl.db'}"))
-    c.store.create_run("r-1", "", {"argv": ["x"]})
+    c.store.create_run("r-1", "", RunRequest(argv=["x"]))
     c.store.set_state("r-1", RunState.PROVISIONING)
     c.store.set_placement("r-1", "local", "local", None)
     c.store.add_attempt("r-1", "local", "local", {"task_id": "r-1-0", "runner_port": 1})
@@ -378,7 +379,7 @@ def test_a_host_gone_from_the_config_is_reached_through_the_attempts_record(
         shim_dir="/home/me/.tcl-shim",
         shim_port=11000,
     )
-    ctl.store.create_run("r-2", "", {"argv": ["x"]})
+    ctl.store.create_run("r-2", "", RunRequest(argv=["x"]))
     handle = {"task_id": "r-2-0", "placement": dump_placement(rec)}  # stored before nodes
     ctl.store.add_attempt("r-2", "gone", "ssh", handle)
     att = ctl.store.latest_attempt("r-2")
@@ -406,7 +407,7 @@ def test_a_host_gone_from_the_config_is_reached_through_the_attempts_record(
 
 async def test_a_run_with_no_way_to_its_host_can_still_be_stopped(ctl: Control) -> None:
     """A run placed before attempts kept a record, on a host gone from the config."""
-    ctl.store.create_run("r-3", "", {"argv": ["x"]})
+    ctl.store.create_run("r-3", "", RunRequest(argv=["x"]))
     ctl.store.set_state("r-3", RunState.PROVISIONING)
     ctl.store.add_attempt("r-3", "gone", "ssh", {"task_id": "r-3-0"})
     ctl.store.set_state("r-3", RunState.RUNNING)

@@ -11,6 +11,7 @@ import typer
 from typer.testing import CliRunner
 
 from tcl.cli.matrix_show import bar, cmd_export, cmd_ls, cmd_status
+from tcl.control.runrequest import RunRequest
 from tcl.control.store import Store
 from tcl.control.sweep.model import EntryState
 from tcl.control.sweep.queue import NewEntry, SweepQueue
@@ -40,7 +41,7 @@ def seeded(home: Path) -> Path:
     assert q.finish("s", held["lr=2"], EntryState.FAILED, "Traceback\n  ...\nValueError: nan loss")
     run_id = q.entry(held["lr=2"]).run_id
     assert run_id is not None
-    store.create_run(run_id, "lrs-lr=2", {"argv": ["true"]})
+    store.create_run(run_id, "lrs-lr=2", RunRequest(argv=["true"]))
     store.set_placement(run_id, "pod-0", "ssh", None)
     store.add_attempt(run_id, "pod-0", "ssh")
     q.close()

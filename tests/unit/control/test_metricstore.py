@@ -11,6 +11,7 @@ import pytest
 
 from tcl.control.logcache import KeptEvent
 from tcl.control.metricstore import ADD_CHUNK_ROWS, MetricPoint, MetricStore
+from tcl.control.runrequest import RunRequest
 from tcl.control.store import Store
 from tcl.runner.api import EventKind, LogStream, RunnerState
 
@@ -29,8 +30,8 @@ def metric(seq: int, data: str, node: int = 0, attempt: int = 0) -> KeptEvent:
 
 def exercise_metricstore(store: Store) -> None:
     """Shared by the SQLite and the PostgreSQL test."""
-    store.create_run("m-1", "m", {"argv": ["x"]})
-    store.create_run("m-2", "m", {"argv": ["x"]})
+    store.create_run("m-1", "m", RunRequest(argv=["x"]))
+    store.create_run("m-2", "m", RunRequest(argv=["x"]))
     ms = MetricStore(store)
     events = [
         KeptEvent(seq=1, ts=1.0, kind=EventKind.LOG, stream=LogStream.STDOUT, data="hi\n"),
@@ -68,7 +69,7 @@ def exercise_metricstore(store: Store) -> None:
     assert ms.counts([]) == {} and ms.read("nope") == []
     # two processes keeping the same events at once (a daemon's follow, a `tcl logs`): both
     # succeed, each point is kept once
-    store.create_run("m-3", "m", {"argv": ["x"]})
+    store.create_run("m-3", "m", RunRequest(argv=["x"]))
     burst = [metric(i, f'{{"y":{i}}}') for i in range(1, 200)]
     added: list[int] = []
     errors: list[BaseException] = []

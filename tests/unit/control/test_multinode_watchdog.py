@@ -29,6 +29,7 @@ from tcl.control.config import default_config
 from tcl.control.lifecycle.pull import pull
 from tcl.control.logcache import LogCache
 from tcl.control.paths import cache_dir
+from tcl.control.runrequest import RunRequest
 from tcl.control.service import Control
 from tcl.control.shipping import Snapshot
 from tcl.control.solver import Request
@@ -109,7 +110,7 @@ def ctl(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Control:
     (cache_dir() / f"{'a' * 64}.tar.gz").write_bytes(b"code")
     c = Control(default_config(), Store(f"sqlite:///{tmp_path / 'tcl.db'}"))
     c.store.create_run(
-        "r-1", "", {"argv": ["train"], "chips": 0, "job_cwd": "sub", "env": {"A": "1"}}
+        "r-1", "", RunRequest(argv=["train"], chips=0, job_cwd="sub", env={"A": "1"})
     )
     c.store.set_state("r-1", RunState.PROVISIONING)
     c.store.set_placement("r-1", "local", "local", "a" * 64)

@@ -11,6 +11,7 @@ from tcl.control.backends.base import Handle, Launched, Observer, Offer
 from tcl.control.backends.table import BACKENDS
 from tcl.control.errors import PlacementAborted, StoreError
 from tcl.control.lifecycle.submit import relaunch
+from tcl.control.runrequest import RunRequest
 from tcl.control.service import Control
 from tcl.control.shipping import Snapshot
 from tcl.control.states import AttemptCause, RunState
@@ -41,7 +42,7 @@ class StoppedWhileLaunching(Scripted):
 
 
 def _queued_run(ctl: Control) -> str:
-    ctl.store.create_run("r-2", "", {"argv": ["train"], "chips": 0})
+    ctl.store.create_run("r-2", "", RunRequest(argv=["train"], chips=0))
     ctl.store.set_placement("r-2", "local", "local", "a" * 64)
     ctl.store.set_state("r-2", RunState.QUEUED)
     return "r-2"

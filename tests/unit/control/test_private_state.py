@@ -14,6 +14,7 @@ import pytest
 from tcl.control.errors import TclError
 from tcl.control.logcache import LogCache
 from tcl.control.paths import cache_dir, db_url, logs_dir, ssh_dir, state_dir
+from tcl.control.runrequest import RunRequest
 from tcl.control.shipping import snapshot
 from tcl.control.store import Store
 from tcl.runner.api import Event, EventKind, LogStream
@@ -95,7 +96,7 @@ def test_a_code_cache_dir_is_tightened_or_refused(
 def test_the_database_and_its_wal_files_are_0600(state: Path) -> None:
     store = Store(db_url())
     try:
-        store.create_run("r-000001", "r", {"argv": ["true"]})
+        store.create_run("r-000001", "r", RunRequest(argv=["true"]))
         files = sorted(p.name for p in state.glob("tcl.db*"))
         assert {"tcl.db", "tcl.db-wal", "tcl.db-shm"} <= set(files)
         assert {name: _mode(state / name) for name in files} == dict.fromkeys(files, 0o600)
@@ -106,7 +107,7 @@ def test_the_database_and_its_wal_files_are_0600(state: Path) -> None:
 def test_a_database_made_before_is_tightened(state: Path) -> None:
     first = Store(db_url())  # open: its -wal and -shm files stay
     try:
-        first.create_run("r-000001", "r", {"argv": ["true"]})
+        first.create_run("r-000001", "r", RunRequest(argv=["true"]))
         files = sorted(p.name for p in state.glob("tcl.db*"))
         assert {"tcl.db", "tcl.db-wal", "tcl.db-shm", "tcl.db.schema-lock"} <= set(files)
         for name in files:

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from tcl.control.lifecycle.reconcile import ControllerSettings, ownable, run_config, sweep_run
+from tcl.control.runrequest import RunRequest
 from tcl.control.states import RunState
 from tcl.control.store import Run
 
@@ -16,7 +17,17 @@ from tcl.control.store import Run
 def _run(state: RunState, host: str | None = "gpu1", age_s: float = 0.0, **request: Any) -> Run:
     now = time.time()
     return Run(
-        "r1", "", state, host, "ssh" if host else None, request, None, None, "", now, now - age_s
+        "r1",
+        "",
+        state,
+        host,
+        "ssh" if host else None,
+        RunRequest.model_validate(request),
+        None,
+        None,
+        "",
+        now,
+        now - age_s,
     )
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tcl.control.runleases import RunLeases
+from tcl.control.runrequest import RunRequest
 from tcl.control.store import Store
 
 
@@ -18,7 +19,7 @@ from tcl.control.store import Store
 def store(tmp_path: Path) -> Iterator[Store]:
     s = Store(f"sqlite:///{tmp_path / 'tcl.db'}")
     for i in range(3):
-        s.create_run(f"r{i}", f"r{i}", {"argv": ["true"]})
+        s.create_run(f"r{i}", f"r{i}", RunRequest(argv=["true"]))
     yield s
     s.close()
 

@@ -7,15 +7,16 @@ from pathlib import Path
 import pytest
 
 from tcl.control.errors import RunNotFoundError, StateConflict
+from tcl.control.runrequest import RunRequest
 from tcl.control.states import AttemptCause, RunState
 from tcl.control.store import SCHEMA_VERSION, Store
 
 
 def exercise_store(store: Store) -> None:
     """Shared by the SQLite and the PostgreSQL test."""
-    run = store.create_run("train-abc123", "train", {"argv": ["python", "x.py"], "chips": 2})
+    run = store.create_run("train-abc123", "train", RunRequest(argv=["python", "x.py"], chips=2))
     assert run.state is RunState.PENDING
-    store.create_run("eval-def456", "eval", {"argv": ["true"]})
+    store.create_run("eval-def456", "eval", RunRequest(argv=["true"]))
     assert store.resolve("train").id == "train-abc123"  # by name
     assert store.resolve("eval-d").id == "eval-def456"  # by unique prefix
     with pytest.raises(RunNotFoundError):
@@ -80,7 +81,7 @@ def exercise_migration(url: str) -> None:
     """A version-1 store with an ended attempt opens as the latest version: the attempt kept,
     its cause unknown; new ends record theirs. Shared with the PostgreSQL test."""
     store = Store(url)
-    store.create_run("old-run", "old", {"argv": ["true"]})
+    store.create_run("old-run", "old", RunRequest(argv=["true"]))
     store.set_state("old-run", RunState.PROVISIONING)
     store.add_attempt("old-run", "gpu1", "ssh", {"task_id": "t0"})
     store.add_attempt("old-run", "gpu1", "ssh", {"task_id": "t1"})

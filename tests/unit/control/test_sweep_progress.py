@@ -10,6 +10,7 @@ import pytest
 from sqlalchemy import event, update
 
 from tcl.control.errors import SweepError
+from tcl.control.runrequest import RunRequest
 from tcl.control.sweep.model import EntryState
 from tcl.control.sweep.progress import export, iso, last_line, summary
 from tcl.control.sweep.queue import EntryRow, NewEntry, SweepQueue
@@ -155,7 +156,7 @@ def test_export_is_the_seed_status_form(half_done: SweepQueue) -> None:
     store = half_done.store
     j3 = next(e for e in half_done.entries("m") if e.job_id == "j3")
     assert j3.run_id is not None
-    store.create_run(j3.run_id, "m-j3", {"argv": ["true"]})
+    store.create_run(j3.run_id, "m-j3", RunRequest(argv=["true"]))
     store.set_placement(j3.run_id, "gpu-pod-0", "ssh", None)
     store.add_attempt(j3.run_id, "gpu-pod-0", "ssh")
     store.add_attempt(j3.run_id, "gpu-pod-1", "ssh")
@@ -203,8 +204,8 @@ def test_export_of_1200_entries_takes_a_few_queries(queue: SweepQueue) -> None:
 
 def test_runs_by_id_and_attempt_counts(queue: SweepQueue) -> None:
     store = queue.store
-    store.create_run("r-a", "a", {})
-    store.create_run("r-b", "b", {})
+    store.create_run("r-a", "a", RunRequest())
+    store.create_run("r-b", "b", RunRequest())
     store.add_attempt("r-b", "h", "ssh")
     ids = [f"missing-{i}" for i in range(1100)] + ["r-b", "r-a", "r-a"]
     assert set(store.runs_by_id(ids)) == {"r-a", "r-b"}
