@@ -31,7 +31,7 @@ from typing import TypeVar
 from tcl.control.backends.shimhandle import ShimHandle, ShimNode
 from tcl.control.lifecycle.retry_policy import RetryPolicy
 from tcl.control.lifecycle.submit import Submission, stored_request
-from tcl.control.states import RunState
+from tcl.control.states import AttemptCause, RunState
 from tcl.control.store import Store, new_run_id
 from tcl.control.sweep import manifest
 from tcl.control.sweep.model import Entry, EntryState
@@ -120,7 +120,7 @@ def _attempt(store: Store, run_id: str, host: str, ended: RunState | None) -> in
     handle = _handle(host, run_id, att.attempt, released=ended is not None)
     store.update_attempt(run_id, att.attempt, state=RunState.RUNNING, handle=handle)
     if ended is not None:
-        store.update_attempt(run_id, att.attempt, state=ended)
+        store.update_attempt(run_id, att.attempt, state=ended, cause=AttemptCause.of_end(ended))
     return att.attempt
 
 
