@@ -75,7 +75,7 @@ def _state(r: Run, unreachable_since: float | None) -> str:
     if unreachable_since is not None and not r.state.is_final:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(unreachable_since))
         return f"unknown (host unreachable since {when})"
-    if r.state in (RunState.QUEUED, RunState.PENDING) and r.message:
+    if r.state in (RunState.QUEUED, RunState.PENDING, RunState.WAITING_RETRY) and r.message:
         why = (
             r.message
             if len(r.message) <= WAIT_REASON_CHARS

@@ -4,14 +4,14 @@ A store records its schema version (``tcl_meta``). Opening an older one runs eac
 it, in order, under the schema lock (one migrator, however many ``tcl`` commands and daemons
 open it at once), then records the new version. A step uses only portable DDL, so the same
 step runs on SQLite and PostgreSQL. Tables added later need no step: ``create_all`` makes
-them; a step is needed when an existing table gains a column.
+them; a step is needed when an existing table gains a column or a state changes meaning.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection, inspect, text
 
 Step = Callable[[Connection], None]
 
@@ -22,8 +22,22 @@ def _attempt_cause(conn: Connection) -> None:
     conn.execute(text("ALTER TABLE tcl_attempts ADD COLUMN cause VARCHAR(32) NOT NULL DEFAULT ''"))
 
 
+def _waiting_retry(conn: Connection) -> None:
+    """v3: a run waiting to be placed again has its own state (``waiting_retry``); before, it
+    was ``queued`` with a waiting row in ``tcl_run_retries`` (a store that never retried a
+    run has no such table)."""
+    if not inspect(conn).has_table("tcl_run_retries"):
+        return
+    conn.execute(
+        text(
+            "UPDATE tcl_runs SET state = 'waiting_retry' WHERE state = 'queued' AND id IN "
+            "(SELECT run_id FROM tcl_run_retries WHERE waiting)"
+        )
+    )
+
+
 # version -> the step that makes it from the one before
-STEPS: dict[int, Step] = {2: _attempt_cause}
+STEPS: dict[int, Step] = {2: _attempt_cause, 3: _waiting_retry}
 LATEST = max(STEPS)
 
 

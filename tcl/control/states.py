@@ -9,7 +9,9 @@ class RunState(enum.StrEnum):
     """pending → [queued →] provisioning → running → succeeded | failed | terminated.
 
     A batch scheduler (SLURM) may put a running run back in the queue (preemption, requeue):
-    running → queued, under a new attempt."""
+    running → queued, under a new attempt. An attempt that ended when the run is to be placed
+    again (its retry policy, a lost node, an undone placement with nothing free): → waiting_retry
+    until its backoff passed and something takes it (→ queued | provisioning)."""
 
     PENDING = "pending"  # recorded, not yet placed
     QUEUED = "queued"  # placed in a scheduler's queue (SLURM), waiting for nodes
@@ -18,6 +20,8 @@ class RunState(enum.StrEnum):
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     TERMINATED = "terminated"  # stopped by the user or the host
+    # its last attempt ended; it waits to be placed again (``tcl.control.retries``: when, why)
+    WAITING_RETRY = "waiting_retry"
 
     @property
     def is_final(self) -> bool:
@@ -25,14 +29,27 @@ class RunState(enum.StrEnum):
 
 
 _FINAL = frozenset({RunState.SUCCEEDED, RunState.FAILED, RunState.TERMINATED})
-_LIVE = frozenset({RunState.PENDING, RunState.QUEUED, RunState.PROVISIONING, RunState.RUNNING})
+_LIVE = frozenset(
+    {
+        RunState.PENDING,
+        RunState.QUEUED,
+        RunState.PROVISIONING,
+        RunState.RUNNING,
+        RunState.WAITING_RETRY,
+    }
+)
 
 # target -> states it may be entered from (one direction: nothing leaves a final state).
+# Self-loops: queued (a requeue seen again, the queue's reason updated), running (each poll of a
+# live job), waiting_retry (a placement again that found nothing: it waits again, a new reason).
 TRANSITIONS: dict[RunState, frozenset[RunState]] = {
     RunState.PENDING: frozenset(),
     RunState.QUEUED: _LIVE,  # a requeue takes a running run back
-    RunState.PROVISIONING: frozenset({RunState.PENDING, RunState.QUEUED}),
+    RunState.PROVISIONING: frozenset({RunState.PENDING, RunState.QUEUED, RunState.WAITING_RETRY}),
     RunState.RUNNING: frozenset({RunState.QUEUED, RunState.PROVISIONING, RunState.RUNNING}),
+    RunState.WAITING_RETRY: frozenset(
+        {RunState.QUEUED, RunState.PROVISIONING, RunState.RUNNING, RunState.WAITING_RETRY}
+    ),
     RunState.SUCCEEDED: frozenset({RunState.QUEUED, RunState.PROVISIONING, RunState.RUNNING}),
     RunState.FAILED: _LIVE,
     RunState.TERMINATED: _LIVE,

@@ -2,8 +2,8 @@
 placing a retry or a lost node again, a sweep's scheduler) died between recording the attempt
 and recording the run started.
 
-Such a run is ``pending`` (a first placement) or ``queued`` (a placement again) while its latest
-attempt is still ``provisioning``. Its task may exist on the host, and its job may even have
+Such a run is ``pending`` (a first placement), ``queued`` (a lost node placed again) or
+``waiting_retry`` (a retry placed) while its latest attempt is still ``provisioning``. Its task may exist on the host, and its job may even have
 started: the host is asked. Started: the placement is recorded and the run is followed. Not
 started: the task is stopped and freed and the attempt ends ``terminated``, and the caller
 places the run again (nothing is left holding accelerators). The host does not answer: nothing
@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING
 
 from tcl.control.errors import AgentUnreachableError, TclError
 from tcl.control.lifecycle.release import release_attempt
-from tcl.control.lifecycle.retry import waiting_for_retry
 from tcl.control.service import Control
 from tcl.control.states import AttemptCause, RunState
 
@@ -25,11 +24,13 @@ if TYPE_CHECKING:
     from tcl.control.store import Attempt, Run
 
 NOT_STARTED = frozenset({RunState.PENDING, RunState.PROVISIONING})
+# what a run is while it is placed: a first placement, one again (a lost node), a retry's
+_PLACED_FROM = frozenset({RunState.PENDING, RunState.QUEUED, RunState.WAITING_RETRY})
 
 
 def interrupted(ctl: Control, run: Run) -> Attempt | None:
     """The latest attempt, when its placement never finished (else None)."""
-    if run.state not in (RunState.PENDING, RunState.QUEUED) or waiting_for_retry(ctl, run):
+    if run.state not in _PLACED_FROM:
         return None
     att = ctl.store.latest_attempt(run.id)
     if att is None or att.state is not RunState.PROVISIONING:
@@ -56,7 +57,7 @@ async def adopt_placement(ctl: Control, run: Run, att: Attempt | None) -> bool:
             f"cannot tell whether run {run.id}'s job started: {str(e).splitlines()[0]}"
         ) from None
     if status.state not in NOT_STARTED:
-        if run.state in (RunState.PENDING, RunState.QUEUED):
+        if run.state in _PLACED_FROM:
             ctl.store.set_placement(run.id, att.host, att.backend, run.code_sha256)
             ctl.store.set_state(run.id, RunState.PROVISIONING)
         return True  # its job started: whoever follows the run records how it goes on

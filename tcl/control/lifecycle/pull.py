@@ -125,7 +125,7 @@ async def pull(
         why = lost.message or "its host lost it"
         lost_end = (RunState.TERMINATED, None, why, AttemptCause.NODE_LOST)
         if await retry_after_end(ctl, run, att, *lost_end) is None:
-            return PullResult(fresh, RunState.QUEUED, True)  # its policy places it again
+            return PullResult(fresh, RunState.WAITING_RETRY, True)  # its policy places it again
         if not relaunch:
             return PullResult(fresh, run.state, False)
         await _relaunch(ctl, run, att, lost.message or "its host lost it")
@@ -166,7 +166,7 @@ async def pull(
         if state.is_final and not run.state.is_final:
             ended = await retry_after_end(ctl, run, att, state, code, why, cause)
             if ended is None:
-                return PullResult(fresh, RunState.QUEUED, True)  # its policy places it again
+                return PullResult(fresh, RunState.WAITING_RETRY, True)  # placed again when due
             why = ended
         record_state(ctl, ctl.store.get_run(run.id), att, state, code, why, cause)
     if state.is_final and not more and release:
@@ -181,7 +181,8 @@ async def _retry_when_due(ctl: Control, run: Run, wait_s: float, relaunch: bool)
     if waiting is not None and not waiting.due and wait_s > 0:
         await asyncio.sleep(min(wait_s, max(0.0, waiting.not_before - time.time())))
         waiting = ctl.retries.waiting(run.id)
-    if relaunch and waiting is not None and waiting.due:
+    # no waiting row: a placement again that stopped half-way (its adoption ended its attempt)
+    if relaunch and (waiting is None or waiting.due):
         await place_waiting(ctl, run.id)
     return PullResult([], ctl.store.get_run(run.id).state, True)
 
@@ -232,7 +233,7 @@ async def _relaunch(ctl: Control, run: Run, att: Attempt, why: str) -> None:
         # not the run's fault, it waits and is placed again when due (each pull looks)
         why = f"{why}; nothing took it yet ({str(e).splitlines()[0]}): trying again"
         ctl.retries.wait(run.id, NO_PLACE_RETRY_S, False, why)
-        ctl.store.set_state(run.id, RunState.QUEUED, message=why)
+        ctl.store.set_state(run.id, RunState.WAITING_RETRY, message=why)
     except TclError as e:
         why = f"{why}; placing it again failed: {str(e).splitlines()[0]}"
         ctl.store.set_state(run.id, RunState.FAILED, message=why)

@@ -51,7 +51,11 @@ from tcl.control.store import Run, Store
 
 log = logging.getLogger("tcl.controller")
 
-OWNED_STATES = frozenset({RunState.QUEUED, RunState.PROVISIONING, RunState.RUNNING})
+OWNED_STATES = frozenset(
+    {RunState.QUEUED, RunState.PROVISIONING, RunState.RUNNING, RunState.WAITING_RETRY}
+)
+# a run in these may answer a pull at once, with nothing new: its owner paces its pulls
+WAITING_STATES = frozenset({RunState.QUEUED, RunState.PENDING, RunState.WAITING_RETRY})
 ERROR_RETRY_CAP_S = 30.0  # an owner whose pulls fail (not a dropped connection): ask this often
 # A run that ended (stopped here) with events still on its host: drained for this long at most
 # when its host does not answer (then what was kept is all a follower gets).
@@ -304,6 +308,7 @@ class RunController:
         why = "its placement was interrupted (its controller stopped); placing it again"
         if policy_of(run) is not None:
             ctl.retries.wait(run.id, 0.0, False, why)  # placed by the pulls below, when due
+            ctl.store.set_state(run.id, RunState.WAITING_RETRY, message=why)
             return
         from tcl.control.lifecycle.submit import relaunch
 
@@ -358,7 +363,11 @@ class RunController:
             if res.state.is_final and not res.more:
                 await release(ctl, run_id)
                 return
-            if not res.events and res.state in (RunState.QUEUED, RunState.PENDING):
+            if not res.events and res.state in (
+                RunState.QUEUED,
+                RunState.PENDING,
+                RunState.WAITING_RETRY,
+            ):
                 # a queued run's backend may answer without waiting: pace it
                 await asyncio.sleep(0.5)
 

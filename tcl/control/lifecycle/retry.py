@@ -1,7 +1,7 @@
 """A run's end under its retry policy: placed back in the queue, or placed again.
 
 :func:`retry_after_end` runs where a pull sees the run's last attempt end: with a policy that
-says so, the attempt ends (its host resources freed) and the run goes back to ``queued``
+says so, the attempt ends (its host resources freed) and the run waits (``waiting_retry``)
 instead of ending, its failures counted (a preemption is not one). :func:`place_waiting`
 places such a run again once its backoff passed: the same run id as its next attempt, so a
 ``tcl.jobs`` trainer resumes from its latest checkpoint. A follower (``tcl submit --retry``,
@@ -49,14 +49,14 @@ async def retry_after_end(
     if d.verdict not in (Verdict.RETRY, Verdict.REQUEUE):
         return d.why or why
     current = ctl.store.get_run(run.id)
-    if move(current.state, RunState.QUEUED) is not Move.APPLY:
+    if move(current.state, RunState.WAITING_RETRY) is not Move.APPLY:
         return why  # stopped here meanwhile
     if move(att.state, state) is Move.APPLY:
         ctl.store.update_attempt(run.id, att.attempt, state=state, cause=cause)
     with contextlib.suppress(TclError):
         await release_attempt(ctl, ctl.store.latest_attempt(run.id) or att, state)
     ctl.retries.wait(run.id, d.delay_s, d.verdict is Verdict.RETRY, d.why)
-    ctl.store.set_state(run.id, RunState.QUEUED, message=d.why, exit_code=exit_code)
+    ctl.store.set_state(run.id, RunState.WAITING_RETRY, message=d.why, exit_code=exit_code)
     return None
 
 
@@ -87,9 +87,7 @@ async def place_waiting(ctl: Control, run_id: str) -> bool:
 def waiting_for_retry(ctl: Control, run: Run) -> bool:
     """The run's last attempt ended and it waits to be placed again (its retry policy put it
     back in the queue, or its host lost it and nothing could take it at once)."""
-    if run.state is not RunState.QUEUED:
-        return False
-    return ctl.retries.waiting(run.id) is not None
+    return run.state is RunState.WAITING_RETRY
 
 
 def end_failed_placement(ctl: Control, run_id: str, before: Attempt | None) -> None:

@@ -408,7 +408,10 @@ class Scheduler:
         """An entry claimed again whose run exists: place it again when it waits for a retry
         that is due, adopt a placement its scheduler did not record; False when the entry
         went back to the queue (the retry is not due)."""
-        if waiting_for_retry(ctl, run):
+        if run.state in (RunState.PENDING, RunState.PROVISIONING) or interrupted(ctl, run):
+            # its scheduler died before or while placing it (perhaps after its job started)
+            await self._adopt_placement(ctl, run)
+        elif waiting_for_retry(ctl, run):
             waiting = ctl.retries.waiting(run.id)
             if waiting is not None and not waiting.due:
                 await asyncio.to_thread(
@@ -419,9 +422,6 @@ class Scheduler:
                 waiting = ctl.retries.waiting(run.id)
                 if waiting is not None:  # nothing free: like a first placement's refusal
                     raise NoPlacementError(waiting.why or "nothing free", [])
-        elif run.state in (RunState.PENDING, RunState.PROVISIONING) or interrupted(ctl, run):
-            # its scheduler died before or while placing it (perhaps after its job started)
-            await self._adopt_placement(ctl, run)
         return True
 
     async def _take_run(self, run_id: str) -> None:
@@ -467,7 +467,10 @@ class Scheduler:
             # its attempt is undone and nothing is free now: the run waits to be placed, as
             # after a preemption (the next claim places it; following it now would only
             # find the attempt that was undone)
-            ctl.retries.wait(run.id, 0.0, False, f"placing it again: {_line(e)}")
+            if ctl.store.get_run(run.id).state is RunState.QUEUED:
+                why = f"placing it again: {_line(e)}"
+                ctl.retries.wait(run.id, 0.0, False, why)
+                ctl.store.set_state(run.id, RunState.WAITING_RETRY, message=why)
             raise
 
     async def _watch(self, ctl: Control, entry: Entry) -> None:

@@ -5,7 +5,7 @@
 "use strict";
 (() => {
   const RUN_STATES = ["pending", "queued", "provisioning", "running", "succeeded", "failed",
-    "terminated"];
+    "terminated", "waiting_retry"];
   const ENTRY_STATES = ["queued", "claimed", "running", "done", "failed", "cancelled"];
   const FINAL = new Set(["succeeded", "failed", "terminated"]);
   const MAX_LOG_LINES = 50000;

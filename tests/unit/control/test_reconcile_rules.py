@@ -34,7 +34,8 @@ def _run(state: RunState, host: str | None = "gpu1", age_s: float = 0.0, **reque
 @pytest.mark.parametrize(
     ("state", "host", "owned"),
     [
-        (RunState.QUEUED, "gpu1", True),  # in a scheduler's queue, or waiting for its retry
+        (RunState.QUEUED, "gpu1", True),  # in a scheduler's queue
+        (RunState.WAITING_RETRY, "gpu1", True),  # its owner places it again when due
         (RunState.PROVISIONING, "gpu1", True),
         (RunState.RUNNING, "gpu1", True),
         (RunState.RUNNING, None, False),  # never placed: nothing to ask

@@ -108,11 +108,26 @@ def test_every_run_move_is_applied_kept_or_refused_by_the_table(
         assert got is Move.ILLEGAL
 
 
-def test_a_requeued_run_goes_back_to_queued_and_running_is_its_only_self_loop() -> None:
+def test_a_requeued_run_goes_back_to_queued_and_the_self_loops_are_the_commented_ones() -> None:
     assert move(RunState.RUNNING, RunState.QUEUED) is Move.APPLY  # a SLURM requeue
     self_loops = {s for s in RunState if not s.is_final and move(s, s) is Move.APPLY}
-    # queued -> queued: a requeue seen again; running -> running: each poll of a live job
-    assert self_loops == {RunState.QUEUED, RunState.RUNNING}
+    # queued -> queued: a requeue seen again; running -> running: each poll of a live job;
+    # waiting_retry -> waiting_retry: a placement again that found nothing waits again
+    assert self_loops == {RunState.QUEUED, RunState.RUNNING, RunState.WAITING_RETRY}
+
+
+def test_a_run_waits_for_its_retry_in_its_own_state_and_leaves_it_only_to_be_placed() -> None:
+    for src in (RunState.PROVISIONING, RunState.RUNNING, RunState.QUEUED):
+        assert move(src, RunState.WAITING_RETRY) is Move.APPLY  # its attempt ended
+    assert move(RunState.PENDING, RunState.WAITING_RETRY) is Move.ILLEGAL  # never placed yet
+    left_to = {t for t in RunState if move(RunState.WAITING_RETRY, t) is Move.APPLY}
+    assert left_to == {
+        RunState.QUEUED,  # placed in a scheduler's queue
+        RunState.PROVISIONING,  # placed
+        RunState.WAITING_RETRY,  # nothing free yet
+        RunState.FAILED,  # placing it again was refused for good
+        RunState.TERMINATED,  # stopped while it waited
+    }
     assert move(RunState.PENDING, RunState.RUNNING) is Move.ILLEGAL  # placed first
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from tcl.control.errors import RunNotFoundError, StateConflict
+from tcl.control.retries import Retries
 from tcl.control.runrequest import RunRequest
 from tcl.control.states import AttemptCause, RunState
 from tcl.control.store import SCHEMA_VERSION, Store
@@ -85,6 +86,11 @@ def exercise_migration(url: str) -> None:
     store.set_state("old-run", RunState.PROVISIONING)
     store.add_attempt("old-run", "gpu1", "ssh", {"task_id": "t0"})
     store.add_attempt("old-run", "gpu1", "ssh", {"task_id": "t1"})
+    # v1 and v2 kept a run waiting for its retry as queued, with a waiting row
+    for run_id in ("retrying", "in-slurm-queue"):
+        store.create_run(run_id, run_id, RunRequest(argv=["true"]))
+        store.set_state(run_id, RunState.QUEUED)
+    Retries(store).wait("retrying", 30.0, True, "exit code 3; retry 1 of 3 in 30 s")
     downgrade_to_v1(store)
     store.close()
     store = Store(url)
@@ -93,7 +99,9 @@ def exercise_migration(url: str) -> None:
             version = c.exec_driver_sql(
                 "SELECT value FROM tcl_meta WHERE key = 'schema_version'"
             ).scalar()
-        assert version == str(SCHEMA_VERSION) == "2"
+        assert version == str(SCHEMA_VERSION) == "3"
+        assert store.get_run("retrying").state is RunState.WAITING_RETRY
+        assert store.get_run("in-slurm-queue").state is RunState.QUEUED
         first, _ = store.attempts("old-run")
         assert first.handle == {"task_id": "t0"} and first.cause is None
         store.update_attempt("old-run", 1, state=RunState.TERMINATED, cause=AttemptCause.STOPPED)
