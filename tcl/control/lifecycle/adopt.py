@@ -3,7 +3,8 @@ placing a retry or a lost node again, a sweep's scheduler) died between recordin
 and recording the run started.
 
 Such a run is ``pending`` (a first placement), ``queued`` (a lost node placed again) or
-``waiting_retry`` (a retry placed) while its latest attempt is still ``provisioning``. Its task may exist on the host, and its job may even have
+``waiting_retry`` (a retry placed) while its latest attempt is still
+``provisioning``. Its task may exist on the host, and its job may even have
 started: the host is asked. Started: the placement is recorded and the run is followed. Not
 started: the task is stopped and freed and the attempt ends ``terminated``, and the caller
 places the run again (nothing is left holding accelerators). The host does not answer: nothing
