@@ -1,0 +1,29 @@
+"""The state store: runs and their attempts (SQLAlchemy 2; SQLite WAL or PostgreSQL).
+
+- :mod:`.db`: the engine (SQLite pragmas, a private file), the schema lock, opening (schema
+  version check, migrations), sessions; :class:`~.db.StoreBase` owns the engine.
+- :mod:`.tables`: the ORM rows and :data:`~.tables.TableBase`, which other modules' tables
+  (sweeps, retries, leases, metrics) are made with.
+- :mod:`.runs`: the :class:`~.runs.Run` and :class:`~.runs.Attempt` records and
+  :class:`~.runs.Store`, their guarded writers and readers.
+
+Everything other modules use is re-exported here: ``from tcl.control.store import Store``.
+"""
+
+from tcl.control.store.db import SCHEMA_VERSION, StoreBase
+from tcl.control.store.runs import Attempt, Run, Store, new_run_id
+from tcl.control.store.tables import AttemptRow, MetaRow, RunHealthRow, RunRow, TableBase
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "Attempt",
+    "AttemptRow",
+    "MetaRow",
+    "Run",
+    "RunHealthRow",
+    "RunRow",
+    "Store",
+    "StoreBase",
+    "TableBase",
+    "new_run_id",
+]
