@@ -36,8 +36,8 @@ from tcl.control.store import Store, new_run_id
 from tcl.control.sweep import manifest
 from tcl.control.sweep.model import Entry, EntryState
 from tcl.control.sweep.queue import NewEntry, SweepQueue
-from tcl.control.sweep.scheduler import _submission, run_name
 from tcl.control.sweep.spec import MatrixSpec
+from tcl.control.sweep.submission import run_name, submission
 
 MATRIX = "lr-sweep"
 HOSTS = [f"gpu-{i:02d}" for i in range(8)]
@@ -202,7 +202,7 @@ def _entry_to(
     if state is EntryState.CLAIMED:
         return
     assert entry.run_id is not None
-    request = stored_request(_submission(spec, entry), spec.job_cwd)
+    request = stored_request(submission(spec, entry), spec.job_cwd)
     store.create_run(entry.run_id, run_name(entry), request, code_sha256=spec.code_sha256)
     advance(store, entry.run_id, _RUN_OF_ENTRY[state], i)
     queue.started(OWNER, entry.id)

@@ -69,3 +69,9 @@ class Matrix:
     name: str
     spec: dict[str, Any]  # what each entry runs and where (see tcl.control.sweep.spec)
     created_at: float
+
+
+def error_line(e: BaseException) -> str:
+    """What an entry keeps of an error (its ``last_error``, a run's message): its first line."""
+    text = str(e).strip()
+    return (text.splitlines()[0] if text else type(e).__name__)[:2048]

@@ -15,6 +15,13 @@ One :class:`Scheduler` per ``tcl serve``; any number of them share a queue. Its 
 An entry claimed after its scheduler died may have a run already: it is adopted (followed to
 its end), or, when that run's job never started, placed again as its next attempt; so no
 entry runs twice and none is lost.
+
+This module is the loop and what it holds (the entries in hand, their watchers, their runs);
+one entry's placement is :mod:`~tcl.control.sweep.placing`, following its run to its end
+:mod:`~tcl.control.sweep.watching`, the run it submits :mod:`~tcl.control.sweep.submission`;
+the run leases it holds :mod:`~tcl.control.sweep.runhold`, its writes through state store
+outages :mod:`~tcl.control.sweep.storeretry`. Only the scheduler changes what it holds: those
+are given the collaborators they use and hand back results.
 """
 
 from __future__ import annotations
@@ -22,47 +29,26 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import secrets
 import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
-from tcl.control.backoff import backoff_s, pause
-from tcl.control.errors import (
-    AgentError,
-    NoCapacityError,
-    NoPlacementError,
-    RunNotFoundError,
-    SshConnectError,
-    StoreError,
-    TclError,
-)
-from tcl.control.lifecycle.adopt import adopt_placement, interrupted
-from tcl.control.lifecycle.pull import ResumingPull
-from tcl.control.lifecycle.release import release
-from tcl.control.lifecycle.retry import place_waiting, waiting_for_retry
-from tcl.control.lifecycle.stop import stop
-from tcl.control.lifecycle.submit import Submission, relaunch, stored_request
-from tcl.control.runleases import RunLeases
+from tcl.control.backoff import pause
+from tcl.control.errors import AgentError, NoPlacementError, SshConnectError, StoreError, TclError
 from tcl.control.service import Control
-from tcl.control.states import RunState
-from tcl.control.store import Run
 from tcl.control.sweep.admission import Admission
-from tcl.control.sweep.manifest import fill_argv, job_config
-from tcl.control.sweep.model import Entry, EntryState
+from tcl.control.sweep.model import Entry, EntryState, error_line
+from tcl.control.sweep.placing import TRACE, EntryPlacer
 from tcl.control.sweep.queue import SweepQueue
-from tcl.control.sweep.shellsafe import field_env
-from tcl.control.sweep.spec import MatrixSpec
+from tcl.control.sweep.runhold import RunHold
+from tcl.control.sweep.storeretry import StoreRetry
 from tcl.control.sweep.turns import PriorityTurns
-from tcl.runner.api import JobRef
+from tcl.control.sweep.watching import EntryWatcher
 
 log = logging.getLogger("tcl.scheduler")
-TRACE = os.environ.get("TCL_TRACE") == "1"  # where a placement's time goes, in the log
 REAP_EVERY_S = 1.0
-STORE_RETRY_CAP_S = 10.0  # the state store unreachable: ask again within this long
 MAX_CLAIMS = 20  # an entry whose placement failed this often (hosts dropping it) fails
 
 
@@ -93,32 +79,32 @@ class Scheduler:
         on_error: Callable[[BaseException], None] | None = None,
     ) -> None:
         self.queue = queue
-        # told of each error the loop survives (its supervisor shows them in the status)
-        self.on_error = on_error
-        self.control_for = control_for
         self.settings = settings or SchedulerSettings()
         self.owner = owner or scheduler_id()
         self.watchers: dict[int, asyncio.Task[None]] = {}  # entry id -> its follower
         self.placed = 0
         self._wake = asyncio.Event()
-        self._specs: dict[str, MatrixSpec] = {}
         self._refusals: dict[int, str] = {}  # entry id -> why nothing could place it
         self.admission = Admission(self.settings.batch, self.settings.full_wait_s)
         self._placing = 0  # entries claimed and being placed
         self._batches: set[asyncio.Task[None]] = set()
         self.turns = PriorityTurns()  # one priority at a time across batches
-        # the runs of the entries it follows: it holds their leases (their one owner, so a
-        # `tcl ps`, `tcl logs` or follow reads what it keeps instead of pulling them too)
-        self._run_leases: RunLeases | None = None
+        # told of each error the loop survives (its supervisor shows them in the status)
+        self.store_retry = StoreRetry(self.settings.store_retry_s, on_error)
+        # the runs of the entries it places or follows: it holds their leases
+        self.hold = RunHold(queue, self.owner, self.settings.lease_s)
         self._runs: dict[int, str] = {}  # entry id -> run id, for the entries it follows
         self._in_hand: set[int] = set()  # entries it claimed and still places or follows
-        self._placing_runs: set[str] = set()  # runs one of its placements works on now
-
-    @property
-    def run_leases(self) -> RunLeases:
-        if self._run_leases is None:
-            self._run_leases = RunLeases(self.queue.store)
-        return self._run_leases
+        self.placer = EntryPlacer(queue, self.owner, control_for, self.hold)
+        self.watcher = EntryWatcher(
+            queue,
+            self.owner,
+            self.settings.reconnect_deadline_s,
+            self.hold,
+            self.store_retry,
+            self.admission,
+            self._wake,
+        )
 
     # the loop ---------------------------------------------------------------------------------
 
@@ -141,7 +127,7 @@ class Scheduler:
                     store_failures = 0
                 wait_s = self.admission.wait_s(time.time())
                 if store_failures:
-                    wait_s = max(wait_s, self._store_wait_s(store_failures))
+                    wait_s = max(wait_s, self.store_retry.wait_s(store_failures))
                 await pause(self._wake, stopping, wait_s)
         finally:
             beats.cancel()
@@ -188,8 +174,7 @@ class Scheduler:
         return fresh
 
     def _error(self, e: BaseException) -> None:
-        if self.on_error is not None:
-            self.on_error(e)
+        self.store_retry.error(e)
 
     async def _hand_back(self) -> None:
         """Stopping: the entries it follows go back to the queue at once (not after their
@@ -210,7 +195,7 @@ class Scheduler:
                 )
             run_id = self._runs.pop(entry_id, None)
             if run_id is not None:
-                await self._drop_run(run_id)
+                await self.hold.drop(run_id)
 
     def busy(self) -> bool:
         return bool(self.watchers) or self._placing > 0
@@ -232,13 +217,10 @@ class Scheduler:
                     task.cancel()
                     gone = self._runs.pop(entry_id, None)
                     if gone is not None:  # its run goes with it (to the next claimer)
-                        await self._drop_run(gone)
+                        await self.hold.drop(gone)
             runs = {self._runs[e] for e in held if e in self._runs}
             if runs:
-                with contextlib.suppress(StoreError):
-                    await asyncio.to_thread(
-                        self.run_leases.renew, self.owner, runs, self.settings.lease_s
-                    )
+                await self.hold.renew(runs)
 
     async def _place_batch(self, claimed: list[Entry], ticket: int) -> None:
         """Place a claimed batch, one priority at a time (the entries of one priority at
@@ -271,7 +253,9 @@ class Scheduler:
                         self._in_hand.discard(e.id)  # out of its hands before it is queued
                     for e in refused + left:
                         why = self._refusals.pop(e.id, "")
-                        await self._until_stored(self.queue.release, self.owner, e.id, 0.0, why)
+                        await self.store_retry.until_stored(
+                            self.queue.release, self.owner, e.id, 0.0, why
+                        )
                     # done only once they are queued again: a batch claimed meanwhile, which
                     # could not claim them, waits for this group and goes back untried
                     for p in {e.priority for e in left}:
@@ -305,7 +289,7 @@ class Scheduler:
                         entry.created_at,
                     )
         except NoPlacementError as e:
-            self._refusals[entry.id] = _line(e)
+            self._refusals[entry.id] = error_line(e)
             return False
         except StoreError as e:
             # the state store stopped answering mid-placement: not the entry's fault, and how
@@ -313,298 +297,51 @@ class Scheduler:
             # adopts what was placed: a started job is followed, not started twice)
             log.warning("placing entry %s: %s; queued again", entry.job_id, e)
             self._error(e)
-            why = f"the state store did not answer while placing it: {_line(e)}"
-            await self._until_stored(self.queue.release, self.owner, entry.id, 0.0, why)
+            why = f"the state store did not answer while placing it: {error_line(e)}"
+            await self.store_retry.until_stored(self.queue.release, self.owner, entry.id, 0.0, why)
         except (AgentError, SshConnectError) as e:
             # a host that dropped a connection mid-placement (its launch undid its task): not
             # the entry's fault; it goes back to the queue, a while later, up to a limit
             if entry.claims < MAX_CLAIMS:
                 later = time.time() + self.settings.full_wait_s
-                await self._until_stored(self.queue.release, self.owner, entry.id, later, _line(e))
+                await self.store_retry.until_stored(
+                    self.queue.release, self.owner, entry.id, later, error_line(e)
+                )
                 return True
             log.exception("entry %s (%s)", entry.id, entry.job_id)
-            why = f"placing it failed {entry.claims} times; last: {_line(e)}"
-            await self._until_stored(
+            why = f"placing it failed {entry.claims} times; last: {error_line(e)}"
+            await self.store_retry.until_stored(
                 self.queue.finish, self.owner, entry.id, EntryState.FAILED, why
             )
         except Exception as e:  # an entry's own failure ends that entry
             log.exception("entry %s (%s)", entry.id, entry.job_id)
-            await self._until_stored(
-                self.queue.finish, self.owner, entry.id, EntryState.FAILED, _line(e)
+            await self.store_retry.until_stored(
+                self.queue.finish, self.owner, entry.id, EntryState.FAILED, error_line(e)
             )
         return True
 
     # one entry --------------------------------------------------------------------------------
 
-    def spec(self, matrix: str) -> MatrixSpec:
-        spec = self._specs.get(matrix)
-        if spec is None:
-            spec = MatrixSpec.model_validate(self.queue.matrix(matrix).spec)
-            self._specs[matrix] = spec
-        return spec
-
     async def _start(self, entry: Entry) -> bool:
         """Place the entry's run (or adopt it) and start its watcher; False when the entry
-        went back to the queue (its run waits for a retry's backoff). One placement of a run
-        at a time: a second one (the entry claimed again while its first placement goes on)
-        would take the first one's attempt for an interrupted one and undo it."""
+        went back to the queue (its run waits for a retry's backoff)."""
+        ctl = await self.placer.start(entry)
+        if ctl is None:
+            return False
         assert entry.run_id is not None
-        if entry.run_id in self._placing_runs:
-            log.warning("entry %s: its run is being placed already; later", entry.job_id)
-            raise NoPlacementError(f"its run {entry.run_id} is being placed already", [])
-        self._placing_runs.add(entry.run_id)
-        try:
-            return await self._start_placing(entry)
-        finally:
-            self._placing_runs.discard(entry.run_id)
-
-    async def _start_placing(self, entry: Entry) -> bool:
-        spec = self.spec(entry.matrix)
-        ctl = self.control_for(spec.config_path, spec.config_named)
-        assert entry.run_id is not None
-        try:
-            run: Run | None = ctl.store.get_run(entry.run_id)
-        except RunNotFoundError:
-            run = None
-        if run is None:
-            sub = _submission(spec, entry)
-            ctl.store.create_run(
-                entry.run_id,
-                sub.name,
-                stored_request(sub, spec.job_cwd),
-                code_sha256=spec.code_sha256,
-            )
-            # its lease while it is placed: another scheduler or a controller that finds it
-            # pending leaves it alone until this one recorded it or died
-            await self._take_run(entry.run_id)
-            try:
-                await self._place(ctl, entry.run_id)
-            except NoPlacementError:
-                # nothing placed: no run to show in `tcl ps` until one is (the id is kept)
-                await self._drop_run(entry.run_id)
-                with contextlib.suppress(TclError):
-                    ctl.store.delete_run(entry.run_id)
-                raise
-            except BaseException:
-                await self._drop_run(entry.run_id)
-                raise
-        else:
-            await self._take_run(run.id)
-            try:
-                if not await self._resume(ctl, entry, run):
-                    await self._drop_run(run.id)
-                    return False
-            except BaseException:
-                await self._drop_run(run.id)
-                raise
-        if not await asyncio.to_thread(self.queue.started, self.owner, entry.id):
-            await self._drop_run(entry.run_id)
-            return False  # cancelled meanwhile: its watcher would only stop it
         self._runs[entry.id] = entry.run_id
         self.watchers[entry.id] = asyncio.create_task(self._watch(ctl, entry))
         return True
 
-    async def _resume(self, ctl: Control, entry: Entry, run: Run) -> bool:
-        """An entry claimed again whose run exists: place it again when it waits for a retry
-        that is due, adopt a placement its scheduler did not record; False when the entry
-        went back to the queue (the retry is not due)."""
-        if run.state in (RunState.PENDING, RunState.PROVISIONING) or interrupted(ctl, run):
-            # its scheduler died before or while placing it (perhaps after its job started)
-            await self._adopt_placement(ctl, run)
-        elif waiting_for_retry(ctl, run):
-            waiting = ctl.retries.waiting(run.id)
-            if waiting is not None and not waiting.due:
-                await asyncio.to_thread(
-                    self.queue.release, self.owner, entry.id, waiting.not_before, waiting.why
-                )
-                return False
-            if not await place_waiting(ctl, run.id):
-                waiting = ctl.retries.waiting(run.id)
-                if waiting is not None:  # nothing free: like a first placement's refusal
-                    raise NoPlacementError(waiting.why or "nothing free", [])
-        return True
-
-    async def _take_run(self, run_id: str) -> None:
-        """Own the run (its lease); another live owner (a scheduler whose entry lease lapsed
-        before its run lease did): not now, the entry goes back to the queue."""
-        taken = await asyncio.to_thread(
-            self.run_leases.take, self.owner, run_id, self.settings.lease_s
-        )
-        if not taken:
-            raise NoPlacementError(f"run {run_id} is still owned by another controller", [])
-
-    async def _drop_run(self, run_id: str) -> None:
-        with contextlib.suppress(StoreError):
-            await asyncio.to_thread(self.run_leases.drop, self.owner, run_id)
-
-    async def _place(self, ctl: Control, run_id: str) -> None:
-        try:
-            await relaunch(ctl, run_id)
-        except NoCapacityError as e:
-            raise NoPlacementError(str(e), []) from None
-        except (NoPlacementError, AgentError, SshConnectError):
-            raise  # nothing free now, or a host dropped it: the entry goes back to the queue
-        except TclError as e:  # refused for good (a config error, a host unknown): it fails
-            if not ctl.store.get_run(run_id).state.is_final:
-                ctl.store.set_state(run_id, RunState.FAILED, message=_line(e))
-            raise
-
-    async def _adopt_placement(self, ctl: Control, run: Run) -> None:
-        """A run whose scheduler died before recording its placement: followed when its job
-        started; else placed again (:mod:`tcl.control.lifecycle.adopt`). Unsure (the host
-        does not answer): later."""
-        if await adopt_placement(ctl, run, ctl.store.latest_attempt(run.id)):
-            return  # its job started: the watcher follows it
-        if run.state is RunState.PROVISIONING:
-            ctl.store.set_state(
-                run.id,
-                RunState.QUEUED,
-                message="its scheduler stopped while placing it; placing it again",
-            )
-        try:
-            await self._place(ctl, run.id)
-        except NoPlacementError as e:
-            # its attempt is undone and nothing is free now: the run waits to be placed, as
-            # after a preemption (the next claim places it; following it now would only
-            # find the attempt that was undone)
-            if ctl.store.get_run(run.id).state is RunState.QUEUED:
-                why = f"placing it again: {_line(e)}"
-                ctl.retries.wait(run.id, 0.0, False, why)
-                ctl.store.set_state(run.id, RunState.WAITING_RETRY, message=why)
-            raise
-
     async def _watch(self, ctl: Control, entry: Entry) -> None:
         assert entry.run_id is not None
         try:
-            state, why = await self._follow_through_outages(ctl, entry.run_id)
-        except asyncio.CancelledError:
-            # our lease is gone: cancelled by the user (stop its run), or taken by another
-            # scheduler (leave the run to it)
-            with contextlib.suppress(TclError):
-                now = await asyncio.to_thread(self.queue.entry, entry.id)
-                if now.state is EntryState.CANCELLED:
-                    # no owner while it is stopped: the stop keeps its last events itself;
-                    # stopped already (by `tcl matrix cancel`): what it holds is freed here
-                    await self._drop_run(entry.run_id)
-                    stopped = await stop(ctl, ctl.store.get_run(entry.run_id), grace_s=5.0)
-                    await release(ctl, stopped.id)
-            raise
-        except Exception as e:  # its host is gone for good, a bug: end the entry
-            log.exception("following entry %s", entry.job_id)
-            state, why = EntryState.FAILED, _line(e)
+            state, why = await self.watcher.outcome(ctl, entry)
         finally:
             if self.watchers.get(entry.id) is asyncio.current_task():
                 del self.watchers[entry.id]
                 self._in_hand.discard(entry.id)
             self._wake.set()  # its GPU is free: claim the next entry now
-        await self._until_stored(self._record_end, ctl, entry, state, why)
+        await self.store_retry.until_stored(self.watcher.record_end, ctl, entry, state, why)
         self._runs.pop(entry.id, None)
-        await self._drop_run(entry.run_id)
-
-    def _record_end(self, ctl: Control, entry: Entry, state: EntryState, why: str) -> None:
-        assert entry.run_id is not None
-        if state is EntryState.QUEUED:
-            waiting = ctl.retries.waiting(entry.run_id)
-            not_before = waiting.not_before if waiting is not None else 0.0
-            self.queue.release(self.owner, entry.id, not_before, why)
-        else:
-            self.queue.finish(self.owner, entry.id, state, why)
-
-    async def _until_stored(self, write: Callable[..., object], *args: Any) -> None:
-        """Run ``write(*args)`` (in a thread) until the state store takes it: an outage delays
-        the entry's end, never loses it (cancelled: the lease expires and the next scheduler
-        that adopts the entry records it)."""
-        failures = 0
-        while True:
-            try:
-                await asyncio.to_thread(write, *args)
-                return
-            except StoreError as e:
-                self._error(e)
-                failures += 1
-                await asyncio.sleep(self._store_wait_s(failures))
-
-    def _store_wait_s(self, failures: int) -> float:
-        return backoff_s(failures - 1, self.settings.store_retry_s, STORE_RETRY_CAP_S)
-
-    async def _follow_through_outages(self, ctl: Control, run_id: str) -> tuple[EntryState, str]:
-        """:meth:`_follow`, again while the state store does not answer (the run goes on on its
-        host meanwhile; following it again resumes after the last event kept)."""
-        failures = 0
-        while True:
-            try:
-                return await self._follow(ctl, run_id)
-            except StoreError as e:
-                log.warning("following run %s: %s; following it again", run_id, e)
-                self._error(e)
-                failures += 1
-                await asyncio.sleep(self._store_wait_s(failures))
-
-    async def _follow(self, ctl: Control, run_id: str) -> tuple[EntryState, str]:
-        """Pull the run until it ends (done/failed) or waits for a retry (queued)."""
-        puller = ResumingPull(self.settings.reconnect_deadline_s, relaunch=False)
-        while True:
-            run = ctl.store.get_run(run_id)
-            if run.state.is_final:
-                # its host freed the accelerators as the job ended: the next entry may be
-                # placed while this one's task is removed
-                self.admission.run_ended()
-                self._wake.set()
-                if TRACE:
-                    log.info("run %s ended %.3f", run_id, time.time())
-                with contextlib.suppress(TclError):
-                    await release(ctl, run_id)
-                if run.state is RunState.SUCCEEDED:
-                    return EntryState.DONE, ""
-                return EntryState.FAILED, run.message or run.state.value
-            if waiting_for_retry(ctl, run):
-                self.admission.run_ended()  # its attempt ended: what it held is free
-                return EntryState.QUEUED, run.message
-            res = await puller.pull(ctl, run)
-            if res is None:
-                continue  # reconnected after a drop
-            if not res.events and res.state is RunState.QUEUED:
-                await asyncio.sleep(0.5)  # a queued run's backend may answer without waiting
-
-
-def _submission(spec: MatrixSpec, entry: Entry) -> Submission:
-    job = None
-    argv: list[str] = []
-    if spec.job is not None:
-        job = JobRef(
-            key=spec.job.key,
-            config_yaml=job_config(spec.job.config_yaml, entry.fields),
-            restore=spec.job.restore,
-        )
-    else:
-        argv = fill_argv(spec.argv, entry.fields, entry.job_id)
-    return Submission(
-        argv=argv,
-        name=run_name(entry),
-        chip=spec.chip,
-        chips=spec.chips,
-        nodes=spec.nodes,
-        host=spec.host,
-        image=spec.image,
-        env={
-            **spec.env,
-            **field_env(entry.fields),
-            "TCL_MATRIX": entry.matrix,
-            "TCL_MATRIX_JOB_ID": entry.job_id,
-        },
-        job=job,
-        yes=True,
-        job_cwd=spec.job_cwd,
-        max_duration_s=spec.max_duration_s,
-        retry=spec.retry,
-    )
-
-
-def run_name(entry: Entry) -> str:
-    """``MATRIX.JOB_ID``: a ``tcl.jobs`` job's checkpoint folder too, so no ``/`` in it."""
-    return f"{entry.matrix}.{entry.job_id}".replace("/", "-")[:256]
-
-
-def _line(e: BaseException) -> str:
-    text = str(e).strip()
-    return (text.splitlines()[0] if text else type(e).__name__)[:2048]
+        await self.hold.drop(entry.run_id)

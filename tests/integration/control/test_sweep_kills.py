@@ -98,8 +98,8 @@ def test_a_placement_its_dead_scheduler_left_waits_for_room_then_runs(tmp_path: 
     from tcl.control.store import Store
     from tcl.control.sweep.model import EntryState
     from tcl.control.sweep.queue import SweepQueue
-    from tcl.control.sweep.scheduler import _submission
     from tcl.control.sweep.spec import MatrixSpec
+    from tcl.control.sweep.submission import submission
 
     s = Sweep(tmp_path, gpus=1)
     serve: subprocess.Popen[str] | None = None
@@ -117,7 +117,7 @@ def test_a_placement_its_dead_scheduler_left_waits_for_room_then_runs(tmp_path: 
         (entry,) = queue.entries("left")
         assert entry.run_id is not None
         spec = MatrixSpec.model_validate(queue.matrix("left").spec)
-        sub = _submission(spec, entry)
+        sub = submission(spec, entry)
         run_id = entry.run_id
         store.create_run(run_id, sub.name, stored_request(sub, spec.job_cwd), spec.code_sha256)
         store.set_placement(run_id, "here", "local", spec.code_sha256)

@@ -19,8 +19,8 @@ from tcl.cli.main import app
 from tcl.control.errors import SweepError
 from tcl.control.sweep.manifest import check_template, fill_argv
 from tcl.control.sweep.model import Entry, EntryState
-from tcl.control.sweep.scheduler import _submission
 from tcl.control.sweep.spec import MatrixSpec
+from tcl.control.sweep.submission import submission
 
 HOSTILE = [
     "$(touch X)",
@@ -105,7 +105,7 @@ def test_a_placeholder_in_a_quoted_shell_string_is_refused(
 @pytest.mark.parametrize("value", HOSTILE)
 def test_hostile_values_are_inert_in_every_accepted_form(value: str, tmp_path: Path) -> None:
     fields = {"x": value}
-    env = {"PATH": "/usr/bin:/bin", **_submission(_spec(["true"]), _entry(fields)).env}
+    env = {"PATH": "/usr/bin:/bin", **submission(_spec(["true"]), _entry(fields)).env}
     forms = [
         (["printf", "%s", "{x}"], None),  # a bare argv word
         (["bash", "-c", 'printf %s "$1"', "_", "{x}"], None),  # a positional parameter
@@ -127,7 +127,7 @@ def _spec(argv: list[str]) -> MatrixSpec:
 
 def test_every_field_is_in_the_runs_environment() -> None:
     fields = {"lr": 1e-3, "optim.beta-2": 0.99, "name": "$(touch X)", "on": True, "l": [1, 2]}
-    sub = _submission(_spec(["python", "t.py"]), _entry(fields, "lr=0.001"))
+    sub = submission(_spec(["python", "t.py"]), _entry(fields, "lr=0.001"))
     assert sub.env["TCL_FIELD_LR"] == "0.001"
     assert sub.env["TCL_FIELD_OPTIM_BETA_2"] == "0.99"
     assert sub.env["TCL_FIELD_NAME"] == "$(touch X)"
