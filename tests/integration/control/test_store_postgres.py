@@ -8,18 +8,13 @@ import uuid
 from sqlalchemy import text
 
 from tcl.control.store import Store
+from tests.testbed import private_schema
 from tests.unit.control.test_metricstore import exercise_metricstore
 from tests.unit.control.test_store import exercise_migration, exercise_store
 
 
 def test_postgres_store(postgres_url: str) -> None:
-    schema = f"tcl_test_{uuid.uuid4().hex[:8]}"
-    admin = Store(postgres_url)  # creates the tables in public; we use a private schema below
-    with admin.engine.begin() as c:
-        c.execute(text(f'CREATE SCHEMA "{schema}"'))
-    admin.close()
-    sep = "&" if "?" in postgres_url else "?"
-    store = Store(f"{postgres_url}{sep}options=-csearch_path%3D{schema}")
+    store = Store(private_schema(postgres_url, "tcl_test"))
     try:
         exercise_store(store)
         assert store.engine.dialect.name == "postgresql"
@@ -28,23 +23,11 @@ def test_postgres_store(postgres_url: str) -> None:
 
 
 def test_a_version_1_postgres_store_is_migrated(postgres_url: str) -> None:
-    schema = f"tcl_migrate_{uuid.uuid4().hex[:8]}"
-    admin = Store(postgres_url)
-    with admin.engine.begin() as c:
-        c.execute(text(f'CREATE SCHEMA "{schema}"'))
-    admin.close()
-    sep = "&" if "?" in postgres_url else "?"
-    exercise_migration(f"{postgres_url}{sep}options=-csearch_path%3D{schema}")
+    exercise_migration(private_schema(postgres_url, "tcl_migrate"))
 
 
 def test_postgres_metric_store(postgres_url: str) -> None:
-    schema = f"tcl_metrics_{uuid.uuid4().hex[:8]}"
-    admin = Store(postgres_url)
-    with admin.engine.begin() as c:
-        c.execute(text(f'CREATE SCHEMA "{schema}"'))
-    admin.close()
-    sep = "&" if "?" in postgres_url else "?"
-    store = Store(f"{postgres_url}{sep}options=-csearch_path%3D{schema}")
+    store = Store(private_schema(postgres_url, "tcl_metrics"))
     try:
         exercise_metricstore(store)
         assert store.engine.dialect.name == "postgresql"
