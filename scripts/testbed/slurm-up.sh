@@ -165,7 +165,8 @@ AllowTcpForwarding yes
 X11Forwarding no
 Subsystem sftp /usr/lib/openssh/sftp-server
 LogLevel VERBOSE
-SetEnv PATH=$LOGIN_PATH SLURM_CONF=$SLURM_CONF
+# PYENV_REHASH_TIMEOUT: see ssh-up.sh (a stale pyenv rehash lock costs 1 s, not 60)
+SetEnv PATH=$LOGIN_PATH SLURM_CONF=$SLURM_CONF PYENV_REHASH_TIMEOUT=1
 CONF
 /usr/sbin/sshd -t -f "$L/sshd.conf"
 /usr/sbin/sshd -f "$L/sshd.conf" -E "$L/sshd.log"      # daemonizes; pid in $L/sshd.pid

@@ -27,6 +27,10 @@ AllowTcpForwarding yes
 X11Forwarding no
 Subsystem sftp /usr/lib/openssh/sftp-server
 LogLevel VERBOSE
+# root's ~/.bashrc (sourced by bash for every ssh command) may run "pyenv rehash", whose lock a
+# killed session leaves behind (the TPU shutdown-script test SIGKILLs one): then every later
+# command waited 60 s for it. One second, then it goes on without rehashing.
+SetEnv PYENV_REHASH_TIMEOUT=1
 CONF
   /usr/sbin/sshd -t -f $D/sshd_$name.conf          # must be an absolute path
   if [ -n "$ns" ]; then   # own disk: a private mount namespace with $BASE/vm/NAME on /var/lib/tcl-shim

@@ -121,8 +121,11 @@ def _job_state(env: Env, job_id: str) -> str:
 
 
 def _latest(out: Path) -> str | None:
-    found = sorted(out.glob("checkpoints/**/latest"))
-    return found[0].read_text().strip() if found else None
+    try:  # Orbax renames its temporary folders while the glob walks them
+        found = sorted(out.glob("checkpoints/**/latest"))
+        return found[0].read_text().strip() if found else None
+    except FileNotFoundError:
+        return None
 
 
 def _steps(out: Path) -> list[int]:

@@ -136,10 +136,10 @@ def test_shutdown_script_is_cut_off_after_the_grace_period(
     shutdown = f"echo start > {DISK}/notice\nsleep 60\necho never >> {DISK}/notice\n"
     _create(emu, "slow", "v4-8", **{"shutdown-script": shutdown})
     t0 = time.monotonic()
-    out = emu.preempt(PROJECT, ZONE, "slow", grace_s=1)
-    assert time.monotonic() - t0 < 10
+    # a grace the script's start fits in on a loaded machine (ssh, shell); its sleep does not
+    out = emu.preempt(PROJECT, ZONE, "slow", grace_s=5)
+    assert time.monotonic() - t0 < 30
     assert out["shutdownExit"] == [-9] and out["node"]["state"] == "PREEMPTED"
-    time.sleep(0.5)
     assert (ssh_testbed.disk(1) / "notice").read_text() == "start\n"  # the sleep was killed
 
 
