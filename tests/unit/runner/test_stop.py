@@ -16,6 +16,10 @@ IGNORES_SIGTERM = (
     "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN);"
     "print('ready', flush=True); time.sleep(600)"
 )
+# A shell ignores SIGTERM in its first instruction, milliseconds after its start, and its
+# `sleep` inherits that: a Python job can still be starting when a short time limit's SIGTERM
+# lands (under load it was, and died 143 instead of waiting for the SIGKILL).
+SHELL_IGNORES_SIGTERM = ["sh", "-c", "trap '' TERM; echo ready; exec sleep 600"]
 
 
 def wait_printed(runner: Runner, text: str) -> None:
@@ -58,13 +62,13 @@ def test_2000_stops_start_no_threads_and_the_earliest_kill_wins(tmp_path: Path) 
 def test_max_duration_stops_the_job_with_the_configured_grace(tmp_path: Path) -> None:
     runner = Runner(RunnerConfig(tmp_path / "s", stop_grace_s=0.2))
     try:
-        spec = JobSpec(run_id="r", argv=[PY, "-c", IGNORES_SIGTERM], max_duration_s=0.3)
+        spec = JobSpec(run_id="r", argv=SHELL_IGNORES_SIGTERM, max_duration_s=1.0)
         runner.submit(spec)
         runner.run()
         assert runner.wait(30)
         assert (runner.state, runner.machine.exit_code) == (S.TERMINATED, 128 + signal.SIGKILL)
         log = runner_log(runner)
-        assert "max_duration_s=0.3 reached" in log and "SIGKILL after 0.2 s" in log
+        assert "max_duration_s=1 reached" in log and "SIGKILL after 0.2 s" in log
     finally:
         runner.stop(0)
         runner.wait(30)
