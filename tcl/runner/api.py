@@ -175,6 +175,9 @@ class EventsPage(BaseModel):
     state: RunnerState
     exit_code: int | None = None
     more: bool  # more events are already available past ``next``
+    # A stop signal reached the runner (an evicted pod, ``scancel``, a preempted node): the job
+    # ended because its host is going away, not because a ``stop`` was asked over this API
+    signalled: bool = False
 
 
 class HealthInfo(BaseModel):

@@ -408,6 +408,7 @@ class Runner:
             state=self.state,
             exit_code=self.machine.exit_code,
             more=more,
+            signalled=self._stop_signalled,
         )
 
     def close(self) -> None:

@@ -73,3 +73,31 @@ def test_max_duration_stops_the_job_with_the_configured_grace(tmp_path: Path) ->
         runner.stop(0)
         runner.wait(30)
         runner.close()
+
+
+def test_a_page_says_whether_a_signal_or_a_stop_request_ended_the_job(tmp_path: Path) -> None:
+    """An evicted pod's runner gets SIGTERM; ``tcl stop`` asks over the API: a follower must
+    tell the two apart (the first may be restarted by its scheduler, the second is the end)."""
+    import asyncio
+    import os
+
+    from tcl.runner.signals import StopOnSignals
+
+    async def end(runner: Runner, by_signal: bool) -> None:
+        async with StopOnSignals(runner, 5):
+            if by_signal:
+                os.kill(os.getpid(), signal.SIGTERM)  # as the kubelet or scancel would
+            else:
+                runner.stop(5)
+            await runner.finished()
+
+    for by_signal in (False, True):
+        runner = Runner(RunnerConfig(tmp_path / f"s{by_signal}", stop_grace_s=5))
+        try:
+            runner.submit(JobSpec(run_id="r", argv=["sleep", "600"]))
+            runner.run()
+            asyncio.run(end(runner, by_signal))
+            page = asyncio.run(runner.events_page(0, 0, 100))
+            assert (page.state, page.signalled) == (S.TERMINATED, by_signal)
+        finally:
+            runner.close()

@@ -46,7 +46,7 @@ from tcl.control.httpagents import HttpRunner
 from tcl.control.shipping import Snapshot
 from tcl.control.solver import Request
 from tcl.control.states import RunState
-from tcl.runner.api import JobSpec
+from tcl.runner.api import Event, JobSpec
 from tcl.runner.batch import TOKEN_KEY
 from tcl.tokenfile import new_token
 
@@ -305,23 +305,37 @@ class VolcanoBackend(Backend):
             if phase == "Running":  # its runner is not serving yet
                 await asyncio.sleep(min(wait_s, 0.5))
                 return NodePage([], RunState.PROVISIONING)
+            if await self._evicted(handle, node):
+                return await self._held([], handle, node, wait_s)
             return _ended_pod_page(pod)
         finally:
             await runner.aclose()
         state = RUNNER_STATES[page.state]
-        if state.is_final and not page.more and await self._evicted(handle, node):
-            # its runner ended the job because the pod is going; Volcano restarts the Job (its
-            # policy) or fails it: the next look says which
-            why = f"pod {handle.pod(node)} evicted; waiting for Volcano to restart the job"
-            return NodePage(page.events, RunState.QUEUED, True, message=why)
+        if (
+            state.is_final
+            and not page.more
+            and (await self._evicted(handle, node) or (page.signalled and not _final(status)))
+        ):
+            # A signal ended the job because the pod is going (its phase may not say so yet:
+            # the runner's last page comes before the kubelet marks the pod): Volcano restarts
+            # the Job (its policy) or ends it, and the next look says which.
+            return await self._held(page.events, handle, node, wait_s)
         return NodePage(page.events, state, page.more, page.exit_code)
+
+    async def _held(
+        self, events: list[Event], h: VolcanoHandle, node: int, wait_s: float
+    ) -> NodePage:
+        """An evicted pod's end, held back until its Job restarts (a next attempt) or ends."""
+        if not events:
+            await asyncio.sleep(min(wait_s, 0.5))
+        why = f"pod {h.pod(node)} evicted; waiting for Volcano to restart the job"
+        return NodePage(events, RunState.QUEUED, message=why)
 
     async def _evicted(self, h: VolcanoHandle, node: int) -> bool:
         """The pod was evicted (or is being deleted) while its Job still stands."""
         kube = await self._kube(h.kube)
         vcjob = await asyncio.to_thread(kube.get_vcjob, h.job)
-        phase = ((vcjob or {}).get("status") or {}).get("state", {}).get("phase")
-        if vcjob is None or _PHASES.get(phase or "", RunState.QUEUED).is_final:
+        if vcjob is None or _final(vcjob.get("status") or {}):
             return False
         if int(((vcjob.get("status") or {}).get("retryCount")) or 0) > h.retry:
             return True
@@ -399,6 +413,12 @@ class VolcanoBackend(Backend):
         for kube in self._clients.values():
             await asyncio.to_thread(kube.close)
         self._clients.clear()
+
+
+def _final(status: dict[str, Any]) -> bool:
+    """The vcjob's phase is an end (Volcano restarts it no more)."""
+    phase = (status.get("state") or {}).get("phase") or ""
+    return _PHASES.get(phase, RunState.QUEUED).is_final
 
 
 def _phase_reason(status: dict[str, Any]) -> str:
