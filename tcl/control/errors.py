@@ -15,6 +15,7 @@
     │   └── SshCommandError       a remote command exited non-zero
     ├── AgentError                a shim or runner answered with an error (translated from httpx)
     │   ├── AgentUnreachableError the connection to it failed or dropped: re-resolve and retry
+    │   ├── TaskNotFoundError     the shim holds no such task (never made there, or removed)
     │   ├── NoCapacityError       the shim's 409 no_capacity
     │   ├── DaemonError           the local `tcl serve` daemon cannot be started or reached
     │   └── SyncConflictError     the runner refused a code sync: those paths changed under it
@@ -102,6 +103,11 @@ class AgentError(TclError):
 
 class AgentUnreachableError(AgentError):
     """The agent could not be reached (a dropped tunnel, a dead process)."""
+
+
+class TaskNotFoundError(AgentError):
+    """The shim answered that it holds no such task: never made there (its placer died
+    before asking), or removed once it ended and was released."""
 
 
 class NoCapacityError(AgentError):

@@ -17,12 +17,13 @@ from tcl.control.errors import (
     AgentUnreachableError,
     NoCapacityError,
     SyncConflictError,
+    TaskNotFoundError,
 )
 from tcl.runner.api import EventsPage, JobSpec, SessionInfo, SyncAck, SyncPatch
 from tcl.runner.client import RunnerAPIError, RunnerClient, RunnerUnavailable
 from tcl.shim.api import HostInfo, TaskInfo, TaskSpec, TerminationReason
 from tcl.shim.client import ShimClient
-from tcl.shim.errors import NoCapacity, ShimError, ShimUnavailable, Unauthorized
+from tcl.shim.errors import NoCapacity, NotFound, ShimError, ShimUnavailable, Unauthorized
 
 if TYPE_CHECKING:
     from websockets.asyncio.client import ClientConnection
@@ -57,6 +58,8 @@ class HttpShim:
             raise AgentUnreachableError(f"{self.name}: {detail}{hint}") from None
         except NoCapacity as e:
             raise NoCapacityError(f"{self.name}: {e}") from None
+        except NotFound as e:
+            raise TaskNotFoundError(f"{self.name}: {e.code}: {e}") from None
         except Unauthorized as e:
             if self.on_unauthorized is not None:
                 # The shim made a new token when it restarted (``--new-token``): the owner reads

@@ -59,6 +59,9 @@ class Handle(BaseModel):
     version: int = HANDLE_VERSION
     kind: str
     released: bool = False  # the host's resources are freed and every event is kept
+    # False: written before the host was asked to make the task (a placer killed then leaves
+    # a name to look for, not a task nobody knows of); the host may not have it
+    made: bool = True
 
     @property
     def node_count(self) -> int:

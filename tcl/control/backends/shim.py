@@ -183,6 +183,15 @@ class ShimBackend(Backend):
             if made:
                 on_handle(self._handle(plan, made))
 
+        # Ahead of any task, the names they will have: a placer killed while a create is in
+        # flight leaves what to look for (adoption asks the host), not a task holding chips
+        # that no attempt names.
+        planned = [
+            ShimNode(host=h.name, placement=h.placement(), task_id=s.id)
+            for h, s in zip(hosts, specs, strict=True)
+        ]
+        on_handle(self._handle(plan, planned).model_copy(update={"made": False}))
+
         async def create(i: int) -> None:
             shim = await hosts[i].shim()
             tasks[i] = await shim.create_task(specs[i])

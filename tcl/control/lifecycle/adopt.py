@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 from typing import TYPE_CHECKING
 
-from tcl.control.errors import AgentUnreachableError, TclError
+from tcl.control.errors import AgentUnreachableError, TaskNotFoundError, TclError
 from tcl.control.lifecycle.release import release_attempt
 from tcl.control.service import Control
 from tcl.control.states import AttemptCause, RunState
@@ -52,6 +52,13 @@ async def adopt_placement(ctl: Control, run: Run, att: Attempt | None) -> bool:
         return False
     try:
         status = await ctl.backend_for(att).status(ctl.handle(att))
+    except TaskNotFoundError:
+        # its placer died before the host made the task (or after it was removed): nothing
+        # of it runs
+        ctl.store.update_attempt(
+            run.id, att.attempt, state=RunState.TERMINATED, cause=AttemptCause.PLACEMENT_FAILED
+        )
+        return False
     except TclError as e:
         # not knowing is no licence to start it again (it may have run): later
         raise AgentUnreachableError(

@@ -136,7 +136,9 @@ async def place_and_start(
             skipped.append((plan.host, f"no capacity at launch: {e}"))
             continue
         except BaseException:
-            if not recorded:  # nothing reached the host: no attempt to show
+            if not recorded or not recorded[-1].made:
+                # nothing was made on the host (the backend undid what it asked for): no
+                # attempt to show
                 ctl.store.discard_attempt(run_id, att.attempt)
             raise
         try:

@@ -248,3 +248,55 @@ def test_a_submit_killed_mid_placement_leaves_nothing_pending_nor_holding_a_gpu(
     finally:
         serve.send_signal(signal.SIGTERM)
         serve.communicate(timeout=60)
+
+
+@pytest.mark.parametrize("made", [True, False], ids=["task-made", "task-never-made"])
+def test_a_placer_killed_while_the_host_made_its_task_leaves_no_gpu_held(
+    gpu_home: Home, made: bool
+) -> None:
+    """A placer writes its task's name before it asks the host for it. Killed right then, it
+    leaves that name (``made: false``): the next controller asks the host. A task made there
+    (its job never started) is stopped and freed; none made ends the attempt at once. Either
+    way the run ends saying why, and no GPU stays held."""
+    home = gpu_home
+    # the local shim up (its first run starts it), then a run its placer left mid-create
+    warm = home.submit_detached("--chip", "h100", "--", "true")
+    wait_until(lambda: home.run(warm), 120, "the warm-up run", done=lambda r: r.state.is_final)
+    stop_daemon(home.root / "state" / "serve")
+    from tcl.control.runrequest import RunRequest
+
+    run_id = "left-1"
+    home.store.create_run(run_id, "", RunRequest(argv=["true"], chip="h100", chips=1))
+    att = home.store.add_attempt(run_id, "here", "local")
+    task_id = f"{run_id}-{att.attempt}"
+    node = {"host": "here", "task_id": task_id}
+    home.store.update_attempt(
+        run_id, att.attempt, handle={"kind": "local", "nodes": [node], "made": False}
+    )
+    if made:
+        with home.shim() as shim:
+            spec = {"id": task_id, "executor": "process", "accelerators": 1}
+            assert shim.post("/tasks", json=spec).status_code == 201
+            wait_until(
+                lambda: [g for g in shim.get("/host").json()["accelerators"] if g["task_id"]],
+                60,
+                "its GPU held",
+            )
+    serve = start_tcl(["serve"], home.env, home.work)
+    try:
+        run = wait_until(lambda: home.run(run_id), 120, "its end", done=lambda r: r.state.is_final)
+        assert run.state is RunState.FAILED, run
+        assert "its tcl submit stopped before the job started" in run.message, run
+        (ended,) = home.store.attempts(run_id)
+        assert (ended.state, ended.cause) == (RunState.TERMINATED, AttemptCause.PLACEMENT_FAILED)
+        with home.shim() as shim:
+            gpus = wait_until(
+                lambda: shim.get("/host").json()["accelerators"],
+                60,
+                "every GPU free",
+                done=lambda gs: all(g["task_id"] is None for g in gs),
+            )
+        assert len(gpus) == 8
+    finally:
+        serve.send_signal(signal.SIGTERM)
+        serve.communicate(timeout=60)

@@ -146,13 +146,16 @@ class Cluster:
                 return st
             dead = [p.args for p in self.serves if p.poll() not in (None, -signal.SIGKILL)]
             if time.monotonic() > deadline or dead:
-                logs = "\n".join(
-                    (h / "serve.out").read_text()[-2000:]
-                    for h in self.homes
-                    if (h / "serve.out").exists()
-                )
-                pytest.fail(f"matrix {name} not finished: {st}\n{logs}")
+                pytest.fail(f"matrix {name} not finished: {st}\n{self.logs()}")
             time.sleep(2.0)
+
+    def logs(self) -> str:
+        """The schedulers' warnings (their last 4,000 characters each)."""
+        return "\n".join(
+            f"--- {h.name}\n" + (h / "serve.out").read_text()[-4000:]
+            for h in self.homes
+            if (h / "serve.out").exists()
+        )
 
     def ran(self) -> Counter[str]:
         path = self.out / "ran"
@@ -248,7 +251,7 @@ def test_a_killed_scheduler_loses_no_entry_and_runs_none_twice(
     a.wait(10)
     st = cluster.wait_done(b_env, "shared", 900)
     ran = cluster.ran()
-    assert st["counts"]["done"] == entries, st
+    assert st["counts"]["done"] == entries, (st["counts"], st["failures"], cluster.logs())
     assert len(ran) == entries and set(ran.values()) == {1}, ran.most_common(3)
     export = json.loads(cluster.tcl(b_env, "matrix", "export", "shared").stdout)
     assert all(e["state"] == "done" for e in export.values())
