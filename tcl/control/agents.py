@@ -31,6 +31,8 @@ class ShimApi(Protocol):
 
     async def get_task(self, task_id: str) -> TaskInfo: ...
 
+    async def list_tasks(self) -> list[TaskInfo]: ...
+
     async def terminate_task(
         self,
         task_id: str,

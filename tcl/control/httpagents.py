@@ -84,6 +84,9 @@ class HttpShim:
     async def get_task(self, task_id: str) -> TaskInfo:
         return await self._call(self._client.get_task(task_id))
 
+    async def list_tasks(self) -> list[TaskInfo]:
+        return await self._call(self._client.list_tasks())
+
     async def terminate_task(
         self,
         task_id: str,

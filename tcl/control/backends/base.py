@@ -76,6 +76,22 @@ class Handle(BaseModel):
         """What the host calls the run (a task id, a SLURM job id), for the CLI."""
         return ""
 
+    def names(self, task: HostTask) -> bool:
+        """Whether ``task`` is one of this launch's (the orphan sweep's question)."""
+        return False
+
+
+@dataclass(frozen=True)
+class HostTask:
+    """A task a host holds, as its backend lists them for the orphan sweep
+    (:mod:`tcl.control.lifecycle.orphans`): which run and attempt its name says it is for."""
+
+    host: str
+    task_id: str
+    run_id: str
+    attempt: int
+    age_s: float  # since the host made it
+
 
 @dataclass(frozen=True)
 class BackendInputs:
@@ -290,6 +306,15 @@ class Backend(abc.ABC):
     async def reset(self, handle: Handle | None = None) -> None:
         """Forget connections after an error, so the next call reconnects."""
         return None
+
+    async def host_tasks(self, host: str) -> list[HostTask]:
+        """The tasks of tcl runs ``host`` holds, for the orphan sweep; none where the host
+        cannot list them (this backend's hosts are not swept)."""
+        return []
+
+    async def end_task(self, task: HostTask) -> None:
+        """End and remove a task no attempt names (its chips freed)."""
+        raise NotImplementedError(f"{self.kind} hosts list no tasks")
 
     async def aclose(self) -> None:
         """Release connections (never stops remote work)."""

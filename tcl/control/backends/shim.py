@@ -10,6 +10,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
+import time
 import zlib
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
@@ -19,6 +20,7 @@ from tcl.control.backends.base import (
     RUNNER_STATES,
     Backend,
     HostCheck,
+    HostTask,
     Launched,
     NodePage,
     Observer,
@@ -35,6 +37,7 @@ from tcl.control.backends.shimhandle import ShimHandle, ShimNode
 from tcl.control.backends.shimhost import ShimHost
 from tcl.control.backends.shimlaunch import all_or_raise, wait_runner, wait_task
 from tcl.control.backends.shimoffers import offer_text, shim_offers
+from tcl.control.backends.shimtasks import host_task, task_ids
 from tcl.control.clusterfs import cluster_fs, out_dir_env
 from tcl.control.errors import (
     AgentError,
@@ -165,9 +168,10 @@ class ShimBackend(Backend):
         hosts = [self.host(n.host) for n in plan.nodes]
         multi = len(hosts) > 1
         base_id = f"{job.run_id}-{job.attempt}"
+        ids = task_ids(job.run_id, job.attempt, len(hosts))
         specs = [
-            self._task_spec(h, job, image, f"{base_id}-n{i}" if multi else base_id, plan, multi)
-            for i, h in enumerate(hosts)
+            self._task_spec(h, job, image, task_id, plan, multi)
+            for h, task_id in zip(hosts, ids, strict=True)
         ]
         for h in hosts:
             if image and h.executor is not ExecutorKind.DOCKER:
@@ -262,12 +266,10 @@ class ShimBackend(Backend):
     def dry_run(self, plan: Offer, job: JobSpec, image: str | None) -> str:
         hosts = [self.host(n.host) for n in plan.nodes]
         multi = len(hosts) > 1
-        base_id = f"{job.run_id}-{job.attempt}"
+        ids = task_ids(job.run_id, job.attempt, len(hosts))
         out = []
         for i, h in enumerate(hosts):
-            spec = self._task_spec(
-                h, job, image, f"{base_id}-n{i}" if multi else base_id, plan, multi
-            )
+            spec = self._task_spec(h, job, image, ids[i], plan, multi)
             node_job = job.model_copy(
                 update={
                     "env": self._job_env(h.name, job),
@@ -457,6 +459,16 @@ class ShimBackend(Backend):
                 await shim.remove_task(n.task_id)
             except TclError:
                 continue  # the host is gone or the task already is: nothing to free
+
+    async def host_tasks(self, host: str) -> list[HostTask]:
+        infos = await (await self.host(host).shim()).list_tasks()
+        now = time.time()
+        return [t for info in infos if (t := host_task(host, info, now)) is not None]
+
+    async def end_task(self, task: HostTask) -> None:
+        shim = await self.host(task.host).shim()
+        await shim.terminate_task(task.task_id, TerminationReason.FAILED, "no run names it")
+        await shim.remove_task(task.task_id)
 
     def ssh_endpoint(self, handle: BaseHandle, node: int) -> SshEndpoint | None:
         assert isinstance(handle, ShimHandle)

@@ -7,6 +7,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tcl.control.backends.base import Handle as BaseHandle
+from tcl.control.backends.base import HostTask
 from tcl.control.placement import Placement
 
 
@@ -46,3 +47,6 @@ class ShimHandle(BaseHandle):
 
     def task_label(self) -> str:
         return self.nodes[0].task_id
+
+    def names(self, task: HostTask) -> bool:
+        return any(n.host == task.host and n.task_id == task.task_id for n in self.nodes)

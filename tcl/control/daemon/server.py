@@ -24,6 +24,7 @@ import uvicorn
 from tcl.control.daemon.app import Daemon, create_app
 from tcl.control.daemon.identity import current_identity, daemon_dir
 from tcl.control.daemon.supervisor import Supervisor
+from tcl.control.lifecycle.orphans import OrphanSettings, OrphanSweep
 from tcl.control.lifecycle.reconcile import ControllerSettings, RunController, default_lease_s
 from tcl.control.paths import db_url
 from tcl.control.store import Store
@@ -63,6 +64,7 @@ async def serve(
     idle_exit_s: float,
     sched: SchedulerSettings | None,
     runs: ControllerSettings | None = None,
+    orphans: OrphanSettings | None = None,
 ) -> None:
     # Listening already: a client may connect before uvicorn accepts.
     sock = listen_unix(base / SOCKET)
@@ -85,6 +87,13 @@ async def serve(
         on_error=lambda e: d.supervisor.note_error("controller", e),
     )
     d.supervisor.start("controller", d.controller.run)
+    sweep = OrphanSweep(
+        d.store,
+        d.run_control,
+        orphans,
+        on_error=lambda e: d.supervisor.note_error("orphans", e),
+    )
+    d.supervisor.start("orphans", sweep.run)
     config = uvicorn.Config(
         create_app(d), log_level="warning", lifespan="off", timeout_graceful_shutdown=5
     )
@@ -130,6 +139,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--batch", type=int, default=SchedulerSettings.batch, help="matrix entries claimed at once"
     )
+    ap.add_argument(
+        "--orphans-every-s",
+        type=float,
+        default=float(os.environ.get("TCL_SERVE_ORPHANS_EVERY_S") or 60.0),
+        help="how often it ends tasks on hosts that no run names (default: "
+        "$TCL_SERVE_ORPHANS_EVERY_S or 60); one is left alone until twice --lease-s old",
+    )
     args = ap.parse_args(argv)
     if args.heartbeat_s is None:
         args.heartbeat_s = min(SchedulerSettings.heartbeat_s, args.lease_s / 3)
@@ -143,6 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     )
     runs = ControllerSettings(lease_s=args.lease_s, heartbeat_s=args.heartbeat_s)
+    orphans = OrphanSettings(every_s=max(0.1, args.orphans_every_s), min_age_s=2 * args.lease_s)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     for noisy in ("httpx", "asyncssh"):  # a line per request, per channel
         logging.getLogger(noisy).setLevel(logging.WARNING)
@@ -153,5 +170,5 @@ def main(argv: list[str] | None = None) -> int:
     except AlreadyRunning as e:
         print(f"tcl serve: {e}", file=sys.stderr)
         return 1
-    asyncio.run(serve(base, args.idle_exit_s, sched, runs))
+    asyncio.run(serve(base, args.idle_exit_s, sched, runs, orphans))
     return 0

@@ -300,3 +300,42 @@ def test_a_placer_killed_while_the_host_made_its_task_leaves_no_gpu_held(
     finally:
         serve.send_signal(signal.SIGTERM)
         serve.communicate(timeout=60)
+
+
+def test_the_orphan_sweep_ends_a_task_no_attempt_names_and_leaves_a_stranger_s(
+    tmp_path: Path,
+) -> None:
+    """A task the host still holds for an attempt that was discarded (its undo could not reach
+    the host) is ended by the daemon's orphan sweep and its GPU freed; a task of a run this
+    store does not know (another user of the host) is left alone."""
+    home = Home(tmp_path, gpus=8, TCL_SERVE_LEASE_S="3", TCL_SERVE_ORPHANS_EVERY_S="1")
+    serve = None
+    try:
+        warm = home.submit_detached("--chip", "h100", "--", "true")  # the shim up, its host known
+        wait_until(lambda: home.run(warm), 120, "the warm-up run", done=lambda r: r.state.is_final)
+        stop_daemon(home.root / "state" / "serve")
+        from tcl.control.runrequest import RunRequest
+
+        home.store.create_run("gone-1", "", RunRequest(argv=["true"], chip="h100", chips=1))
+        home.store.add_attempt("gone-1", "here", "local")
+        home.store.discard_attempt("gone-1", 0)
+        with home.shim() as shim:
+            for task_id in ("gone-1-0", "stranger-0"):
+                spec = {"id": task_id, "executor": "process", "accelerators": 1}
+                assert shim.post("/tasks", json=spec).status_code == 201
+        serve = start_tcl(["serve"], home.env, home.work)
+        with home.shim() as shim:
+            tasks = wait_until(
+                lambda: {t["id"] for t in shim.get("/tasks").json()},
+                120,
+                "the orphan ended",
+                done=lambda ids: "gone-1-0" not in ids,
+            )
+            assert "stranger-0" in tasks
+            held = [g["task_id"] for g in shim.get("/host").json()["accelerators"] if g["task_id"]]
+            assert held == ["stranger-0"], held
+    finally:
+        if serve is not None:
+            serve.send_signal(signal.SIGTERM)
+            serve.communicate(timeout=60)
+        home.close()

@@ -1,0 +1,99 @@
+"""Which host tasks the orphan sweep ends: only this store's runs' tasks that no live attempt
+names (the rules of :func:`tcl.control.lifecycle.orphans.orphaned`, on a real store and the
+local backend's handle), and the names a shim launch gives its tasks read back."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tcl.control.backends.base import HostTask
+from tcl.control.backends.shimtasks import host_task, task_ids
+from tcl.control.config import default_config
+from tcl.control.lifecycle.orphans import orphaned
+from tcl.control.runrequest import RunRequest
+from tcl.control.service import Control
+from tcl.control.states import AttemptCause, RunState
+from tcl.control.store import Store
+from tcl.shim.api import ExecutorKind, NetworkMode, TaskInfo, TaskStatus
+
+
+@pytest.fixture
+def ctl(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Control:
+    monkeypatch.setenv("TCL_STATE_DIR", str(tmp_path))
+    c = Control(default_config(), Store(f"sqlite:///{tmp_path / 'tcl.db'}"))
+    c.store.create_run("r-1", "", RunRequest(argv=["train"], chips=1))
+    return c
+
+
+def _handle(task_id: str, **extra: object) -> dict[str, object]:
+    return {"kind": "local", "nodes": [{"host": "local", "task_id": task_id}], **extra}
+
+
+def _task(attempt: int = 0, task_id: str | None = None) -> HostTask:
+    return HostTask("local", task_id or f"r-1-{attempt}", "r-1", attempt, 600.0)
+
+
+def test_a_task_its_attempt_names_is_left_while_the_attempt_lives(ctl: Control) -> None:
+    att = ctl.store.add_attempt("r-1", "local", "local", _handle("r-1-0", made=False))
+    assert not orphaned(ctl, _task(), att)
+    ctl.store.update_attempt("r-1", 0, state=RunState.RUNNING)
+    assert not orphaned(ctl, _task(), ctl.store.latest_attempt("r-1"))
+    # ended: its owner releases it once every event is kept; until then it is the owner's
+    ctl.store.update_attempt("r-1", 0, state=RunState.SUCCEEDED, cause=AttemptCause.EXIT)
+    assert not orphaned(ctl, _task(), ctl.store.latest_attempt("r-1"))
+    # released, yet the host still holds it (the release could not reach it): an orphan
+    ctl.store.update_attempt("r-1", 0, handle=_handle("r-1-0", released=True))
+    assert orphaned(ctl, _task(), ctl.store.latest_attempt("r-1"))
+
+
+def test_a_task_no_attempt_names_is_an_orphan(ctl: Control) -> None:
+    assert orphaned(ctl, _task(), None)  # its attempt was discarded
+    att = ctl.store.add_attempt("r-1", "local", "local", _handle("r-1-0-n1"))
+    assert orphaned(ctl, _task(), att)  # its attempt names another task
+    on_other_host = HostTask("gpu2", "r-1-0-n1", "r-1", 0, 600.0)
+    assert orphaned(ctl, on_other_host, att)
+
+
+def test_an_attempt_with_no_handle_yet_keeps_its_task_until_it_ends(ctl: Control) -> None:
+    att = ctl.store.add_attempt("r-1", "local", "local")
+    assert not orphaned(ctl, _task(), att)  # a placement of old, in flight
+    ctl.store.update_attempt(
+        "r-1", 0, state=RunState.TERMINATED, cause=AttemptCause.PLACEMENT_FAILED
+    )
+    assert orphaned(ctl, _task(), ctl.store.latest_attempt("r-1"))
+
+
+@pytest.mark.parametrize(
+    ("run_id", "attempt", "nodes"),
+    [("r-1", 0, 1), ("train-a1b2", 12, 1), ("r-1", 3, 4), ("x-2-n1", 0, 1), ("x-n1", 5, 2)],
+)
+def test_a_launch_s_task_names_read_back_as_its_run_and_attempt(
+    run_id: str, attempt: int, nodes: int
+) -> None:
+    for task_id in task_ids(run_id, attempt, nodes):
+        info = TaskInfo(
+            id=task_id,
+            name="",
+            status=TaskStatus.RUNNING,
+            network=NetworkMode.HOST,
+            executor=ExecutorKind.PROCESS,
+            created_at=100.0,
+            updated_at=100.0,
+        )
+        got = host_task("h", info, 160.0)
+        assert got == HostTask("h", task_id, run_id, attempt, 60.0)
+
+
+def test_a_name_tcl_never_gives_is_not_read() -> None:
+    info = TaskInfo(
+        id="someones-task",
+        name="",
+        status=TaskStatus.RUNNING,
+        network=NetworkMode.HOST,
+        executor=ExecutorKind.PROCESS,
+        created_at=0.0,
+        updated_at=0.0,
+    )
+    assert host_task("h", info, 1.0) is None
