@@ -86,7 +86,7 @@ def home(tmp_path: Path) -> Iterator[Home]:
 
 @pytest.fixture
 def gpu_home(tmp_path: Path) -> Iterator[Home]:
-    h = Home(tmp_path, gpus=8, TCL_SERVE_LEASE_S="3")
+    h = Home(tmp_path, gpus=8, TCL_SERVE_LEASE_S="3", TCL_SERVE_ORPHANS_EVERY_S="1")
     yield h
     h.close()
 
@@ -250,92 +250,60 @@ def test_a_submit_killed_mid_placement_leaves_nothing_pending_nor_holding_a_gpu(
         serve.communicate(timeout=60)
 
 
-@pytest.mark.parametrize("made", [True, False], ids=["task-made", "task-never-made"])
-def test_a_placer_killed_while_the_host_made_its_task_leaves_no_gpu_held(
-    gpu_home: Home, made: bool
-) -> None:
+def test_what_killed_placers_and_unreachable_undos_leave_holds_no_gpu(gpu_home: Home) -> None:
     """A placer writes its task's name before it asks the host for it. Killed right then, it
     leaves that name (``made: false``): the next controller asks the host. A task made there
     (its job never started) is stopped and freed; none made ends the attempt at once. Either
-    way the run ends saying why, and no GPU stays held."""
-    home = gpu_home
-    # the local shim up (its first run starts it), then a run its placer left mid-create
-    warm = home.submit_detached("--chip", "h100", "--", "true")
-    wait_until(lambda: home.run(warm), 120, "the warm-up run", done=lambda r: r.state.is_final)
-    stop_daemon(home.root / "state" / "serve")
+    way the run ends saying why. A task the host still holds for an attempt that was discarded
+    (its undo could not reach the host) is ended by the daemon's orphan sweep. A task of a run
+    this store does not know (another user of the host) is left alone."""
     from tcl.control.runrequest import RunRequest
 
-    run_id = "left-1"
-    home.store.create_run(run_id, "", RunRequest(argv=["true"], chip="h100", chips=1))
-    att = home.store.add_attempt(run_id, "here", "local")
-    task_id = f"{run_id}-{att.attempt}"
-    node = {"host": "here", "task_id": task_id}
-    home.store.update_attempt(
-        run_id, att.attempt, handle={"kind": "local", "nodes": [node], "made": False}
-    )
-    if made:
-        with home.shim() as shim:
+    home = gpu_home
+    warm = home.submit_detached("--chip", "h100", "--", "true")  # the shim up, its host known
+    wait_until(lambda: home.run(warm), 120, "the warm-up run", done=lambda r: r.state.is_final)
+    stop_daemon(home.root / "state" / "serve")
+    request = RunRequest(argv=["true"], chip="h100", chips=1)
+    made_tasks = ["made-1-0", "gone-1-0", "stranger-0"]
+    for run_id in ("made-1", "never-1"):  # placers killed while the host made their task
+        home.store.create_run(run_id, "", request)
+        att = home.store.add_attempt(run_id, "here", "local")
+        node = {"host": "here", "task_id": f"{run_id}-{att.attempt}"}
+        handle = {"kind": "local", "nodes": [node], "made": False}
+        home.store.update_attempt(run_id, att.attempt, handle=handle)
+    home.store.create_run("gone-1", "", request)  # an attempt discarded, its task left
+    home.store.add_attempt("gone-1", "here", "local")
+    home.store.discard_attempt("gone-1", 0)
+    with home.shim() as shim:
+        for task_id in made_tasks:
             spec = {"id": task_id, "executor": "process", "accelerators": 1}
             assert shim.post("/tasks", json=spec).status_code == 201
-            wait_until(
-                lambda: [g for g in shim.get("/host").json()["accelerators"] if g["task_id"]],
-                60,
-                "its GPU held",
-            )
     serve = start_tcl(["serve"], home.env, home.work)
     try:
-        run = wait_until(lambda: home.run(run_id), 120, "its end", done=lambda r: r.state.is_final)
-        assert run.state is RunState.FAILED, run
-        assert "its tcl submit stopped before the job started" in run.message, run
-        (ended,) = home.store.attempts(run_id)
-        assert (ended.state, ended.cause) == (RunState.TERMINATED, AttemptCause.PLACEMENT_FAILED)
-        with home.shim() as shim:
-            gpus = wait_until(
-                lambda: shim.get("/host").json()["accelerators"],
-                60,
-                "every GPU free",
-                done=lambda gs: all(g["task_id"] is None for g in gs),
+        for run_id in ("made-1", "never-1"):
+            run = wait_until(
+                functools.partial(home.run, run_id),
+                120,
+                "its end",
+                done=lambda r: r.state.is_final,
             )
-        assert len(gpus) == 8
-    finally:
-        serve.send_signal(signal.SIGTERM)
-        serve.communicate(timeout=60)
-
-
-def test_the_orphan_sweep_ends_a_task_no_attempt_names_and_leaves_a_stranger_s(
-    tmp_path: Path,
-) -> None:
-    """A task the host still holds for an attempt that was discarded (its undo could not reach
-    the host) is ended by the daemon's orphan sweep and its GPU freed; a task of a run this
-    store does not know (another user of the host) is left alone."""
-    home = Home(tmp_path, gpus=8, TCL_SERVE_LEASE_S="3", TCL_SERVE_ORPHANS_EVERY_S="1")
-    serve = None
-    try:
-        warm = home.submit_detached("--chip", "h100", "--", "true")  # the shim up, its host known
-        wait_until(lambda: home.run(warm), 120, "the warm-up run", done=lambda r: r.state.is_final)
-        stop_daemon(home.root / "state" / "serve")
-        from tcl.control.runrequest import RunRequest
-
-        home.store.create_run("gone-1", "", RunRequest(argv=["true"], chip="h100", chips=1))
-        home.store.add_attempt("gone-1", "here", "local")
-        home.store.discard_attempt("gone-1", 0)
-        with home.shim() as shim:
-            for task_id in ("gone-1-0", "stranger-0"):
-                spec = {"id": task_id, "executor": "process", "accelerators": 1}
-                assert shim.post("/tasks", json=spec).status_code == 201
-        serve = start_tcl(["serve"], home.env, home.work)
+            assert run.state is RunState.FAILED, run
+            assert "its tcl submit stopped before the job started" in run.message, run
+            (ended,) = home.store.attempts(run_id)
+            assert (ended.state, ended.cause) == (
+                RunState.TERMINATED,
+                AttemptCause.PLACEMENT_FAILED,
+            )
         with home.shim() as shim:
             tasks = wait_until(
                 lambda: {t["id"] for t in shim.get("/tasks").json()},
                 120,
-                "the orphan ended",
-                done=lambda ids: "gone-1-0" not in ids,
+                "the orphan and the unstarted task ended",
+                done=lambda ids: not ids & {"made-1-0", "gone-1-0"},
             )
             assert "stranger-0" in tasks
             held = [g["task_id"] for g in shim.get("/host").json()["accelerators"] if g["task_id"]]
             assert held == ["stranger-0"], held
     finally:
-        if serve is not None:
-            serve.send_signal(signal.SIGTERM)
-            serve.communicate(timeout=60)
-        home.close()
+        serve.send_signal(signal.SIGTERM)
+        serve.communicate(timeout=60)
