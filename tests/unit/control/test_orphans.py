@@ -73,27 +73,21 @@ def test_a_launch_s_task_names_read_back_as_its_run_and_attempt(
     run_id: str, attempt: int, nodes: int
 ) -> None:
     for task_id in task_ids(run_id, attempt, nodes):
-        info = TaskInfo(
-            id=task_id,
-            name="",
-            status=TaskStatus.RUNNING,
-            network=NetworkMode.HOST,
-            executor=ExecutorKind.PROCESS,
-            created_at=100.0,
-            updated_at=100.0,
-        )
-        got = host_task("h", info, 160.0)
+        got = host_task("h", _info(task_id, created_at=100.0), 160.0)
         assert got == HostTask("h", task_id, run_id, attempt, 60.0)
 
 
 def test_a_name_tcl_never_gives_is_not_read() -> None:
-    info = TaskInfo(
-        id="someones-task",
+    assert host_task("h", _info("someones-task", created_at=0.0), 1.0) is None
+
+
+def _info(task_id: str, created_at: float) -> TaskInfo:
+    return TaskInfo(
+        id=task_id,
         name="",
         status=TaskStatus.RUNNING,
         network=NetworkMode.HOST,
         executor=ExecutorKind.PROCESS,
-        created_at=0.0,
-        updated_at=0.0,
+        created_at=created_at,
+        updated_at=created_at,
     )
-    assert host_task("h", info, 1.0) is None
