@@ -57,9 +57,10 @@ def submit_served(
         obs.close()
         client.cancel(pos.submission)
 
-    lines = client.submit(req)
     previous = signal.signal(signal.SIGINT, on_sigint)
+    lines: LineStream | None = None
     try:
+        lines = client.submit(req)  # a Ctrl-C from here on is a cancel, however early
         for line in lines:
             if line.kind is LineKind.ACCEPTED:
                 pos.submission = line.submission
@@ -85,7 +86,8 @@ def submit_served(
     finally:
         signal.signal(signal.SIGINT, previous)
         obs.close()
-        lines.close()
+        if lines is not None:
+            lines.close()
     raise DaemonError("tcl serve ended the submit without a result (see its log)")
 
 

@@ -164,6 +164,12 @@ async def _reported(work: Callable[[], Awaitable[None]], queue: asyncio.Queue[Li
     except TclError as e:
         queue.put_nowait(Line(kind=LineKind.ERROR, text=str(e), exit_code=e.exit_code))
     except asyncio.CancelledError:
+        # cancelled before the work could say how (a Ctrl-C as a submit's stream opened, before
+        # it reached a step that reports its own cancel); unread when the client has gone
+        gone = SubmitCancelled("cancelled; nothing was placed")
+        queue.put_nowait(
+            Line(kind=LineKind.ERROR, text=str(gone), exit_code=gone.exit_code, cancelled=True)
+        )
         raise
     except Exception as e:  # a bug: the user sees one line, the daemon's log the traceback
         log.exception("request failed")

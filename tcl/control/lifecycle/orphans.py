@@ -91,14 +91,17 @@ class OrphanSweep:
 
     async def run(self, stopping: asyncio.Event) -> None:
         never = asyncio.Event()
-        while not stopping.is_set():
+        while True:
+            # first after a pause: a daemon starting has its runs to take first
+            await pause(never, stopping, self.settings.every_s)
+            if stopping.is_set():
+                return
             try:
                 await self.sweep()
             except StoreError as e:
                 log.warning("orphan sweep: %s; next time", e)
                 if self.on_error is not None:
                     self.on_error(e)
-            await pause(never, stopping, self.settings.every_s)
 
     async def sweep(self) -> list[str]:
         """One sweep of the latest runs' hosts; the ids of the tasks it ended."""

@@ -167,9 +167,8 @@ def test_ctrl_c_before_the_run_starts_cancels_it_in_the_daemon(home: Path) -> No
     wait_until(
         lambda: json.loads(_get(home, "/api/status")[1])["streams"], 30, "the submit's stream"
     )
-    # and the CLI reads it (a Ctrl-C at the very moment the stream opens ends the submit
-    # "without a result" instead of cancelling it: seen once in CI, a race left to fix)
-    time.sleep(1.0)
+    # a Ctrl-C at once, as the stream opens (it ended the submit "without a result" when it
+    # came before the submit reached a step that reports its own cancel)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 130, err

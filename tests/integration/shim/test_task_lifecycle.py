@@ -24,6 +24,7 @@ from tcl.shim.api import TaskInfo, TaskSpec, TaskStatus, TerminationReason
 from tcl.shim.client import ShimClient
 from tests.integration.shim.conftest import ShimFactory
 from tests.integration.shim.harness import runner_client, start_job, wait_status
+from tests.polling import await_until
 
 NO_DOCKER = {"DOCKER_HOST": "unix:///nonexistent/docker.sock"}
 RETENTION_S = 4
@@ -124,8 +125,7 @@ async def test_a_finished_job_frees_its_accelerators_and_daemons_with_no_client(
         runner_pid = _runner_pid("detached")
         # After the retention the runner and its files are gone (nothing piles up); the record
         # stays, so a workstation that never fetched the logs still learns the outcome.
-        await asyncio.sleep(RETENTION_S)
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + RETENTION_S + 30
         while (expired := await c.get_task("detached")).runner_token is not None:
             assert time.monotonic() < deadline, "the finished task never expired"
             await asyncio.sleep(0.2)
@@ -199,11 +199,20 @@ async def test_terminate_lets_the_runner_record_the_jobs_end(make_shim: ShimFact
     """A terminate shorter than the runner's own grace: the shim has the runner stop the job
     with the terminate's grace, so the final state is written before anything is killed."""
     shim = await make_shim(*SHIM_ARGS, env=NO_DOCKER)
-    stubborn = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"
+    stubborn = (
+        "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN);"
+        "print('ready', flush=True); time.sleep(600)"
+    )
     async with shim.client() as c:
         task = await wait_status(c, (await c.submit_task(TaskSpec(id="s"))).id, TaskStatus.RUNNING)
         await start_job(task, ["python3", "-c", stubborn])
-        await asyncio.sleep(0.5)
+        async with runner_client(task) as runner:  # its SIGTERM ignored before it is stopped
+
+            async def printed() -> list[str]:
+                page = await runner.events(0, 1.0)
+                return [e.data or "" for e in page.events if e.stream == "stdout"]
+
+            await await_until(printed, 60, "the job ignoring SIGTERM", done=lambda out: out)
         done = await c.terminate_task("s", timeout_s=1)
     assert done.termination_reason is TerminationReason.STOPPED_BY_USER
     events, _ = EventLog(shim.state_dir / "tasks" / "s" / "runner" / "events").read(0)

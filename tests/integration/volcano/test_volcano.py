@@ -170,12 +170,8 @@ def test_a_gang_waits_until_the_queue_has_room_for_every_pod(cluster: Cluster) -
     # 16 GPUs, 8 held: room for one of the two pods, so neither starts
     gang = c.env.tcl_json("submit", "-d", "--chip", "h100", "-n", "16", "--", PY, "psum.py")
     run_id = gang["run_id"]
-    time.sleep(3)
-    run = c.run(run_id)
-    assert run["state"] == "queued", run
-    # the reason the scheduler gives (the solver's at submit, then the pods' Unschedulable);
-    # `tcl ps` asks the cluster with a 5 s limit, so on a loaded machine it may show the run
-    # "unknown (host unreachable)" once: it is asked again (issue 28 has ps read the store)
+    # the reason the scheduler gives (the solver's at submit, then the pods' Unschedulable),
+    # as `tcl ps` reads it from the store its controller keeps; meanwhile no pod starts
     reason = r"queue default: 8 of 16 nvidia.com/gpu free, 16 needed|Unschedulable"
     wait_until(
         lambda: c.env.tcl("ps", "-a").stdout,
@@ -183,7 +179,8 @@ def test_a_gang_waits_until_the_queue_has_room_for_every_pod(cluster: Cluster) -
         "the queued reason in tcl ps",
         done=lambda ps: re.search(rf"queued: ({reason})", ps),
     )
-    assert re.search(reason, run["message"]), run
+    run = c.run(run_id)
+    assert run["state"] == "queued" and re.search(reason, run["message"]), run
     assert all(p.status.phase == "Pending" for p in c.pods(run_id))
     c.env.tcl("stop", "--grace", "1", blocker["run_id"])
     logs = c.env.tcl("logs", "-f", run_id, timeout=300).stdout
