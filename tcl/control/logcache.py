@@ -7,10 +7,16 @@ each event's ``node``, ``attempt`` and ``node_seq`` (where the next pull of that
 So ``tcl logs`` works after the host is gone, and a follow that loses its connection resumes
 with no lost and no repeated line. Files written before nodes existed read as node 0,
 attempt 0.
+
+A run's controller is its cache's one writer, but a second one can come in the moment no lease
+holds the run (a ``tcl logs`` catching up as a submit hands its run to the daemon): an append
+takes the file's lock and first reads what others appended since it last looked, so two writers
+neither repeat an event nor number two events alike.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -44,10 +50,13 @@ class LogCache:
         self._last: int | None = None
         self._node_last: dict[tuple[int, int], int] | None = None
         self._node_final: dict[tuple[int, int], KeptEvent] = {}  # filled with _node_last
+        self._size = 0  # the bytes of the file taken in by _node_last
 
     def last_seq(self) -> int:
         """The highest ``seq`` stored (0 when nothing is)."""
-        if self._last is None:
+        if self._node_last is not None:
+            self._scan()  # what another writer appended since
+        elif self._last is None:
             self._last = 0
             line = _last_line(self.path)
             if line:
@@ -55,7 +64,7 @@ class LogCache:
                     self._last = KeptEvent.model_validate_json(line).seq
                 except ValueError:  # a torn last line (crash mid-write): rescan
                     self._last = max((e.seq for e in self.read()), default=0)
-        return self._last
+        return self._last or 0
 
     def node_last(self, attempt: int, node: int) -> int:
         """The highest ``seq`` of that node's runner kept (0 when none): where its pull starts."""
@@ -67,16 +76,29 @@ class LogCache:
         return self._node_final.get((attempt, node))
 
     def _scan(self) -> dict[tuple[int, int], int]:
+        """Take in the lines appended since the last look (all of them the first time)."""
         if self._node_last is None:
-            self._node_last = {}
-            for e in self.read():
-                self._note(e)
+            self._node_last, self._size, self._last = {}, 0, 0
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self._size)
+                data = f.read()
+        except FileNotFoundError:
+            return self._node_last
+        whole = data.rfind(b"\n") + 1  # a line being written is taken in once it is whole
+        for line in data[:whole].splitlines():
+            try:
+                self._note(KeptEvent.model_validate_json(line))
+            except ValueError:
+                continue  # torn by a crash mid-write
+        self._size += whole
         return self._node_last
 
     def _note(self, e: KeptEvent) -> None:
         assert self._node_last is not None
         key = (e.attempt, e.node)
         self._node_last[key] = max(self._node_last.get(key, 0), e.node_seq)
+        self._last = max(self._last or 0, e.seq)
         if e.kind is EventKind.STATE and e.state is not None and e.state.is_final:
             self._node_final[key] = e
 
@@ -89,31 +111,35 @@ class LogCache:
         noun: str = "node",
     ) -> list[KeptEvent]:
         """Store the node's events newer than what is kept; return exactly those, in order."""
-        last = self.last_seq()
-        node_last = self.node_last(attempt, node)
-        fresh = []
-        for e in sorted(events, key=lambda e: e.seq):
-            if e.seq > node_last:
-                last += 1
-                kept = {
-                    "seq": last,
-                    "node": node,
-                    "nodes": nodes,
-                    "attempt": attempt,
-                    "node_seq": e.seq,
-                    "noun": noun,
-                }
-                fresh.append(KeptEvent(**{**e.model_dump(), **kept}))
-                node_last = e.seq
-        if fresh:
-            private_dir(self.path.parent)
-            with open(self.path, "a", encoding="utf-8", opener=private_opener) as f:
-                f.write("".join(e.model_dump_json(exclude_none=True) + "\n" for e in fresh))
+        if not events:
+            return []
+        private_dir(self.path.parent)
+        with open(self.path, "ab", opener=private_opener) as f:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX)  # another writer appends after us, not amid
+            node_last = self._scan().get((attempt, node), 0)
+            last = self._last or 0
+            fresh = []
+            for e in sorted(events, key=lambda e: e.seq):
+                if e.seq > node_last:
+                    last += 1
+                    kept = {
+                        "seq": last,
+                        "node": node,
+                        "nodes": nodes,
+                        "attempt": attempt,
+                        "node_seq": e.seq,
+                        "noun": noun,
+                    }
+                    fresh.append(KeptEvent(**{**e.model_dump(), **kept}))
+                    node_last = e.seq
+            if fresh:
+                payload = "".join(e.model_dump_json(exclude_none=True) + "\n" for e in fresh)
+                f.write(payload.encode("utf-8"))
                 f.flush()
                 os.fsync(f.fileno())
-            self._last = last
-            for e in fresh:
-                self._note(e)
+                self._size = f.tell()
+                for e in fresh:
+                    self._note(e)
         return fresh
 
     def read(self, after: int = 0, kind: EventKind | None = None) -> Iterator[KeptEvent]:

@@ -25,6 +25,9 @@
   that waits for its retry again.
 - :mod:`.retry_policy`: the pure policy (``RetryPolicy``, ``decide``): no I/O.
 - :mod:`.release`: free what an attempt holds on its host once every event is kept.
+- :mod:`.placinglease`: the lease a submit holds on its run while it places it.
+- :mod:`.adopt`: a placement whose placer died: followed when its job started, else undone.
+- :mod:`.orphans`: the orphan sweep: tasks on hosts that no attempt names, ended.
 
 Who calls them today: the CLI (``tcl submit``, ``tcl ps`` → refresh, ``tcl stop``, ``tcl repl``,
 ``tcl matrix``), ``tcl logs -f`` (:mod:`tcl.cli.follow` → follow), the ``tcl serve`` daemon's

@@ -33,7 +33,7 @@ import os
 import secrets
 import socket
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tcl.control.backoff import backoff_s, pause
@@ -370,32 +370,3 @@ class RunController:
             ):
                 # a queued run's backend may answer without waiting: pace it
                 await asyncio.sleep(0.5)
-
-
-@contextlib.asynccontextmanager
-async def placing(
-    store: Store, run_id: str, settings: ControllerSettings | None = None
-) -> AsyncIterator[None]:
-    """Hold a run's lease while it is placed (a ``tcl submit``): no controller adopts it
-    meanwhile; if this process dies, the lease lapses and the next controller adopts what the
-    placement left (:mod:`tcl.control.lifecycle.adopt`)."""
-    s = settings or ControllerSettings()
-    leases = RunLeases(store)
-    owner = controller_id("submit")
-    await asyncio.to_thread(leases.take, owner, run_id, s.lease_s)
-
-    async def renew() -> None:
-        while True:
-            await asyncio.sleep(s.heartbeat_s)
-            with contextlib.suppress(StoreError):
-                await asyncio.to_thread(leases.renew, owner, {run_id}, s.lease_s)
-
-    renewing = asyncio.create_task(renew())
-    try:
-        yield
-    finally:
-        renewing.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await renewing
-        with contextlib.suppress(StoreError):
-            await asyncio.to_thread(leases.drop, owner, run_id)

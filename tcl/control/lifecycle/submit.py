@@ -26,7 +26,7 @@ from tcl.control.lifecycle.place import (
     resume_where,
     solver_request,
 )
-from tcl.control.lifecycle.reconcile import placing
+from tcl.control.lifecycle.placinglease import placing
 from tcl.control.lifecycle.retry_policy import RetryPolicy
 from tcl.control.paths import cache_dir
 from tcl.control.runrequest import RunRequest

@@ -25,6 +25,7 @@ from tcl.control.store import Store
 from tests.integration.jobs.helpers import resumable_gpt_yaml
 from tests.integration.slurm.test_e2e_slurm import Env, _config
 from tests.integration.tclcli import TCL
+from tests.polling import wait_until
 from tests.testbed import SlurmCluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.slurm]
@@ -172,17 +173,17 @@ def test_a_requeued_trainer_resumes_as_attempt_1_of_the_same_run(env: Env) -> No
             pending = True
             env.cluster.ssh(f"scontrol update jobid={job_id} StartTime=now")
         time.sleep(0.5)
-    follow = env.tcl("logs", "-f", run_id, timeout=300)
-    logs = follow.stdout
-    assert _job_id(env, run_id) == job_id
-    runs = {r["run_id"]: r for r in env.tcl_json("ps", "-a")}
-    assert runs[run_id]["state"] == "succeeded", (runs[run_id], logs[-3000:])
-
+    # nobody follows it: the daemon's controller records the requeue and the run's end
     store = Store(f"sqlite:///{env.home / 'state' / 'tcl.db'}")
     try:
+        wait_until(lambda: store.get_run(run_id), 300, "its end", done=lambda r: r.state.is_final)
         latest = store.latest_attempt(run_id)
     finally:
         store.close()
+    logs = env.tcl("logs", run_id).stdout
+    assert _job_id(env, run_id) == job_id
+    runs = {r["run_id"]: r for r in env.tcl_json("ps", "-a")}
+    assert runs[run_id]["state"] == "succeeded", (runs[run_id], logs[-3000:])
     assert latest is not None and latest.attempt == 1, latest
     assert latest.handle["restart"] == 1 and latest.handle["job_id"] == job_id, latest.handle
 
