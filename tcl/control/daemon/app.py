@@ -164,12 +164,6 @@ async def _reported(work: Callable[[], Awaitable[None]], queue: asyncio.Queue[Li
     except TclError as e:
         queue.put_nowait(Line(kind=LineKind.ERROR, text=str(e), exit_code=e.exit_code))
     except asyncio.CancelledError:
-        # cancelled before the work could say how (a Ctrl-C as a submit's stream opened, before
-        # it reached a step that reports its own cancel); unread when the client has gone
-        gone = SubmitCancelled("cancelled; nothing was placed")
-        queue.put_nowait(
-            Line(kind=LineKind.ERROR, text=str(gone), exit_code=gone.exit_code, cancelled=True)
-        )
         raise
     except Exception as e:  # a bug: the user sees one line, the daemon's log the traceback
         log.exception("request failed")
@@ -247,7 +241,12 @@ def create_app(d: Daemon) -> ASGIApp:
             ctl = d.control(req.config_path, req.config_named)
             try:
                 sub = submission_from(req)
-                res = await submit(ctl, sub, _QueueObserver(queue), check_job=False)
+                try:
+                    res = await submit(ctl, sub, _QueueObserver(queue), check_job=False)
+                except asyncio.CancelledError:
+                    # cancelled before it reached a step that reports its own cancel (a
+                    # Ctrl-C as the stream opened): the stream says so, as for a later one
+                    raise SubmitCancelled("cancelled; nothing was placed") from None
                 queue.put_nowait(Line(kind=LineKind.SUBMITTED, result=res))
                 d.submissions.pop(sid, None)  # started: nothing left to cancel
                 if d.controller is not None:
