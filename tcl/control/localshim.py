@@ -113,6 +113,13 @@ def ensure_local_shim(
     return ensure_started(base, lambda: _usable(base, want), start, "the local shim", timeout_s)
 
 
+def running_local_shim(
+    base: Path, executor: str, fake_accelerators: str | None
+) -> LocalShim | None:
+    """The local shim if it runs, healthy, with these flags; never starts one."""
+    return _usable(base, {"executor": executor, "fake_accelerators": fake_accelerators})
+
+
 def _running_pid(base: Path) -> int | None:
     """The pid of this user's shim of ``base``, whatever its flags or record version: the
     kernel's for the socket's listener when it answers, else the recorded one if that process is

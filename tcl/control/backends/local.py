@@ -11,7 +11,7 @@ from tcl.control.backends.shim import ShimBackend
 from tcl.control.backends.shimhost import ShimHost
 from tcl.control.config import LocalHost
 from tcl.control.httpagents import HttpRunner, HttpShim
-from tcl.control.localshim import ensure_local_shim
+from tcl.control.localshim import ensure_local_shim, running_local_shim
 from tcl.control.paths import state_dir
 from tcl.control.placement import LocalPlacement, SshPlacement
 from tcl.control.shipping import Snapshot
@@ -38,6 +38,18 @@ class LocalShimHost(ShimHost):
                 "http://localhost", local.token, name=f"shim {self.name}", uds=local.socket
             )
         return self._shim
+
+    async def running_shim(self) -> ShimApi | None:
+        if self._shim is None:
+            local = await asyncio.to_thread(
+                running_local_shim,
+                self.shim_state_dir,
+                self.cfg.executor,
+                self.cfg.fake_accelerators,
+            )
+            if local is None:
+                return None
+        return await self.shim()
 
     def placement(self) -> LocalPlacement:
         return LocalPlacement(

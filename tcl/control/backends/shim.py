@@ -461,7 +461,10 @@ class ShimBackend(Backend):
                 continue  # the host is gone or the task already is: nothing to free
 
     async def host_tasks(self, host: str) -> list[HostTask]:
-        infos = await (await self.host(host).shim()).list_tasks()
+        shim = await self.host(host).running_shim()
+        if shim is None:
+            return []  # a shim that is not running holds no tasks to sweep
+        infos = await shim.list_tasks()
         now = time.time()
         return [t for info in infos if (t := host_task(host, info, now)) is not None]
 

@@ -24,6 +24,11 @@ class ShimHost(abc.ABC):
     async def shim(self) -> ShimApi:
         """A client for the host's shim (connecting/starting as needed; cached)."""
 
+    async def running_shim(self) -> ShimApi | None:
+        """A client for the host's shim if one runs there, never starting one (None where it
+        is known not to run; reaching the host is allowed)."""
+        return await self.shim()
+
     @abc.abstractmethod
     async def runner(self, runner_port: int, token: str, label: str) -> RunnerApi:
         """A fresh client for the runner on the host's ``runner_port`` with its bearer ``token``

@@ -12,14 +12,18 @@ older than ``min_age_s`` and
 - or its attempt ended and was released (the release could not reach it), or ended with no
   handle at all.
 
-Hosts whose backend cannot list its tasks (SLURM, TPU, Volcano) are not swept; the
-tasks of a multi-node launch are swept on the hosts its attempt row names.
+A sweep asks only hosts where something may be left: those of a live attempt or of a run
+that moved within ``recent_s``. It never starts a shim to ask (a stopped local shim holds
+nothing). Each orphan is ended on its own (one that cannot be reached does not keep the next
+one holding its chips). Hosts whose backend cannot list its tasks (SLURM, TPU, Volcano) are not
+swept; the tasks of a multi-node launch are swept on the hosts its attempt row names.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -39,7 +43,8 @@ log = logging.getLogger(__name__)
 class OrphanSettings:
     every_s: float = 60.0  # between sweeps
     min_age_s: float = 60.0  # a task younger than this is left alone (a placement's own)
-    recent_runs: int = 500  # the hosts of this many latest runs are swept
+    recent_runs: int = 500  # the hosts of this many latest runs are swept...
+    recent_s: float = 6 * 3600.0  # ...when their attempt is live or the run moved this recently
 
 
 def orphaned(ctl: Control, task: HostTask, att: Attempt | None) -> bool:
@@ -67,10 +72,15 @@ async def sweep_host(ctl: Control, kind: str, host: str, min_age_s: float) -> li
         if task.run_id not in runs:
             continue  # not this store's run: another user's, on a shared host
         att = next((a for a in attempts.get(task.run_id, []) if a.attempt == task.attempt), None)
-        if orphaned(ctl, task, att):
-            log.warning("%s: task %s: no attempt names it; ending it", host, task.task_id)
+        if not orphaned(ctl, task, att):
+            continue
+        log.warning("%s: task %s: no attempt names it; ending it", host, task.task_id)
+        try:
             await backend.end_task(task)
-            ended.append(task.task_id)
+        except TclError as e:  # gone meanwhile, or the host stopped answering: next time
+            log.info("%s: task %s not ended: %s", host, task.task_id, e)
+            continue
+        ended.append(task.task_id)
     return ended
 
 
@@ -107,13 +117,21 @@ class OrphanSweep:
         """One sweep of the latest runs' hosts; the ids of the tasks it ended."""
         runs = await asyncio.to_thread(self.store.list_runs, True, self.settings.recent_runs)
         attempts = await asyncio.to_thread(self.store.attempts_of, [r.id for r in runs])
+        since = time.time() - self.settings.recent_s
         hosts: dict[tuple[int, str, str], Control] = {}
         for run in runs:
+            atts = [
+                a
+                for a in attempts.get(run.id, [])
+                if run.updated_at >= since or not a.state.is_final
+            ]
+            if not atts:
+                continue  # long settled: its hosts are not asked again
             try:
                 ctl = self.control_for(run)
             except TclError:
                 continue  # its config is gone or broken: its hosts cannot be reached
-            for att in attempts.get(run.id, []):
+            for att in atts:
                 hosts.setdefault((id(ctl), att.backend, att.host), ctl)
         ended: list[str] = []
         for (_, kind, host), ctl in hosts.items():

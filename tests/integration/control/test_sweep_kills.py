@@ -67,7 +67,8 @@ def test_a_sweep_survives_its_daemon_killed_five_times(sweep: Sweep) -> None:
                 serve.wait(10)
             with (s.home / "serve-fg.log").open("a") as log:  # read, or a full pipe blocks it
                 serve = start_tcl(["serve"], s.env(), s.repo, stderr=log)
-        s.wait("kills", _ended, 600)
+        # (within pytest's 600 s, so that a stall prints its diagnosis)
+        s.wait("kills", _ended, 400)
         st = s.status("kills")
         assert st["counts"]["done"] == ENTRIES, (st["counts"], st.get("failures"))
         ran = Counter(r[0] for r in s.runs())

@@ -92,15 +92,41 @@ class Sweep:
             if until(st):
                 return
             time.sleep(0.5)
-        pytest.fail(f"matrix {name} did not get there: {self.status(name)}\n{self.serve_log()}")
+        pytest.fail(f"matrix {name} did not get there: {self.status(name)}\n{self.diagnosis(name)}")
+
+    def diagnosis(self, name: str) -> str:
+        """What a stalled sweep shows: its unfinished entries, their runs, the host's tasks, the
+        daemon's logs (a test that times out says why)."""
+        parts = []
+        exported = self.tcl("matrix", "export", name, check=False).stdout or "{}"
+        open_entries = {
+            k: v
+            for k, v in json.loads(exported).items()
+            if v["state"] not in ("done", "failed", "cancelled")
+        }
+        parts.append(f"unfinished entries: {json.dumps(open_entries)[:4000]}")
+        ps = self.tcl("ps", "-a", "--matrix", name, "--json", check=False).stdout or "[]"
+        ended = ("succeeded", "failed", "terminated")
+        runs = [r for r in json.loads(ps) if r["state"] not in ended]
+        parts.append(f"their unfinished runs: {json.dumps(runs)[:6000]}")
+        try:
+            with self.local_shim() as shim:
+                parts.append(f"host tasks: {shim.get('/tasks').text[:3000]}")
+        except (httpx.HTTPError, OSError) as e:
+            parts.append(f"host tasks: (the local shim did not answer: {e!r})")
+        parts.append(f"serve.log:\n{self.serve_log(8000)}")
+        fg = self.home / "serve-fg.log"
+        if fg.exists():
+            parts.append(f"serve-fg.log:\n{fg.read_text()[-3000:]}")
+        return "\n".join(parts)
 
     def runs(self) -> list[list[str]]:
         path = self.out / "runs"
         return [line.split() for line in path.read_text().splitlines()] if path.exists() else []
 
-    def serve_log(self) -> str:
+    def serve_log(self, tail: int = 3000) -> str:
         log = self.home / "state" / "serve" / "serve.log"
-        return log.read_text()[-3000:] if log.exists() else "(no serve log)"
+        return log.read_text()[-tail:] if log.exists() else "(no serve log)"
 
     def local_shim(self) -> httpx.Client:
         """A client of the local shim (its Unix socket, its token)."""

@@ -4,6 +4,7 @@ local backend's handle), and the names a shim launch gives its tasks read back."
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,8 @@ import pytest
 from tcl.control.backends.base import HostTask
 from tcl.control.backends.shimtasks import host_task, task_ids
 from tcl.control.config import default_config
-from tcl.control.lifecycle.orphans import orphaned
+from tcl.control.errors import AgentError
+from tcl.control.lifecycle.orphans import OrphanSettings, OrphanSweep, orphaned
 from tcl.control.runrequest import RunRequest
 from tcl.control.service import Control
 from tcl.control.states import AttemptCause, RunState
@@ -91,3 +93,59 @@ def _info(task_id: str, created_at: float) -> TaskInfo:
         created_at=created_at,
         updated_at=created_at,
     )
+
+
+class _Host:
+    """What the sweep asks of the local backend, recorded; its tasks as given."""
+
+    def __init__(self, ctl: Control, tasks: list[HostTask], refuse: set[str]) -> None:
+        self.asked: list[str] = []
+        self.ended: list[str] = []
+        backend = ctl.backend_for_kind("local")
+
+        async def host_tasks(host: str) -> list[HostTask]:
+            self.asked.append(host)
+            return [t for t in tasks if t.host == host]
+
+        async def end_task(task: HostTask) -> None:
+            if task.task_id in refuse:
+                raise AgentError(f"{task.host}: cannot be reached")
+            self.ended.append(task.task_id)
+
+        backend.host_tasks = host_tasks  # type: ignore[method-assign]
+        backend.end_task = end_task  # type: ignore[method-assign]
+
+
+def test_a_sweep_asks_only_hosts_where_something_may_be_left(ctl: Control) -> None:
+    ctl.store.create_run("r-2", "", RunRequest(argv=["train"], chips=1))
+    ctl.store.add_attempt("r-1", "settled", "local", _handle("r-1-0"))
+    ctl.store.update_attempt("r-1", 0, state=RunState.SUCCEEDED, cause=AttemptCause.EXIT)
+    ctl.store.add_attempt("r-2", "busy", "local", _handle("r-2-0"))
+    host = _Host(ctl, [], set())
+    sweep = OrphanSweep(ctl.store, lambda run: ctl, OrphanSettings(min_age_s=0.0))
+    asyncio.run(sweep.sweep())
+    assert sorted(host.asked) == ["busy", "settled"]  # both moved recently
+    host.asked.clear()
+    settled = OrphanSweep(ctl.store, lambda run: ctl, OrphanSettings(min_age_s=0, recent_s=0))
+    asyncio.run(settled.sweep())
+    assert host.asked == ["busy"]  # a run long settled: its host is not asked again
+
+
+def test_an_orphan_that_cannot_be_ended_does_not_keep_the_next_one(ctl: Control) -> None:
+    ctl.store.add_attempt("r-1", "local", "local", _handle("r-1-2"))
+    orphans = [_task(0), _task(1)]  # neither named by the one attempt (it names r-1-2)
+    host = _Host(ctl, orphans, refuse={"r-1-0"})
+    sweep = OrphanSweep(ctl.store, lambda run: ctl, OrphanSettings(min_age_s=0.0))
+    assert asyncio.run(sweep.sweep()) == ["r-1-1"]
+    assert host.ended == ["r-1-1"]
+
+
+def test_a_stopped_local_shim_is_not_started_to_be_swept(tmp_path: Path) -> None:
+    from tcl.control.backends.local import LocalShimHost
+    from tcl.control.config import LocalHost
+
+    shim_dir = tmp_path / "local-shim"
+    shim_dir.mkdir()
+    host = LocalShimHost("local", LocalHost(type="local", fake_accelerators="h100:1"), shim_dir)
+    assert asyncio.run(host.running_shim()) is None
+    assert sorted(p.name for p in shim_dir.iterdir()) == []  # nothing started, no token made
