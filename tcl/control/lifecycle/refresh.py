@@ -18,10 +18,17 @@ if TYPE_CHECKING:
     from tcl.control.store import Attempt, Run
 
 
-async def refresh_many(ctl: Control, runs: Sequence[Run], timeout_s: float = 5.0) -> list[Run]:
+REFRESH_TIMEOUT_S = 15.0  # a slow login node answers a batched status call in 8 s or more
+
+
+async def refresh_many(
+    ctl: Control, runs: Sequence[Run], timeout_s: float = REFRESH_TIMEOUT_S
+) -> list[Run]:
     """Bring non-final runs' states up to date: one batched status call per backend (a SLURM
     host answers all its runs in one round trip); runs that ended are then drained and
-    released. A run whose host cannot be reached is left as it was (`tcl ps`: unknown)."""
+    released. A run whose host cannot be reached is left as it was (`tcl ps`: unknown); one
+    whose host is slow to answer (past ``timeout_s``) keeps its stored state: slow is not
+    unreachable."""
     live = [r for r in runs if not r.state.is_final and r.host is not None]
     # a run its controller owns is that controller's to advance: the store says how it is
     owned = RunLeases(ctl.store).of([r.id for r in live])
@@ -37,13 +44,15 @@ async def refresh_many(ctl: Control, runs: Sequence[Run], timeout_s: float = 5.0
             backend = ctl.backend_for_kind(kind)
             handles = [ctl.handle(att) for _, att in items]
             answers = await asyncio.wait_for(backend.statuses(handles), timeout_s)
-        except (TclError, TimeoutError):
+        except TimeoutError:
+            return  # it answers, slowly: what the store says stands
+        except TclError:
             for r, _ in items:
                 ctl.store.note_unreachable(r.id)
             return
         for (r, att), ans in zip(items, answers, strict=True):
             if isinstance(ans, Exception):
-                if isinstance(ans, (*RETRYABLE, TimeoutError)):
+                if isinstance(ans, RETRYABLE):
                     ctl.store.note_unreachable(r.id)
                 continue
             ctl.store.clear_unreachable(r.id)
@@ -59,6 +68,6 @@ async def refresh_many(ctl: Control, runs: Sequence[Run], timeout_s: float = 5.0
     return [ctl.store.get_run(r.id) for r in runs]
 
 
-async def refresh(ctl: Control, run: Run, timeout_s: float = 5.0) -> Run:
+async def refresh(ctl: Control, run: Run, timeout_s: float = REFRESH_TIMEOUT_S) -> Run:
     """One run's state brought up to date (see :func:`refresh_many`)."""
     return (await refresh_many(ctl, [run], timeout_s))[0]

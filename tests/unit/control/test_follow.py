@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -359,6 +360,26 @@ async def test_an_unreachable_host_shows_unknown_since_the_first_failure(
     assert state_text(run, first).startswith("unknown (host unreachable since ")
     backend._shim = FakeShim()  # reachable again: cleared
     await refresh(ctl, run)
+    assert ctl.store.unreachable_since(["r-1"]) == {}
+
+
+class SlowShim(VanishedShim):
+    """A slow login node: each answer takes a while (the task ended meanwhile)."""
+
+    async def get_task(self, task_id: str) -> TaskInfo:
+        await asyncio.sleep(0.3)
+        return await super().get_task(task_id)
+
+
+async def test_a_slow_host_is_waited_for_and_never_shown_unreachable(
+    ctl: Control, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    use_hosts(monkeypatch, local=FakeBackend(DeadRunner(None), SlowShim()))
+    run = await refresh(ctl, ctl.store.get_run("r-1"), timeout_s=0.05)
+    assert run.state is RunState.RUNNING  # slower than asked: the stored state stands
+    assert ctl.store.unreachable_since(["r-1"]) == {}  # slow is not unreachable
+    run = await refresh(ctl, run)  # the default waits for it
+    assert run.state is RunState.FAILED and "runner gone" in run.message  # its real state
     assert ctl.store.unreachable_since(["r-1"]) == {}
 
 
