@@ -25,9 +25,9 @@ from tcl.control.config import parse_config
 from tcl.control.lifecycle.refresh import refresh_many
 from tcl.control.runrequest import RunRequest
 from tcl.control.service import Control
-from tcl.control.ssh import SshTarget
 from tcl.control.states import RunState
 from tcl.control.store import Store
+from tcl.control.transport.ssh import SshTarget
 
 
 async def main(runs: int, reps: int) -> None:

@@ -38,7 +38,7 @@ def _other_endpoint(ctl: Control, run_id: str) -> SshEndpoint | None:
 async def _target(ctl: Control, run_ref: str, node: int) -> tuple[str, Path | SshEndpoint]:
     """The ssh config's host name for the run's node and the file, or the endpoint that opens
     the shell with a command on the host (a SLURM job: ``srun --overlap --pty``)."""
-    from tcl.control import sshconfig
+    from tcl.control.transport import sshconfig
 
     run = ctl.store.resolve(run_ref)
     if run.state.is_final:

@@ -23,8 +23,8 @@ from tcl.control.backends.ssh import SshShimHost
 from tcl.control.clusterfs import JUICEFS_REQUIREMENT
 from tcl.control.config import SshHost
 from tcl.control.errors import HostSetupError, TclError
-from tcl.control.httpagents import HttpShim
 from tcl.control.safefields import FAKE_ACCELERATORS, PLAIN_PATH
+from tcl.control.transport.httpagents import HttpShim
 
 HEALTH_TIMEOUT_S = 30.0
 _TPU_CHIP = re.compile(r"[a-z0-9][a-z0-9.-]*")  # tpu-v4, tpu-v5litepod

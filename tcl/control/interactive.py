@@ -14,12 +14,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tcl.control.errors import AgentError, AgentUnreachableError, SshError, TclError
-from tcl.control.portforward import PortForward
+from tcl.control.transport.portforward import PortForward
 
 if TYPE_CHECKING:
-    from tcl.control.agents import ForwardStream, RunnerApi
     from tcl.control.backends.base import Backend, Handle
     from tcl.control.service import Control
+    from tcl.control.transport.agents import ForwardStream, RunnerApi
     from tcl.runner.api import SessionInfo
 
 READY_POLL_S = 0.5

@@ -14,8 +14,8 @@ from tcl.control.errors import TclError
 if TYPE_CHECKING:
     from tcl.control.metricstore import MetricStore
     from tcl.control.retries import Retries
-    from tcl.control.ssh import SshPool
     from tcl.control.store import Attempt, Store
+    from tcl.control.transport.ssh import SshPool
 
 
 @dataclass(frozen=True)
@@ -81,7 +81,7 @@ class Control:
     def pool(self) -> SshPool:
         """The SSH pool, made on first use (asyncssh is imported only then)."""
         if self._pool is None:
-            from tcl.control.ssh import SshPool
+            from tcl.control.transport.ssh import SshPool
 
             self._pool = SshPool()
         return self._pool

@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from tcl.remote.errors import RemoteError
 
 if TYPE_CHECKING:
-    from tcl.control.portforward import PortForward
     from tcl.control.service import Control
     from tcl.control.submitted import SubmitResult
+    from tcl.control.transport.portforward import PortForward
 
 T = TypeVar("T")
 READY_TIMEOUT_S = 900.0

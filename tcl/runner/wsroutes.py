@@ -6,9 +6,9 @@ happen; closed with 1000 once the job has ended and all were sent.
 ``WS /api/forward``: a byte stream to the job's interactive session (``tcl repl``'s Jupyter,
 ``@tcl.remote``'s call server), which listens on the job's loopback only. Each WebSocket is
 one TCP connection to the session's port, binary messages both ways; the workstation's
-``tcl.control.portforward`` turns a local port into such WebSockets, one per connection (so a
-browser's many connections, and a reconnect after a dropped tunnel, each get their own). Only
-the session's own port can be reached: this is not a general-purpose proxy.
+``tcl.control.transport.portforward`` turns a local port into such WebSockets, one per
+connection (so a browser's many connections, and a reconnect after a dropped tunnel, each get
+their own). Only the session's own port can be reached: this is not a general-purpose proxy.
 """
 
 from __future__ import annotations

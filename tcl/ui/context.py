@@ -18,8 +18,8 @@ from tcl.ui.feeds import Feeds
 
 if TYPE_CHECKING:
     from tcl.control.config import Config
-    from tcl.control.ssh import SshPool
     from tcl.control.store import Store
+    from tcl.control.transport.ssh import SshPool
 
 ACTIONS_OFF = "read-only dashboard: start it with `tcl ui --allow-actions` to stop or requeue"
 
@@ -58,7 +58,7 @@ class Ui:
     @property
     def pool(self) -> SshPool:
         if self._pool is None:
-            from tcl.control.ssh import SshPool
+            from tcl.control.transport.ssh import SshPool
 
             self._pool = SshPool()
         return self._pool

@@ -29,11 +29,11 @@ from tcl.control.states import RunState
 from tcl.runner.api import RunnerState
 
 if TYPE_CHECKING:
-    from tcl.control.agents import RunnerApi
     from tcl.control.config import ClusterConfig, HostConfig
     from tcl.control.shipping import Snapshot
     from tcl.control.solver import Request
-    from tcl.control.ssh import SshPool
+    from tcl.control.transport.agents import RunnerApi
+    from tcl.control.transport.ssh import SshPool
     from tcl.runner.api import Event, JobSpec
 
 Progress = Callable[[int, int], None]

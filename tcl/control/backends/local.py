@@ -5,16 +5,16 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from tcl.control.agents import RunnerApi, ShimApi
 from tcl.control.backends.base import Progress
 from tcl.control.backends.shim import ShimBackend
 from tcl.control.backends.shimhost import ShimHost
 from tcl.control.config import LocalHost
-from tcl.control.httpagents import HttpRunner, HttpShim
 from tcl.control.localshim import ensure_local_shim, running_local_shim
 from tcl.control.paths import state_dir
 from tcl.control.placement import LocalPlacement, SshPlacement
 from tcl.control.shipping import Snapshot
+from tcl.control.transport.agents import RunnerApi, ShimApi
+from tcl.control.transport.httpagents import HttpRunner, HttpShim
 from tcl.shim.api import ExecutorKind
 
 

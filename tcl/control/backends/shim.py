@@ -15,7 +15,6 @@ import zlib
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
-from tcl.control.agents import RunnerApi
 from tcl.control.backends.base import (
     RUNNER_STATES,
     Backend,
@@ -47,8 +46,9 @@ from tcl.control.errors import (
 )
 from tcl.control.shipping import Snapshot
 from tcl.control.solver import Request
-from tcl.control.sshconfig import public_key
 from tcl.control.states import RunState
+from tcl.control.transport.agents import RunnerApi
+from tcl.control.transport.sshconfig import public_key
 from tcl.runner.api import ClusterInfo, JobSpec, RunnerState
 from tcl.runner.nodeenv import COORDINATOR_PORT_BASE, COORDINATOR_PORT_SPAN
 from tcl.shim.api import (

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import abc
 
-from tcl.control.agents import RunnerApi, ShimApi
 from tcl.control.backends.base import Progress, SshEndpoint
 from tcl.control.placement import LocalPlacement, SshPlacement
 from tcl.control.shipping import Snapshot
+from tcl.control.transport.agents import RunnerApi, ShimApi
 from tcl.shim.api import ExecutorKind
 
 

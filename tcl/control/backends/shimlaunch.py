@@ -7,10 +7,10 @@ import asyncio
 import time
 from typing import Any
 
-from tcl.control.agents import RunnerApi
 from tcl.control.backends.base import Observer
 from tcl.control.backends.shimhost import ShimHost
 from tcl.control.errors import AgentError, NoCapacityError
+from tcl.control.transport.agents import RunnerApi
 from tcl.shim.api import TaskInfo, TaskStatus, TerminationReason
 
 TASK_START_TIMEOUT_S = 600.0  # image pulls can be slow

@@ -15,16 +15,16 @@ import contextlib
 from dataclasses import dataclass
 from importlib import resources
 
-from tcl.control.agents import RunnerApi, ShimApi
 from tcl.control.backends.base import Progress, SshEndpoint
 from tcl.control.backends.shim import ShimBackend
 from tcl.control.backends.shimhost import ShimHost
 from tcl.control.config import SshHost
 from tcl.control.errors import AgentError
-from tcl.control.httpagents import HttpRunner, HttpShim
 from tcl.control.placement import LocalPlacement, SshPlacement
 from tcl.control.shipping import Snapshot
-from tcl.control.ssh import RemoteProcess, SshPool, SshTarget
+from tcl.control.transport.agents import RunnerApi, ShimApi
+from tcl.control.transport.httpagents import HttpRunner, HttpShim
+from tcl.control.transport.ssh import RemoteProcess, SshPool, SshTarget
 from tcl.shim.api import ExecutorKind
 
 # Runs on the host (`python -c SCRIPT TARBALL SHA256`), "PORT TOKEN" on stdin (the runner's

@@ -40,9 +40,9 @@ from tcl.control.lifecycle.reconcile import RunController, run_config
 from tcl.control.lifecycle.submit import submission_from, submit
 from tcl.control.logcache import KeptEvent
 from tcl.control.service import Control
-from tcl.control.ssh import SshPool
 from tcl.control.store import Run, Store
 from tcl.control.sweep.scheduler import Scheduler
+from tcl.control.transport.ssh import SshPool
 
 log = logging.getLogger("tcl.serve")
 NDJSON = "application/x-ndjson"

@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from tcl.control.errors import SshAuthError, SshCommandError, SshConnectError
-from tcl.control.ssh import SshPool, SshTarget
+from tcl.control.transport.ssh import SshPool, SshTarget
 from tests.polling import await_until, wait_until
 from tests.testbed import SshTestbed
 

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from tcl.control.errors import AgentUnreachableError
-from tcl.control.httpagents import HttpRunner
+from tcl.control.transport.httpagents import HttpRunner
 from tcl.runner.api import CodeRef, JobSpec, RunnerState
 from tcl.runner.app import create_app
 from tcl.runner.client import RunnerClient

@@ -15,12 +15,12 @@ from typer.testing import CliRunner
 
 from tcl.cli.main import app
 from tcl.cli.ssh import _remote_argv
-from tcl.control import sshconfig
 from tcl.control.backends.base import SshEndpoint
 from tcl.control.config import SshHost, parse_config
 from tcl.control.errors import ConfigError, HostSetupError, TclError
 from tcl.control.hostsetup import render_cloud_init, render_unit, setup_host
-from tcl.control.ssh import RemoteResult
+from tcl.control.transport import sshconfig
+from tcl.control.transport.ssh import RemoteResult
 
 PROXY = "ProxyCommand touch /tmp/tcl-injected"
 

@@ -22,7 +22,7 @@ from tcl.control.config import ClusterConfig, SlurmHost, SshHost
 from tcl.control.errors import ConfigError, HostSetupError, TclError
 from tcl.control.hostsetup import render_cloud_init, setup_host
 from tcl.control.shipping import Snapshot
-from tcl.control.ssh import RemoteResult
+from tcl.control.transport.ssh import RemoteResult
 from tcl.runner.api import JobSpec
 from tcl.runner.batch import load_spec
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 
 from tcl.control.errors import AgentError, AgentUnreachableError
-from tcl.control.portforward import PortForward
+from tcl.control.transport.portforward import PortForward
 
 
 class EchoStream:

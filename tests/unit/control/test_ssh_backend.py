@@ -7,7 +7,7 @@ from typing import Any
 
 from tcl.control.backends.ssh import SshShimHost
 from tcl.control.config import SshHost
-from tcl.control.ssh import RemoteResult, SshPool
+from tcl.control.transport.ssh import RemoteResult, SshPool
 
 
 class SlowPool(SshPool):

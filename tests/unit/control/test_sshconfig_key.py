@@ -8,7 +8,7 @@ from pathlib import Path
 import asyncssh
 import pytest
 
-from tcl.control import sshconfig
+from tcl.control.transport import sshconfig
 
 
 def _first_use(_: int) -> tuple[str, str]:

@@ -206,7 +206,7 @@ async def test_a_submit_that_placed_nothing_leaves_no_run(
 
 
 async def test_a_down_shim_names_its_host_and_the_fix() -> None:
-    from tcl.control.httpagents import HttpShim
+    from tcl.control.transport.httpagents import HttpShim
 
     shim = HttpShim(
         "http://127.0.0.1:9",
@@ -227,7 +227,7 @@ async def test_a_down_shim_names_its_host_and_the_fix() -> None:
 def test_the_ssh_backend_hints_host_setup_when_its_shim_is_down() -> None:
     from tcl.control.backends.ssh import SshShimHost
     from tcl.control.config import SshHost
-    from tcl.control.ssh import SshPool
+    from tcl.control.transport.ssh import SshPool
 
     b = SshShimHost("gpu1", SshHost(type="ssh", ssh="gpu1"), SshPool())
     b._token, b._shim_dir = "t" * 43, "/x"

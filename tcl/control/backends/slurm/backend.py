@@ -38,8 +38,8 @@ from tcl.control.config import SlurmHost
 from tcl.control.errors import AgentError, ConfigError, TclError
 from tcl.control.shipping import Snapshot
 from tcl.control.solver import Request
-from tcl.control.ssh import SshTarget
 from tcl.control.states import RunState
+from tcl.control.transport.ssh import SshTarget
 from tcl.runner.api import Event, JobSpec, RunnerState
 from tcl.runner.batch import CLUSTER_FS_KEY
 from tcl.runner.jobenv import JOB_TCL_PATH_VAR

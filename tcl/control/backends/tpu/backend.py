@@ -66,8 +66,8 @@ from tcl.control.errors import AgentError, ConfigError, TclError
 from tcl.control.placement import LocalPlacement, SshPlacement
 from tcl.control.shipping import Snapshot
 from tcl.control.solver import Request
-from tcl.control.sshconfig import public_key
 from tcl.control.states import RunState
+from tcl.control.transport.sshconfig import public_key
 from tcl.runner.api import JobSpec
 from tcl.shim.api import HostInfo, TerminationReason
 

@@ -42,10 +42,10 @@ from tcl.control.backends.volcano.offers import queue_free, shape
 from tcl.control.backends.volcano.pvccode import pending_reason, ship_code
 from tcl.control.config import VolcanoHost
 from tcl.control.errors import AgentUnreachableError, ConfigError, TclError
-from tcl.control.httpagents import HttpRunner
 from tcl.control.shipping import Snapshot
 from tcl.control.solver import Request
 from tcl.control.states import RunState
+from tcl.control.transport.httpagents import HttpRunner
 from tcl.runner.api import Event, JobSpec
 from tcl.runner.batch import TOKEN_KEY
 from tcl.tokenfile import new_token

@@ -19,9 +19,9 @@ import time
 from collections.abc import Awaitable, Callable
 
 from tcl.aiotasks import until_first
-from tcl.control.agents import ForwardStream
 from tcl.control.backoff import backoff_s
 from tcl.control.errors import AgentUnreachableError, SshError, TclError
+from tcl.control.transport.agents import ForwardStream
 
 log = logging.getLogger(__name__)
 

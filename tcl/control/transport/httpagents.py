@@ -11,7 +11,6 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from tcl.control.agents import ForwardStream
 from tcl.control.errors import (
     AgentError,
     AgentUnreachableError,
@@ -19,6 +18,7 @@ from tcl.control.errors import (
     SyncConflictError,
     TaskNotFoundError,
 )
+from tcl.control.transport.agents import ForwardStream
 from tcl.runner.api import EventsPage, JobSpec, SessionInfo, SyncAck, SyncPatch
 from tcl.runner.client import RunnerAPIError, RunnerClient, RunnerUnavailable
 from tcl.shim.api import HostInfo, TaskInfo, TaskSpec, TerminationReason
