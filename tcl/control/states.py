@@ -83,6 +83,8 @@ class AttemptCause(enum.StrEnum):
     NODE_LOST = "node_lost"  # its host lost it (a preempted cloud node, a vanished pod)
     PLACEMENT_FAILED = "placement_failed"  # its placement did not finish (undone)
     STOPPED = "stopped"  # stopped: by the user (`tcl stop`, `tcl matrix cancel`), its time limit
+    # its host did not answer for a whole budget: how the job went is unknown, not its verdict
+    INFRA = "infra"
 
     @classmethod
     def of_end(cls, state: RunState, preempted: bool = False) -> AttemptCause:

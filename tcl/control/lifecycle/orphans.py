@@ -9,8 +9,8 @@ runs (another user's tasks on a shared host are never touched) is ended and remo
 older than ``min_age_s`` and
 
 - no attempt of its number exists (discarded), or that attempt names another task;
-- or its attempt ended and was released (the release could not reach it), or ended with no
-  handle at all.
+- or its attempt ended and was released (the release could not reach it), ended for cause
+  ``infra`` (given up on while its host did not answer), or ended with no handle at all.
 
 A sweep asks only hosts where something may be left: those of a live attempt or of a run
 that moved within ``recent_s``. It never starts a shim to ask (a stopped local shim holds
@@ -32,6 +32,7 @@ from tcl.control.backends.base import HostTask
 from tcl.control.backoff import pause
 from tcl.control.errors import StoreError, TclError
 from tcl.control.service import Control
+from tcl.control.states import AttemptCause
 
 if TYPE_CHECKING:
     from tcl.control.store import Attempt, Run, Store
@@ -56,7 +57,9 @@ def orphaned(ctl: Control, task: HostTask, att: Attempt | None) -> bool:
     handle = ctl.handle(att)
     if not handle.names(task):
         return True
-    return att.state.is_final and handle.released
+    # ended and released (the release could not reach it), or given up on while its host did
+    # not answer (nobody releases it: its owner let it go)
+    return att.state.is_final and (handle.released or att.cause is AttemptCause.INFRA)
 
 
 async def sweep_host(ctl: Control, kind: str, host: str, min_age_s: float) -> list[str]:

@@ -10,12 +10,12 @@ import logging
 import time
 
 from tcl.control.errors import StoreError, TclError
-from tcl.control.lifecycle.pull import ResumingPull
+from tcl.control.lifecycle.pull import RETRYABLE, ResumingPull, record_state
 from tcl.control.lifecycle.release import release
 from tcl.control.lifecycle.retry import waiting_for_retry
 from tcl.control.lifecycle.stop import stop
 from tcl.control.service import Control
-from tcl.control.states import RunState
+from tcl.control.states import AttemptCause, RunState
 from tcl.control.sweep.admission import Admission
 from tcl.control.sweep.model import Entry, EntryState, error_line
 from tcl.control.sweep.placing import TRACE
@@ -66,7 +66,16 @@ class EntryWatcher:
                     stopped = await stop(ctl, ctl.store.get_run(entry.run_id), grace_s=5.0)
                     await release(ctl, stopped.id)
             raise
-        except Exception as e:  # its host is gone for good, a bug: end the entry
+        except RETRYABLE as e:
+            # its host did not answer for the whole budget: not the job's verdict (it may go
+            # on there). The run ends `terminated` for cause `infra`, so that the entry, the
+            # run and `tcl ps` agree; its task, once its host answers, is the orphan sweep's.
+            why = f"its host did not answer for {self.reconnect_deadline_s:.0f} s: {error_line(e)}"
+            log.warning("entry %s: %s", entry.job_id, why)
+            with contextlib.suppress(TclError):
+                await asyncio.to_thread(_gave_up, ctl, entry.run_id, why)
+            return EntryState.FAILED, why
+        except Exception as e:  # a bug: end the entry
             log.exception("following entry %s", entry.job_id)
             return EntryState.FAILED, error_line(e)
 
@@ -117,3 +126,11 @@ class EntryWatcher:
                 continue  # reconnected after a drop
             if not res.events and res.state is RunState.QUEUED:
                 await asyncio.sleep(0.5)  # a queued run's backend may answer without waiting
+
+
+def _gave_up(ctl: Control, run_id: str, why: str) -> None:
+    """End a run whose host did not answer for the whole budget (cause ``infra``)."""
+    run = ctl.store.get_run(run_id)
+    att = ctl.store.latest_attempt(run_id)
+    if att is not None and not run.state.is_final:
+        record_state(ctl, run, att, RunState.TERMINATED, None, why, AttemptCause.INFRA)

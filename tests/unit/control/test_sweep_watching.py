@@ -1,0 +1,62 @@
+"""A sweep entry whose run's host stops answering: its watcher asks again for the whole budget,
+then gives up without calling it the job's failure. The run and its attempt end `terminated`
+for cause `infra` (the entry, the run and `tcl ps` agree; before, the entry ended `failed`
+while its run stayed `running` with nobody following it), and the task its host may still
+hold is the orphan sweep's. The real watcher, store and queue; the host is a stand-in that
+refuses every connection."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+
+import pytest
+
+from tcl.control.backends.base import HostTask
+from tcl.control.config import default_config
+from tcl.control.lifecycle.orphans import orphaned
+from tcl.control.runrequest import RunRequest
+from tcl.control.service import Control
+from tcl.control.states import AttemptCause, RunState
+from tcl.control.sweep.admission import Admission
+from tcl.control.sweep.model import EntryState
+from tcl.control.sweep.queue import NewEntry, SweepQueue
+from tcl.control.sweep.runhold import RunHold
+from tcl.control.sweep.storeretry import StoreRetry
+from tcl.control.sweep.watching import EntryWatcher
+from tests.unit.control.test_follow import DeadRunner, FakeBackend, UnreachableShim, use_hosts
+
+
+def test_a_host_silent_for_the_whole_budget_ends_the_run_for_infra(
+    sqlite_queue: SweepQueue, monkeypatch: pytest.MonkeyPatch, tmp_path: object
+) -> None:
+    queue = sqlite_queue
+    monkeypatch.setenv("TCL_STATE_DIR", str(tmp_path))
+    use_hosts(monkeypatch, local=FakeBackend(DeadRunner(None), UnreachableShim()))
+    ctl = Control(default_config(), queue.store)
+    queue.add("m", {"argv": ["true"], "chips": 1}, [NewEntry("e0", {})])
+    (entry,) = queue.claim("me", 1, 30.0)
+    ctl.store.create_run("r-1", "", RunRequest(argv=["x"]))
+    ctl.store.set_state("r-1", RunState.PROVISIONING)
+    ctl.store.set_placement("r-1", "local", "local", None)
+    ctl.store.add_attempt("r-1", "local", "local", {"task_id": "r-1-0", "runner_port": 1})
+    ctl.store.set_state("r-1", RunState.RUNNING)
+    watcher = EntryWatcher(
+        queue,
+        "me",
+        0.5,  # the budget
+        RunHold(queue, "me", 30.0),
+        StoreRetry(0.1, None),
+        Admission(16, 1.0),
+        asyncio.Event(),
+    )
+
+    state, why = asyncio.run(watcher.outcome(ctl, dataclasses.replace(entry, run_id="r-1")))
+
+    assert state is EntryState.FAILED and "did not answer for" in why, why
+    run = ctl.store.get_run("r-1")
+    assert run.state is RunState.TERMINATED and "did not answer" in run.message, run
+    (att,) = ctl.store.attempts("r-1")
+    assert (att.state, att.cause) == (RunState.TERMINATED, AttemptCause.INFRA)
+    # nobody will release its task: once its host answers, the orphan sweep ends it
+    assert orphaned(ctl, HostTask("local", "r-1-0", "r-1", 0, 600.0), att)
