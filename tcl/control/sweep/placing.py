@@ -52,6 +52,11 @@ class EntryPlacer:
         self._specs: dict[str, MatrixSpec] = {}
         self._placing_runs: set[str] = set()  # runs one of its placements works on now
 
+    @property
+    def placing_runs(self) -> frozenset[str]:
+        """The runs its placements work on now (their leases are renewed meanwhile)."""
+        return frozenset(self._placing_runs)
+
     def spec(self, matrix: str) -> MatrixSpec:
         spec = self._specs.get(matrix)
         if spec is None:

@@ -36,7 +36,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from tcl.control.backoff import pause
-from tcl.control.errors import AgentError, NoPlacementError, SshConnectError, StoreError, TclError
+from tcl.control.errors import (
+    AgentError,
+    NoPlacementError,
+    SshConnectError,
+    StateConflict,
+    StoreError,
+    TclError,
+)
 from tcl.control.service import Control
 from tcl.control.sweep.admission import Admission
 from tcl.control.sweep.model import Entry, EntryState, error_line
@@ -218,7 +225,9 @@ class Scheduler:
                     gone = self._runs.pop(entry_id, None)
                     if gone is not None:  # its run goes with it (to the next claimer)
                         await self.hold.drop(gone)
-            runs = {self._runs[e] for e in held if e in self._runs}
+            # the runs it follows, and those it is placing: a placement longer than a lease
+            # (a loaded machine, a slow host) keeps its run from another scheduler meanwhile
+            runs = {self._runs[e] for e in held if e in self._runs} | self.placer.placing_runs
             if runs:
                 await self.hold.renew(runs)
 
@@ -299,9 +308,11 @@ class Scheduler:
             self._error(e)
             why = f"the state store did not answer while placing it: {error_line(e)}"
             await self.store_retry.until_stored(self.queue.release, self.owner, entry.id, 0.0, why)
-        except (AgentError, SshConnectError) as e:
-            # a host that dropped a connection mid-placement (its launch undid its task): not
-            # the entry's fault; it goes back to the queue, a while later, up to a limit
+        except (AgentError, SshConnectError, StateConflict) as e:
+            # a host that dropped a connection mid-placement (its launch undid its task), or
+            # another scheduler that moved its run meanwhile (the guarded writer refused this
+            # one's stale move): not the entry's fault; it goes back to the queue, a while
+            # later, up to a limit
             if entry.claims < MAX_CLAIMS:
                 later = time.time() + self.settings.full_wait_s
                 await self.store_retry.until_stored(
