@@ -326,8 +326,9 @@ class ShimBackend(Backend):
         )
 
     async def _undo(self, hosts: list[ShimHost], task_ids: list[str]) -> None:
-        """Terminate every task this launch may have made, by its id: a create cancelled in
-        flight (another node failed first) may have reached its shim with no answer back."""
+        """Terminate and remove every task this launch may have made, by its id: a create
+        cancelled in flight (another node failed first) may have reached its shim with no
+        answer back."""
 
         async def one(h: ShimHost, task_id: str) -> None:
             with contextlib.suppress(TclError):
@@ -335,6 +336,10 @@ class ShimBackend(Backend):
                 await shim.terminate_task(
                     task_id, TerminationReason.FAILED, "submit did not finish"
                 )
+                # and removed: whoever adopts the placement later (its placer died, or the
+                # store failed mid-launch) finds no task, a placement undone; never a job
+                # that ended `failed`
+                await shim.remove_task(task_id)
             await h.discard_staged()
 
         await asyncio.gather(*(one(h, t) for h, t in zip(hosts, task_ids, strict=True)))

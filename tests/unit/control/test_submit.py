@@ -49,6 +49,7 @@ class Shim:
         self.racy = racy
         self.created: list[TaskSpec] = []
         self.terminated: list[tuple[str, TerminationReason]] = []
+        self.removed: list[str] = []
 
     async def host(self) -> HostInfo:
         accs = [Accelerator(index=i, chip="h100", vendor="fake") for i in range(2)]
@@ -79,7 +80,8 @@ class Shim:
     ) -> Any:
         self.terminated.append((task_id, reason))
 
-    async def remove_task(self, task_id: str) -> None: ...
+    async def remove_task(self, task_id: str) -> None:
+        self.removed.append(task_id)
 
     async def aclose(self) -> None: ...
 
@@ -124,6 +126,9 @@ async def test_a_failed_start_terminates_the_task_and_fails_the_run(
         await submit(ctl, Submission(argv=["x"], host="racy"))
     ((task_id, reason),) = shim.terminated
     assert task_id.endswith("-0") and reason is TerminationReason.FAILED
+    # removed too: an adopter of this placement (its placer died meanwhile) finds no task, not
+    # a job that ended `failed` (a sweep entry placed through a store outage ended so)
+    assert shim.removed == [task_id]
     (run,) = ctl.store.list_runs()
     assert run.state is RunState.FAILED and "argv is empty" in run.message
 
