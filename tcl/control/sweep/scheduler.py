@@ -211,16 +211,19 @@ class Scheduler:
         while not stopping.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stopping.wait(), self.settings.heartbeat_s)
+            asked = set(self._in_hand)
             try:
                 held = await asyncio.to_thread(
-                    self.queue.heartbeat, self.owner, self.settings.lease_s, set(self._in_hand)
+                    self.queue.heartbeat, self.owner, self.settings.lease_s, asked
                 )
             except TclError as e:
                 log.warning("heartbeat failed: %s", e)
                 self._error(e)
                 continue
             for entry_id, task in list(self.watchers.items()):
-                if entry_id not in held:  # cancelled by the user, or reaped: let it go
+                # cancelled by the user, or reaped: let it go (an entry claimed while the
+                # heartbeat was on its way was not asked about: its watcher stays)
+                if entry_id in asked and entry_id not in held:
                     task.cancel()
                     gone = self._runs.pop(entry_id, None)
                     if gone is not None:  # its run goes with it (to the next claimer)
