@@ -28,28 +28,22 @@ class LocalShimHost(ShimHost):
 
     async def shim(self) -> ShimApi:
         if self._shim is None:
-            local = await asyncio.to_thread(
-                ensure_local_shim,
-                self.shim_state_dir,
-                self.cfg.executor,
-                self.cfg.fake_accelerators,
-            )
+            local = await asyncio.to_thread(ensure_local_shim, *self._shim_args())
             self._shim = HttpShim(
                 "http://localhost", local.token, name=f"shim {self.name}", uds=local.socket
             )
         return self._shim
 
     async def running_shim(self) -> ShimApi | None:
-        if self._shim is None:
-            local = await asyncio.to_thread(
-                running_local_shim,
-                self.shim_state_dir,
-                self.cfg.executor,
-                self.cfg.fake_accelerators,
-            )
-            if local is None:
-                return None
+        if self._shim is None and not await asyncio.to_thread(
+            running_local_shim, *self._shim_args()
+        ):
+            return None
         return await self.shim()
+
+    def _shim_args(self) -> tuple[Path, str, str | None]:
+        """Its shim's state dir and flags (the shim of another config is not this one)."""
+        return self.shim_state_dir, self.cfg.executor, self.cfg.fake_accelerators
 
     def placement(self) -> LocalPlacement:
         return LocalPlacement(
