@@ -117,3 +117,19 @@ def local_shim_client(state_dir: Path) -> httpx.Client:
         transport=httpx.HTTPTransport(uds=str(base / "shim.sock")),
         timeout=30,
     )
+
+
+def stop_local_shim_and_tasks(base: Path) -> None:
+    """Stop the local shim of ``base`` (a ``state/local-shim`` dir) and end what its tasks left
+    running: their runners and jobs outlive the shim by design (a shim restart keeps them), so a
+    test that only stops the shim leaves idle runners behind."""
+    from tcl.control.localshim import stop_local_shim
+    from tests.integration.shim.harness import cleanup_processes
+
+    stop_local_shim(base)
+    try:
+        instance = (base / "state" / "instance_id").read_text().strip()
+    except FileNotFoundError:
+        return
+    if instance:
+        cleanup_processes(instance)

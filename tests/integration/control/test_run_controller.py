@@ -21,7 +21,13 @@ from tcl.control.errors import StoreError
 from tcl.control.localshim import stop_local_shim
 from tcl.control.states import AttemptCause, RunState
 from tcl.control.store import Run, Store
-from tests.integration.tclcli import local_shim_client, run_tcl, start_tcl, user_env
+from tests.integration.tclcli import (
+    local_shim_client,
+    run_tcl,
+    start_tcl,
+    stop_local_shim_and_tasks,
+    user_env,
+)
 from tests.polling import wait_until
 
 
@@ -72,7 +78,7 @@ class Home:
 
     def close(self) -> None:
         stop_daemon(self.root / "state" / "serve")
-        stop_local_shim(self.root / "state" / "local-shim")
+        stop_local_shim_and_tasks(self.root / "state" / "local-shim")
         if self._store is not None:
             self._store.close()
 

@@ -15,8 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tcl.control.localshim import stop_local_shim
-from tests.integration.tclcli import local_shim_client, run_tcl, user_env
+from tests.integration.tclcli import local_shim_client, run_tcl, stop_local_shim_and_tasks, user_env
 from tests.polling import wait_until
 
 USER_REPO = Path(__file__).resolve().parents[2] / "fixtures" / "userrepo"
@@ -138,7 +137,7 @@ class Sweep:
         for m in json.loads(listed.stdout or "[]"):
             self.tcl("matrix", "cancel", m["name"], check=False)
         self.tcl("serve", "--stop", check=False)
-        stop_local_shim(self.home / "state" / "local-shim")
+        stop_local_shim_and_tasks(self.home / "state" / "local-shim")
 
 
 def _ended(st: dict[str, Any]) -> bool:
@@ -378,7 +377,7 @@ def test_a_matrix_of_tcl_jobs_overrides_each_entrys_config(tmp_path: Path) -> No
     finally:
         tcl("matrix", "cancel", "jm")
         tcl("serve", "--stop")
-        stop_local_shim(home / "state" / "local-shim")
+        stop_local_shim_and_tasks(home / "state" / "local-shim")
 
 
 def test_a_sweep_run_has_one_owner_and_ps_and_logs_only_read_it(sweep: Sweep) -> None:

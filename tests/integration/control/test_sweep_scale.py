@@ -26,9 +26,8 @@ from typing import Any
 
 import pytest
 
-from tcl.control.localshim import stop_local_shim
 from tests.integration.control.test_e2e_ssh import VENV, _free_port, stop_shims
-from tests.integration.tclcli import TCL
+from tests.integration.tclcli import TCL, stop_local_shim_and_tasks
 from tests.testbed import SshTestbed, postgres_outage, private_schema
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -192,7 +191,7 @@ class Cluster:
                 except subprocess.TimeoutExpired:
                     proc.kill()
         for home in self.homes:
-            stop_local_shim(home / "state" / "local-shim")
+            stop_local_shim_and_tasks(home / "state" / "local-shim")
         stop_shims(self.shim_dirs.values())
 
 
