@@ -136,6 +136,13 @@ def test_a_detached_retry_run_preempted_with_nobody_following_is_placed_again(
     flag.touch()
     run = wait_until(lambda: home.run(run_id), 60, "its end", done=lambda r: r.state.is_final)
     assert run.state is RunState.SUCCEEDED, run
+    # the run's end and its attempt's are two writes (the run's first): a read may fall between
+    wait_until(
+        lambda: home.store.attempts(run_id)[-1].state,
+        30,
+        "attempt 1's end",
+        done=lambda st: st.is_final,
+    )
     assert [(a.state, a.cause) for a in home.store.attempts(run_id)] == [
         (RunState.TERMINATED, AttemptCause.PREEMPTED),
         (RunState.SUCCEEDED, AttemptCause.EXIT),
