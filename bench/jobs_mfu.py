@@ -17,35 +17,13 @@ import sys
 import tempfile
 
 import jax
-import numpy as np
 
+from bench._jobslib import RandomTokens  # noqa: F401  (registers data/dataset=random_tokens)
 from tcl.jobs.config import configuration
-from tcl.jobs.data import DataConfig, TokenDataset, register_dataset
 from tcl.jobs.gpt import GPTTrainer
 from tcl.jobs.metrics import read_metrics
 from tcl.jobs.run import load_config
 from tcl.jobs.spec import ExecutionSpec
-
-
-class RandomTokens:
-    vocab_size = 50304
-
-    def __init__(self, seed: int) -> None:
-        self.seed = seed
-
-    def batch(
-        self, step: int, batch_size: int, seq_len: int, split: str = "train", shard: int = 0
-    ) -> np.ndarray:
-        rng = np.random.default_rng([self.seed, step, shard])
-        out: np.ndarray = rng.integers(
-            0, self.vocab_size, (batch_size, seq_len + 1), dtype=np.int32
-        )
-        return out
-
-
-@register_dataset("random_tokens")
-def _random_tokens(cfg: DataConfig) -> TokenDataset:
-    return RandomTokens(cfg.seed)
 
 
 def main() -> int:

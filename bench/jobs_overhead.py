@@ -10,21 +10,16 @@ machine's drifting load hits both alike; the ratio is of total times. Target: ra
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import functools
 import os
 import tempfile
-import time
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault(
     "XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
 )
 
-import jax
-import jax.numpy as jnp
-import optax
 
+from bench._jobslib import HandLoop, trainer_seconds
 from tcl.jobs.config import configuration
 from tcl.jobs.gpt import GPTTrainer
 from tcl.jobs.run import load_config
@@ -42,53 +37,6 @@ OVERRIDES = [
     "logging/checkpoint_interval=0",
     "logging/checkpoint_at_end=false",
 ]
-
-
-def trainer_seconds(trainer: GPTTrainer, steps: int) -> float:
-    start_step = trainer.global_step_counter_
-    trainer.args = dataclasses.replace(trainer.args, total_steps=start_step + steps)
-    t0 = time.perf_counter()
-    trainer.run()
-    jax.block_until_ready(trainer.state.params)
-    return time.perf_counter() - t0
-
-
-class HandLoop:
-    """The minimal loop: same model/params/tx/data, no framework around it."""
-
-    def __init__(self, trainer: GPTTrainer) -> None:
-        model, tx = trainer.model, trainer.tx
-        self.data, self.batch, self.block = (
-            trainer.dataset,
-            trainer.global_batch,
-            trainer.block_size,
-        )
-        self.params = jax.tree.map(jnp.copy, trainer.state.params)
-        self.opt_state = tx.init(self.params)
-        self.i = 0
-
-        @functools.partial(jax.jit, donate_argnums=(0, 1))
-        def step(params, opt_state, tokens):  # type: ignore[no-untyped-def]
-            def loss_fn(p):  # type: ignore[no-untyped-def]
-                logits = model.apply({"params": p}, tokens[:, :-1])
-                return optax.softmax_cross_entropy_with_integer_labels(logits, tokens[:, 1:]).mean()
-
-            loss, grads = jax.value_and_grad(loss_fn)(params)
-            updates, opt_state = tx.update(grads, opt_state, params)
-            return optax.apply_updates(params, updates), opt_state, loss
-
-        self.step = step
-        self.seconds(2)  # compile; the second call can recompile (committed inputs)
-
-    def seconds(self, steps: int) -> float:
-        t0 = time.perf_counter()
-        loss = None
-        for _ in range(steps):
-            tokens = jax.device_put(self.data.batch(self.i, self.batch, self.block))
-            self.params, self.opt_state, loss = self.step(self.params, self.opt_state, tokens)
-            self.i += 1
-        jax.block_until_ready(loss)
-        return time.perf_counter() - t0
 
 
 def main() -> None:

@@ -2,8 +2,13 @@
 
 Each probe is a short subprocess (`python -m tcl.jobs.launch ... --probe`: compile and a few
 steps) with its own temp root, so it never touches the real run's checkpoints. A probe whose
-output contains XLA's RESOURCE_EXHAUSTED ran out of memory; any other failure stops the search.
-Results are cached per (model config, chip, device count).
+output holds one of XLA's out-of-memory wordings (GPU or TPU, `OOM_MARKERS`) ran out of memory;
+any other failure stops the search. Results are cached per (model config, chip, device count).
+
+The searching process must not hold the accelerators while its probes run: a JAX process
+preallocates 75 % of each GPU's memory, and a TPU chip opens in one process at a time. So the
+chip and device count of the cache key are read in a subprocess too (`describe_devices`), and
+the real run opens its devices only after the search.
 """
 
 from __future__ import annotations
@@ -25,7 +30,18 @@ from tcl.jobs.errors import BatchSizeError
 from tcl.runner import nodeenv
 
 CANDIDATES: tuple[int, ...] = (1024, 512, 256, 128, 64, 32, 16, 10, 8, 4, 3, 2, 1)
-OOM_MARKERS = ("RESOURCE_EXHAUSTED", "Out of memory while trying to allocate")
+# XLA's out-of-memory wordings. GPU: "RESOURCE_EXHAUSTED: Out of memory while trying to allocate
+# N bytes" (the BFC allocator), "CUDA_ERROR_OUT_OF_MEMORY" (a failed cuMemAlloc, preallocation
+# included). TPU: "RESOURCE_EXHAUSTED: XLA:TPU compile permanent error. Ran out of memory in
+# memory space hbm" (at compile time), "Attempting to allocate ... That was not possible" (at
+# run time).
+OOM_MARKERS = (
+    "RESOURCE_EXHAUSTED",
+    "Out of memory while trying to allocate",
+    "CUDA_ERROR_OUT_OF_MEMORY",
+    "Ran out of memory in memory space",
+    "That was not possible",
+)
 BATCH_SIZE_ENV = "TCL_DISPATCH_BATCH_SIZE"
 CACHE_ENV = "TCL_BATCH_SIZE_CACHE"
 CACHE_VERSION = 1
@@ -89,6 +105,7 @@ def subprocess_probe(
                 BATCH_SIZE_ENV: str(batch_size),
                 "TCL_DISPATCH_ROOT_OVERRIDE": root,
             }
+            t0 = time.monotonic()
             try:
                 done = subprocess.run(
                     argv, env=env, capture_output=True, text=True, timeout=timeout_s, check=False
@@ -97,7 +114,13 @@ def subprocess_probe(
                 raise BatchSizeError(
                     f"probe at batch size {batch_size} timed out after {timeout_s:.0f} s"
                 ) from e
-            return classify(done.returncode, done.stdout + done.stderr)
+            outcome = classify(done.returncode, done.stdout + done.stderr)
+            print(
+                f"tcl.jobs: batch size probe {batch_size}: {outcome} "
+                f"({time.monotonic() - t0:.1f} s)",
+                flush=True,
+            )
+            return outcome
 
     return probe
 
@@ -109,6 +132,38 @@ def single_process_env(env: Mapping[str, str]) -> dict[str, str]:
     single = {k: v for k, v in env.items() if k not in drop}
     single.update({nodeenv.NODES: "1", nodeenv.NODE_RANK: "0"})
     return single
+
+
+_DESCRIBE = (
+    "import json, jax; d = jax.devices(); "
+    "print(json.dumps({'chip': f'{d[0].platform}:{d[0].device_kind}', 'devices': len(d)}))"
+)
+
+
+def describe_devices(timeout_s: float = 300.0) -> tuple[str, int]:
+    """(chip name as `tcl.jobs.metrics.chip_name` gives it, device count), read by a child
+    process that preallocates nothing, so that this process has not opened its devices."""
+    env = {**single_process_env(os.environ), "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", _DESCRIBE],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as e:
+        raise BatchSizeError(f"reading the devices timed out after {timeout_s:.0f} s") from e
+    lines = done.stdout.strip().splitlines()
+    try:
+        found = json.loads(lines[-1])
+        return str(found["chip"]), int(found["devices"])
+    except (IndexError, ValueError, KeyError, TypeError):
+        tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
+        raise BatchSizeError(
+            f"could not read the devices (exit {done.returncode}):\n{tail}"
+        ) from None
 
 
 # -- cache -------------------------------------------------------------------------------------

@@ -121,18 +121,16 @@ def _resolve_batch_size(
     training = full.get("training")
     if training is None or training.get("per_device_batch_size") != -1:
         return overrides
-    import jax
-
-    from tcl.jobs.metrics import chip_name
-
+    # Not jax.devices() here: this process must not hold the devices while its probes run.
+    chip, devices = batchsize.describe_devices()
     model = _model_key(opts.key, full)
     extra = {
         "grad_accum_steps": training.get("grad_accum_steps", 1),
         "model_parallel": full.get("mesh", {}).get("model_parallel", 1),
     }
-    key = batchsize.cache_key(model, chip_name(), jax.device_count(), extra)
+    key = batchsize.cache_key(model, chip, devices, extra)
     probe = batchsize.subprocess_probe(opts.key, opts.config_path, list(opts.overrides))
-    size, from_cache = batchsize.resolve(key, probe, chip_name())
+    size, from_cache = batchsize.resolve(key, probe, chip)
     if topology.num_processes > 1:
         # Each node searched (or cached) on its own devices; one batch for all: the smallest.
         import numpy as np

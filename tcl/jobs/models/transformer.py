@@ -34,8 +34,14 @@ class Attention(nn.Module):
 
     @nn.compact
     def __call__(
-        self, x_BTD: jax.Array, pos_BT: jax.Array, valid_BT: jax.Array, decode: bool
+        self,
+        x_BTD: jax.Array,
+        pos_BT: jax.Array | None,
+        valid_BT: jax.Array | None,
+        decode: bool,
     ) -> jax.Array:
+        """`pos_BT` and `valid_BT` None: positions 0..T-1, every token real (training), so
+        plain causal attention (``is_causal``: no mask tensor, and cuDNN skips the masked half)."""
         c = self.cfg
 
         # Explicit kernels (not DenseGeneral, whose flattened init breaks logical sharding).
@@ -49,22 +55,31 @@ class Attention(nn.Module):
             jnp.einsum("btd,dnh->btnh", x, kernel(n, qkv, ("embed", "heads", "kv")))
             for n in ("query", "key", "value")
         )
-        T = x_BTD.shape[1]
+        B, T = x_BTD.shape[:2]
+        causal = pos_BT is None and valid_BT is None and not decode
+        if pos_BT is None:
+            pos_BT = jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), (B, T))
+        if valid_BT is None:
+            valid_BT = jnp.ones((B, T), bool)
         if decode:
             k_BSNH, v_BSNH, kpos_BS, kvalid_BS = self._update_cache(
                 k_BTNH, v_BTNH, pos_BT, valid_BT
             )
         else:
             k_BSNH, v_BSNH, kpos_BS, kvalid_BS = k_BTNH, v_BTNH, pos_BT, valid_BT
-        # Causal by position, keys must be real tokens; a query may always see itself.
-        mask_BTS = (kpos_BS[:, None, :] <= pos_BT[:, :, None]) & kvalid_BS[:, None, :]
-        if not decode:
-            mask_BTS = mask_BTS | jnp.eye(T, dtype=bool)[None]
+        mask = None
+        if not causal:
+            # Causal by position, keys must be real tokens; a query may always see itself.
+            mask_BTS = (kpos_BS[:, None, :] <= pos_BT[:, :, None]) & kvalid_BS[:, None, :]
+            if not decode:
+                mask_BTS = mask_BTS | jnp.eye(T, dtype=bool)[None]
+            mask = mask_BTS[:, None]
         out_BTNH = jax.nn.dot_product_attention(
             q_BTNH,
             k_BSNH.astype(q_BTNH.dtype),
             v_BSNH.astype(q_BTNH.dtype),
-            mask=mask_BTS[:, None],
+            mask=mask,
+            is_causal=causal,
             implementation=cast(Literal["xla", "cudnn"] | None, c.attention_impl),
         )
         w_out = kernel("out", (c.n_heads, c.head_dim, c.d_model), ("heads", "kv", "embed"))
@@ -99,8 +114,8 @@ class Block(nn.Module):
     def __call__(
         self,
         x_BTD: jax.Array,
-        pos_BT: jax.Array,
-        valid_BT: jax.Array,
+        pos_BT: jax.Array | None,
+        valid_BT: jax.Array | None,
         decode: bool,
         deterministic: bool,
     ) -> jax.Array:
@@ -178,11 +193,9 @@ class Transformer(nn.Module):
     ) -> jax.Array:
         c = self.cfg
         dtype = self.dtype
-        B, T = tokens_BT.shape
-        if pos_BT is None:
-            pos_BT = jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), (B, T))
-        if valid_BT is None:
-            valid_BT = jnp.ones((B, T), bool)
+        T = tokens_BT.shape[1]
+        # Blocks get None for a plain batch (positions 0..T-1, all real): causal attention.
+        pos_T = pos_BT if pos_BT is not None else jnp.arange(T, dtype=jnp.int32)[None]
         embed = nn.Embed(
             c.vocab_size,
             c.d_model,
@@ -191,7 +204,7 @@ class Transformer(nn.Module):
             name="embed",
         )
         wpe = self.param("pos_embed", _init((None, "embed"), 0.01), (c.block_size, c.d_model))
-        x_BTD = embed(tokens_BT) + jnp.take(wpe, pos_BT, axis=0).astype(dtype)
+        x_BTD = embed(tokens_BT) + jnp.take(wpe, pos_T, axis=0).astype(dtype)
         x_BTD = nn.Dropout(c.dropout)(x_BTD, deterministic=deterministic)
         block = nn.remat(Block, static_argnums=(4, 5)) if c.remat else Block
         for i in range(c.n_layers):

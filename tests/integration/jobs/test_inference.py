@@ -127,3 +127,22 @@ def test_cached_logits_equal_no_cache_logits_with_left_padding(
         np.testing.assert_allclose(
             np.asarray(step_logits[row, 0]), np.asarray(full[-1]), atol=1e-4, rtol=1e-4
         )
+
+
+def test_plain_causal_attention_equals_the_masked_path(
+    straight: tuple[Path, Path, GPTTrainer],
+) -> None:
+    """A batch without positions or padding takes ``is_causal`` attention (no mask tensor); the
+    same batch with its positions and validity spelled out takes the mask: same logits."""
+    trainer = straight[2]
+    model, params = trainer.model, trainer.state.params
+    tokens = jnp.asarray([encode("def main(): return 1"), encode("import os, sys as s_")])
+    B, T = tokens.shape
+    plain = model.apply({"params": params}, tokens)
+    spelled = model.apply(
+        {"params": params},
+        tokens,
+        jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), (B, T)),
+        jnp.ones((B, T), bool),
+    )
+    np.testing.assert_allclose(np.asarray(plain), np.asarray(spelled), atol=1e-5, rtol=1e-5)

@@ -131,3 +131,11 @@ def test_auto_batch_size_probes_in_subprocesses_and_caches(
     assert (size, from_cache) == (4, False)
     assert not list(tmp_path.glob("checkpoints"))  # probes used their own temp roots
     assert batchsize.resolve("k", probe, "cpu", candidates=(2, 4), path=cache) == (4, True)
+
+
+@pytest.mark.timeout(120)
+def test_the_devices_are_read_in_a_child_so_the_searching_process_holds_none() -> None:
+    # The launcher must not open the devices before its probes run (a JAX process takes 75 % of
+    # each GPU; a TPU opens in one process at a time): the cache key's chip comes from a child.
+    chip, devices = batchsize.describe_devices(timeout_s=100)
+    assert chip == "cpu:cpu" and devices >= 1

@@ -44,6 +44,27 @@ def test_nothing_fits_is_an_error() -> None:
         search(ThresholdProbe(0))
 
 
+@pytest.mark.parametrize(
+    "output",
+    [
+        # GPU, XLA's BFC allocator (seen on an H200 by scripts/gpu-check.sh's batchsize row)
+        "jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying "
+        "to allocate 6442450944 bytes.",
+        # GPU, a failed cuMemAlloc (preallocation included)
+        "E external/xla/xla/stream_executor/cuda/cuda_driver.cc: failed to alloc 2147483648 "
+        "bytes on host: CUDA_ERROR_OUT_OF_MEMORY: out of memory",
+        # TPU, at compile time
+        "XlaRuntimeError: XLA:TPU compile permanent error. Ran out of memory in memory space "
+        "hbm. Used 21.95G of 15.48G hbm. Exceeded hbm capacity by 6.47G.",
+        # TPU, at run time
+        "Error allocating device buffer: Attempting to allocate 1.00G. That was not possible. "
+        "There are 512.00M free.",
+    ],
+)
+def test_classify_recognises_gpu_and_tpu_out_of_memory_wordings(output: str) -> None:
+    assert classify(1, "Traceback (most recent call last):\n" + output) is ProbeOutcome.OOM
+
+
 def test_classify_recognises_xla_oom_and_other_failures() -> None:
     oom = "jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory"
     assert classify(1, oom) is ProbeOutcome.OOM
