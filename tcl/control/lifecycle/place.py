@@ -20,6 +20,7 @@ from tcl.control.errors import (
     NoCapacityError,
     NoPlacementError,
     PlacementAborted,
+    StoreError,
 )
 from tcl.control.service import Control
 from tcl.control.shipping import Snapshot
@@ -143,9 +144,24 @@ async def place_and_start(
             raise
         try:
             _record_started(ctl, run_id, att.attempt, plan, backend.kind, snap, launched)
+        except StoreError:
+            # its job runs on the host and the store does not answer: not the job's fault,
+            # and stopping it now would race its end (a short job ends before the stop lands,
+            # then the placement made again runs it twice). It goes on; its attempt stays
+            # `provisioning` with its handle, which whoever takes the run next (a controller,
+            # a sweep's next claimer) adopts by asking the host (lifecycle.adopt): followed,
+            # never started again. A job that ends meanwhile frees its chips on its own.
+            log.warning(
+                "run %s attempt %d: started on %s, not recorded (the state store did not "
+                "answer); left running for adoption",
+                run_id,
+                att.attempt,
+                plan.host,
+            )
+            raise
         except BaseException:
-            # its job runs on the host but the run cannot be recorded started (stopped
-            # meanwhile, the store gone): it is stopped there, nothing left holding chips
+            # its job runs on the host but its run was stopped meanwhile (or the record
+            # failed otherwise): it is stopped there, nothing left holding chips
             await _undo(ctl, backend, launched.handle, run_id, att.attempt)
             raise
         return SubmitResult(

@@ -276,10 +276,11 @@ def record_state(
         msg: str | None = why or (f"exit code {exit_code}" if exit_code is not None else None)
     else:
         msg = why or None
-    ctl.store.set_state(run.id, state, exit_code=exit_code, message=msg)
-    if move(att.state, state) is Move.APPLY:
-        ended = cause if state.is_final else None
-        ctl.store.update_attempt(run.id, att.attempt, state=state, cause=ended)
+    # the run and its attempt in one write: a reader sees both ended, or neither
+    ended = cause if state.is_final else None
+    ctl.store.set_state(
+        run.id, state, exit_code=exit_code, message=msg, attempt=att.attempt, cause=ended
+    )
 
 
 class ResumingPull:

@@ -218,9 +218,17 @@ class Store(StoreBase):
         *,
         message: str | None = None,
         exit_code: int | None = None,
+        attempt: int | None = None,
+        cause: AttemptCause | None = None,
     ) -> bool:
         """The one writer of run state: True when applied, False when a final state is met
-        again (the first outcome is kept); raises :class:`StateConflict` otherwise."""
+        again (the first outcome is kept); raises :class:`StateConflict` otherwise.
+
+        ``attempt``: that attempt moves to ``state`` too (with ``cause`` when final), in the
+        same transaction, where its own move applies: a reader never sees the run ended and
+        its attempt not (or the reverse)."""
+        if attempt is not None:
+            _check_cause(state, cause)
         with self._session() as s:
             row = s.get(RunRow, run_id, with_for_update=True)
             if row is None:
@@ -229,6 +237,13 @@ class Store(StoreBase):
             verdict = move(current, state)
             if verdict is Move.ILLEGAL:
                 raise StateConflict(f"run {run_id}: {current} → {state} is not allowed")
+            if attempt is not None:
+                att = s.get(AttemptRow, (run_id, attempt), with_for_update=True)
+                if att is None:
+                    raise RunNotFoundError(f"no attempt {attempt} of run {run_id!r}")
+                if move(RunState(att.state), state) is Move.APPLY:
+                    att.state = state.value
+                    att.cause = cause.value if cause is not None else ""
             if verdict is Move.KEEP:
                 return False
             row.state = state.value
@@ -320,8 +335,7 @@ class Store(StoreBase):
     ) -> None:
         """The attempt's guarded writer. A final state comes with its ``cause`` (why the
         attempt ended), kept with the first final state only."""
-        if (state is not None and state.is_final) != (cause is not None):
-            raise ValueError(f"attempt state {state}: a cause with a final state, and only then")
+        _check_cause(state, cause)
         with self._session() as s:
             row = s.get(AttemptRow, (run_id, attempt))
             if row is None:
@@ -392,3 +406,8 @@ class Store(StoreBase):
                 select(AttemptRow).where(AttemptRow.run_id == run_id).order_by(AttemptRow.attempt)
             ).all()
             return [_attempt(r) for r in rows]
+
+
+def _check_cause(state: RunState | None, cause: AttemptCause | None) -> None:
+    if (state is not None and state.is_final) != (cause is not None):
+        raise ValueError(f"attempt state {state}: a cause with a final state, and only then")

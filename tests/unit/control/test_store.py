@@ -55,6 +55,21 @@ def exercise_store(store: Store) -> None:
     assert final.state is RunState.SUCCEEDED and final.exit_code == 0 and final.host == "gpu1"
     assert [r.id for r in store.list_runs(include_final=False)] == ["eval-def456"]
     assert len(store.list_runs()) == 2
+    # a run and its attempt move in one write: both, or neither (no reader sees the run ended
+    # and its attempt still running)
+    ev = "eval-def456"
+    store.set_state(ev, RunState.PROVISIONING)
+    store.add_attempt(ev, "gpu1", "ssh")
+    assert store.set_state(ev, RunState.RUNNING, attempt=0)
+    with pytest.raises(RunNotFoundError):
+        store.set_state(ev, RunState.FAILED, exit_code=1, attempt=5, cause=AttemptCause.EXIT)
+    assert store.get_run(ev).state is RunState.RUNNING  # rolled back with the attempt's miss
+    assert store.set_state(ev, RunState.FAILED, exit_code=1, attempt=0, cause=AttemptCause.EXIT)
+    assert [(a.state, a.cause) for a in store.attempts(ev)] == [
+        (RunState.FAILED, AttemptCause.EXIT)
+    ]
+    with pytest.raises(ValueError, match="cause"):  # a final state names why the attempt ended
+        store.set_state(ev, RunState.TERMINATED, attempt=0)
 
 
 def test_sqlite_store(tmp_path: Path) -> None:
