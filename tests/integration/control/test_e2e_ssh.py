@@ -223,6 +223,64 @@ def test_submit_follow_through_a_cut_ssh_connection(e2e: Env, ssh_testbed: SshTe
     assert sub2["code"]["uploaded_bytes"] == 0
 
 
+CUT_LINES, CUTS = 100_000, 20
+CHUNK = CUT_LINES // CUTS
+# 20 chunks of 5,000 lines; after each the job waits for the test to cut the connections
+CUT_JOB = f"""
+import os, sys, time
+for chunk in range({CUTS}):
+    first = chunk * {CHUNK}
+    sys.stdout.write("".join(f"line {{i}}\\n" for i in range(first, first + {CHUNK})))
+    sys.stdout.flush()
+    while not os.path.exists(os.path.join(os.environ["FLAGS"], str(chunk))):
+        time.sleep(0.05)
+sys.exit(3)
+"""
+
+
+def _cut(tb: SshTestbed) -> int:
+    """Cut the live connections (waiting for one to exist: the owner reconnects first)."""
+    deadline = time.monotonic() + 60
+    while not (killed := _kill_connections(tb)):
+        assert time.monotonic() < deadline, "no connection to cut"
+        time.sleep(0.05)
+    return killed
+
+
+def test_logs_follow_through_twenty_ssh_cuts_keeps_every_line_once_and_the_exit_code(
+    e2e: Env, ssh_testbed: SshTestbed, tmp_path: Path
+) -> None:
+    """100,000 lines; after each 5,000 the SSH connections that carry them are cut (20 cuts,
+    each while the job runs): `tcl logs -f` prints each line once, in order, and exits with the
+    job's exit code."""
+    flags = tmp_path / "flags"
+    flags.mkdir()
+    argv = ["python3", "-c", CUT_JOB]
+    sub = e2e.tcl_json("submit", "--chip", "a100", "-d", "--env", f"FLAGS={flags}", "--", *argv)
+    follow = subprocess.Popen(
+        [TCL, "logs", "-f", sub["run_id"]],
+        cwd=e2e.repo,
+        env=e2e.env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert follow.stdout is not None
+    lines, cuts = [], 0
+    for raw in follow.stdout:
+        line = raw.rstrip("\n")
+        if not line.startswith("line "):
+            continue
+        lines.append(line)
+        if len(lines) % CHUNK == 0:  # the job waits: cut what carries its lines, then go on
+            cuts += _cut(ssh_testbed) > 0
+            (flags / str(len(lines) // CHUNK - 1)).touch()
+    err = follow.stderr.read() if follow.stderr else ""
+    assert follow.wait(60) == 3, err[-2000:]
+    assert cuts == CUTS
+    assert len(lines) == CUT_LINES and lines == [f"line {i}" for i in range(CUT_LINES)]
+
+
 def test_submits_reuse_the_daemons_warm_ssh_connection(e2e: Env, ssh_testbed: SshTestbed) -> None:
     """`tcl submit` runs in the `tcl serve` daemon, which keeps the host's SSH connection (and
     its forwards) open between commands: later submits open no new connection."""

@@ -17,9 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from tcl.control.localshim import stop_local_shim
 from tests.browser import artefact_path
-from tests.integration.tclcli import run_tcl, start_tcl, user_env
+from tests.integration.tclcli import run_tcl, start_tcl, stop_local_shim_and_tasks, user_env
 
 if TYPE_CHECKING:
     from playwright.sync_api import Page
@@ -81,7 +80,7 @@ def dash(tmp_path: Path) -> Iterator[Dash]:
         ui.terminate()
         ui.wait(timeout=20)
         run_tcl(["serve", "--stop"], env, work, check=False, timeout=60)
-        stop_local_shim(home / "state" / "local-shim")
+        stop_local_shim_and_tasks(home / "state" / "local-shim")
 
 
 def _shot(page: Page, request: pytest.FixtureRequest, what: str) -> None:
