@@ -14,6 +14,7 @@ asking for a GPU must be refused (``no_capacity``) when none is free.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -27,7 +28,7 @@ from tcl.runner.api import JobSpec, LogStream
 from tcl.runner.client import RunnerClient
 from tcl.shim.api import ExecutorKind, TaskSpec, TaskStatus
 from tcl.shim.client import ShimClient
-from tcl.shim.errors import NoCapacity
+from tcl.shim.errors import NoCapacity, ShimError
 
 RUNNER_BIN_ENV = "TCL_GPUCHECK_RUNNER_BIN"  # scripts/gpu-check.sh's runner, where none is installed
 PROBE_MARK = "GPUCHECK_TASK "
@@ -148,10 +149,15 @@ async def check_async() -> RowResult:
             if n <= 2:  # every GPU is asked for: one more must be refused while they run
                 await asyncio.sleep(1.0)
                 refused = await refused_when_full(c)
-            reports = await asyncio.gather(*running)
-            for i in range(len(asks)):
-                await c.terminate_task(f"task-{i}", timeout_s=10)
-                await c.remove_task(f"task-{i}")
+            try:
+                reports = await asyncio.gather(*running)
+            finally:  # runners outlive their shim by design: end them whatever happened
+                for t in running:
+                    t.cancel()
+                for i in range(len(asks)):
+                    with contextlib.suppress(ShimError):
+                        await c.terminate_task(f"task-{i}", timeout_s=10)
+                        await c.remove_task(f"task-{i}")
     finally:
         shim.close()
     ids = bus_ids()
