@@ -15,8 +15,11 @@ older than ``min_age_s`` and
 A sweep asks only hosts where something may be left: those of a live attempt or of a run
 that moved within ``recent_s``. It never starts a shim to ask (a stopped local shim holds
 nothing). Each orphan is ended on its own (one that cannot be reached does not keep the next
-one holding its chips). Hosts whose backend cannot list its tasks (SLURM, TPU, Volcano) are not
-swept; the tasks of a multi-node launch are swept on the hosts its attempt row names.
+one holding its chips). A task any live attempt of its run names is left alone whatever its
+name says (a SLURM requeue is attempt 1 of the job named for attempt 0). Shim hosts and SLURM
+clusters (this user's jobs named ``tcl-<run>-<attempt>``, ended with ``scancel``) are swept; TPU
+and Volcano hosts are not (their backends list no tasks); the tasks of a multi-node launch are
+swept on the hosts its attempt row names.
 """
 
 from __future__ import annotations
@@ -62,6 +65,10 @@ def orphaned(ctl: Control, task: HostTask, att: Attempt | None) -> bool:
     return att.state.is_final and (handle.released or att.cause is AttemptCause.INFRA)
 
 
+def _live_and_names(ctl: Control, att: Attempt, task: HostTask) -> bool:
+    return not att.state.is_final and bool(att.handle) and ctl.handle(att).names(task)
+
+
 async def sweep_host(ctl: Control, kind: str, host: str, min_age_s: float) -> list[str]:
     """End the orphans on ``host`` (of backend ``kind``); their ids."""
     backend = ctl.backend_for_kind(kind)
@@ -74,7 +81,10 @@ async def sweep_host(ctl: Control, kind: str, host: str, min_age_s: float) -> li
     for task in tasks:
         if task.run_id not in runs:
             continue  # not this store's run: another user's, on a shared host
-        att = next((a for a in attempts.get(task.run_id, []) if a.attempt == task.attempt), None)
+        atts = attempts.get(task.run_id, [])
+        if any(_live_and_names(ctl, a, task) for a in atts):
+            continue  # a later attempt of the same job (a SLURM requeue keeps job and name)
+        att = next((a for a in atts if a.attempt == task.attempt), None)
         if not orphaned(ctl, task, att):
             continue
         log.warning("%s: task %s: no attempt names it; ending it", host, task.task_id)

@@ -102,18 +102,24 @@ def _lines(n: int, every_s: float = 0.0) -> str:
     return f"import time\nfor i in range({n}):\n    print(f'line {{i}}', flush=True){pause}\n"
 
 
+# The issue's scale is 1,000,000 lines (TCL_TEST_DETACHED_LINES=1000000: about 9 MB of events
+# through the local shim; see the note of issue 28 for its time); CI runs 3,000.
+DETACHED_LINES = int(os.environ.get("TCL_TEST_DETACHED_LINES", "3000"))
+
+
 def test_a_detached_run_nobody_follows_keeps_every_line_after_its_host_is_gone(home: Home) -> None:
-    run_id = home.submit_detached("--", "python", "-c", _lines(3000))
+    n = DETACHED_LINES
+    run_id = home.submit_detached("--", "python", "-c", _lines(n))
     # nobody follows and nothing here pulls: the daemon's controller ends the run
     run = wait_until(
-        lambda: home.run(run_id), 120, "the run's end", done=lambda r: r.state.is_final
+        lambda: home.run(run_id), 120 + n / 2000, "the run's end", done=lambda r: r.state.is_final
     )
     assert run.state is RunState.SUCCEEDED, run
     # its host goes away (the task, its runner and everything it kept are gone with it)
     stop_local_shim(home.root / "state" / "local-shim")
     logs = home.tcl("logs", run_id)
     assert logs.returncode == 0, logs.stderr
-    assert logs.stdout.splitlines() == [f"line {i}" for i in range(3000)]
+    assert logs.stdout.splitlines() == [f"line {i}" for i in range(n)]
 
 
 def test_a_detached_retry_run_preempted_with_nobody_following_is_placed_again(

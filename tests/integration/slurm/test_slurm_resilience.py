@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from tcl.control.backends.slurm.jobnames import job_name
 from tcl.control.store import Store
 from tests.integration.jobs.helpers import resumable_gpt_yaml
 from tests.integration.slurm.test_e2e_slurm import Env, _config
@@ -112,7 +113,8 @@ def test_logs_follow_through_a_cut_login_connection(env: Env) -> None:
 
 
 def _job_id(env: Env, run_id: str) -> str:
-    out = env.cluster.ssh(f"squeue -h -t all -n tcl-{run_id} -o %i").stdout.split()
+    # the job of its first attempt (a requeue keeps the job, and its name)
+    out = env.cluster.ssh(f"squeue -h -t all -n {job_name(run_id, 0)} -o %i").stdout.split()
     assert len(out) == 1, out
     return out[0]
 

@@ -11,9 +11,10 @@ import pytest
 
 from tcl.control.backends.base import HostTask
 from tcl.control.backends.shimtasks import host_task, task_ids
+from tcl.control.backends.slurm.jobnames import job_name, read_job_name
 from tcl.control.config import default_config
 from tcl.control.errors import AgentError
-from tcl.control.lifecycle.orphans import OrphanSettings, OrphanSweep, orphaned
+from tcl.control.lifecycle.orphans import OrphanSettings, OrphanSweep, orphaned, sweep_host
 from tcl.control.runrequest import RunRequest
 from tcl.control.service import Control
 from tcl.control.states import AttemptCause, RunState
@@ -149,3 +150,28 @@ def test_a_stopped_local_shim_is_not_started_to_be_swept(tmp_path: Path) -> None
     host = LocalShimHost("local", LocalHost(type="local", fake_accelerators="h100:1"), shim_dir)
     assert asyncio.run(host.running_shim()) is None
     assert sorted(p.name for p in shim_dir.iterdir()) == []  # nothing started, no token made
+
+
+def test_a_task_a_later_live_attempt_names_is_not_an_orphan(ctl: Control) -> None:
+    """A SLURM requeue: attempt 1 follows the job named for attempt 0, which ended (released):
+    the sweep leaves the job alone while attempt 1 lives."""
+    job = _task(0)
+    ctl.store.add_attempt("r-1", "local", "local", _handle("r-1-0", released=True))
+    ctl.store.update_attempt("r-1", 0, state=RunState.TERMINATED, cause=AttemptCause.PREEMPTED)
+    host = _Host(ctl, [job], set())
+    assert asyncio.run(sweep_host(ctl, "local", "local", 0.0)) == ["r-1-0"]  # nobody follows it
+    ctl.store.add_attempt("r-1", "local", "local", _handle("r-1-0"))  # the requeue's attempt
+    host.ended.clear()
+    assert asyncio.run(sweep_host(ctl, "local", "local", 0.0)) == []
+    assert host.ended == []
+
+
+@pytest.mark.parametrize("run_id", ["r", "train-3fa9c2", "a-1-2"])
+@pytest.mark.parametrize("attempt", [0, 7])
+def test_a_slurm_job_s_name_reads_back_as_its_run_and_attempt(run_id: str, attempt: int) -> None:
+    assert read_job_name(job_name(run_id, attempt)) == (run_id, attempt)
+
+
+def test_a_slurm_job_name_tcl_never_gives_is_not_read() -> None:
+    for name in ("tcl-r", "someone-0", "tcl-", "tcl-r-x", "job"):  # tcl-r: an older version's
+        assert read_job_name(name) is None

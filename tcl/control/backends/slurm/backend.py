@@ -18,6 +18,7 @@ from tcl.control.backends.base import (
     RUNNER_STATES,
     Backend,
     HostCheck,
+    HostTask,
     Launched,
     NodeOffer,
     NodePage,
@@ -31,6 +32,7 @@ from tcl.control.backends.base import (
 from tcl.control.backends.base import Handle as BaseHandle
 from tcl.control.backends.slurm import parse, remote
 from tcl.control.backends.slurm.handle import SlurmHandle, SlurmLogin
+from tcl.control.backends.slurm.jobnames import job_name, read_job_name
 from tcl.control.backends.slurm.script import BatchScript, render
 from tcl.control.backends.slurm.venv import IMAGE_JOB_TCL_PATH, ensure_runner, runner_program
 from tcl.control.clusterfs import JUICEFS_REQUIREMENT, cluster_fs, out_dir_env
@@ -156,7 +158,7 @@ class SlurmBackend(Backend):
             kind = self.inputs.gres_mapping.get(plan.chip, f"gpu:{plan.chip}")
             gres = f"{kind}:{plan.chips_per_node}"
         return BatchScript(
-            job_name=f"tcl-{job.run_id}",
+            job_name=job_name(job.run_id, job.attempt),
             nodes=plan.node_count,
             partition=plan.params.get("partition"),
             gres=gres,
@@ -343,6 +345,28 @@ class SlurmBackend(Backend):
     async def release(self, handle: BaseHandle, state: RunState) -> None:
         """Nothing to free: SLURM ended the job; the run dir (logs) stays on the cluster."""
         return None
+
+    async def host_tasks(self, host: str) -> list[HostTask]:
+        """This user's pending and running jobs on ``host`` named by tcl (``job_name``)."""
+        cfg = self._cfg(host)
+        res = await self.inputs.ssh_pool().run(
+            self._target(host), [SlurmLogin.of(cfg).python, "-c", remote.TASKS_PY]
+        )
+        try:
+            answer = json.loads(res.stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            raise AgentError(f"{host}: listing its jobs answered {res.stdout.strip()!r}") from None
+        if answer["error"]:
+            raise AgentError(f"{host}: squeue: {answer['error']}")
+        out = []
+        for j in answer["jobs"]:
+            named = read_job_name(j["name"])
+            if named is not None:
+                out.append(HostTask(host, j["job_id"], *named, max(0.0, float(j["age_s"]))))
+        return out
+
+    async def end_task(self, task: HostTask) -> None:
+        await self.inputs.ssh_pool().run(self._target(task.host), ["scancel", task.task_id])
 
     def ssh_endpoint(self, handle: BaseHandle, node: int) -> SshEndpoint | None:
         assert isinstance(handle, SlurmHandle)

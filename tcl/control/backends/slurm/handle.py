@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tcl.control.backends.base import Handle
+from tcl.control.backends.base import Handle, HostTask
 from tcl.control.config import SlurmHost
 
 
@@ -66,6 +66,9 @@ class SlurmHandle(Handle):
 
     def task_label(self) -> str:
         return f"job {self.job_id}"
+
+    def names(self, task: HostTask) -> bool:
+        return task.host == self.host and task.task_id == self.job_id
 
     def state_dir(self, node: int) -> str:
         return f"{self.run_dir}/a{self.restart}/n{node}"
