@@ -81,3 +81,16 @@ class HandLoop:
             self.i += 1
         jax.block_until_ready(loss)
         return time.perf_counter() - t0
+
+
+def take_turns(trainer: GPTTrainer, hand: HandLoop, chunk: int, rounds: int) -> tuple[float, float]:
+    """(trainer seconds, hand-loop seconds) over ``rounds`` turns of ``chunk`` steps each, the
+    order flipped every round so that drifting load (or clocks) hits both alike."""
+    ours = base = 0.0
+    for r in range(rounds):
+        if r % 2:
+            ours += trainer_seconds(trainer, chunk)
+        base += hand.seconds(chunk)
+        if not r % 2:
+            ours += trainer_seconds(trainer, chunk)
+    return ours, base

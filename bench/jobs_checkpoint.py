@@ -20,29 +20,10 @@ from pathlib import Path
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
+from bench.gpucheck.checkpoint import make_tree, raw_save
 from tcl.jobs import checkpoint as ckpt
-
-
-def make_tree(total_mb: int) -> dict[str, jax.Array]:
-    n_leaves = 16
-    per_leaf = total_mb * 2**20 // 4 // n_leaves
-    key = jax.random.key(0)
-    return {
-        f"layer_{i:02d}": jax.random.normal(jax.random.fold_in(key, i), (per_leaf,), jnp.float32)
-        for i in range(n_leaves)
-    }
-
-
-def numpy_save(directory: Path, tree: dict[str, jax.Array]) -> None:
-    directory.mkdir(parents=True)
-    for name, leaf in tree.items():
-        with (directory / f"{name}.npy").open("wb") as f:
-            np.save(f, np.asarray(leaf))
-            f.flush()
-            os.fsync(f.fileno())
 
 
 def numpy_load(directory: Path, tree: dict[str, jax.Array]) -> dict[str, np.ndarray]:
@@ -62,14 +43,14 @@ def main() -> None:
     p.add_argument("--dir", default=tempfile.gettempdir())
     p.add_argument("--repeats", type=int, default=3)
     a = p.parse_args()
-    tree = make_tree(a.mb)
+    tree = make_tree(a.mb * 2**20)
     jax.block_until_ready(tree)
     gb = sum(x.nbytes for x in tree.values()) / 1e9
     rows: dict[str, list[float]] = {k: [] for k in ("np_save", "ck_save", "np_load", "ck_load")}
     with tempfile.TemporaryDirectory(dir=a.dir, prefix="tcl-bench-ckpt-") as root:
         for r in range(a.repeats):
             npd, ckd = Path(root) / f"np{r}", Path(root) / f"ck{r}"
-            rows["np_save"].append(timed(numpy_save, npd, tree))
+            rows["np_save"].append(timed(raw_save, npd, tree))
             rows["ck_save"].append(
                 timed(
                     ckpt.save, ckd, tree, {"steps": r}, {"name": "b"}, "x: 1\n", jax.random.key(r)

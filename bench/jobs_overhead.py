@@ -19,7 +19,7 @@ os.environ.setdefault(
 )
 
 
-from bench._jobslib import HandLoop, trainer_seconds
+from bench._jobslib import HandLoop, take_turns, trainer_seconds
 from tcl.jobs.config import configuration
 from tcl.jobs.gpt import GPTTrainer
 from tcl.jobs.run import load_config
@@ -45,18 +45,11 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=10)
     a = p.parse_args()
     full, _ = load_config("gpt/train", None, OVERRIDES)
-    ours = base = 0.0
     with tempfile.TemporaryDirectory() as root, configuration(full):
         trainer = GPTTrainer(ExecutionSpec.local(root, "bench"))
         trainer_seconds(trainer, 10)  # compile
         hand = HandLoop(trainer)
-        # Alternate short turns (order flipped each round) so drifting load hits both alike.
-        for r in range(a.rounds):
-            if r % 2:
-                ours += trainer_seconds(trainer, a.chunk)
-            base += hand.seconds(a.chunk)
-            if not r % 2:
-                ours += trainer_seconds(trainer, a.chunk)
+        ours, base = take_turns(trainer, hand, a.chunk, a.rounds)
     steps = a.chunk * a.rounds
     print(f"hand-written jitted loop: {steps / base:8.1f} steps/s over {steps} steps")
     print(f"BaseTrainer:              {steps / ours:8.1f} steps/s over {steps} steps")

@@ -24,7 +24,7 @@ from typing import Any
 
 import jax
 
-from bench._jobslib import HandLoop, trainer_seconds
+from bench._jobslib import HandLoop, take_turns, trainer_seconds
 from bench.gpucheck.report import Outcome, RowResult, run_row
 from tcl.jobs.config import configuration
 from tcl.jobs.gpt import GPTTrainer
@@ -109,13 +109,7 @@ def measure(size: Size, attention: str | None, root: str) -> dict[str, Any]:
         trainer = GPTTrainer(ExecutionSpec.local(root, "gpucheck-mfu"))
         trainer_seconds(trainer, 3)  # compile and warm up
         hand = HandLoop(trainer)
-        ours = base = 0.0
-        for r in range(size.rounds):
-            if r % 2:
-                ours += trainer_seconds(trainer, size.chunk)
-            base += hand.seconds(size.chunk)
-            if not r % 2:
-                ours += trainer_seconds(trainer, size.chunk)
+        ours, base = take_turns(trainer, hand, size.chunk, size.rounds)
         steps = size.chunk * size.rounds
         tokens_per_s = steps * trainer.global_batch * trainer.block_size / ours
         flops_per_token = protocol.flops_per_token(trainer.model, trainer.n_params)

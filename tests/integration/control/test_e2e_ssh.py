@@ -179,6 +179,18 @@ def _kill_connections(tb: SshTestbed) -> int:
     return len(out)
 
 
+def _follow(e2e: Env, run_id: str) -> subprocess.Popen[str]:
+    """`tcl logs -f RUN`, its output piped."""
+    return subprocess.Popen(
+        [TCL, "logs", "-f", run_id],
+        cwd=e2e.repo,
+        env=e2e.env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
 def test_submit_follow_through_a_cut_ssh_connection(e2e: Env, ssh_testbed: SshTestbed) -> None:
     sub = e2e.tcl_json(
         "submit", "--chip", "h100", "-n", "2", "-d", "--name", "e2e", "--", "python3", "-c", JOB
@@ -188,14 +200,7 @@ def test_submit_follow_through_a_cut_ssh_connection(e2e: Env, ssh_testbed: SshTe
     assert sub["skipped"][0]["reason"].startswith("unreachable")
     assert sub["code"]["uploaded_bytes"] > 0
     accepted_before = _accepted(ssh_testbed)
-    follow = subprocess.Popen(
-        [TCL, "logs", "-f", sub["run_id"]],
-        cwd=e2e.repo,
-        env=e2e.env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    follow = _follow(e2e, sub["run_id"])
     assert follow.stdout is not None
     seen = []
     cut = 0
@@ -257,14 +262,7 @@ def test_logs_follow_through_twenty_ssh_cuts_keeps_every_line_once_and_the_exit_
     flags.mkdir()
     argv = ["python3", "-c", CUT_JOB]
     sub = e2e.tcl_json("submit", "--chip", "a100", "-d", "--env", f"FLAGS={flags}", "--", *argv)
-    follow = subprocess.Popen(
-        [TCL, "logs", "-f", sub["run_id"]],
-        cwd=e2e.repo,
-        env=e2e.env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    follow = _follow(e2e, sub["run_id"])
     assert follow.stdout is not None
     lines, cuts = [], 0
     for raw in follow.stdout:
