@@ -239,6 +239,11 @@ class RunnerClient:
             response = await self._http.request(method, path, **kwargs)
         except httpx.TransportError as e:
             raise RunnerUnavailable(f"{method} {self.base_url}{path}: {e!r}") from e
+        except RuntimeError as e:
+            if not self._http.is_closed:
+                raise
+            # closed by its owner before or while this call was made: a dropped connection
+            raise RunnerUnavailable(f"{method} {self.base_url}{path}: the client was closed") from e
         if response.status_code >= 400:
             try:
                 body = response.json()

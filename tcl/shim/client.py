@@ -143,6 +143,14 @@ class ShimClient:
             raise ShimUnavailable(
                 f"cannot reach the shim at {self._http.base_url}: {type(e).__name__}: {e}"
             ) from e
+        except RuntimeError as e:
+            if not self._http.is_closed:
+                raise
+            # closed by its owner (a reset after another call's error) before or while this
+            # call was made: a dropped connection, worth asking again on a new client
+            raise ShimUnavailable(
+                f"the connection to the shim at {self._http.base_url} was reset meanwhile"
+            ) from e
         if resp.is_success:
             return resp
         raise _error_from(resp)

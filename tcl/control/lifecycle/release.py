@@ -7,14 +7,17 @@ follower that pulls without it (:class:`~tcl.control.lifecycle.follow.ResumingPu
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING
 
-from tcl.control.errors import TclError
+from tcl.control.errors import AgentUnreachableError, TclError
 from tcl.control.service import Control
 from tcl.control.states import RunState
 
 if TYPE_CHECKING:
     from tcl.control.store import Attempt
+
+RELEASE_TRIES = 2  # one more on a new connection: a reset by a concurrent call, not a dead host
 
 
 async def release_attempt(ctl: Control, att: Attempt, state: RunState) -> None:
@@ -22,10 +25,18 @@ async def release_attempt(ctl: Control, att: Attempt, state: RunState) -> None:
     handle = ctl.handle(att)
     if handle.released:
         return
-    try:
-        await ctl.backend_for(att).release(handle, state)
-    except TclError:
-        return  # the host is gone: nothing to free that can be reached
+    for attempt in range(RELEASE_TRIES):
+        try:
+            await ctl.backend_for(att).release(handle, state)
+            break
+        except AgentUnreachableError:
+            # a connection dropped or reset by a concurrent call (a loaded host): ask again
+            # on a new one, a few times; the orphan sweep is for what is left after that
+            if attempt == RELEASE_TRIES - 1:
+                return
+            await asyncio.sleep(0.2 * (attempt + 1))
+        except TclError:
+            return  # the host is gone: nothing to free that can be reached
     released = handle.model_copy(update={"released": True})
     ctl.store.update_attempt(att.run_id, att.attempt, handle=released.model_dump(mode="json"))
 

@@ -229,6 +229,23 @@ async def test_a_down_shim_names_its_host_and_the_fix() -> None:
     assert msg.endswith("; run `tcl host setup gpu1`")
 
 
+async def test_a_client_its_owner_closed_meanwhile_reads_as_a_dropped_connection() -> None:
+    """Before: a reset after one call's error closed the host's shared client, and another
+    call on it raised httpx's "Cannot send a request, as the client has been closed" (a
+    RuntimeError no caller classifies): a 480-entry sweep under load ended 21 entries `failed`
+    whose runs had succeeded. Now it is unreachable for now: asked again on a new client."""
+    from tcl.control.transport.httpagents import HttpRunner, HttpShim
+
+    shim = HttpShim("http://127.0.0.1:9", "t" * 43, name="shim gpu1")
+    runner = HttpRunner("http://127.0.0.1:9", "t" * 43, name="runner r-1")
+    await shim.aclose()  # what a concurrent reset does
+    await runner.aclose()
+    with pytest.raises(AgentUnreachableError, match="reset meanwhile"):
+        await shim.get_task("r-1-0")
+    with pytest.raises(AgentUnreachableError, match="client was closed"):
+        await runner.healthcheck()
+
+
 def test_the_ssh_backend_hints_host_setup_when_its_shim_is_down() -> None:
     from tcl.control.backends.ssh import SshShimHost
     from tcl.control.config import SshHost
