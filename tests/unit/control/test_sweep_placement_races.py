@@ -33,8 +33,10 @@ def _no_control(config_path: str, named: bool) -> Control:
 class SlowPlacement(Scheduler):
     """Holds its entry's run as the real placer does, and takes ``place_s`` to place it."""
 
-    def __init__(self, queue: SweepQueue, place_s: float, conflict: bool = False) -> None:
-        settings = SchedulerSettings(lease_s=LEASE_S, heartbeat_s=0.1, full_wait_s=0.05)
+    def __init__(
+        self, queue: SweepQueue, place_s: float, conflict: bool = False, full_wait_s: float = 0.05
+    ) -> None:
+        settings = SchedulerSettings(lease_s=LEASE_S, heartbeat_s=0.1, full_wait_s=full_wait_s)
         super().__init__(queue, control_for=_no_control, settings=settings, owner="slow")
         self.place_s = place_s
         self.conflict = conflict
@@ -100,7 +102,9 @@ def test_a_run_another_scheduler_moved_sends_its_entry_back_not_failed(
     queue = sqlite_queue
 
     async def scenario() -> Entry:
-        sched = SlowPlacement(queue, place_s=0.0, conflict=True)
+        # sent back for a while (not at once: claimed again before the test looks, it reads
+        # `claimed`; CI20 saw that on a loaded machine)
+        sched = SlowPlacement(queue, place_s=0.0, conflict=True, full_wait_s=30.0)
         stopping = asyncio.Event()
         loop = asyncio.create_task(sched.run(stopping))
         queue.add("m", SPEC, [NewEntry("e0", {})])

@@ -295,7 +295,10 @@ class VolcanoBackend(Backend):
         pod = await asyncio.to_thread(kube.get_pod, handle.pod(node))
         phase = pod.status.phase if pod is not None and pod.status else None
         if phase in (None, "Pending"):
-            why = pending_reason(pod) or _phase_reason(status) or "waiting for Volcano"
+            # no reason of its own (not created yet, no condition yet): "" keeps what the run
+            # says (the solver's, another pod's Unschedulable) rather than flipping it to a
+            # vaguer word from one pull to the next
+            why = pending_reason(pod) or _phase_reason(status)
             await asyncio.sleep(min(wait_s, 1.0))
             return NodePage([], RunState.QUEUED, message=why)
         runner = await self._runner(handle, node)
