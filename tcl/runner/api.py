@@ -190,6 +190,9 @@ class HealthInfo(BaseModel):
     api_version: int = API_VERSION
     state: RunnerState
     exit_code: int | None = None
+    # whether its job ever started (None: a runner too old to say). A runner stopped before its
+    # job started (a placement undone) is `terminated` with started false: nothing of it ran
+    started: bool | None = None
 
 
 class StateInfo(BaseModel):

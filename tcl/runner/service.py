@@ -118,7 +118,10 @@ class Runner:
             self.log.finish()
 
     def health(self) -> HealthInfo:
-        return HealthInfo(version=__version__, state=self.state, exit_code=self.machine.exit_code)
+        m = self.machine
+        return HealthInfo(
+            version=__version__, state=self.state, exit_code=m.exit_code, started=m.started
+        )
 
     @property
     def workdir(self) -> Path:

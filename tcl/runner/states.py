@@ -43,6 +43,7 @@ class StateMachine:
     def __init__(self, on_change: Callable[[RunnerState, int | None], None] | None = None) -> None:
         self._state = S.WAITING_SPEC
         self._exit_code: int | None = None
+        self._started = False  # the job was started (entered running) at some point
         self._lock = threading.Lock()
         self._on_change = on_change
 
@@ -53,6 +54,11 @@ class StateMachine:
     @property
     def exit_code(self) -> int | None:
         return self._exit_code
+
+    @property
+    def started(self) -> bool:
+        """Whether the job ever started: a runner stopped before ``run`` never ran it."""
+        return self._started
 
     def move(
         self,
@@ -72,6 +78,7 @@ class StateMachine:
             if current not in sources:
                 raise IllegalTransition(f"cannot go from {current} to {target}")
             self._state = target
+            self._started = self._started or target is S.RUNNING
             if exit_code is not None:
                 self._exit_code = exit_code
             if self._on_change is not None:

@@ -75,6 +75,9 @@ class TerminationReason(enum.StrEnum):
     MAX_DURATION = "max_duration"
     VANISHED = "vanished"  # gone while the shim was down
     PREEMPTED = "preempted"  # the host is going away (a spot VM's preemption, a stop)
+    # ended before its job started: a placement undone, its runner stopped before `run`.
+    # Whoever adopts the placement later knows nothing of it ran (place it again)
+    NOT_STARTED = "not_started"
 
 
 class NetworkMode(enum.StrEnum):

@@ -37,6 +37,7 @@ class ProbeResult:
     runner_state: str = ""
     exit_code: int | None = None
     silent_s: float = 0.0
+    started: bool | None = None  # whether its job ever started (None: the runner does not say)
 
 
 START_GRACE_S = 120.0
@@ -82,7 +83,9 @@ class RunnerProbe:
         code = body.get("exit_code")
         exit_code = code if isinstance(code, int) and not isinstance(code, bool) else None
         job = JobState.ENDED if state in FINAL_STATES else JobState.RUNNING
-        return ProbeResult(job, runner_state=state, exit_code=exit_code)
+        started = body.get("started")
+        started = started if isinstance(started, bool) else None
+        return ProbeResult(job, runner_state=state, exit_code=exit_code, started=started)
 
     async def aclose(self) -> None:
         await self._http.aclose()

@@ -226,6 +226,8 @@ class Reconciler:
             log.warning("task %s: cannot end what the job left running: %s", task_id, e.detail)
             ended = 0
         reason = _JOB_REASON.get(result.runner_state, TerminationReason.FAILED)
+        if reason is TerminationReason.STOPPED_BY_USER and result.started is False:
+            reason = TerminationReason.NOT_STARTED  # stopped before its job ran: nothing ran
         code = "" if result.exit_code is None else f" (exit code {result.exit_code})"
         extra = f"; ended {ended} process(es) it left running" if ended else ""
         await svc.finish(

@@ -188,6 +188,9 @@ class RunStatus:
     state: RunState
     exit_code: int | None = None
     message: str = ""
+    # the host knows for sure that its job never started (``terminated`` before it ran: a
+    # placement undone); whoever adopts an unfinished placement places the run again
+    never_started: bool = False
 
 
 @dataclass(frozen=True)

@@ -66,6 +66,7 @@ _OUTCOME = {
     TerminationReason.DONE: RunState.SUCCEEDED,
     TerminationReason.STOPPED_BY_USER: RunState.TERMINATED,
     TerminationReason.PREEMPTED: RunState.TERMINATED,  # stopped by the host going away
+    TerminationReason.NOT_STARTED: RunState.TERMINATED,  # a placement undone
 }
 _REASON = {
     RunState.SUCCEEDED: TerminationReason.DONE,
@@ -333,12 +334,12 @@ class ShimBackend(Backend):
         async def one(h: ShimHost, task_id: str) -> None:
             with contextlib.suppress(TclError):
                 shim = await h.shim()
+                # `not_started`, and removed: whoever adopts the placement later (its placer
+                # died, or the store failed mid-launch) finds no task or one that never
+                # started, a placement undone; never a job that ended `failed`
                 await shim.terminate_task(
-                    task_id, TerminationReason.FAILED, "submit did not finish"
+                    task_id, TerminationReason.NOT_STARTED, "submit did not finish"
                 )
-                # and removed: whoever adopts the placement later (its placer died, or the
-                # store failed mid-launch) finds no task, a placement undone; never a job
-                # that ended `failed`
                 await shim.remove_task(task_id)
             await h.discard_staged()
 
@@ -417,23 +418,26 @@ class ShimBackend(Backend):
     async def status(self, handle: BaseHandle) -> RunStatus:
         assert isinstance(handle, ShimHandle)
 
-        async def one(n: ShimNode) -> RunState:
+        async def one(n: ShimNode) -> tuple[RunState, bool]:
+            """The node's state, and whether its job never started."""
             runner = await self._runner(n)
             if isinstance(runner, TaskInfo):
-                return _outcome_page(runner).state
+                return _ended(runner)
             try:
                 health = await runner.healthcheck()
             except AgentUnreachableError:
                 task = await self._task(n)  # its runner died: the shim's outcome, if it ended
                 if task.status is not TaskStatus.TERMINATED:
                     raise
-                return _outcome_page(task).state
+                return _ended(task)
             finally:
                 await runner.aclose()
-            return RUNNER_STATES[RunnerState(health["state"])]
+            state = RUNNER_STATES[RunnerState(health["state"])]
+            return state, state is RunState.TERMINATED and health.get("started") is False
 
-        states = await asyncio.gather(*(one(n) for n in handle.nodes))
-        return RunStatus(worst_state(states))
+        nodes = await asyncio.gather(*(one(n) for n in handle.nodes))
+        state = worst_state([s for s, _ in nodes])
+        return RunStatus(state, never_started=all(never for _, never in nodes))
 
     async def stop(self, handle: BaseHandle, grace_s: float) -> None:
         assert isinstance(handle, ShimHandle)
@@ -498,6 +502,11 @@ class ShimBackend(Backend):
     async def aclose(self) -> None:
         for h in self._hosts.values():
             await h.aclose()
+
+
+def _ended(task: TaskInfo) -> tuple[RunState, bool]:
+    """A terminated task's state, and whether its job never started."""
+    return _outcome_page(task).state, task.termination_reason is TerminationReason.NOT_STARTED
 
 
 def _outcome_page(task: TaskInfo) -> NodePage:

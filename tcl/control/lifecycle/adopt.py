@@ -6,9 +6,11 @@ Such a run is ``pending`` (a first placement), ``queued`` (a lost node placed ag
 ``waiting_retry`` (a retry placed) while its latest attempt is still
 ``provisioning``. Its task may exist on the host, and its job may even have
 started: the host is asked. Started: the placement is recorded and the run is followed. Not
-started: the task is stopped and freed and the attempt ends ``terminated``, and the caller
-places the run again (nothing is left holding accelerators). The host does not answer: nothing
-is decided (it may have started), the adoption is tried again later.
+started (the host says so: its job is not started yet, or it ended ``terminated`` before it
+ran: a placement undone, or an adopter killed between stopping the task and recording so): the
+task is stopped and freed and the attempt ends ``terminated``, and the caller places the run
+again (nothing is left holding accelerators). The host does not answer: nothing is decided (it
+may have started), the adoption is tried again later.
 """
 
 from __future__ import annotations
@@ -64,7 +66,7 @@ async def adopt_placement(ctl: Control, run: Run, att: Attempt | None) -> bool:
         raise AgentUnreachableError(
             f"cannot tell whether run {run.id}'s job started: {str(e).splitlines()[0]}"
         ) from None
-    if status.state not in NOT_STARTED:
+    if status.state not in NOT_STARTED and not status.never_started:
         if run.state in _PLACED_FROM:
             ctl.store.set_placement(run.id, att.host, att.backend, run.code_sha256)
             ctl.store.set_state(run.id, RunState.PROVISIONING)

@@ -10,7 +10,9 @@ older than ``min_age_s`` and
 
 - no attempt of its number exists (discarded), or that attempt names another task;
 - or its attempt ended and was released (the release could not reach it), ended for cause
-  ``infra`` (given up on while its host did not answer), or ended with no handle at all.
+  ``infra`` (given up on while its host did not answer) or ``placement_failed`` (a placement
+  undone or found not started by its adopter, whose release did not reach it), or ended with
+  no handle at all.
 
 A sweep asks only hosts where something may be left: those of a live attempt or of a run
 that moved within ``recent_s``. It never starts a shim to ask (a stopped local shim holds
@@ -42,6 +44,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+_LET_GO = frozenset({AttemptCause.INFRA, AttemptCause.PLACEMENT_FAILED})
+
 
 @dataclass(frozen=True)
 class OrphanSettings:
@@ -60,9 +64,9 @@ def orphaned(ctl: Control, task: HostTask, att: Attempt | None) -> bool:
     handle = ctl.handle(att)
     if not handle.names(task):
         return True
-    # ended and released (the release could not reach it), or given up on while its host did
-    # not answer (nobody releases it: its owner let it go)
-    return att.state.is_final and (handle.released or att.cause is AttemptCause.INFRA)
+    # ended and released (the release could not reach it), given up on while its host did not
+    # answer, or a placement that never started (nobody releases these: their owner let go)
+    return att.state.is_final and (handle.released or att.cause in _LET_GO)
 
 
 def _live_and_names(ctl: Control, att: Attempt, task: HostTask) -> bool:

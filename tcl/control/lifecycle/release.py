@@ -31,7 +31,9 @@ async def release_attempt(ctl: Control, att: Attempt, state: RunState) -> None:
             break
         except AgentUnreachableError:
             # a connection dropped or reset by a concurrent call (a loaded host): ask again
-            # on a new one, a few times; the orphan sweep is for what is left after that
+            # on a new one, once. Left unreleased after that, a task whose job ended holds no
+            # accelerator (its shim freed them when the job ended) and is removed after its
+            # retention; the orphan sweep takes only those whose owner let go (its docstring)
             if attempt == RELEASE_TRIES - 1:
                 return
             await asyncio.sleep(0.2 * (attempt + 1))

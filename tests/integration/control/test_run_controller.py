@@ -272,8 +272,10 @@ def test_a_submit_killed_mid_placement_leaves_nothing_pending_nor_holding_a_gpu(
 def test_what_killed_placers_and_unreachable_undos_leave_holds_no_gpu(gpu_home: Home) -> None:
     """A placer writes its task's name before it asks the host for it. Killed right then, it
     leaves that name (``made: false``): the next controller asks the host. A task made there
-    (its job never started) is stopped and freed; none made ends the attempt at once. Either
-    way the run ends saying why. A task the host still holds for an attempt that was discarded
+    (its job never started) is stopped and freed; none made ends the attempt at once. So is one
+    whose runner was stopped before its job ran, or that its placer ended `not_started` (an
+    adopter, or an undo, killed before it recorded so): `terminated` there is no job that ran.
+    Every way the run ends saying why. A task the host still holds for an attempt that was discarded
     (its undo could not reach the host) is ended by the daemon's orphan sweep. A task of a run
     this store does not know (another user of the host) is left alone."""
     from tcl.control.runrequest import RunRequest
@@ -283,8 +285,9 @@ def test_what_killed_placers_and_unreachable_undos_leave_holds_no_gpu(gpu_home: 
     wait_until(lambda: home.run(warm), 120, "the warm-up run", done=lambda r: r.state.is_final)
     stop_daemon(home.root / "state" / "serve")
     request = RunRequest(argv=["true"], chip="h100", chips=1)
-    made_tasks = ["made-1-0", "gone-1-0", "stranger-0"]
-    for run_id in ("made-1", "never-1"):  # placers killed while the host made their task
+    made_tasks = ["made-1-0", "stopped-1-0", "undone-1-0", "gone-1-0", "stranger-0"]
+    placed = ("made-1", "never-1", "stopped-1", "undone-1")
+    for run_id in placed:  # placers killed while the host made their task
         home.store.create_run(run_id, "", request)
         att = home.store.add_attempt(run_id, "here", "local")
         node = {"host": "here", "task_id": f"{run_id}-{att.attempt}"}
@@ -297,9 +300,12 @@ def test_what_killed_placers_and_unreachable_undos_leave_holds_no_gpu(gpu_home: 
         for task_id in made_tasks:
             spec = {"id": task_id, "executor": "process", "accelerators": 1}
             assert shim.post("/tasks", json=spec).status_code == 201
+        _stop_runner_before_its_job(shim, "stopped-1-0")
+        undone = {"reason": "not_started", "message": "submit did not finish"}
+        assert shim.post("/tasks/undone-1-0/terminate", json=undone).status_code == 200
     serve = start_tcl(["serve"], home.env, home.work)
     try:
-        for run_id in ("made-1", "never-1"):
+        for run_id in placed:
             run = wait_until(
                 functools.partial(home.run, run_id),
                 120,
@@ -318,7 +324,7 @@ def test_what_killed_placers_and_unreachable_undos_leave_holds_no_gpu(gpu_home: 
                 lambda: {t["id"] for t in shim.get("/tasks").json()},
                 120,
                 "the orphan and the unstarted task ended",
-                done=lambda ids: not ids & {"made-1-0", "gone-1-0"},
+                done=lambda ids: not ids & {"made-1-0", "stopped-1-0", "undone-1-0", "gone-1-0"},
             )
             assert "stranger-0" in tasks
             held = [g["task_id"] for g in shim.get("/host").json()["accelerators"] if g["task_id"]]
@@ -326,3 +332,26 @@ def test_what_killed_placers_and_unreachable_undos_leave_holds_no_gpu(gpu_home: 
     finally:
         serve.send_signal(signal.SIGTERM)
         serve.communicate(timeout=60)
+
+
+def _stop_runner_before_its_job(shim: httpx.Client, task_id: str) -> None:
+    """What an adopter killed right after stopping a placement's task leaves: its runner
+    ``terminated``, its job never started, the attempt still ``provisioning``."""
+    task = wait_until(
+        lambda: shim.get(f"/tasks/{task_id}").json(),
+        60,
+        "its runner's port",
+        done=lambda t: t["status"] == "running" and t["ports"]["runner"],
+    )
+    auth = {"Authorization": f"Bearer {task['runner_token']}"}
+    base = f"http://127.0.0.1:{task['ports']['runner']}/api"
+    with httpx.Client(base_url=base, headers=auth, timeout=10, trust_env=False) as runner:
+        wait_until(
+            lambda: runner.get("/healthcheck").status_code,
+            60,
+            "its runner",
+            done=lambda code: code == 200,
+            ignore=(httpx.TransportError,),
+        )
+        assert runner.post("/stop", json={"grace_s": 1}).status_code == 200
+        assert runner.get("/healthcheck").json()["state"] == "terminated"

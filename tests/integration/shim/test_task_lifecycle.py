@@ -217,3 +217,18 @@ async def test_terminate_lets_the_runner_record_the_jobs_end(make_shim: ShimFact
     assert done.termination_reason is TerminationReason.STOPPED_BY_USER
     events, _ = EventLog(shim.state_dir / "tasks" / "s" / "runner" / "events").read(0)
     assert events[-1].state is RunnerState.TERMINATED, events[-3:]
+
+
+async def test_a_runner_stopped_before_its_job_started_ends_its_task_not_started(
+    make_shim: ShimFactory,
+) -> None:
+    """What an adopter of an unfinished placement reads when the runner is gone: its task
+    ended ``not_started`` (nothing ran: place the run again), not ``stopped_by_user``."""
+    shim = await make_shim(*SHIM_ARGS, env=NO_DOCKER)
+    async with shim.client() as c:
+        task = await wait_status(c, (await c.submit_task(TaskSpec(id="u"))).id, TaskStatus.RUNNING)
+        async with runner_client(task) as runner:
+            await runner.wait_healthy()
+            await runner.stop(1.0)
+        ended = await wait_status(c, "u", TaskStatus.TERMINATED, timeout_s=60)
+    assert ended.termination_reason is TerminationReason.NOT_STARTED, ended

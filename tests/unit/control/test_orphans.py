@@ -51,6 +51,16 @@ def test_a_task_its_attempt_names_is_left_while_the_attempt_lives(ctl: Control) 
     assert orphaned(ctl, _task(), ctl.store.latest_attempt("r-1"))
 
 
+def test_a_placement_its_adopter_found_not_started_lets_its_task_go(ctl: Control) -> None:
+    """An adopter ends the attempt ``placement_failed`` and then releases the task; a release
+    that does not reach the host leaves the task to the sweep (nobody else releases it)."""
+    ctl.store.add_attempt("r-1", "local", "local", _handle("r-1-0"))
+    ctl.store.update_attempt(
+        "r-1", 0, state=RunState.TERMINATED, cause=AttemptCause.PLACEMENT_FAILED
+    )
+    assert orphaned(ctl, _task(), ctl.store.latest_attempt("r-1"))
+
+
 def test_a_task_no_attempt_names_is_an_orphan(ctl: Control) -> None:
     assert orphaned(ctl, _task(), None)  # its attempt was discarded
     att = ctl.store.add_attempt("r-1", "local", "local", _handle("r-1-0-n1"))

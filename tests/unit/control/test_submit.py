@@ -125,7 +125,7 @@ async def test_a_failed_start_terminates_the_task_and_fails_the_run(
     with pytest.raises(AgentError, match="argv is empty"):
         await submit(ctl, Submission(argv=["x"], host="racy"))
     ((task_id, reason),) = shim.terminated
-    assert task_id.endswith("-0") and reason is TerminationReason.FAILED
+    assert task_id.endswith("-0") and reason is TerminationReason.NOT_STARTED
     # removed too: an adopter of this placement (its placer died meanwhile) finds no task, not
     # a job that ended `failed` (a sweep entry placed through a store outage ended so)
     assert shim.removed == [task_id]
@@ -294,7 +294,7 @@ async def test_ctrl_c_during_the_upload_cleans_up_and_says_so(
     use_hosts(monkeypatch, racy=b)
     with pytest.raises(SubmitCancelled, match=r"^cancelled; nothing left on racy$"):
         await submit(ctl, Submission(argv=["x"], host="racy"))
-    assert b.discarded and shim.terminated[0][1] is TerminationReason.FAILED
+    assert b.discarded and shim.terminated[0][1] is TerminationReason.NOT_STARTED
     (run,) = ctl.store.list_runs()
     assert run.state is RunState.TERMINATED
 

@@ -58,3 +58,18 @@ def test_writer_refuses_illegal_moves_and_records_legal_ones() -> None:
     assert seen == [(S.WAITING_CODE, None), (S.READY, None), (S.RUNNING, None), (S.FAILED, 3)]
     with pytest.raises(IllegalTransition):
         m.move(S.SUCCEEDED)
+
+
+def test_a_runner_stopped_before_its_job_ran_says_it_never_started() -> None:
+    """What an adopter of an unfinished placement asks: ``terminated`` alone cannot tell a
+    placement undone (place it again) from a job stopped while it ran (never again)."""
+    undone = StateMachine()
+    undone.move(S.READY)
+    undone.move(S.TERMINATED)
+    assert not undone.started
+    ran = StateMachine()
+    ran.move(S.READY)
+    ran.move(S.RUNNING)
+    assert ran.started
+    ran.move(S.TERMINATED)
+    assert ran.started
