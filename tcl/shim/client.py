@@ -71,6 +71,8 @@ class ShimClient:
             # disconnected" (seen under a sweep's steady traffic); a new connection is cheap.
             limits=httpx.Limits(keepalive_expiry=KEEPALIVE_EXPIRY_S),
         )
+        self._in_flight = 0
+        self._retired = False
 
     async def __aenter__(self) -> ShimClient:
         return self
@@ -85,6 +87,13 @@ class ShimClient:
 
     async def aclose(self) -> None:
         await self._http.aclose()
+
+    async def retire(self) -> None:
+        """Close once no call is in flight: its owner made a new client for what comes next
+        (a reset after one caller's dropped connection must not fail another's call)."""
+        self._retired = True
+        if self._in_flight == 0:
+            await self.aclose()
 
     # -- endpoints ----------------------------------------------------------------------------
     async def healthcheck(self) -> HealthInfo:
@@ -137,6 +146,15 @@ class ShimClient:
 
     # -- plumbing -----------------------------------------------------------------------------
     async def _call(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        self._in_flight += 1
+        try:
+            return await self._request(method, path, **kwargs)
+        finally:
+            self._in_flight -= 1
+            if self._retired and self._in_flight == 0:
+                await self.aclose()
+
+    async def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         try:
             resp = await self._http.request(method, path, **kwargs)
         except httpx.TransportError as e:

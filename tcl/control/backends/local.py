@@ -70,7 +70,11 @@ class LocalShimHost(ShimHost):
         return 0  # loopback: nothing crossed the network
 
     async def reset(self) -> None:
-        await self.aclose()
+        # a new client for what comes next; the old one closes once its calls in flight end
+        # (another caller's call is not failed by this one's dropped connection)
+        if self._shim is not None:
+            old, self._shim = self._shim, None
+            await old.retire()
 
     async def aclose(self) -> None:
         if self._shim is not None:

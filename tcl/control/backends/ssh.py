@@ -254,9 +254,9 @@ class SshShimHost(ShimHost):
 
     async def reset(self) -> None:
         await self._drop_staged()
-        if self._shim is not None:
-            await self._shim.aclose()
-        self._shim, self._shim_port = None, None
+        old, self._shim, self._shim_port = self._shim, None, None
+        if old is not None:
+            await old.retire()  # closed once the calls in flight on it end
         await self.pool.disconnect(self.target)
 
     async def aclose(self) -> None:

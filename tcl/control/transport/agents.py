@@ -46,6 +46,10 @@ class ShimApi(Protocol):
 
     async def aclose(self) -> None: ...
 
+    async def retire(self) -> None:
+        """Close once no call is in flight (its owner made a new client meanwhile)."""
+        ...
+
 
 class ForwardStream(Protocol):
     """One TCP connection to a job's interactive session, carried by the runner's API."""

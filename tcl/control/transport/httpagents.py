@@ -101,6 +101,9 @@ class HttpShim:
     async def aclose(self) -> None:
         await self._client.aclose()
 
+    async def retire(self) -> None:
+        await self._client.retire()
+
 
 class HttpRunner:
     """The runner's own typed client (``tcl.runner.client``) behind the ``RunnerApi`` seam."""

@@ -16,7 +16,14 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tcl.shim.api import ExecutorKind, PreemptionNotice, TaskSpec, TaskStatus, TerminationReason
+from tcl.shim.api import (
+    ExecutorKind,
+    HealthInfo,
+    PreemptionNotice,
+    TaskSpec,
+    TaskStatus,
+    TerminationReason,
+)
 from tcl.shim.app import create_app
 from tcl.shim.client import ShimClient
 from tcl.shim.clusterfs import ClusterMounts
@@ -329,3 +336,32 @@ async def test_the_reconcile_loop_evicts_code_but_not_a_running_tasks(tmp_path: 
         await e.reconciler.close()
         await e.service.close()
         await e.client.aclose()
+
+
+async def test_a_client_retired_meanwhile_finishes_the_calls_in_flight() -> None:
+    """A reset after one caller's dropped connection retires the shared client: another
+    caller's call in flight on it still gets its answer (closing it failed that call: a
+    placement's undo raised and leaked a GPU); the client closes once that call ended."""
+    arrived, answer = asyncio.Event(), asyncio.Event()
+    body = HealthInfo(version="1").model_dump_json().encode()
+
+    async def slow_shim(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        arrived.set()
+        await answer.wait()
+        head = f"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {len(body)}"
+        writer.write(head.encode() + b"\r\n\r\n" + body)
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(slow_shim, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    async with server:
+        client = ShimClient(f"http://127.0.0.1:{port}", "t")
+        call = asyncio.create_task(client.healthcheck())
+        await arrived.wait()
+        await client.retire()
+        answer.set()
+        assert (await call).version == "1"
+        with pytest.raises(ShimUnavailable, match="reset meanwhile"):
+            await client.healthcheck()  # closed now that nothing was in flight
