@@ -72,14 +72,6 @@ async def serve(
     d = Daemon(identity, Store(db_url()), idle_exit_s)
     stopping = asyncio.Event()
     d.supervisor = Supervisor(stopping)
-    if sched is not None:
-        d.scheduler = Scheduler(
-            SweepQueue(d.store),
-            d.scheduler_control,
-            sched,
-            on_error=lambda e: d.supervisor.note_error("scheduler", e),
-        )
-        d.supervisor.start("scheduler", d.scheduler.run)
     d.controller = RunController(
         d.store,
         d.run_control,
@@ -87,6 +79,15 @@ async def serve(
         on_error=lambda e: d.supervisor.note_error("controller", e),
     )
     d.supervisor.start("controller", d.controller.run)
+    if sched is not None:
+        d.scheduler = Scheduler(
+            SweepQueue(d.store),
+            d.scheduler_control,
+            sched,
+            on_error=lambda e: d.supervisor.note_error("scheduler", e),
+            runs=d.controller,  # it owns the sweep's runs once placed
+        )
+        d.supervisor.start("scheduler", d.scheduler.run)
     sweep = OrphanSweep(
         d.store,
         d.run_control,

@@ -24,20 +24,24 @@ from tcl.control.service import Control
 from tcl.control.states import AttemptCause, RunState
 
 if TYPE_CHECKING:
-    from tcl.control.store import Attempt, Run
+    from tcl.control.store import Attempt, Run, Store
 
 NOT_STARTED = frozenset({RunState.PENDING, RunState.PROVISIONING})
 # what a run is while it is placed: a first placement, one again (a lost node), a retry's
 _PLACED_FROM = frozenset({RunState.PENDING, RunState.QUEUED, RunState.WAITING_RETRY})
 
 
-def interrupted(ctl: Control, run: Run) -> Attempt | None:
-    """The latest attempt, when its placement never finished (else None)."""
-    if run.state not in _PLACED_FROM:
+def interrupted(store: Store, run: Run) -> Attempt | None:
+    """The latest attempt, when its placement never finished (else None): the run is still
+    being placed while its attempt is, or the run says placed while its latest attempt never
+    named what it made on a host (its placer died in between)."""
+    if run.state not in _PLACED_FROM and run.state is not RunState.PROVISIONING:
         return None
-    att = ctl.store.latest_attempt(run.id)
+    att = store.latest_attempt(run.id)
     if att is None or att.state is not RunState.PROVISIONING:
         return None
+    if run.state is RunState.PROVISIONING and att.handle:
+        return None  # placed and recorded: its job started
     return att
 
 

@@ -54,6 +54,9 @@ class PullResult:
     events: list[KeptEvent]  # new events, in order, already stored locally
     state: RunState
     more: bool
+    # False when nothing was asked (an attempt that named nothing on a host yet, a lost node
+    # left to be placed again elsewhere): the answer comes at once, its caller paces its pulls
+    waited: bool = True
 
 
 async def _pages(
@@ -90,15 +93,21 @@ async def _pages(
 
 
 async def pull(
-    ctl: Control, run: Run, wait_s: float = 0.0, release: bool = True, relaunch: bool = True
+    ctl: Control,
+    run: Run,
+    wait_s: float = 0.0,
+    release: bool = True,
+    relaunch: bool = True,
+    to_queue: bool = False,
 ) -> PullResult:
     """New events from every node, stored before being returned. ``release``: once the last
     event is kept, free the run's host resources here (else the caller does, :func:`release`).
     ``relaunch``: a run its host lost is placed again here (minutes, for a cloud node: not
-    under `tcl ps`'s short timeout; a follower does it)."""
+    under `tcl ps`'s short timeout; a follower does it). ``to_queue``: a sweep's run its host
+    lost waits to be placed again by its scheduler instead (its entry goes back to the queue)."""
     att = ctl.store.latest_attempt(run.id)
     if att is None or not att.handle:
-        return PullResult([], run.state, False)
+        return PullResult([], run.state, False, waited=False)
     if waiting_for_retry(ctl, run):
         return await _retry_when_due(ctl, run, wait_s, relaunch)
     backend = ctl.backend_for(att)
@@ -126,8 +135,16 @@ async def pull(
         lost_end = (RunState.TERMINATED, None, why, AttemptCause.NODE_LOST)
         if await retry_after_end(ctl, run, att, *lost_end) is None:
             return PullResult(fresh, RunState.WAITING_RETRY, True)  # its policy places it again
-        if not relaunch:
-            return PullResult(fresh, run.state, False)
+        if not relaunch and not to_queue:
+            return PullResult(fresh, run.state, False, waited=False)
+        if to_queue:  # a sweep's run: placed again from its queue
+            await _lost(ctl, run, att)
+            current = ctl.store.get_run(run.id)
+            if move(current.state, RunState.WAITING_RETRY) is not Move.APPLY:
+                return PullResult(fresh, current.state, False)  # stopped here meanwhile
+            ctl.retries.wait(run.id, 0.0, False, f"{why}; placing it again")
+            ctl.store.set_state(run.id, RunState.WAITING_RETRY, message=f"{why}; placing it again")
+            return PullResult(fresh, RunState.WAITING_RETRY, True)
         await _relaunch(ctl, run, att, lost.message or "its host lost it")
         return PullResult(fresh, ctl.store.get_run(run.id).state, True)
     states = [_node_state(pages, cache, att, n) for n in range(handle.node_count)]
@@ -210,16 +227,21 @@ def _failed_node(
     return None
 
 
-async def _relaunch(ctl: Control, run: Run, att: Attempt, why: str) -> None:
-    """The host lost the run (a preempted node): end this attempt, free what is left of it,
-    and place the run again as its next attempt; when that fails the run fails, saying why."""
-    from tcl.control.lifecycle.submit import relaunch
-
+async def _lost(ctl: Control, run: Run, att: Attempt) -> None:
+    """End the attempt its host lost and free what is left of it."""
     ctl.store.update_attempt(
         run.id, att.attempt, state=RunState.TERMINATED, cause=AttemptCause.NODE_LOST
     )
     with contextlib.suppress(TclError):
         await release_attempt(ctl, att, RunState.TERMINATED)
+
+
+async def _relaunch(ctl: Control, run: Run, att: Attempt, why: str) -> None:
+    """The host lost the run (a preempted node): end this attempt, free what is left of it,
+    and place the run again as its next attempt; when that fails the run fails, saying why."""
+    from tcl.control.lifecycle.submit import relaunch
+
+    await _lost(ctl, run, att)
     current = ctl.store.get_run(run.id)
     if move(current.state, RunState.QUEUED) is not Move.APPLY:
         return  # stopped here meanwhile
@@ -283,6 +305,16 @@ def record_state(
     )
 
 
+def gave_up(ctl: Control, run_id: str, why: str) -> None:
+    """End a run whose host did not answer for its whole budget: ``terminated`` for cause
+    ``infra`` (how its job went is unknown, not its verdict; what its host may still hold is
+    the orphan sweep's)."""
+    run = ctl.store.get_run(run_id)
+    att = ctl.store.latest_attempt(run_id)
+    if att is not None and not run.state.is_final:
+        record_state(ctl, run, att, RunState.TERMINATED, None, why, AttemptCause.INFRA)
+
+
 class ResumingPull:
     """Long-poll pulls of one run that survive dropped connections: the host's connection is
     reset and the pull tried again after a jittered backoff, until ``deadline_s`` of failures
@@ -293,17 +325,21 @@ class ResumingPull:
         deadline_s: float,
         on_reconnect: Callable[[str], None] | None = None,
         relaunch: bool = True,
+        to_queue: bool = False,
     ) -> None:
         self.deadline_s = deadline_s
         self.on_reconnect = on_reconnect
         self.relaunch = relaunch
+        self.to_queue = to_queue
         self._failing_since: float | None = None
         self._attempt = 0
 
     async def pull(self, ctl: Control, run: Run) -> PullResult | None:
         """The next page, or None after a dropped connection (the caller loops)."""
         try:
-            res = await pull(ctl, run, wait_s=10.0, release=False, relaunch=self.relaunch)
+            res = await pull(
+                ctl, run, wait_s=10.0, release=False, relaunch=self.relaunch, to_queue=self.to_queue
+            )
         except RETRYABLE as e:
             now = time.monotonic()
             self._failing_since = self._failing_since or now

@@ -18,8 +18,13 @@ exit, a preemption or the backend's verdict end a run. A controller that dies st
 its leases expire and the next controller (the restarted daemon, another one on the same
 PostgreSQL, a ``TCL_SERVE=0`` command) carries on from the store and the log cache.
 
-Runs it does not own: those still being placed by their submit (pending) and a
-sweep's runs (their scheduler follows them: :mod:`tcl.control.sweep.scheduler`).
+Runs it does not own: those still being placed by their submit or their sweep's scheduler
+(pending), and a sweep's run that waits for a retry (its entry is back in the queue: the
+scheduler places it again, :mod:`tcl.control.sweep.scheduler`). A sweep's placed run is owned
+here like any other; its entry's watcher reads how it goes from the store. A sweep's run whose
+host does not answer for ``sweep_unreachable_s`` ends ``terminated`` for cause ``infra`` (its
+entry fails saying so, the task its host may hold is the orphan sweep's); any other run is asked
+again for as long as it takes.
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ from dataclasses import dataclass, field
 from tcl.control.backoff import backoff_s, pause
 from tcl.control.errors import StoreError, TclError
 from tcl.control.lifecycle.adopt import adopt_placement, interrupted
-from tcl.control.lifecycle.pull import ResumingPull, drained
+from tcl.control.lifecycle.pull import RETRYABLE, ResumingPull, drained, gave_up
 from tcl.control.lifecycle.release import release
 from tcl.control.logcache import LogCache
 from tcl.control.paths import config_path
@@ -54,6 +59,8 @@ log = logging.getLogger("tcl.controller")
 OWNED_STATES = frozenset(
     {RunState.QUEUED, RunState.PROVISIONING, RunState.RUNNING, RunState.WAITING_RETRY}
 )
+# a sweep's run in these is its scheduler's to place (its entry is in the queue)
+_QUEUES = frozenset({RunState.PENDING, RunState.WAITING_RETRY})
 # a run in these may answer a pull at once, with nothing new: its owner paces its pulls
 WAITING_STATES = frozenset({RunState.QUEUED, RunState.PENDING, RunState.WAITING_RETRY})
 ERROR_RETRY_CAP_S = 30.0  # an owner whose pulls fail (not a dropped connection): ask this often
@@ -74,6 +81,9 @@ class ControllerSettings:
     # how often it renews its leases: a third of the lease, at most 5 s
     heartbeat_s: float = field(default_factory=lambda: min(5.0, default_lease_s() / 3))
     pass_s: float = 2.0  # how often it looks for runs nobody owns
+    # a sweep's run whose host does not answer this long ends for cause `infra` (its entry
+    # fails, the next entries go on); other runs are asked again for as long as it takes
+    sweep_unreachable_s: float = 300.0
 
 
 def controller_id(kind: str = "serve") -> str:
@@ -95,9 +105,10 @@ def run_config(run: Run) -> tuple[str, bool]:
 
 def ownable(run: Run, lease_s: float = 30.0) -> bool:
     """A live run a controller advances: placed, or ``pending`` for longer than a placer's
-    lease (its submit died mid-placement: adopted once that lease lapsed); not a sweep's."""
+    lease (its submit died mid-placement: adopted once that lease lapsed). A sweep's run only
+    once placed (pending or waiting for a retry, it is its scheduler's to place)."""
     if sweep_run(run):
-        return False
+        return run.state in OWNED_STATES - _QUEUES and run.host is not None
     if run.state is RunState.PENDING:
         return time.time() - run.updated_at > lease_s
     return run.state in OWNED_STATES and run.host is not None
@@ -105,7 +116,7 @@ def ownable(run: Run, lease_s: float = 30.0) -> bool:
 
 def undrained(ctl: Control, run: Run) -> bool:
     """An ended run (stopped here, say) whose last events are still on its host."""
-    if not run.state.is_final or sweep_run(run):
+    if not run.state.is_final:
         return False
     att = ctl.store.latest_attempt(run.id)
     if att is None or not att.handle or ctl.handle(att).released:
@@ -207,6 +218,7 @@ class RunController:
         free = [r for r in runs if r.id not in self.owners and ownable(r, self.settings.lease_s)]
         if not free:
             return
+        free = await asyncio.to_thread(lambda: [r for r in free if not self._scheduler_s(r)])
         # one read of their leases: a run another live controller owns costs no write
         leases = await asyncio.to_thread(self.leases.of, [r.id for r in free])
         now = time.time()
@@ -214,6 +226,10 @@ class RunController:
             lease = leases.get(run.id)
             if lease is None or not lease.live(now) or lease.owner == self.owner:
                 await self._take(run)
+
+    def _scheduler_s(self, run: Run) -> bool:
+        """A sweep's run whose placement its scheduler left unfinished: it adopts it."""
+        return sweep_run(run) and interrupted(self.store, run) is not None
 
     def _live_runs(self) -> list[Run]:
         if self.only is not None:
@@ -306,6 +322,8 @@ class RunController:
             )
             return
         why = "its placement was interrupted (its controller stopped); placing it again"
+        if run.state is RunState.PROVISIONING:  # it said placed before its attempt named any
+            ctl.store.set_state(run.id, RunState.QUEUED, message=why)
         if policy_of(run) is not None:
             ctl.retries.wait(run.id, 0.0, False, why)  # placed by the pulls below, when due
             ctl.store.set_state(run.id, RunState.WAITING_RETRY, message=why)
@@ -332,22 +350,42 @@ class RunController:
             self.trouble[run_id] = why
             self._notify(run_id)
 
-        att = interrupted(ctl, run)
+        sweep = sweep_run(run)
+        att = interrupted(ctl.store, run)
+        if sweep and (run.state in _QUEUES or att is not None):
+            return  # its scheduler places it (again), adopting what its placer left
         # its placer died mid-placement (the host unreachable: raised, tried again later)
         cut_short = att is not None or run.state is RunState.PENDING
         if cut_short and not await adopt_placement(ctl, run, att):
             await self._place_again(ctl, run)
-        # unreachable for however long: asked again (a backoff capped at seconds), never failed;
-        # an ended run's last events are waited for a while only
-        deadline_s = DRAIN_DEADLINE_S if run.state.is_final else math.inf
-        puller = ResumingPull(deadline_s, on_reconnect, relaunch=True)
+        # unreachable for however long: asked again (a backoff capped at seconds), never failed
+        # (a sweep's run: for its budget); an ended run's last events are waited for a while
+        deadline_s = math.inf
+        if run.state.is_final:
+            deadline_s = DRAIN_DEADLINE_S
+        elif sweep:
+            deadline_s = self.settings.sweep_unreachable_s
+        # a sweep's retry is placed by its scheduler (the entry goes back to the queue)
+        puller = ResumingPull(deadline_s, on_reconnect, relaunch=not sweep, to_queue=sweep)
         while True:
             current = ctl.store.get_run(run_id)
             if current.state.is_final and not undrained(ctl, current):
                 await release(ctl, run_id)
                 return
+            if sweep and current.state in _QUEUES:
+                return  # waits for a retry: its entry is back in the queue
             try:
                 res = await puller.pull(ctl, current)
+            except RETRYABLE as e:
+                if current.state.is_final:
+                    return  # its host is gone: what was kept is all there is
+                if not sweep:
+                    raise
+                why = f"its host did not answer for {deadline_s:.0f} s: {str(e).splitlines()[0]}"
+                log.warning("run %s: %s", run_id, why)
+                await asyncio.to_thread(gave_up, ctl, run_id, why)
+                self._notify(run_id)
+                continue
             except TclError:
                 if current.state.is_final:
                     return  # its host is gone: what was kept is all there is
@@ -363,10 +401,7 @@ class RunController:
             if res.state.is_final and not res.more:
                 await release(ctl, run_id)
                 return
-            if not res.events and res.state in (
-                RunState.QUEUED,
-                RunState.PENDING,
-                RunState.WAITING_RETRY,
-            ):
-                # a queued run's backend may answer without waiting: pace it
+            if not res.events and (res.state in WAITING_STATES or not res.waited):
+                # a queued run's backend may answer without waiting, and so may a pull with
+                # nothing to ask (an attempt that named nothing yet): pace it
                 await asyncio.sleep(0.5)

@@ -1,6 +1,7 @@
 """Placing one claimed entry's run: a new run placed with the solver, or, for an entry claimed
 again whose run exists (its scheduler died, or the run waits for a retry), that run adopted or
-placed again as its next attempt; so no entry runs twice and none is lost."""
+placed again as its next attempt; so no entry runs twice and none is lost. The placer holds the
+run's lease while it places it; once placed, the run is its run controller's to own."""
 
 from __future__ import annotations
 
@@ -102,33 +103,36 @@ class EntryPlacer:
             try:
                 await self._place(ctl, entry.run_id)
             except NoPlacementError:
-                # nothing placed: no run to show in `tcl ps` until one is (the id is kept)
+                # nothing placed: no run to show in `tcl ps` until one is (the id is kept;
+                # its lease first: a run with a lease is kept)
                 await self.hold.drop(entry.run_id)
                 with contextlib.suppress(TclError):
                     ctl.store.delete_run(entry.run_id)
                 raise
-            except BaseException:
-                await self.hold.drop(entry.run_id)
-                raise
-        else:
-            await self.hold.take(run.id)
-            try:
-                if not await self._resume(ctl, entry, run):
-                    await self.hold.drop(run.id)
-                    return None
-            except BaseException:
-                await self.hold.drop(run.id)
-                raise
+            finally:
+                await self.hold.drop(entry.run_id)  # placed: its run controller's now
+        elif not await self._resume(ctl, entry, run):
+            return None
         if not await asyncio.to_thread(self.queue.started, self.owner, entry.id):
-            await self.hold.drop(entry.run_id)
             return None  # cancelled meanwhile: its watcher would only stop it
         return ctl
 
     async def _resume(self, ctl: Control, entry: Entry, run: Run) -> bool:
         """An entry claimed again whose run exists: place it again when it waits for a retry
-        that is due, adopt a placement its scheduler did not record; False when the entry
+        that is due, adopt a placement its scheduler did not record (holding the run's lease
+        meanwhile); a placed run is its controller's, and only watched. False when the entry
         went back to the queue (the retry is not due)."""
-        if run.state in (RunState.PENDING, RunState.PROVISIONING) or interrupted(ctl, run):
+        placing = run.state is RunState.PENDING or interrupted(ctl.store, run)
+        if not placing and not waiting_for_retry(ctl, run):
+            return True  # placed (its scheduler died after recording it): watched
+        await self.hold.take(run.id)
+        try:
+            return await self._place_claimed_again(ctl, entry, run)
+        finally:
+            await self.hold.drop(run.id)
+
+    async def _place_claimed_again(self, ctl: Control, entry: Entry, run: Run) -> bool:
+        if run.state is RunState.PENDING or interrupted(ctl.store, run):
             # its scheduler died before or while placing it (perhaps after its job started)
             await self._adopt_placement(ctl, run)
         elif waiting_for_retry(ctl, run):
@@ -161,8 +165,8 @@ class EntryPlacer:
         started; else placed again (:mod:`tcl.control.lifecycle.adopt`). Unsure (the host
         does not answer): later."""
         if await adopt_placement(ctl, run, ctl.store.latest_attempt(run.id)):
-            return  # its job started: the watcher follows it
-        if run.state is RunState.PROVISIONING:
+            return  # its job started: its controller follows it
+        if run.state is RunState.PROVISIONING:  # it said placed before its attempt named any
             ctl.store.set_state(
                 run.id,
                 RunState.QUEUED,

@@ -1,6 +1,7 @@
-"""The leases a scheduler holds on the runs of the entries it places or follows: their one
-owner, so a ``tcl ps``, ``tcl logs`` or follow reads what it keeps instead of pulling them too,
-and a controller or another scheduler that finds them leaves them alone."""
+"""The leases a scheduler holds on the runs of the entries it places, while it places them: a
+run controller or another scheduler that finds such a run (pending, or with an attempt still
+provisioning) leaves it alone. Once placed, the lease is dropped and the run is owned by a run
+controller like any other."""
 
 from __future__ import annotations
 

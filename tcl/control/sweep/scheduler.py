@@ -8,9 +8,10 @@ One :class:`Scheduler` per ``tcl serve``; any number of them share a queue. Its 
    in the background with the solver (any host type: one run per free GPU), one priority at a
    time. An entry nothing can take goes back to the queue with the rest of its batch: a full
    cluster costs no churn, and a freed GPU is reused at once (a run's end wakes the loop);
-3. a watcher per placed entry pulls its run's events until it ends, frees its host resources,
-   and ends the entry: done, failed, or back in the queue when its retry policy places the run
-   again (after a backoff; a preemption is not counted as a failure).
+3. a placed entry's run is owned by the daemon's run controller (it pulls its events, records
+   its end and frees its host resources, like any run's); a watcher per placed entry reads how
+   the run ends and ends the entry: done, failed, or back in the queue when its retry policy
+   places the run again (after a backoff; a preemption is not counted as a failure).
 
 An entry claimed after its scheduler died may have a run already: it is adopted (followed to
 its end), or, when that run's job never started, placed again as its next attempt; so no
@@ -52,7 +53,7 @@ from tcl.control.sweep.queue import SweepQueue
 from tcl.control.sweep.runhold import RunHold
 from tcl.control.sweep.storeretry import StoreRetry
 from tcl.control.sweep.turns import PriorityTurns
-from tcl.control.sweep.watching import EntryWatcher
+from tcl.control.sweep.watching import EntryWatcher, RunOwner
 
 log = logging.getLogger("tcl.scheduler")
 REAP_EVERY_S = 1.0
@@ -65,7 +66,6 @@ class SchedulerSettings:
     heartbeat_s: float = 5.0
     batch: int = 16  # entries claimed at once
     full_wait_s: float = 2.0  # nothing could be placed: claim again after this (or a run's end)
-    reconnect_deadline_s: float = 300.0  # a run's host unreachable this long: its entry fails
     store_retry_s: float = 0.5  # the state store unreachable: first wait before asking again
 
 
@@ -75,7 +75,8 @@ def scheduler_id() -> str:
 
 class Scheduler:
     """``control_for(config_path, config_named)``: the Control a matrix's runs are placed
-    with (the daemon shares its SSH pool and store across them)."""
+    with (the daemon shares its SSH pool and store across them); ``runs``: the daemon's run
+    controller, which owns the runs once placed (None: another process's does)."""
 
     def __init__(
         self,
@@ -84,6 +85,7 @@ class Scheduler:
         settings: SchedulerSettings | None = None,
         owner: str | None = None,
         on_error: Callable[[BaseException], None] | None = None,
+        runs: RunOwner | None = None,
     ) -> None:
         self.queue = queue
         self.settings = settings or SchedulerSettings()
@@ -98,19 +100,12 @@ class Scheduler:
         self.turns = PriorityTurns()  # one priority at a time across batches
         # told of each error the loop survives (its supervisor shows them in the status)
         self.store_retry = StoreRetry(self.settings.store_retry_s, on_error)
-        # the runs of the entries it places or follows: it holds their leases
+        # the runs of the entries it places: it holds their leases while it places them
         self.hold = RunHold(queue, self.owner, self.settings.lease_s)
-        self._runs: dict[int, str] = {}  # entry id -> run id, for the entries it follows
         self._in_hand: set[int] = set()  # entries it claimed and still places or follows
         self.placer = EntryPlacer(queue, self.owner, control_for, self.hold)
         self.watcher = EntryWatcher(
-            queue,
-            self.owner,
-            self.settings.reconnect_deadline_s,
-            self.hold,
-            self.store_retry,
-            self.admission,
-            self._wake,
+            queue, self.owner, self.store_retry, self.admission, self._wake, runs
         )
 
     # the loop ---------------------------------------------------------------------------------
@@ -200,9 +195,6 @@ class Scheduler:
                     0.0,
                     "its scheduler stopped; queued again",
                 )
-            run_id = self._runs.pop(entry_id, None)
-            if run_id is not None:
-                await self.hold.drop(run_id)
 
     def busy(self) -> bool:
         return bool(self.watchers) or self._placing > 0
@@ -225,14 +217,11 @@ class Scheduler:
                 # heartbeat was on its way was not asked about: its watcher stays)
                 if entry_id in asked and entry_id not in held:
                     task.cancel()
-                    gone = self._runs.pop(entry_id, None)
-                    if gone is not None:  # its run goes with it (to the next claimer)
-                        await self.hold.drop(gone)
-            # the runs it follows, and those it is placing: a placement longer than a lease
-            # (a loaded machine, a slow host) keeps its run from another scheduler meanwhile
-            runs = {self._runs[e] for e in held if e in self._runs} | self.placer.placing_runs
+            # the runs it is placing: a placement longer than a lease (a loaded machine, a
+            # slow host) keeps its run from another scheduler or a controller meanwhile
+            runs = self.placer.placing_runs
             if runs:
-                await self.hold.renew(runs)
+                await self.hold.renew(set(runs))
 
     async def _place_batch(self, claimed: list[Entry], ticket: int) -> None:
         """Place a claimed batch, one priority at a time (the entries of one priority at
@@ -343,7 +332,6 @@ class Scheduler:
         if ctl is None:
             return False
         assert entry.run_id is not None
-        self._runs[entry.id] = entry.run_id
         self.watchers[entry.id] = asyncio.create_task(self._watch(ctl, entry))
         return True
 
@@ -357,5 +345,3 @@ class Scheduler:
                 self._in_hand.discard(entry.id)
             self._wake.set()  # its GPU is free: claim the next entry now
         await self.store_retry.until_stored(self.watcher.record_end, ctl, entry, state, why)
-        self._runs.pop(entry.id, None)
-        await self.hold.drop(entry.run_id)

@@ -389,12 +389,13 @@ def test_a_sweep_run_has_one_owner_and_ps_and_logs_only_read_it(sweep: Sweep) ->
     s.add("owned", _manifest(s.out.parent / "m.json", rows))
     s.wait("owned", lambda st: st["counts"]["running"] == 1, 60)
     [run] = json.loads(s.tcl("ps", "--matrix", "owned", "--json").stdout)
-    scheduler = json.loads(s.tcl("serve", "--status").stdout)["scheduler"]
+    controller = json.loads(s.tcl("serve", "--status").stdout)["controller"]
     store = Store(f"sqlite:///{s.home / 'state' / 'tcl.db'}")
     try:
-        # its scheduler holds the run's lease: `tcl ps` and `tcl logs` read, they do not pull
+        # placed, it is owned like any run, by the daemon's run controller (its scheduler
+        # only reads how it goes): `tcl ps` and `tcl logs` read, they do not pull
         lease = RunLeases(store).of([run["run_id"]])[run["run_id"]]
-        assert lease.owner == scheduler and lease.live(), lease
+        assert lease.owner == controller and lease.live(), lease
         for _ in range(3):
             assert s.tcl("ps").returncode == 0
             assert s.tcl("logs", run["run_id"]).returncode == 0

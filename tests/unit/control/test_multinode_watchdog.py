@@ -33,7 +33,7 @@ from tcl.control.runrequest import RunRequest
 from tcl.control.service import Control
 from tcl.control.shipping import Snapshot
 from tcl.control.solver import Request
-from tcl.control.states import RunState
+from tcl.control.states import AttemptCause, RunState
 from tcl.control.store import Store
 from tcl.runner.api import Event, EventKind, JobSpec, RunnerState
 
@@ -190,6 +190,25 @@ async def test_only_a_follower_places_a_lost_run_again(ctl: Control) -> None:
     res = await pull(ctl, ctl.store.get_run("r-1"), relaunch=False)
     assert not res.more and Scripted.launched == [] and Scripted.released == []
     assert ctl.store.get_run("r-1").state is RunState.RUNNING
+
+
+async def test_a_sweep_s_lost_run_goes_back_to_its_queue(ctl: Control) -> None:
+    """A sweep's run is placed by its scheduler: its owner ends the lost attempt, frees it and
+    leaves the run waiting (its entry goes back to the queue), instead of pulling a lost node
+    for ever (before: a run nothing would place again)."""
+    Scripted.pages = {
+        0: NodePage([], RunState.TERMINATED, message="node tcl-x preempted", lost=True),
+        1: NodePage([], RunState.RUNNING),
+    }
+    res = await pull(ctl, ctl.store.get_run("r-1"), relaunch=False, to_queue=True)
+    assert res.state is RunState.WAITING_RETRY and Scripted.launched == []
+    assert Scripted.released == [0]
+    run = ctl.store.get_run("r-1")
+    assert run.state is RunState.WAITING_RETRY and "preempted" in run.message, run
+    (att,) = ctl.store.attempts("r-1")
+    assert (att.state, att.cause) == (RunState.TERMINATED, AttemptCause.NODE_LOST)
+    waiting = ctl.retries.waiting("r-1")
+    assert waiting is not None and waiting.due
 
 
 class SlowNode1(Scripted):

@@ -88,7 +88,7 @@ async def test_a_store_failing_after_launch_leaves_the_job_to_be_adopted_not_run
     (att,) = ctl.store.attempts(run_id)
     assert att.state is RunState.PROVISIONING and att.handle  # what adoption asks about
     run = ctl.store.get_run(run_id)
-    assert interrupted(ctl, run) == att
+    assert interrupted(ctl.store, run) == att
 
     down = False  # the store answers again: the next owner adopts the job that runs
     assert await adopt_placement(ctl, run, att)

@@ -53,9 +53,23 @@ def test_a_pending_run_is_its_submit_s_until_a_lease_would_have_lapsed() -> None
     assert ownable(_run(RunState.PENDING, None, age_s=31), lease_s=30)
 
 
-def test_a_sweep_s_runs_are_its_scheduler_s() -> None:
-    entry = _run(RunState.RUNNING, env={"TCL_MATRIX": "m", "TCL_MATRIX_JOB_ID": "j"})
-    assert sweep_run(entry) and not ownable(entry)
+SWEEP = {"TCL_MATRIX": "m", "TCL_MATRIX_JOB_ID": "j"}
+
+
+@pytest.mark.parametrize(
+    ("state", "owned"),
+    [
+        (RunState.PROVISIONING, True),  # placed: owned like any run
+        (RunState.RUNNING, True),
+        (RunState.QUEUED, True),  # in its host's queue (a SLURM job pending, requeued)
+        (RunState.PENDING, False),  # its scheduler places it
+        (RunState.WAITING_RETRY, False),  # its entry is back in the queue: placed from there
+        (RunState.SUCCEEDED, False),
+    ],
+)
+def test_a_sweep_s_run_is_owned_once_placed(state: RunState, owned: bool) -> None:
+    entry = _run(state, age_s=3600, env=SWEEP)
+    assert sweep_run(entry) and ownable(entry) is owned
     assert not sweep_run(_run(RunState.RUNNING, env={"OTHER": "x"}))
 
 

@@ -1,9 +1,10 @@
-"""A sweep entry whose run's host stops answering: its watcher asks again for the whole budget,
-then gives up without calling it the job's failure. The run and its attempt end `terminated`
-for cause `infra` (the entry, the run and `tcl ps` agree; before, the entry ended `failed`
-while its run stayed `running` with nobody following it), and the task its host may still
-hold is the orphan sweep's. The real watcher, store and queue; the host is a stand-in that
-refuses every connection."""
+"""A sweep entry whose run's host stops answering: the run's owner (the run controller) asks
+again for the sweep's whole budget, then gives up without calling it the job's failure. The run
+and its attempt end `terminated` for cause `infra`, and its entry's watcher, which only reads
+the store, ends the entry `failed` saying why (the entry, the run and `tcl ps` agree; before,
+the entry ended `failed` while its run stayed `running` with nobody following it); the task its
+host may still hold is the orphan sweep's. The real controller, watcher, store and queue; the
+host is a stand-in that refuses every connection."""
 
 from __future__ import annotations
 
@@ -15,13 +16,13 @@ import pytest
 from tcl.control.backends.base import HostTask
 from tcl.control.config import default_config
 from tcl.control.lifecycle.orphans import orphaned
+from tcl.control.lifecycle.reconcile import ControllerSettings, RunController
 from tcl.control.runrequest import RunRequest
 from tcl.control.service import Control
 from tcl.control.states import AttemptCause, RunState
 from tcl.control.sweep.admission import Admission
 from tcl.control.sweep.model import EntryState
 from tcl.control.sweep.queue import NewEntry, SweepQueue
-from tcl.control.sweep.runhold import RunHold
 from tcl.control.sweep.storeretry import StoreRetry
 from tcl.control.sweep.watching import EntryWatcher
 from tests.unit.control.test_follow import DeadRunner, FakeBackend, UnreachableShim, use_hosts
@@ -36,22 +37,28 @@ def test_a_host_silent_for_the_whole_budget_ends_the_run_for_infra(
     ctl = Control(default_config(), queue.store)
     queue.add("m", {"argv": ["true"], "chips": 1}, [NewEntry("e0", {})])
     (entry,) = queue.claim("me", 1, 30.0)
-    ctl.store.create_run("r-1", "", RunRequest(argv=["x"]))
+    sweep_env = {"TCL_MATRIX": "m", "TCL_MATRIX_JOB_ID": "e0"}
+    ctl.store.create_run("r-1", "", RunRequest(argv=["x"], env=sweep_env))
     ctl.store.set_state("r-1", RunState.PROVISIONING)
     ctl.store.set_placement("r-1", "local", "local", None)
     ctl.store.add_attempt("r-1", "local", "local", {"task_id": "r-1-0", "runner_port": 1})
     ctl.store.set_state("r-1", RunState.RUNNING)
+    settings = ControllerSettings(sweep_unreachable_s=0.5)  # the budget
+    controller = RunController(queue.store, lambda run: ctl, settings, only={"r-1"})
     watcher = EntryWatcher(
-        queue,
-        "me",
-        0.5,  # the budget
-        RunHold(queue, "me", 30.0),
-        StoreRetry(0.1, None),
-        Admission(16, 1.0),
-        asyncio.Event(),
+        queue, "me", StoreRetry(0.1, None), Admission(16, 1.0), asyncio.Event(), controller
     )
 
-    state, why = asyncio.run(watcher.outcome(ctl, dataclasses.replace(entry, run_id="r-1")))
+    async def scenario() -> tuple[EntryState, str]:
+        stopping = asyncio.Event()
+        loop = asyncio.create_task(controller.run(stopping))
+        try:
+            return await watcher.outcome(ctl, dataclasses.replace(entry, run_id="r-1"))
+        finally:
+            stopping.set()
+            await loop
+
+    state, why = asyncio.run(scenario())
 
     assert state is EntryState.FAILED and "did not answer for" in why, why
     run = ctl.store.get_run("r-1")
