@@ -36,7 +36,8 @@ from tcl.control.daemon.api import (
 from tcl.control.daemon.supervisor import Supervisor
 from tcl.control.errors import StoreError, SubmitCancelled, TclError
 from tcl.control.lifecycle.follow import follow
-from tcl.control.lifecycle.reconcile import RunController, run_config
+from tcl.control.lifecycle.ownership import run_config
+from tcl.control.lifecycle.reconcile import RunController
 from tcl.control.lifecycle.submit import submission_from, submit
 from tcl.control.logcache import KeptEvent
 from tcl.control.service import Control

@@ -25,7 +25,8 @@ from tcl.control.daemon.app import Daemon, create_app
 from tcl.control.daemon.identity import current_identity, daemon_dir
 from tcl.control.daemon.supervisor import Supervisor
 from tcl.control.lifecycle.orphans import OrphanSettings, OrphanSweep
-from tcl.control.lifecycle.reconcile import ControllerSettings, RunController, default_lease_s
+from tcl.control.lifecycle.ownership import ControllerSettings, default_lease_s
+from tcl.control.lifecycle.reconcile import RunController
 from tcl.control.paths import db_url
 from tcl.control.store import Store
 from tcl.control.sweep.queue import SweepQueue

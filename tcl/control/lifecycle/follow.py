@@ -14,7 +14,8 @@ import contextlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from tcl.control.lifecycle.reconcile import RunController, controller_id
+from tcl.control.lifecycle.ownership import controller_id
+from tcl.control.lifecycle.reconcile import RunController
 from tcl.control.logcache import KeptEvent, LogCache
 from tcl.control.service import Control
 

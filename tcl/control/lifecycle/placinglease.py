@@ -9,7 +9,7 @@ import contextlib
 from collections.abc import AsyncIterator
 
 from tcl.control.errors import StoreError
-from tcl.control.lifecycle.reconcile import ControllerSettings, controller_id
+from tcl.control.lifecycle.ownership import ControllerSettings, controller_id
 from tcl.control.runleases import RunLeases
 from tcl.control.store import Store
 

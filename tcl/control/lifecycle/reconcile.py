@@ -34,20 +34,23 @@ import contextlib
 import functools
 import logging
 import math
-import os
-import secrets
-import socket
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from tcl.control.backoff import backoff_s, pause
 from tcl.control.errors import StoreError, TclError
 from tcl.control.lifecycle.adopt import adopt_placement, interrupted
-from tcl.control.lifecycle.pull import RETRYABLE, ResumingPull, drained, gave_up
+from tcl.control.lifecycle.ownership import (
+    SWEEP_QUEUED,
+    WAITING_STATES,
+    ControllerSettings,
+    controller_id,
+    ownable,
+    sweep_run,
+    undrained,
+)
+from tcl.control.lifecycle.pull import RETRYABLE, ResumingPull, gave_up
 from tcl.control.lifecycle.release import release
-from tcl.control.logcache import LogCache
-from tcl.control.paths import config_path
 from tcl.control.retries import policy_of
 from tcl.control.runleases import RunLeases
 from tcl.control.service import Control
@@ -56,72 +59,10 @@ from tcl.control.store import Run, Store
 
 log = logging.getLogger("tcl.controller")
 
-OWNED_STATES = frozenset(
-    {RunState.QUEUED, RunState.PROVISIONING, RunState.RUNNING, RunState.WAITING_RETRY}
-)
-# a sweep's run in these is its scheduler's to place (its entry is in the queue)
-_QUEUES = frozenset({RunState.PENDING, RunState.WAITING_RETRY})
-# a run in these may answer a pull at once, with nothing new: its owner paces its pulls
-WAITING_STATES = frozenset({RunState.QUEUED, RunState.PENDING, RunState.WAITING_RETRY})
 ERROR_RETRY_CAP_S = 30.0  # an owner whose pulls fail (not a dropped connection): ask this often
 # A run that ended (stopped here) with events still on its host: drained for this long at most
 # when its host does not answer (then what was kept is all a follower gets).
 DRAIN_DEADLINE_S = 300.0
-
-
-def default_lease_s() -> float:
-    """How long a silent owner keeps its runs: ``$TCL_SERVE_LEASE_S`` (30 s)."""
-    return float(os.environ.get("TCL_SERVE_LEASE_S") or 30.0)
-
-
-@dataclass(frozen=True)
-class ControllerSettings:
-    # a controller (or a submit placing a run) silent this long loses its runs to the next one
-    lease_s: float = field(default_factory=default_lease_s)
-    # how often it renews its leases: a third of the lease, at most 5 s
-    heartbeat_s: float = field(default_factory=lambda: min(5.0, default_lease_s() / 3))
-    pass_s: float = 2.0  # how often it looks for runs nobody owns
-    # a sweep's run whose host does not answer this long ends for cause `infra` (its entry
-    # fails, the next entries go on); other runs are asked again for as long as it takes
-    sweep_unreachable_s: float = 300.0
-
-
-def controller_id(kind: str = "serve") -> str:
-    return f"{socket.gethostname()[:40]}-{kind}-{os.getpid()}-{secrets.token_hex(3)}"
-
-
-def sweep_run(run: Run) -> bool:
-    """A matrix entry's run: its sweep scheduler follows it."""
-    return "TCL_MATRIX" in run.request.env
-
-
-def run_config(run: Run) -> tuple[str, bool]:
-    """The config file its submit used (runs recorded before it was kept: the default one)."""
-    if run.request.config_path:
-        return run.request.config_path, run.request.config_named
-    found, named = config_path()
-    return str(found), named
-
-
-def ownable(run: Run, lease_s: float = 30.0) -> bool:
-    """A live run a controller advances: placed, or ``pending`` for longer than a placer's
-    lease (its submit died mid-placement: adopted once that lease lapsed). A sweep's run only
-    once placed (pending or waiting for a retry, it is its scheduler's to place)."""
-    if sweep_run(run):
-        return run.state in OWNED_STATES - _QUEUES and run.host is not None
-    if run.state is RunState.PENDING:
-        return time.time() - run.updated_at > lease_s
-    return run.state in OWNED_STATES and run.host is not None
-
-
-def undrained(ctl: Control, run: Run) -> bool:
-    """An ended run (stopped here, say) whose last events are still on its host."""
-    if not run.state.is_final:
-        return False
-    att = ctl.store.latest_attempt(run.id)
-    if att is None or not att.handle or ctl.handle(att).released:
-        return False
-    return not drained(ctl, LogCache(run.id), run.id)
 
 
 class RunController:
@@ -352,7 +293,7 @@ class RunController:
 
         sweep = sweep_run(run)
         att = interrupted(ctl.store, run)
-        if sweep and (run.state in _QUEUES or att is not None):
+        if sweep and (run.state in SWEEP_QUEUED or att is not None):
             return  # its scheduler places it (again), adopting what its placer left
         # its placer died mid-placement (the host unreachable: raised, tried again later)
         cut_short = att is not None or run.state is RunState.PENDING
@@ -372,7 +313,7 @@ class RunController:
             if current.state.is_final and not undrained(ctl, current):
                 await release(ctl, run_id)
                 return
-            if sweep and current.state in _QUEUES:
+            if sweep and current.state in SWEEP_QUEUED:
                 return  # waits for a retry: its entry is back in the queue
             try:
                 res = await puller.pull(ctl, current)

@@ -1,4 +1,4 @@
-"""Which runs a controller owns (pure rules of tcl/control/lifecycle/reconcile.py)."""
+"""Which runs a controller owns (pure rules of tcl/control/lifecycle/ownership.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tcl.control.lifecycle.reconcile import ControllerSettings, ownable, run_config, sweep_run
+from tcl.control.lifecycle.ownership import ControllerSettings, ownable, run_config, sweep_run
 from tcl.control.runrequest import RunRequest
 from tcl.control.states import RunState
 from tcl.control.store import Run

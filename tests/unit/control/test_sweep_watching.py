@@ -16,7 +16,8 @@ import pytest
 from tcl.control.backends.base import HostTask
 from tcl.control.config import default_config
 from tcl.control.lifecycle.orphans import orphaned
-from tcl.control.lifecycle.reconcile import ControllerSettings, RunController
+from tcl.control.lifecycle.ownership import ControllerSettings
+from tcl.control.lifecycle.reconcile import RunController
 from tcl.control.runrequest import RunRequest
 from tcl.control.service import Control
 from tcl.control.states import AttemptCause, RunState
