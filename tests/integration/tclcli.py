@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
 from collections.abc import Iterable, Mapping, Sequence
@@ -83,6 +84,23 @@ def start_tcl(
     return subprocess.Popen(
         [TCL, *args], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=stderr, text=True
     )
+
+
+def stop_tcl(proc: subprocess.Popen[str], timeout_s: float = 60.0) -> None:
+    """SIGTERM a started `tcl` (a `tcl serve`) and wait for it; SIGKILLed if it outlives
+    ``timeout_s``, which fails the test (a process left behind would load every later test:
+    a daemon spinning at 60 % CPU slowed a whole CI run by a quarter)."""
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise AssertionError(
+            f"{proc.args!r} did not stop within {timeout_s:g} s of SIGTERM"
+        ) from None
 
 
 @dataclass

@@ -18,9 +18,11 @@ A sweep asks only hosts where something may be left: those of a live attempt or 
 that moved within ``recent_s``. It never starts a shim to ask (a stopped local shim holds
 nothing). Each orphan is ended on its own (one that cannot be reached does not keep the next
 one holding its chips). A task any live attempt of its run names is left alone whatever its
-name says (a SLURM requeue is attempt 1 of the job named for attempt 0). Shim hosts and SLURM
-clusters (this user's jobs named ``tcl-<run>-<attempt>``, ended with ``scancel``) are swept; TPU
-and Volcano hosts are not (their backends list no tasks); the tasks of a multi-node launch are
+name says (a SLURM requeue is attempt 1 of the job named for attempt 0). Shim hosts, SLURM
+clusters (this user's jobs named ``tcl-<run>-<attempt>``, ended with ``scancel``) and Volcano
+hosts (the vcjobs in the host's namespace labelled with their run and attempt, deleted with their
+spec Secret) are swept; TPU hosts are not yet (their backend lists no tasks: a TPU VM a
+placement left is deleted by its undo or release only); the tasks of a multi-node launch are
 swept on the hosts its attempt row names.
 """
 

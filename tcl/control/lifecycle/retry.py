@@ -4,8 +4,9 @@
 says so, the attempt ends (its host resources freed) and the run waits (``waiting_retry``)
 instead of ending, its failures counted (a preemption is not one). :func:`place_waiting`
 places such a run again once its backoff passed: the same run id as its next attempt, so a
-``tcl.jobs`` trainer resumes from its latest checkpoint. A follower (``tcl submit --retry``,
-``tcl logs -f``) or a sweep's scheduler calls it.
+``tcl.jobs`` trainer resumes from its latest checkpoint. The run's owner (its run controller,
+whose pulls place it when due) calls it; for a sweep's run, its scheduler does (the entry goes
+back to the queue meanwhile).
 """
 
 from __future__ import annotations

@@ -26,6 +26,7 @@ from tests.integration.tclcli import (
     run_tcl,
     start_tcl,
     stop_local_shim_and_tasks,
+    stop_tcl,
     user_env,
 )
 from tests.polling import wait_until
@@ -183,8 +184,7 @@ def test_the_next_daemon_carries_on_a_killed_daemon_s_runs(home: Home) -> None:
         status = json.loads(shown.stdout)
         assert status["controller"] and status["runs_owned"] == 0, status
     finally:
-        serve.send_signal(signal.SIGTERM)
-        serve.communicate(timeout=60)
+        stop_tcl(serve)
 
 
 def test_a_follow_without_a_daemon_carries_on_a_killed_daemon_s_run(home: Home) -> None:
@@ -265,8 +265,7 @@ def test_a_submit_killed_mid_placement_leaves_nothing_pending_nor_holding_a_gpu(
             gpus = shim.get("/host").json()["accelerators"]
         assert all(g["task_id"] is None for g in gpus), gpus
     finally:
-        serve.send_signal(signal.SIGTERM)
-        serve.communicate(timeout=60)
+        stop_tcl(serve)
 
 
 def test_what_killed_placers_and_unreachable_undos_leave_holds_no_gpu(gpu_home: Home) -> None:
@@ -330,8 +329,7 @@ def test_what_killed_placers_and_unreachable_undos_leave_holds_no_gpu(gpu_home: 
             held = [g["task_id"] for g in shim.get("/host").json()["accelerators"] if g["task_id"]]
             assert held == ["stranger-0"], held
     finally:
-        serve.send_signal(signal.SIGTERM)
-        serve.communicate(timeout=60)
+        stop_tcl(serve)
 
 
 def _stop_runner_before_its_job(shim: httpx.Client, task_id: str) -> None:

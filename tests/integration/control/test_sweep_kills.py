@@ -22,7 +22,7 @@ import httpx
 import pytest
 
 from tests.integration.control.test_sweep_local import Sweep, _ended, _manifest
-from tests.integration.tclcli import run_tcl, start_tcl
+from tests.integration.tclcli import run_tcl, start_tcl, stop_tcl
 from tests.polling import wait_until
 
 ENTRIES = int(os.environ.get("TCL_TEST_KILL_ENTRIES", "120"))
@@ -87,9 +87,8 @@ def test_a_sweep_survives_its_daemon_killed_five_times(sweep: Sweep) -> None:
         before = Counter(a["cause"] for r in runs for a in r["attempts"][:-1])
         assert set(before) <= {"placement_failed"}, before
     finally:
-        if serve is not None and serve.poll() is None:
-            serve.send_signal(signal.SIGTERM)
-            serve.communicate(timeout=60)
+        if serve is not None:
+            stop_tcl(serve)
 
 
 def test_a_placement_its_dead_scheduler_left_waits_for_room_then_runs(tmp_path: Path) -> None:
@@ -151,7 +150,6 @@ def test_a_placement_its_dead_scheduler_left_waits_for_room_then_runs(tmp_path: 
         if store is not None:
             store.close()
         (s.out / "release").touch()
-        if serve is not None and serve.poll() is None:
-            serve.send_signal(signal.SIGTERM)
-            serve.communicate(timeout=60)
+        if serve is not None:
+            stop_tcl(serve)
         s.close()

@@ -270,3 +270,42 @@ def test_bad_input_is_one_line_and_creates_nothing(
     core = client.CoreV1Api(c.api)
     assert core.list_namespaced_pod(NS).items == []
     assert json.dumps(runs).count('"running"') == 0
+
+
+def test_the_orphan_sweep_deletes_the_vcjobs_no_live_attempt_names(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A vcjob whose attempt was given up on while the API server did not answer (cause
+    ``infra``: nobody releases it) is deleted with its spec Secret; the job of a live attempt
+    is left alone (a job whose labels are not tcl's: tests/unit/control/test_orphans.py)."""
+    import asyncio
+
+    from tcl.control.config import load_config
+    from tcl.control.daemon.client import stop_daemon
+    from tcl.control.lifecycle.orphans import sweep_host
+    from tcl.control.service import Control
+    from tcl.control.states import AttemptCause, RunState
+    from tcl.control.store import Store
+
+    c = cluster
+    submit = ("submit", "-d", "--chip", "h100", "-n", "8", "--", PY, "loop.py")
+    live, given_up = (c.env.tcl_json(*submit)["run_id"] for _ in range(2))
+    for run_id in (live, given_up):
+        c.wait(run_id, {"running"})
+    stop_daemon(c.env.home / "state" / "serve")  # its controller would release what it finds
+    monkeypatch.setenv("TCL_STATE_DIR", str(c.env.home / "state"))
+    store = Store(f"sqlite:///{c.env.home / 'state' / 'tcl.db'}")
+    try:
+        # its owner gave up on it while the API server did not answer: the job is left there
+        store.set_state(given_up, RunState.TERMINATED, message="its host did not answer")
+        store.update_attempt(given_up, 0, state=RunState.TERMINATED, cause=AttemptCause.INFRA)
+        ctl = Control(load_config(c.env.config), store)
+        ended = asyncio.run(sweep_host(ctl, "volcano", "k8s", 0.0))
+    finally:
+        store.close()
+    from tcl.control.backends.volcano.manifest import vcjob_name
+
+    assert ended == [vcjob_name(given_up, 0)]
+    names = {j["metadata"]["name"] for j in c.vcjobs()}
+    assert names == {vcjob_name(live, 0)}, names
+    assert not c.secret(given_up) and c.secret(live)

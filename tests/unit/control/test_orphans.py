@@ -90,6 +90,19 @@ def test_a_launch_s_task_names_read_back_as_its_run_and_attempt(
         assert got == HostTask("h", task_id, run_id, attempt, 60.0)
 
 
+def test_a_vcjob_reads_back_as_the_run_and_attempt_its_labels_name() -> None:
+    from tcl.control.backends.volcano.jobtasks import host_task as vc_task
+
+    meta = {"name": "r-1-a3", "creationTimestamp": "2026-11-29T00:00:00Z"}
+    labelled = {"metadata": {**meta, "labels": {"tcl.run-id": "r-1", "tcl.attempt": "3"}}}
+    now = 1795910460.0  # 2026-11-29T00:01:00Z
+    assert vc_task("k8s", labelled, now) == HostTask("k8s", "r-1-a3", "r-1", 3, 60.0)
+    for labels in ({"tcl.run-id": "r-1"}, {"tcl.attempt": "3"}, {"app": "x"}, {}):
+        assert vc_task("k8s", {"metadata": {**meta, "labels": labels}}, now) is None
+    undated = {"metadata": {"name": "j", "labels": {"tcl.run-id": "r", "tcl.attempt": "0"}}}
+    assert vc_task("k8s", undated, now) == HostTask("k8s", "j", "r", 0, 0.0)  # young: left
+
+
 def test_a_name_tcl_never_gives_is_not_read() -> None:
     assert host_task("h", _info("someones-task", created_at=0.0), 1.0) is None
 

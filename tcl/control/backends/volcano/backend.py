@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -25,6 +26,7 @@ from tcl.control.backends.base import (
     RUNNER_STATES,
     Backend,
     HostCheck,
+    HostTask,
     Launched,
     NodeOffer,
     NodePage,
@@ -35,7 +37,7 @@ from tcl.control.backends.base import (
     worst_state,
 )
 from tcl.control.backends.base import Handle as BaseHandle
-from tcl.control.backends.volcano import manifest
+from tcl.control.backends.volcano import jobtasks, manifest
 from tcl.control.backends.volcano.handle import KubeTarget, VolcanoHandle
 from tcl.control.backends.volcano.kube import KubeClient, PortForward
 from tcl.control.backends.volcano.offers import queue_free, shape
@@ -408,6 +410,19 @@ class VolcanoBackend(Backend):
         await asyncio.to_thread(kube.delete_vcjob, handle.job)
         await asyncio.to_thread(kube.delete_secret, handle.secret)
         self._tokens.pop(handle.secret, None)
+
+    async def host_tasks(self, host: str) -> list[HostTask]:
+        """tcl's Volcano jobs in the host's namespace (labelled with their run and attempt)."""
+        kube = await self._kube(self._target(host))
+        jobs = await asyncio.to_thread(kube.vcjobs, jobtasks.SELECTOR)
+        now = time.time()
+        return [t for j in jobs if (t := jobtasks.host_task(host, j, now)) is not None]
+
+    async def end_task(self, task: HostTask) -> None:
+        """Delete the job (Volcano deletes its pods) and its spec Secret."""
+        kube = await self._kube(self._target(task.host))
+        await asyncio.to_thread(kube.delete_vcjob, task.task_id)
+        await asyncio.to_thread(kube.delete_secret, manifest.spec_secret_name(task.task_id))
 
     async def aclose(self) -> None:
         for fwd in self._forwards.values():

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tcl.control.backends.base import Handle
+from tcl.control.backends.base import Handle, HostTask
 
 
 class KubeTarget(BaseModel):
@@ -40,6 +40,9 @@ class VolcanoHandle(Handle):
 
     def task_label(self) -> str:
         return f"vcjob {self.kube.namespace}/{self.job}"
+
+    def names(self, task: HostTask) -> bool:
+        return task.host == self.host and task.task_id == self.job
 
     def pod(self, node: int) -> str:
         """Volcano names a task's pods ``<job>-<task>-<index>``; tcl's one task is ``worker``."""

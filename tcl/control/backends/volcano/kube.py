@@ -112,6 +112,14 @@ class KubeClient:
             return found
         return None
 
+    def vcjobs(self, label_selector: str) -> list[dict[str, Any]]:
+        """The jobs matching the selector (their JSON objects)."""
+        with translated("list vcjobs", self.namespace):
+            found: dict[str, Any] = self.custom.list_namespaced_custom_object(
+                VC_GROUP, VC_VERSION, self.namespace, VC_PLURAL, label_selector=label_selector
+            )
+        return list(found.get("items") or [])
+
     def delete_vcjob(self, name: str) -> None:
         """Delete the job and (in the background, as the API server does) its pods."""
         with absent_is_none("delete vcjobs", self.namespace):
