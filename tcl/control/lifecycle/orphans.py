@@ -21,9 +21,9 @@ one holding its chips). A task any live attempt of its run names is left alone w
 name says (a SLURM requeue is attempt 1 of the job named for attempt 0). Shim hosts, SLURM
 clusters (this user's jobs named ``tcl-<run>-<attempt>``, ended with ``scancel``) and Volcano
 hosts (the vcjobs in the host's namespace labelled with their run and attempt, deleted with their
-spec Secret) are swept; TPU hosts are not yet (their backend lists no tasks: a TPU VM a
-placement left is deleted by its undo or release only); the tasks of a multi-node launch are
-swept on the hosts its attempt row names.
+spec Secret) and TPU hosts (the shim tasks on every worker of a READY node; the node itself
+is kept for the next run, as a release keeps it) are swept; the tasks of a multi-node launch
+are swept on the hosts its attempt row names.
 """
 
 from __future__ import annotations

@@ -30,6 +30,7 @@ from typing import Any
 from tcl.control.backends.base import (
     Handle,
     HostCheck,
+    HostTask,
     Launched,
     NodeOffer,
     NodePage,
@@ -516,6 +517,17 @@ class TpuBackend(ShimBackend):
             except TclError as e:
                 parts.append(f"w{i} no shim ({str(e).splitlines()[0]})")
         return HostCheck(True, f"node {nid} READY: " + "; ".join(parts))
+
+    async def host_tasks(self, host: str) -> list[HostTask]:
+        """The tasks on every worker of the host's node (none while it is not READY: a node
+        booting, lost or deleted holds no task another run waits for)."""
+        node = await self.api(host).get_node(self.node_id(host))
+        if node is None or node.state not in USABLE:
+            return []
+        await self._set_workers(host, node)
+        workers = [self.worker_name(host, i) for i in range(len(node.endpoints))]
+        found = await asyncio.gather(*(ShimBackend.host_tasks(self, w) for w in workers))
+        return [t for tasks in found for t in tasks]
 
     def address(self, host: str) -> str:
         c = self.cfg(host)
