@@ -45,19 +45,27 @@ async def retry_after_end(
     if policy is None:
         return why
     prior = ctl.retries.get(run.id)
-    preempted = cause in (AttemptCause.PREEMPTED, AttemptCause.NODE_LOST)
-    d = decide(policy, prior.failures if prior else 0, state, exit_code, why, preempted)
-    if d.verdict not in (Verdict.RETRY, Verdict.REQUEUE):
-        return d.why or why
     current = ctl.store.get_run(run.id)
-    if move(current.state, RunState.WAITING_RETRY) is not Move.APPLY:
-        return why  # stopped here meanwhile
+    if prior is not None and prior.waiting and not waiting_for_retry(ctl, current):
+        # decided and counted already, by an owner killed before it moved the run: carried
+        # out, not decided (nor counted) again
+        why_now = prior.why
+    else:
+        preempted = cause in (AttemptCause.PREEMPTED, AttemptCause.NODE_LOST)
+        d = decide(policy, prior.failures if prior else 0, state, exit_code, why, preempted)
+        if d.verdict not in (Verdict.RETRY, Verdict.REQUEUE):
+            return d.why or why
+        if move(current.state, RunState.WAITING_RETRY) is not Move.APPLY:
+            return why  # stopped here meanwhile
+        ctl.retries.wait(run.id, d.delay_s, d.verdict is Verdict.RETRY, d.why)
+        why_now = d.why
     if move(att.state, state) is Move.APPLY:
         ctl.store.update_attempt(run.id, att.attempt, state=state, cause=cause)
+    ctl.store.set_state(run.id, RunState.WAITING_RETRY, message=why_now, exit_code=exit_code)
+    # freed only once the run moved: an owner killed before that finds the task (and the
+    # job's end) again, never a run `running` whose task is gone
     with contextlib.suppress(TclError):
         await release_attempt(ctl, ctl.store.latest_attempt(run.id) or att, state)
-    ctl.retries.wait(run.id, d.delay_s, d.verdict is Verdict.RETRY, d.why)
-    ctl.store.set_state(run.id, RunState.WAITING_RETRY, message=d.why, exit_code=exit_code)
     return None
 
 
