@@ -46,6 +46,8 @@ async def retry_after_end(
         return why
     prior = ctl.retries.get(run.id)
     current = ctl.store.get_run(run.id)
+    if move(current.state, RunState.WAITING_RETRY) is not Move.APPLY:
+        return why  # stopped here meanwhile
     if prior is not None and prior.waiting and not waiting_for_retry(ctl, current):
         # decided and counted already, by an owner killed before it moved the run: carried
         # out, not decided (nor counted) again
@@ -55,8 +57,6 @@ async def retry_after_end(
         d = decide(policy, prior.failures if prior else 0, state, exit_code, why, preempted)
         if d.verdict not in (Verdict.RETRY, Verdict.REQUEUE):
             return d.why or why
-        if move(current.state, RunState.WAITING_RETRY) is not Move.APPLY:
-            return why  # stopped here meanwhile
         ctl.retries.wait(run.id, d.delay_s, d.verdict is Verdict.RETRY, d.why)
         why_now = d.why
     if move(att.state, state) is Move.APPLY:
