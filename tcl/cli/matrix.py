@@ -224,20 +224,19 @@ def cmd_cancel(
     import time
 
     from tcl.control.errors import TclError
+    from tcl.control.sweep.model import EntryState
 
     try:
         with opened_queue() as queue:
             queue.matrix(name)
-            counts = queue.counts(name).get(name, {})
             cancelled_at = time.time()
-            held = queue.cancel(name)
+            cancelled = queue.cancel(name)
     except TclError as e:
         raise fail(str(e), e.exit_code) from None
-    stopped = _stop_runs(ctx, [e.run_id for e in held if e.run_id], cancelled_at)
-    queued = sum(n for st, n in counts.items() if st.value == "queued")
-    out.print(
-        f"cancelled {queued + len(held)} entries of {name}; stopped {stopped} runs", markup=False
-    )
+    # counted from the cancel's own transaction: a count read before it races the scheduler
+    held = [e.run_id for e in cancelled if e.state is not EntryState.QUEUED and e.run_id]
+    stopped = _stop_runs(ctx, held, cancelled_at)
+    out.print(f"cancelled {len(cancelled)} entries of {name}; stopped {stopped} runs", markup=False)
 
 
 def _stop_runs(ctx: typer.Context, run_ids: list[str], cancelled_at: float) -> int:

@@ -391,8 +391,9 @@ class SweepQueue:
             return [_entry(r) for r in rows]
 
     def cancel(self, name: str) -> list[Entry]:
-        """Every live entry cancelled; returns those that were held (their runs to stop). Their
-        scheduler sees the entry gone at its next heartbeat."""
+        """Every live entry cancelled, in one transaction; returns each as it was before (those
+        that were held have runs to stop). Their scheduler sees the entry gone at its next
+        heartbeat."""
         now = time.time()
         with self._write() as s:
             live = [EntryState.QUEUED.value, *_HELD]
@@ -403,9 +404,9 @@ class SweepQueue:
                     .with_for_update()
                 )
             )
-            held = [_entry(r) for r in rows if r.state in _HELD]
+            was = [_entry(r) for r in rows]
             for row in rows:
                 row.state = EntryState.CANCELLED.value
                 row.lease_owner = row.lease_expires = None
                 row.updated_at = row.ended_at = now
-            return held
+            return was
