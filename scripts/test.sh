@@ -23,7 +23,7 @@ set +e
 # Under `coverage run` (pyproject.toml [tool.coverage]): the processes the tests start are
 # measured too.
 rm -rf test-artefacts/coverage && mkdir -p test-artefacts/coverage
-uv run --locked coverage run -m pytest -n "${TCL_TEST_WORKERS:-3}" --dist loadgroup "$@" 2>&1 |
+uv run --locked coverage run -m pytest -n "${TCL_TEST_WORKERS:-3}" --dist loadgroup --durations=40 "$@" 2>&1 |
   tee "$log"
 rc=${PIPESTATUS[0]}
 set -e
