@@ -4,7 +4,8 @@ its budget of starts, none fails for the kills, none is left stuck, and every GP
 end. Each kill leaves the dead daemon's entries and runs leased; the next daemon takes them once
 their leases lapse (3 s here) and follows the runs that went on meanwhile.
 
-``TCL_TEST_KILL_ENTRIES`` (default 96) sets the size: the issue's scale is 300.
+``TCL_TEST_KILL_ENTRIES`` (default 64: eight waves on 8 GPUs) sets the size: the issue's scale
+is 300.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from tests.integration.control.test_sweep_local import Sweep, _ended, _manifest
 from tests.integration.tclcli import run_tcl, start_tcl, stop_tcl
 from tests.polling import wait_until
 
-ENTRIES = int(os.environ.get("TCL_TEST_KILL_ENTRIES", "96"))
+ENTRIES = int(os.environ.get("TCL_TEST_KILL_ENTRIES", "64"))
 KILLS = 5
 RETRIES = 3
 
