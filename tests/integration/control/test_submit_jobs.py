@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from tcl.cli.main import app
+from tcl.cli.app import app
 from tcl.control.config import parse_config
 from tcl.control.errors import TclError
 from tcl.control.lifecycle.submit import Submission, submit

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from tcl.cli.main import app
+from tcl.cli.app import app
 from tcl.jobs.gpt import GPTTrainer
 from tcl.jobs.inference import InferenceJob
 from tcl.jobs.job import BasicJob

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from tcl.cli.main import app
+from tcl.cli.app import app
 from tcl.control.logcache import LogCache
 from tcl.control.runrequest import RunRequest
 from tcl.control.states import RunState

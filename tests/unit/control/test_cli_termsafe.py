@@ -12,7 +12,7 @@ import typer
 from typer.testing import CliRunner
 
 from tcl.cli import _common as cli_common
-from tcl.cli.main import app
+from tcl.cli.app import app
 from tcl.cli.matrix_show import cmd_ls, cmd_status
 from tcl.cli.termsafe import plain, terminal_text
 from tcl.control.logcache import LogCache

@@ -13,7 +13,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from tcl.cli.main import app
+from tcl.cli.app import app
 from tcl.cli.ssh import _remote_argv
 from tcl.control.backends.base import SshEndpoint
 from tcl.control.config import SshHost, parse_config

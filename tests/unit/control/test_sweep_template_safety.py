@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from tcl.cli.main import app
+from tcl.cli.app import app
 from tcl.control.errors import SweepError
 from tcl.control.sweep.manifest import check_template, fill_argv
 from tcl.control.sweep.model import Entry, EntryState

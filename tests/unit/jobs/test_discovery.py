@@ -124,7 +124,7 @@ def test_tcl_jobs_and_tcl_run_show_the_traceback(
 ) -> None:
     from typer.testing import CliRunner
 
-    from tcl.cli.main import app
+    from tcl.cli.app import app
 
     broken = "VALUE = 1\n\n\ndef f():\n    return VALUE / 0\n\n\nf()\n"
     repo = _repo(tmp_path / "r", {"pkg_cli_broken.jobs": broken}, ["pkg_cli_broken.jobs"])

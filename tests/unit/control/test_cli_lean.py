@@ -1,0 +1,78 @@
+"""The lean CLI: ``tcl`` mounts only the invoked command's module, ``tcl --version`` imports no
+CLI library at all, and the command table names every command the modules register."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tcl.cli.app import COMMANDS, build
+from tcl.cli.main import command_of
+
+
+@pytest.mark.parametrize(
+    ("args", "command"),
+    [
+        ([], None),
+        (["--version"], None),
+        (["--help"], None),
+        (["--help", "ps"], None),
+        (["ps"], "ps"),
+        (["ps", "--help"], "ps"),
+        (["-c", "cfg.yaml", "logs", "-f", "r1"], "logs"),
+        (["--config", "ps", "submit", "--", "ps"], "submit"),  # the config's value is not it
+        (["--config=x.yaml", "matrix", "add"], "matrix"),
+        (["-c"], None),
+    ],
+)
+def test_the_command_is_the_first_word_that_is_no_root_option(
+    args: list[str], command: str | None
+) -> None:
+    assert command_of(args) == command
+
+
+def _names(app: object) -> set[str]:
+    import typer
+
+    assert isinstance(app, typer.Typer)
+    names = {c.name for c in app.registered_commands}
+    names |= {
+        g.name or (g.typer_instance.info.name if g.typer_instance else None)
+        for g in app.registered_groups
+    }
+    return {n for n in names if isinstance(n, str)}
+
+
+def test_the_table_names_every_command_and_each_builds_alone() -> None:
+    assert _names(build()) == set(COMMANDS)
+    for command in COMMANDS:
+        assert command in _names(build(command)), command
+
+
+def _loaded_after(code: str) -> set[str]:
+    probe = f"{code}\nimport json, sys\nprint(json.dumps(sorted(sys.modules)))"
+    res = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
+    )
+    return set(json.loads(res.stdout.splitlines()[-1]))
+
+
+def test_version_imports_no_cli_library() -> None:
+    loaded = _loaded_after(
+        "import sys\nsys.argv = ['tcl', '--version']\nfrom tcl.cli.main import main\nmain()"
+    )
+    heavy = {m for m in loaded if m.split(".")[0] in {"typer", "click", "rich", "pydantic"}}
+    assert heavy == set()
+    assert not {m for m in loaded if m.startswith("tcl.cli.") and m != "tcl.cli.main"}
+
+
+def test_a_command_imports_only_its_own_module() -> None:
+    loaded = _loaded_after("from tcl.cli.app import build\nbuild('ps')")
+    mounted = {m for m in loaded if m.startswith("tcl.cli.")} - {"tcl.cli.app", "tcl.cli._common"}
+    # ps's own module and what it imports; no other command's
+    others = {f"tcl.cli.{m}" for m in COMMANDS.values()} - {"tcl.cli.ps"}
+    assert "tcl.cli.ps" in mounted
+    assert mounted & others == set(), mounted & others
