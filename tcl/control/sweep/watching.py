@@ -27,12 +27,17 @@ from tcl.control.sweep.storeretry import StoreRetry
 
 log = logging.getLogger("tcl.scheduler")
 POLL_S = 1.0  # how often the store is read when no controller here tells of a change
+# an ended run's owner here frees what it held on its host (the shim's accelerators) before the
+# next entry is claimed for them; the wait for that is bounded (a host gone cannot be freed)
+RELEASE_WAIT_S = 5.0
 
 
 class RunOwner(Protocol):
     """What the watcher needs of the daemon's run controller."""
 
     async def adopt(self, run_id: str) -> bool: ...
+
+    def owns(self, run_id: str) -> bool: ...
 
     def changed(self, run_id: str) -> asyncio.Event: ...
 
@@ -110,8 +115,10 @@ class EntryWatcher:
             changed = self.owner.changed(run_id) if self.owner is not None else asyncio.Event()
             run = await asyncio.to_thread(ctl.store.get_run, run_id)
             if run.state.is_final:
-                # its host freed the accelerators as the job ended: the next entry may be
-                # placed while this one's task is removed (by the run's owner)
+                # the next entry is claimed once its owner here released what the run held
+                # (a claim before would find its accelerators taken: refused, and the
+                # scheduler would wait for a probe as if the cluster were full)
+                await self._released(run_id)
                 self.admission.run_ended()
                 self.wake.set()
                 if TRACE:
@@ -124,3 +131,20 @@ class EntryWatcher:
                 return EntryState.QUEUED, run.message
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(changed.wait(), self.poll_s)
+
+    async def _released(self, run_id: str) -> None:
+        """Until the run's owner here let it go (it released the run's task: its owner task
+        ended), at most :data:`RELEASE_WAIT_S`; at once when another process owns it."""
+        owner = self.owner
+        if owner is None:
+            return
+        deadline = time.monotonic() + RELEASE_WAIT_S
+        while owner.owns(run_id):
+            changed = owner.changed(run_id)
+            if not owner.owns(run_id):
+                return
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(changed.wait(), left)

@@ -68,3 +68,58 @@ def test_a_host_silent_for_the_whole_budget_ends_the_run_for_infra(
     assert (att.state, att.cause) == (RunState.TERMINATED, AttemptCause.INFRA)
     # nobody will release its task: once its host answers, the orphan sweep ends it
     assert orphaned(ctl, HostTask("local", "r-1-0", "r-1", 0, 600.0), att)
+
+
+class _Owner:
+    """The daemon's run controller as the watcher sees it: it owns the run until ``let_go``."""
+
+    def __init__(self) -> None:
+        self.owned = True
+        self._changed = asyncio.Event()
+
+    async def adopt(self, run_id: str) -> bool:
+        return True
+
+    def owns(self, run_id: str) -> bool:
+        return self.owned
+
+    def changed(self, run_id: str) -> asyncio.Event:
+        return self._changed
+
+    def let_go(self) -> None:  # what the controller does once it released the run's task
+        self.owned = False
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+
+def test_an_ended_run_s_entry_frees_its_slot_once_its_owner_released_the_task(
+    sqlite_queue: SweepQueue, monkeypatch: pytest.MonkeyPatch, tmp_path: object
+) -> None:
+    """The run ended, but its owner still frees its task on the host: claiming the next entry
+    now would find the accelerators taken (refused, and the scheduler waits for a probe as if
+    the cluster were full). The scheduler is woken once the owner let the run go."""
+    queue = sqlite_queue
+    monkeypatch.setenv("TCL_STATE_DIR", str(tmp_path))
+    ctl = Control(default_config(), queue.store)
+    queue.add("m", {"argv": ["true"], "chips": 1}, [NewEntry("e0", {})])
+    (entry,) = queue.claim("me", 1, 30.0)
+    ctl.store.create_run("r-1", "", RunRequest(argv=["x"], env={"TCL_MATRIX": "m"}))
+    ctl.store.set_state("r-1", RunState.PROVISIONING)
+    ctl.store.set_state("r-1", RunState.RUNNING)
+    ctl.store.set_state("r-1", RunState.SUCCEEDED)
+    owner, wake, admission = _Owner(), asyncio.Event(), Admission(16, 1.0)
+    admission.refused(0.0)  # full: only ended runs earn claims
+    watcher = EntryWatcher(queue, "me", StoreRetry(0.1, None), admission, wake, owner)
+
+    async def scenario() -> tuple[EntryState, str]:
+        watching = asyncio.create_task(
+            watcher.outcome(ctl, dataclasses.replace(entry, run_id="r-1"))
+        )
+        for _ in range(20):  # the store read and every wake-up the watcher gets
+            await asyncio.sleep(0.01)
+        assert not watching.done() and not wake.is_set() and admission.credits == 0
+        owner.let_go()
+        return await asyncio.wait_for(watching, 10)
+
+    assert asyncio.run(scenario()) == (EntryState.DONE, "")
+    assert wake.is_set() and admission.credits == 1
