@@ -91,23 +91,39 @@ class RunnerProbe:
         await self._http.aclose()
 
 
-async def stop_job(port: int, token: str, grace_s: float) -> bool:
+@dataclass(frozen=True)
+class JobStop:
+    """How :func:`stop_job` went: ``ended`` the job is over (``before``: it had ended on its
+    own, nothing was stopped; ``exit_code`` then its own)."""
+
+    ended: bool
+    before: bool = False
+    exit_code: int | None = None
+
+
+async def stop_job(port: int, token: str, grace_s: float) -> JobStop:
     """Have the runner stop its job (SIGTERM, SIGKILL after ``grace_s``: the runner's own,
-    graceful path that records the final state) and wait for it to end. False when the runner
-    does not answer or the job is still running after the grace and a margin."""
+    graceful path that records the final state) and wait for it to end; a job that already
+    ended is left as it is. Not ended when the runner does not answer or the job is still
+    running after the grace and a margin."""
     auth = {"Authorization": f"Bearer {token}"}
     base = f"http://127.0.0.1:{port}/api"
     deadline = time.monotonic() + grace_s + STOP_MARGIN_S
     async with httpx.AsyncClient(timeout=PROBE_TIMEOUT_S, trust_env=False, headers=auth) as http:
         try:
+            body = (await http.get(f"{base}/healthcheck")).json()
+            if body.get("state") in FINAL_STATES:
+                code = body.get("exit_code")
+                own = code if isinstance(code, int) and not isinstance(code, bool) else None
+                return JobStop(ended=True, before=True, exit_code=own)
             r = await http.post(f"{base}/stop", json={"grace_s": min(grace_s, MAX_GRACE_S)})
             if r.status_code != 200:
-                return False
+                return JobStop(ended=False)
             while time.monotonic() < deadline:
                 state = (await http.get(f"{base}/healthcheck")).json().get("state")
                 if state in FINAL_STATES:
-                    return True
+                    return JobStop(ended=True)
                 await asyncio.sleep(0.05)
         except (httpx.HTTPError, ValueError, AttributeError):
-            return False
-    return False
+            return JobStop(ended=False)
+    return JobStop(ended=False)

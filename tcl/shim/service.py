@@ -48,6 +48,7 @@ from tcl.shim.errors import (
     TaskNotTerminated,
 )
 from tcl.shim.executors.base import Executor, Launch
+from tcl.shim.exiting import ExitingRunners
 from tcl.shim.inventory import Inventory
 from tcl.shim.network import choose_network, is_whole_host
 from tcl.shim.probe import stop_job
@@ -71,6 +72,8 @@ class TaskService:
     busy_outside: set[int] = field(default_factory=set)
     _lifecycles: dict[str, asyncio.Task[None]] = field(default_factory=dict)
     _terminating: dict[str, asyncio.Future[TaskInfo]] = field(default_factory=dict)
+    # terminated tasks whose runner is still exiting (their job had ended: chips freed at once)
+    _exiting: ExitingRunners = field(default_factory=ExitingRunners)
     _submitting: set[str] = field(default_factory=set)
     _preempting: set[asyncio.Task[None]] = field(default_factory=set)
     # a preemption notice: the host is going away, so no new task until its grace ran out
@@ -123,7 +126,8 @@ class TaskService:
     def is_busy(self, task_id: str) -> bool:
         """True while this shim's own code (lifecycle or terminate) is moving the task."""
         lc = self._lifecycles.get(task_id)
-        return (lc is not None and not lc.done()) or task_id in self._terminating
+        moving = task_id in self._terminating or task_id in self._exiting
+        return (lc is not None and not lc.done()) or moving
 
     # -- submit -------------------------------------------------------------------------------
     async def submit(self, spec: TaskSpec) -> TaskInfo:
@@ -311,7 +315,11 @@ class TaskService:
                 await self._update(task_id, termination_reason=req.reason)
                 # The runner stops the job itself first (its signal, its grace, its final
                 # events); the workload is stopped after that, or regardless if it won't answer.
-                await stop_job(info.ports.runner, info.runner_token, req.timeout_s)
+                stopped = await stop_job(info.ports.runner, info.runner_token, req.timeout_s)
+                if stopped.before:
+                    info = await self._end_lingering(rec, req, stopped.exit_code)
+                    fut.set_result(info)
+                    return info
             try:
                 exit_code = await executor.stop(task_id, rec.handle, req.timeout_s)
             except ShimError as e:
@@ -325,6 +333,23 @@ class TaskService:
             raise
         finally:
             del self._terminating[task_id]
+
+    async def _end_lingering(
+        self, rec: TaskRecord, req: TerminateRequest, exit_code: int | None
+    ) -> TaskInfo:
+        """A task whose job had ended on its own (its runner serves the logs): what the job
+        left running is ended and its chips freed now, as the reconcile loop does for an ended
+        job; the runner's own exit (a quarter second, more for a container) goes on in the
+        background, so whoever terminated it (a sweep's next entry) gets the chips at once."""
+        task_id = rec.info.id
+        executor = self.executors[rec.info.executor]
+        try:
+            await executor.end_job_leftovers(task_id, rec.handle)
+        except ShimError as e:
+            log.warning("task %s: cannot end what the job left running: %s", task_id, e.detail)
+        info = await self.finish(task_id, req.reason, req.message, exit_code, job_ended=True)
+        self._exiting.stop(executor, task_id, rec.handle, req.timeout_s)
+        return info
 
     def preempt(self, notice: PreemptionNotice) -> list[TaskInfo]:
         """Terminate every live task as ``preempted``, in the background; return them.
@@ -357,7 +382,15 @@ class TaskService:
             raise TaskNotTerminated(
                 f"task {task_id!r} is {rec.info.status}: terminate it before removing it"
             )
-        await self.executors[rec.info.executor].remove(task_id, rec.handle)
+        executor = self.executors[rec.info.executor]
+        if task_id in self._exiting:
+            # its runner is still exiting: the record goes now, the workload and the files
+            # once it has exited (never on the caller's time)
+            trash = await asyncio.to_thread(self.store.remove, task_id)
+            self._lifecycles.pop(task_id, None)
+            self._exiting.remove(executor, task_id, rec.handle, self.store, trash)
+            return
+        await executor.remove(task_id, rec.handle)
         trash = await asyncio.to_thread(self.store.remove, task_id)
         self._lifecycles.pop(task_id, None)
         if trash is not None:
@@ -369,7 +402,7 @@ class TaskService:
         """Remove a terminated task's workload and files but keep its record (the outcome a
         workstation that never fetched the logs still asks for); ``remove`` deletes it later."""
         rec = self.store.get(task_id)
-        if rec.info.status is not TaskStatus.TERMINATED or task_id in self._terminating:
+        if rec.info.status is not TaskStatus.TERMINATED or self.is_busy(task_id):
             raise TaskNotTerminated(f"task {task_id!r} is {rec.info.status}: not expired")
         await self.executors[rec.info.executor].remove(task_id, rec.handle)
         await asyncio.to_thread(self.store.prune, task_id)
@@ -378,6 +411,7 @@ class TaskService:
     async def close(self) -> None:
         """Stop the shim's own coroutines; the tasks' containers and processes keep running."""
         await self.mounts.close()
+        await self._exiting.wait(10.0)  # runners exiting (a quarter second each)
         for lc in list(self._lifecycles.values()):
             lc.cancel()
         for lc in list(self._lifecycles.values()):
