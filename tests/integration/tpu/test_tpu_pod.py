@@ -395,6 +395,11 @@ def test_a_preempted_pod_is_recreated_and_the_trainer_resumes(pod: Pod) -> None:
         "tpu-v5p",
         "-n",
         "12",
+        # the pod itself is recreated: placed again while its node was still going away, an
+        # unpinned run took the other slice, a queued resource that waits for the preempted
+        # node's hosts, and gave up only after its boot timeout (120 s of this test's 205 s)
+        "--host",
+        "pod",
         "--job",
         "gpt/train",
         "--job-config",
