@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -157,3 +158,25 @@ def time_to_line(argv: list[str], env: dict[str, str], cwd: Path, want: str) -> 
     proc.stdout.close()
     proc.wait(120)
     return elapsed
+
+
+def interleaved_first_lines(
+    tcl_argv: list[str], base_argv: list[str], env: dict[str, str], cwd: Path, reps: int, warm: int
+) -> tuple[list[float], list[float]]:
+    """``tcl_argv`` and ``base_argv`` to their "first-line", in turns (after ``warm`` uncounted
+    rounds: connections, caches): the seconds of each, tcl's and the baseline's."""
+    for _ in range(warm):
+        time_to_line(tcl_argv, env, cwd, "first-line")
+        time_to_line(base_argv, env, cwd, "first-line")
+    tcl_s, base_s = [], []
+    for _ in range(reps):
+        tcl_s.append(time_to_line(tcl_argv, env, cwd, "first-line"))
+        base_s.append(time_to_line(base_argv, env, cwd, "first-line"))
+    return tcl_s, base_s
+
+
+def print_ratio(base_what: str, tcl_s: list[float], base_s: list[float], target: float) -> None:
+    t, b = statistics.median(tcl_s), statistics.median(base_s)
+    print(f"tcl submit -> first line: median {t:.3f} s  {[round(x, 3) for x in tcl_s]}")
+    print(f"{base_what} -> first line: median {b:.3f} s  {[round(x, 3) for x in base_s]}")
+    print(f"ratio tcl/baseline: {t / b:.2f} (target <= {target:g})")

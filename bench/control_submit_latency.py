@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import argparse
 import shlex
-import statistics
 
-from bench._controllib import TCL, testbed, time_to_line
+from bench._controllib import TCL, interleaved_first_lines, print_ratio, testbed
 
 
 def main() -> None:
@@ -37,16 +36,10 @@ def main() -> None:
         ]
         base_argv = [*bed.ssh_argv(), shlex.join(remote)]  # ssh sends one shell string
         # warm-up: ssh connection files, image layers, page cache, the code tarball
-        time_to_line(tcl_argv, bed.env(), bed.root, "first-line")
-        time_to_line(base_argv, bed.env(), bed.root, "first-line")
-        tcl_s, base_s = [], []
-        for _ in range(args.reps):
-            tcl_s.append(time_to_line(tcl_argv, bed.env(), bed.root, "first-line"))
-            base_s.append(time_to_line(base_argv, bed.env(), bed.root, "first-line"))
-        t, b = statistics.median(tcl_s), statistics.median(base_s)
-        print(f"tcl submit -> first line:     median {t:.2f} s  {[round(x, 2) for x in tcl_s]}")
-        print(f"ssh docker run -> first line: median {b:.2f} s  {[round(x, 2) for x in base_s]}")
-        print(f"ratio tcl/baseline: {t / b:.2f} (target <= 1.5)")
+        tcl_s, base_s = interleaved_first_lines(
+            tcl_argv, base_argv, bed.env(), bed.root, args.reps, warm=1
+        )
+        print_ratio("ssh docker run", tcl_s, base_s, 1.5)
 
 
 if __name__ == "__main__":

@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from bench._controllib import TCL, time_to_line
+from bench._controllib import TCL, interleaved_first_lines, print_ratio
 
 PRINT = "import sys; print('first-line', flush=True)"
 
@@ -43,21 +42,15 @@ def main() -> None:
         base_argv = [sys.executable, "-c", PRINT]
         try:
             # warm-up: the daemon, the local shim, the code tarball, the page cache
-            for _ in range(2):
-                time_to_line(tcl_argv, env, repo, "first-line")
-            tcl_s, base_s = [], []
-            for _ in range(args.reps):
-                tcl_s.append(time_to_line(tcl_argv, env, repo, "first-line"))
-                base_s.append(time_to_line(base_argv, env, repo, "first-line"))
+            tcl_s, base_s = interleaved_first_lines(
+                tcl_argv, base_argv, env, repo, args.reps, warm=2
+            )
         finally:
             subprocess.run([TCL, "serve", "--stop"], env=env, cwd=repo, capture_output=True)
             from tcl.control.localshim import stop_local_shim
 
             stop_local_shim(home / ".local" / "share" / "tcl" / "local-shim")
-        t, b = statistics.median(tcl_s), statistics.median(base_s)
-        print(f"tcl submit -> first line: median {t:.3f} s  {[round(x, 3) for x in tcl_s]}")
-        print(f"python -c -> first line:  median {b:.3f} s  {[round(x, 3) for x in base_s]}")
-        print(f"ratio tcl/baseline: {t / b:.1f} (target <= 10)")
+        print_ratio("python -c", tcl_s, base_s, 10)
 
 
 if __name__ == "__main__":
