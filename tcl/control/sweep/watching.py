@@ -136,15 +136,10 @@ class EntryWatcher:
         """Until the run's owner here let it go (it released the run's task: its owner task
         ended), at most :data:`RELEASE_WAIT_S`; at once when another process owns it."""
         owner = self.owner
-        if owner is None:
-            return
         deadline = time.monotonic() + RELEASE_WAIT_S
-        while owner.owns(run_id):
-            changed = owner.changed(run_id)
-            if not owner.owns(run_id):
-                return
+        while owner is not None and owner.owns(run_id):
             left = deadline - time.monotonic()
             if left <= 0:
                 return
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(changed.wait(), left)
+            with contextlib.suppress(TimeoutError):  # set when its owner task ends
+                await asyncio.wait_for(owner.changed(run_id).wait(), left)

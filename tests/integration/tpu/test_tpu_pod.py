@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 
 from tests.integration.jobs.helpers import resumable_gpt_yaml
+from tests.integration.orphansweep import sweep_given_up
 from tests.integration.tclcli import TCL, TclEnv
 from tests.testbed import SshTestbed
 from tests.tpuemu import TpuEmulator
@@ -280,14 +281,7 @@ def test_the_orphan_sweep_ends_the_worker_tasks_no_live_attempt_names(
 ) -> None:
     """A run given up on while its workers did not answer (cause ``infra``: nobody releases
     it) leaves a task on every worker: the orphan sweep ends them all, and the node is kept."""
-    import asyncio
-
     from tcl.control.backends.shimtasks import task_ids
-    from tcl.control.config import load_config
-    from tcl.control.lifecycle.orphans import sweep_host
-    from tcl.control.service import Control
-    from tcl.control.states import AttemptCause, RunState
-    from tcl.control.store import Store
 
     env = pod.env
     submit = ("submit", "-d", "--yes", "--chip", "tpu-v5p", "-n", "12", "--", PY, "sleep.py")
@@ -297,26 +291,8 @@ def test_the_orphan_sweep_ends_the_worker_tasks_no_live_attempt_names(
         assert time.monotonic() < deadline, env.tcl("logs", run_id).stdout
         time.sleep(0.5)
     env.tcl("serve", "--stop")  # its controller would release what the sweep should find
-    monkeypatch.setenv("TCL_STATE_DIR", str(env.home / "state"))
-    store = Store(f"sqlite:///{env.home / 'state' / 'tcl.db'}")
-    try:
-        store.set_state(run_id, RunState.TERMINATED, message="its workers did not answer")
-        (att,) = store.attempts(run_id)
-        store.update_attempt(
-            run_id, att.attempt, state=RunState.TERMINATED, cause=AttemptCause.INFRA
-        )
-        ctl = Control(load_config(env.config), store)
-
-        async def sweep() -> list[str]:
-            try:
-                return await sweep_host(ctl, "tpu", "pod", 0.0)
-            finally:
-                await ctl.aclose()
-
-        ended = asyncio.run(sweep())
-    finally:
-        store.close()
-    assert sorted(ended) == task_ids(run_id, att.attempt, 3), ended
+    attempt, ended = sweep_given_up(env.home, env.config, run_id, "tpu", "pod", monkeypatch)
+    assert sorted(ended) == task_ids(run_id, attempt, 3), ended
     hosts = env.tcl("hosts", "--check").stdout
     assert hosts.count("tpu-v5p: 4 of 4 free") == 3, hosts
     assert pod.node_state() == "READY"

@@ -23,6 +23,7 @@ from kubernetes import client
 
 from tests.integration.control.test_multinode_ssh import PSUM
 from tests.integration.jobs.helpers import resumable_gpt_yaml
+from tests.integration.orphansweep import sweep_given_up
 from tests.integration.tclcli import TclEnv
 from tests.k8semu.config import QueueSpec
 from tests.k8semu.fixtures import GPU, Factory, new_client
@@ -279,30 +280,14 @@ def test_the_orphan_sweep_deletes_the_vcjobs_no_live_attempt_names(
     ``infra``: nobody releases it) is deleted with its spec Secret. (The job of a live attempt
     and one whose labels are not tcl's are left alone: tests/unit/control/test_orphans.py and
     tests/integration/slurm/test_slurm_orphans.py.)"""
-    import asyncio
-
     from tcl.control.backends.volcano.manifest import vcjob_name
-    from tcl.control.config import load_config
     from tcl.control.daemon.client import stop_daemon
-    from tcl.control.lifecycle.orphans import sweep_host
-    from tcl.control.service import Control
-    from tcl.control.states import AttemptCause, RunState
-    from tcl.control.store import Store
 
     c = cluster
     # placed (its vcjob made and recorded) once the detached submit returns
     given_up = c.env.tcl_json("submit", "-d", "--chip", "h100", "--", PY, "loop.py")["run_id"]
     stop_daemon(c.env.home / "state" / "serve")  # its controller would release it itself
     assert [j["metadata"]["name"] for j in c.vcjobs()] == [vcjob_name(given_up, 0)]
-    monkeypatch.setenv("TCL_STATE_DIR", str(c.env.home / "state"))
-    store = Store(f"sqlite:///{c.env.home / 'state' / 'tcl.db'}")
-    try:
-        # its owner gave up on it while the API server did not answer: the job is left there
-        store.set_state(given_up, RunState.TERMINATED, message="its host did not answer")
-        store.update_attempt(given_up, 0, state=RunState.TERMINATED, cause=AttemptCause.INFRA)
-        ctl = Control(load_config(c.env.config), store)
-        ended = asyncio.run(sweep_host(ctl, "volcano", "k8s", 0.0))
-    finally:
-        store.close()
+    _, ended = sweep_given_up(c.env.home, c.env.config, given_up, "volcano", "k8s", monkeypatch)
     assert ended == [vcjob_name(given_up, 0)]
     assert c.vcjobs() == [] and not c.secret(given_up)

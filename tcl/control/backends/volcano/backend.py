@@ -407,8 +407,7 @@ class VolcanoBackend(Backend):
             fwd = self._forwards.pop((handle.kube, handle.pod(node), handle.runner_port), None)
             if fwd is not None:
                 fwd.close()
-        await asyncio.to_thread(kube.delete_vcjob, handle.job)
-        await asyncio.to_thread(kube.delete_secret, handle.secret)
+        await _delete_job(kube, handle.job, handle.secret)
         self._tokens.pop(handle.secret, None)
 
     async def host_tasks(self, host: str) -> list[HostTask]:
@@ -421,8 +420,7 @@ class VolcanoBackend(Backend):
     async def end_task(self, task: HostTask) -> None:
         """Delete the job (Volcano deletes its pods) and its spec Secret."""
         kube = await self._kube(self._target(task.host))
-        await asyncio.to_thread(kube.delete_vcjob, task.task_id)
-        await asyncio.to_thread(kube.delete_secret, manifest.spec_secret_name(task.task_id))
+        await _delete_job(kube, task.task_id, manifest.spec_secret_name(task.task_id))
 
     async def aclose(self) -> None:
         for fwd in self._forwards.values():
@@ -431,6 +429,12 @@ class VolcanoBackend(Backend):
         for kube in self._clients.values():
             await asyncio.to_thread(kube.close)
         self._clients.clear()
+
+
+async def _delete_job(kube: KubeClient, job: str, secret: str) -> None:
+    """The vcjob (Volcano deletes its pods) and its spec Secret."""
+    await asyncio.to_thread(kube.delete_vcjob, job)
+    await asyncio.to_thread(kube.delete_secret, secret)
 
 
 def _final(status: dict[str, Any]) -> bool:
