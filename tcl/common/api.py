@@ -29,3 +29,15 @@ class ClusterFs(BaseModel):
     all_squash: str | None = Field(default=None, pattern=r"^[0-9]+:[0-9]+$")
     # None: never unmounted by the shim; else this long after its last task ended
     unmount_after_idle_s: StrictFloat | None = Field(default=300.0, ge=0, allow_inf_nan=False)
+
+
+class WarmBind(BaseModel):
+    """What binds a warm runner (``tcl-runner warm``, started by the shim ahead of its task) to
+    its task: one JSON line on the runner's stdin, written by the shim's process executor."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    argv: list[str] = Field(description="the runner's arguments, as for a cold start (serve …)")
+    env: dict[str, str] = Field(description="added to the runner's environment (secrets too)")
+    cwd: str = Field(description="the task's dir")
+    log_file: str = Field(description="the runner's stdout and stderr from now on")

@@ -118,6 +118,11 @@ def _parser() -> argparse.ArgumentParser:
     common(b)
 
     sub.add_parser("openapi", help="print the OpenAPI spec (JSON)")
+    sub.add_parser(
+        "warm",
+        help="import everything, then wait for one JSON line on stdin (the shim's binding: "
+        "serve arguments, environment, dir, log) and serve as told",
+    )
     return p
 
 
@@ -140,6 +145,16 @@ def _config(args: argparse.Namespace) -> RunnerConfig:
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = _parser().parse_args(argv)
+    if args.command == "warm":
+        from tcl.runner import warm
+
+        bound = warm.main()
+        if bound is None:
+            return
+        args = _parser().parse_args(bound)  # after the bind: its environment holds defaults
+        if args.command != "serve":
+            print(f"tcl-runner: a warm runner serves; bound to {args.command!r}", file=sys.stderr)
+            sys.exit(2)
     if args.command == "openapi":
         import json
 

@@ -10,6 +10,7 @@ import typer
 
 from tcl.shim.api import ExecutorKind
 from tcl.shim.codegc import DEFAULT_MAX_BYTES as DEFAULT_CODE_CACHE_MAX_BYTES
+from tcl.shim.executors.warmpool import DEFAULT_SIZE as DEFAULT_WARM_RUNNERS
 from tcl.shim.server import SettingsError, ShimSettings, serve
 
 app = typer.Typer(
@@ -157,6 +158,16 @@ def run(
             "such tasks (a host whose admin allows no FUSE mounts).",
         ),
     ] = True,
+    warm_runners: Annotated[
+        int,
+        typer.Option(
+            envvar="TCL_SHIM_WARM_RUNNERS",
+            min=0,
+            help="Process executor: keep this many runners started ahead of their tasks, so a "
+            "submit does not wait for a Python start (each holds ~50 MB, no accelerator; "
+            "0: none).",
+        ),
+    ] = DEFAULT_WARM_RUNNERS,
     log_level: Annotated[
         str, typer.Option(envvar="TCL_SHIM_LOG_LEVEL", help="debug, info, warning or error.")
     ] = "info",
@@ -185,6 +196,7 @@ def run(
         code_cache_max_bytes=code_cache_max_bytes,
         code_tarballs=code_tarballs,
         cluster_fs=cluster_fs,
+        warm_runners=warm_runners,
     )
     try:
         serve(settings, log_level=log_level.lower())

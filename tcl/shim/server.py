@@ -24,7 +24,9 @@ from tcl.shim.codegc import DEFAULT_MAX_BYTES as DEFAULT_CODE_CACHE_MAX_BYTES
 from tcl.shim.codegc import CodeGc
 from tcl.shim.errors import BadRequest, ExecutorUnavailable
 from tcl.shim.executors.base import Executor
-from tcl.shim.executors.process_executor import ProcessExecutor
+from tcl.shim.executors.process_executor import WRAPPER, ProcessExecutor
+from tcl.shim.executors.warmpool import DEFAULT_SIZE as DEFAULT_WARM_RUNNERS
+from tcl.shim.executors.warmpool import WarmPool
 from tcl.shim.inventory import discover
 from tcl.shim.reconcile import Reconciler, ensure_instance_id
 from tcl.shim.service import TaskService
@@ -33,6 +35,7 @@ from tcl.tokenfile import TokenFileError, read_token
 
 log = logging.getLogger(__name__)
 CODE_CACHE_DIR = "code-cache"  # extracted code trees shared by the runners (tcl.runner.codecache)
+WARM_LOG = "warm-runners.log"  # what a warm runner says before it has a task (its errors)
 LOCK_FILE = "lock"  # held by the one shim that owns the state dir, for its whole life
 
 
@@ -57,6 +60,7 @@ class ShimSettings:
     code_cache_max_bytes: int = DEFAULT_CODE_CACHE_MAX_BYTES  # extracted trees + tarballs
     code_tarballs: Path | None = None  # the ssh backend's <shim_dir>/code (tcl host setup)
     cluster_fs: bool = True  # False: tasks asking for a cluster filesystem are refused
+    warm_runners: int = DEFAULT_WARM_RUNNERS  # process executor: runners started ahead (0: none)
 
 
 class SettingsError(Exception):
@@ -125,12 +129,22 @@ def build(settings: ShimSettings) -> tuple[TaskService, Reconciler]:
     except BadRequest as e:
         raise SettingsError(e.detail) from e
     code_cache = state_dir.resolve() / CODE_CACHE_DIR
+    runner_argv = default_runner_argv(settings.runner_bin)
     executors: dict[ExecutorKind, Executor] = {
         ExecutorKind.PROCESS: ProcessExecutor(
-            default_runner_argv(settings.runner_bin),
+            runner_argv,
             instance,
             store.tasks_dir,
             code_cache=code_cache,
+            pool=WarmPool(
+                WRAPPER,
+                runner_argv,
+                instance,
+                state_dir / WARM_LOG,
+                size=settings.warm_runners,
+            )
+            if settings.warm_runners > 0
+            else None,
         ),
     }
     try:
@@ -176,6 +190,7 @@ def make_app(settings: ShimSettings) -> FastAPI:
     async def startup() -> None:
         service.mounts.start()
         await reconciler.start()
+        await service.warm_up()
 
     return create_app(service, token, on_startup=startup, on_shutdown=shutdown)
 

@@ -408,9 +408,16 @@ class TaskService:
         await asyncio.to_thread(self.store.prune, task_id)
         await self._update(task_id, ports=Ports(), runner_token=None, workload_removed=True)
 
+    async def warm_up(self) -> None:
+        for executor in self.executors.values():
+            await executor.warm_up()
+
     async def close(self) -> None:
-        """Stop the shim's own coroutines; the tasks' containers and processes keep running."""
+        """Stop the shim's own coroutines; the tasks' containers and processes keep running
+        (the executors' warm runners, bound to no task, end)."""
         await self.mounts.close()
+        for executor in self.executors.values():
+            await executor.close()
         await self._exiting.wait(10.0)  # runners exiting (a quarter second each)
         for lc in list(self._lifecycles.values()):
             lc.cancel()

@@ -340,6 +340,13 @@ class DockerExecutor:
         running is reparented to it, and it ends those itself when the job exits."""
         return 0
 
+    async def warm_up(self) -> None:
+        """No warm containers: a container's devices, mounts and network are fixed when it is
+        created, and those are the task's."""
+
+    async def close(self) -> None:
+        pass
+
     async def remove_orphan(self, name: str) -> None:
         log.info("removing orphan container %s", name[:12])
         await asyncio.to_thread(self._remove_quietly, name)

@@ -9,6 +9,7 @@ survived its exit and its stop; finished runners piled up.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import time
@@ -23,7 +24,7 @@ from tcl.runner.events import EventLog
 from tcl.shim.api import TaskInfo, TaskSpec, TaskStatus, TerminationReason
 from tcl.shim.client import ShimClient
 from tests.integration.shim.conftest import ShimFactory
-from tests.integration.shim.harness import runner_client, start_job, wait_status
+from tests.integration.shim.harness import Shim, runner_client, start_job, wait_status
 from tests.polling import await_until
 
 NO_DOCKER = {"DOCKER_HOST": "unix:///nonexistent/docker.sock"}
@@ -75,17 +76,12 @@ async def _gone(pid: int, timeout_s: float = 15) -> bool:
     return False
 
 
-def _runner_pid(task_id: str) -> int:
-    for p in psutil.process_iter(["pid", "cmdline"]):
-        cmd = p.info.get("cmdline") or []
-        wrapper = any(a.endswith("procwrap.py") for a in cmd)
-        if (
-            not wrapper
-            and "serve" in cmd
-            and any(a.endswith(f"/tasks/{task_id}/runner") for a in cmd)
-        ):
-            return int(p.info["pid"])
-    raise AssertionError(f"no runner process for task {task_id}")
+def _runner_pid(shim: Shim, task_id: str) -> int:
+    """The task's runner: the one child of its wrapper (the handle's pid), warm or cold."""
+    task = json.loads((shim.state_dir / "tasks" / task_id / "task.json").read_text())
+    children = psutil.Process(task["handle"]["pid"]).children()
+    assert len(children) == 1, f"task {task_id}'s wrapper has children {children}"
+    return children[0].pid
 
 
 async def _held(c: ShimClient, task_id: str) -> list[int]:
@@ -122,7 +118,7 @@ async def test_a_finished_job_frees_its_accelerators_and_daemons_with_no_client(
         async with runner_client(task) as runner:
             lines = [e.data async for e in runner.poll(0, wait_s=1) if e.stream == "stdout"]
         assert lines == [f"daemon {daemon}\n"]
-        runner_pid = _runner_pid("detached")
+        runner_pid = _runner_pid(shim, "detached")
         # After the retention the runner and its files are gone (nothing piles up); the record
         # stays, so a workstation that never fetched the logs still learns the outcome.
         deadline = time.monotonic() + RETENTION_S + 30
@@ -151,7 +147,7 @@ async def test_the_runner_refuses_callers_without_the_tasks_token(
                     await intruder.events(0)
                 assert e.value.status == 401
         # Handed over in a 0600 file, never on a command line.
-        runner = psutil.Process(_runner_pid("t"))
+        runner = psutil.Process(_runner_pid(shim, "t"))
         assert not any(task.runner_token in a for a in runner.cmdline())
         token_file = shim.state_dir / "tasks" / "t" / "runner-token"
         assert token_file.stat().st_mode & 0o077 == 0
@@ -167,8 +163,8 @@ async def test_a_killed_or_frozen_runner_takes_its_job_and_daemons_with_it(
     async with shim.client() as c:
         task, daemon = await _daemon_job(c, "victim", 1, pid_file, "stay")
         job = psutil.Process(daemon).ppid()  # the job: sleeping, in a session of its own
-        assert os.getsid(job) == job != os.getsid(_runner_pid("victim"))
-        runner_pid = _runner_pid("victim")
+        assert os.getsid(job) == job != os.getsid(_runner_pid(shim, "victim"))
+        runner_pid = _runner_pid(shim, "victim")
         # The shim's probe must have seen this runner answer once (its reconcile pass runs
         # every second): a runner that never answered gets the start grace (probe.py), and
         # a loaded machine could freeze it before that first answer.

@@ -40,6 +40,12 @@ class FakeExecutor:
         self.launches[launch.spec.id] = launch
         return Started(Handle(container_id=f"c-{launch.spec.id}"), Ports(runner=self._next_port))
 
+    async def warm_up(self) -> None:
+        pass
+
+    async def close(self) -> None:
+        pass
+
     async def observe(self, tasks: dict[str, Handle]) -> dict[str, Observed]:
         out = {}
         for t in tasks:
