@@ -31,13 +31,17 @@ class ClusterFs(BaseModel):
     unmount_after_idle_s: StrictFloat | None = Field(default=300.0, ge=0, allow_inf_nan=False)
 
 
-class WarmBind(BaseModel):
-    """What binds a warm runner (``tcl-runner warm``, started by the shim ahead of its task) to
-    its task: one JSON line on the runner's stdin, written by the shim's process executor."""
+class ForkRequest(BaseModel):
+    """A runner for a task, asked of the runner's fork server (``tcl-runner forkserver``, started
+    by the shim's process executor): one JSON line on the server's stdin; the answer is the
+    forked wrapper's pid on a line of its stdout. The environment holds the job's secrets, so
+    this travels through a pipe only, never a file or a command line."""
 
     model_config = ConfigDict(extra="forbid")
 
     argv: list[str] = Field(description="the runner's arguments, as for a cold start (serve …)")
     env: dict[str, str] = Field(description="added to the runner's environment (secrets too)")
-    cwd: str = Field(description="the task's dir")
-    log_file: str = Field(description="the runner's stdout and stderr from now on")
+    task_dir: str = Field(description="the working dir of the wrapper and the runner")
+    log_file: str = Field(description="their stdout and stderr")
+    exit_file: str = Field(description="where the wrapper records the runner's exit code")
+    cgroup: str | None = Field(default=None, description="the task's cgroup, joined first")

@@ -118,11 +118,12 @@ def _parser() -> argparse.ArgumentParser:
     common(b)
 
     sub.add_parser("openapi", help="print the OpenAPI spec (JSON)")
-    sub.add_parser(
-        "warm",
-        help="import everything, then wait for one JSON line on stdin (the shim's binding: "
-        "serve arguments, environment, dir, log) and serve as told",
+    f = sub.add_parser(
+        "forkserver",
+        help="import everything once, then fork a runner for each JSON request on stdin "
+        "(the shim's process executor: tcl.runner.forkserver)",
     )
+    f.add_argument("--tcl-instance", default="", help="marks the process for its shim")
     return p
 
 
@@ -145,16 +146,11 @@ def _config(args: argparse.Namespace) -> RunnerConfig:
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = _parser().parse_args(argv)
-    if args.command == "warm":
-        from tcl.runner import warm
+    if args.command == "forkserver":
+        from tcl.runner.forkserver import serve_forks
 
-        bound = warm.main()
-        if bound is None:
-            return
-        args = _parser().parse_args(bound)  # after the bind: its environment holds defaults
-        if args.command != "serve":
-            print(f"tcl-runner: a warm runner serves; bound to {args.command!r}", file=sys.stderr)
-            sys.exit(2)
+        serve_forks()
+        return
     if args.command == "openapi":
         import json
 

@@ -10,7 +10,6 @@ import typer
 
 from tcl.shim.api import ExecutorKind
 from tcl.shim.codegc import DEFAULT_MAX_BYTES as DEFAULT_CODE_CACHE_MAX_BYTES
-from tcl.shim.executors.warmpool import DEFAULT_SIZE as DEFAULT_WARM_RUNNERS
 from tcl.shim.server import SettingsError, ShimSettings, serve
 
 app = typer.Typer(
@@ -158,16 +157,16 @@ def run(
             "such tasks (a host whose admin allows no FUSE mounts).",
         ),
     ] = True,
-    warm_runners: Annotated[
-        int,
+    runner_forkserver: Annotated[
+        bool,
         typer.Option(
-            envvar="TCL_SHIM_WARM_RUNNERS",
-            min=0,
-            help="Process executor: keep this many runners started ahead of their tasks, so a "
-            "submit does not wait for a Python start (each holds ~50 MB, no accelerator; "
-            "0: none).",
+            "--runner-forkserver/--no-runner-forkserver",
+            envvar="TCL_SHIM_RUNNER_FORKSERVER",
+            help="Process executor: fork each task's runner from one started with the shim "
+            "(imported once: no Python start on a submit's path, a few ms of CPU per runner); "
+            "--no-runner-forkserver starts each runner as a new process.",
         ),
-    ] = DEFAULT_WARM_RUNNERS,
+    ] = True,
     log_level: Annotated[
         str, typer.Option(envvar="TCL_SHIM_LOG_LEVEL", help="debug, info, warning or error.")
     ] = "info",
@@ -196,7 +195,7 @@ def run(
         code_cache_max_bytes=code_cache_max_bytes,
         code_tarballs=code_tarballs,
         cluster_fs=cluster_fs,
-        warm_runners=warm_runners,
+        runner_forkserver=runner_forkserver,
     )
     try:
         serve(settings, log_level=log_level.lower())

@@ -24,9 +24,8 @@ from tcl.shim.codegc import DEFAULT_MAX_BYTES as DEFAULT_CODE_CACHE_MAX_BYTES
 from tcl.shim.codegc import CodeGc
 from tcl.shim.errors import BadRequest, ExecutorUnavailable
 from tcl.shim.executors.base import Executor
-from tcl.shim.executors.process_executor import WRAPPER, ProcessExecutor
-from tcl.shim.executors.warmpool import DEFAULT_SIZE as DEFAULT_WARM_RUNNERS
-from tcl.shim.executors.warmpool import WarmPool
+from tcl.shim.executors.forkclient import RunnerForkServer
+from tcl.shim.executors.process_executor import ProcessExecutor
 from tcl.shim.inventory import discover
 from tcl.shim.reconcile import Reconciler, ensure_instance_id
 from tcl.shim.service import TaskService
@@ -35,7 +34,7 @@ from tcl.tokenfile import TokenFileError, read_token
 
 log = logging.getLogger(__name__)
 CODE_CACHE_DIR = "code-cache"  # extracted code trees shared by the runners (tcl.runner.codecache)
-WARM_LOG = "warm-runners.log"  # what a warm runner says before it has a task (its errors)
+FORKSERVER_LOG = "runner-forkserver.log"  # what the fork server says (its errors)
 LOCK_FILE = "lock"  # held by the one shim that owns the state dir, for its whole life
 
 
@@ -60,7 +59,7 @@ class ShimSettings:
     code_cache_max_bytes: int = DEFAULT_CODE_CACHE_MAX_BYTES  # extracted trees + tarballs
     code_tarballs: Path | None = None  # the ssh backend's <shim_dir>/code (tcl host setup)
     cluster_fs: bool = True  # False: tasks asking for a cluster filesystem are refused
-    warm_runners: int = DEFAULT_WARM_RUNNERS  # process executor: runners started ahead (0: none)
+    runner_forkserver: bool = True  # process executor: fork runners from one started ahead
 
 
 class SettingsError(Exception):
@@ -136,14 +135,8 @@ def build(settings: ShimSettings) -> tuple[TaskService, Reconciler]:
             instance,
             store.tasks_dir,
             code_cache=code_cache,
-            pool=WarmPool(
-                WRAPPER,
-                runner_argv,
-                instance,
-                state_dir / WARM_LOG,
-                size=settings.warm_runners,
-            )
-            if settings.warm_runners > 0
+            forkserver=RunnerForkServer(runner_argv, instance, state_dir / FORKSERVER_LOG)
+            if settings.runner_forkserver
             else None,
         ),
     }

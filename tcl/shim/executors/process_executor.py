@@ -23,21 +23,21 @@ import psutil
 
 from tcl.agentenv import job_base_env
 from tcl.atomic import write_atomic
-from tcl.common.api import WarmBind
+from tcl.common import procwrap
+from tcl.common.api import ForkRequest
 from tcl.shim.api import ExecutorKind, Ports
 from tcl.shim.errors import BadRequest, ContainerError
 from tcl.shim.executors.base import Launch, Liveness, Observed, ProgressFn, Started, accelerator_env
 from tcl.shim.executors.cgroup import MARK_ENV, TaskProcesses
+from tcl.shim.executors.forkclient import FORKSERVER_ARG, RunnerForkServer
 from tcl.shim.executors.ports import free_port
-from tcl.shim.executors.procwrap import WARM_FLAG, bind_message
-from tcl.shim.executors.warmpool import WarmPool, WarmRunner
 from tcl.shim.store import Handle
 
 log = logging.getLogger(__name__)
 
-WRAPPER = str(Path(__file__).with_name("procwrap.py"))
+WRAPPER = str(Path(procwrap.__file__))
 EXIT_FILE = "exit_code"
-WARM_FILE = "warm-wrapper"  # "<pid> <create time>" of the warm wrapper bound to the task
+FORKED_FILE = "forked-wrapper"  # "<pid> <create time>" of the task's wrapper from the fork server
 LOG_FILE = "runner.log"
 _STOP_POLL_S = 0.05
 
@@ -52,7 +52,7 @@ class ProcessExecutor:
         tasks_dir: Path,
         code_cache: Path | None = None,
         processes: TaskProcesses | None = None,
-        pool: WarmPool | None = None,
+        forkserver: RunnerForkServer | None = None,
     ) -> None:
         self._runner_argv = runner_argv
         # Every process of a task (cgroup or marker): ended when the task ends, daemons too.
@@ -62,17 +62,16 @@ class ProcessExecutor:
         self._instance = instance_id
         self._tasks_dir = tasks_dir
         self._children: dict[int, subprocess.Popen[bytes]] = {}
-        self.pool = pool  # None: every runner starts cold
-        self.warm_starts = 0  # runners bound from the pool (tests and benchmarks read it)
+        self.forkserver = forkserver  # None: every runner starts cold
 
     async def warm_up(self) -> None:
-        """Start the pool's runners (in the background)."""
-        if self.pool is not None:
-            self.pool.refill()
+        """Start the runner fork server."""
+        if self.forkserver is not None:
+            await self.forkserver.start()
 
     async def close(self) -> None:
-        if self.pool is not None:
-            await self.pool.close()
+        if self.forkserver is not None:
+            await self.forkserver.close()
 
     async def prepare(self, launch: Launch, progress: ProgressFn) -> None:
         if launch.spec.mounts:
@@ -105,26 +104,22 @@ class ProcessExecutor:
         if self._code_cache is not None:
             self._code_cache.mkdir(parents=True, exist_ok=True, mode=0o700)
             serve += ["--code-cache", str(self._code_cache)]
-        warm = self.pool.take() if self.pool is not None else None
-        if warm is not None:
-            bound = await asyncio.to_thread(
-                self._bind,
-                warm,
-                launch,
-                WarmBind(
+        if self.forkserver is not None:
+            forked = await self.forkserver.fork(
+                ForkRequest(
                     argv=serve,
                     env=task_env,
-                    cwd=str(launch.task_dir),
+                    task_dir=str(launch.task_dir),
                     log_file=str(launch.task_dir / LOG_FILE),
-                ),
-                cgroup,
-            )
-            if bound:
-                self._children[warm.pid] = warm.proc
-                self.warm_starts += 1
-                return Started(
-                    Handle(pid=warm.pid, pid_start_time=warm.create_time), Ports(runner=port)
+                    exit_file=str(exit_file),
+                    cgroup=str(cgroup) if cgroup is not None else None,
                 )
+            )
+            if forked is not None:
+                record = f"{forked.pid} {forked.create_time or 0}\n".encode()
+                await asyncio.to_thread(write_atomic, launch.task_dir / FORKED_FILE, record, 0o600)
+                handle = Handle(pid=forked.pid, pid_start_time=forked.create_time)
+                return Started(handle, Ports(runner=port))
         env = job_base_env(os.environ)  # an allow-list: nothing of the shim's own secrets
         env.update(task_env)
         argv = [
@@ -146,25 +141,6 @@ class ProcessExecutor:
         proc, started_at = await asyncio.to_thread(self._spawn, argv, env, launch.task_dir)
         self._children[proc.pid] = proc
         return Started(Handle(pid=proc.pid, pid_start_time=started_at), Ports(runner=port))
-
-    @staticmethod
-    def _bind(warm: WarmRunner, launch: Launch, runner: WarmBind, cgroup: Path | None) -> bool:
-        """Hand a warm wrapper its task. Its pid is written to the task's dir first, so a shim
-        that dies before recording the handle finds it (``_scan``); False: it was gone."""
-        record = launch.task_dir / WARM_FILE
-        write_atomic(record, f"{warm.pid} {warm.create_time or 0}\n".encode(), 0o600)
-        line = bind_message(
-            str(launch.task_dir / EXIT_FILE),
-            str(cgroup) if cgroup is not None else None,
-            str(launch.task_dir),
-            str(launch.task_dir / LOG_FILE),
-            runner.model_dump_json(),
-        )
-        if warm.bind(line):
-            return True
-        record.unlink(missing_ok=True)
-        warm.discard()
-        return False
 
     @staticmethod
     def _spawn(
@@ -258,12 +234,13 @@ class ProcessExecutor:
 
     def _scan(self) -> dict[str, Handle]:
         """Wrapper processes of this shim instance, by task id: a cold one names its task on
-        its command line; a warm one that was bound is named by its task dir's ``WARM_FILE``."""
+        its command line; one forked by the fork server (whose command line it has) is named by
+        its task dir's ``FORKED_FILE``."""
         found: dict[str, Handle] = {}
-        warm: dict[int, float] = {}
+        forked: dict[int, float] = {}
         for p in psutil.process_iter(["pid", "cmdline", "create_time"]):
             cmd = p.info.get("cmdline") or []
-            if WRAPPER not in cmd or "--tcl-instance" not in cmd:
+            if "--tcl-instance" not in cmd or (WRAPPER not in cmd and FORKSERVER_ARG not in cmd):
                 continue
             try:
                 inst = cmd[cmd.index("--tcl-instance") + 1]
@@ -274,25 +251,25 @@ class ProcessExecutor:
                 continue
             if task is not None:
                 found[task] = Handle(pid=p.info["pid"], pid_start_time=p.info["create_time"])
-            elif WARM_FLAG in cmd:
-                warm[p.info["pid"]] = p.info["create_time"]
-        if warm:
-            found.update(self._bound_warm(warm))
+            elif FORKSERVER_ARG in cmd:
+                forked[p.info["pid"]] = p.info["create_time"]
+        if forked:
+            found.update(self._forked(forked))
         return found
 
-    def _bound_warm(self, warm: dict[int, float]) -> dict[str, Handle]:
+    def _forked(self, forked: dict[int, float]) -> dict[str, Handle]:
         out: dict[str, Handle] = {}
         with contextlib.suppress(FileNotFoundError):
             for entry in os.scandir(self._tasks_dir):
                 try:
                     pid_text, _, created = (
-                        (Path(entry.path) / WARM_FILE).read_text().strip().partition(" ")
+                        (Path(entry.path) / FORKED_FILE).read_text().strip().partition(" ")
                     )
                     pid = int(pid_text)
                 except (OSError, ValueError):
                     continue
-                if pid in warm and abs(warm[pid] - float(created or 0)) <= 1:
-                    out[entry.name] = Handle(pid=pid, pid_start_time=warm[pid])
+                if pid in forked and abs(forked[pid] - float(created or 0)) <= 1:
+                    out[entry.name] = Handle(pid=pid, pid_start_time=forked[pid])
         return out
 
     # -- stop / remove ------------------------------------------------------------------------
