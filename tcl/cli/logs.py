@@ -10,36 +10,29 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from tcl.cli import follow as follow_cmd
-from tcl.cli._common import err, fail, globals_of
+from tcl.cli._common import err, fail, globals_of, newest_run_id
 from tcl.cli.render import print_event
 from tcl.control.errors import TclError
 from tcl.control.logcache import LogCache
 from tcl.runner.api import Event, EventKind
 
 if TYPE_CHECKING:
-    from tcl.control.service import Control
     from tcl.control.store import Run
 
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
+_DURATION = re.compile(r"^(?:\d+(?:\.\d+)?[smhd])+$")
+_PART = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 def parse_since(text: str) -> float:
-    """``90s``, ``10m``, ``2h``, ``1d`` ago, or an ISO timestamp → unix seconds."""
-    m = _DURATION.match(text)
-    if m:
-        mult = {"s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
-        return time.time() - float(m.group(1)) * mult
+    """``90s``, ``10m``, ``2h``, ``1d``, ``1h30m`` ago, or an ISO timestamp → unix seconds."""
+    if _DURATION.match(text):
+        ago = sum(float(n) * _UNIT_S[unit] for n, unit in _PART.findall(text))
+        return time.time() - ago
     try:
         return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
     except ValueError:
-        raise fail(f"--since {text!r}: use 10m, 2h, 1d or an ISO time") from None
-
-
-def _most_recent(ctl: Control) -> str:
-    runs = ctl.store.list_runs(limit=1)
-    if not runs:
-        raise TclError("no runs yet: tcl submit -- COMMAND")
-    return runs[0].id
+        raise fail(f"--since {text!r}: use 10m, 2h, 1h30m, 1d or an ISO time") from None
 
 
 def cmd_logs(
@@ -49,7 +42,9 @@ def cmd_logs(
         typer.Argument(metavar="[RUN]", help="Run id, prefix or name (default: the newest run)."),
     ] = None,
     follow: Annotated[bool, typer.Option("-f", "--follow", help="Keep following.")] = False,
-    since: Annotated[str | None, typer.Option("--since", help="10m, 2h or ISO time.")] = None,
+    since: Annotated[
+        str | None, typer.Option("--since", help="10m, 2h, 1h30m or an ISO time.")
+    ] = None,
     tail: Annotated[int | None, typer.Option("--tail", min=0, help="Last N lines.")] = None,
     timestamps: Annotated[bool, typer.Option("--timestamps", "-t", help="Prefix times.")] = False,
     node: Annotated[
@@ -89,7 +84,7 @@ def cmd_logs(
         try:
             ref = run_ref
             if ref is None:
-                ref = _most_recent(ctl)
+                ref = newest_run_id(ctl)
                 err.print(f"logs of the most recent run, {ref}", markup=False)
             caught = await catch_up(ctl, ref)
             run_id = state["run_id"] = caught.run_id

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from tcl.cli._common import err, out, print_json, with_control
+from tcl.cli._common import err, newest_run_id, out, print_json, with_control
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -53,7 +53,10 @@ def _table(points: list[MetricPoint]) -> Table:
 
 def cmd_metrics(
     ctx: typer.Context,
-    run_ref: Annotated[str, typer.Argument(metavar="RUN", help="Run id, prefix or name.")],
+    run_ref: Annotated[
+        str | None,
+        typer.Argument(metavar="[RUN]", help="Run id, prefix or name (default: the newest run)."),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="A JSON list of points.")] = False,
     kind: Annotated[
         str | None, typer.Option("--kind", help="Only points of this kind (train, val, …).")
@@ -64,7 +67,11 @@ def cmd_metrics(
     async def body(ctl: Control) -> tuple[str, list[MetricPoint]]:
         from tcl.control.catchup import catch_up, keep_cached_metrics
 
-        caught = await catch_up(ctl, run_ref)
+        ref = run_ref
+        if ref is None:
+            ref = newest_run_id(ctl)
+            err.print(f"metrics of the most recent run, {ref}", markup=False)
+        caught = await catch_up(ctl, ref)
         if caught.unreachable:
             err.print(f"warning: {caught.unreachable}; showing kept metrics", markup=False)
         keep_cached_metrics(ctl, caught.run_id)

@@ -32,12 +32,17 @@ class _Listing:
     attempts: dict[str, list[Attempt]]  # run id -> its attempts, oldest first
 
 
-async def _runs(ctl: Control, all_runs: bool, matrix: str | None = None) -> _Listing:
+async def _runs(
+    ctl: Control, all_runs: bool, matrix: str | None = None, last: int | None = None
+) -> _Listing:
     from tcl.control.lifecycle.refresh import refresh_many
 
-    runs = _matrix_runs(ctl, matrix) if matrix else ctl.store.list_runs(include_final=all_runs)
-    if matrix and not all_runs:
-        runs = [r for r in runs if not r.state.is_final]
+    if matrix:
+        runs = _matrix_runs(ctl, matrix)
+        runs = runs if all_runs else [r for r in runs if not r.state.is_final]
+        runs = runs[:last] if last is not None else runs
+    else:
+        runs = ctl.store.list_runs(include_final=all_runs, limit=last)
     fresh = await refresh_many(ctl, runs)
     shown = fresh if all_runs else [r for r in fresh if not r.state.is_final]
     since = ctl.store.unreachable_since([r.id for r in shown if not r.state.is_final])
@@ -128,10 +133,13 @@ def cmd_ps(
     matrix: Annotated[
         str | None, typer.Option("--matrix", help="Only the runs of this matrix.")
     ] = None,
+    last: Annotated[
+        int | None, typer.Option("-n", "--last", min=1, help="Only the newest N (default: all).")
+    ] = None,
 ) -> None:
     """List runs (active ones by default)."""
     if not watch:
-        listing = with_control(ctx, lambda ctl: _runs(ctl, all_runs, matrix))
+        listing = with_control(ctx, lambda ctl: _runs(ctl, all_runs, matrix, last))
         if as_json:
             print_json([_json(r, listing) for r in listing.runs])
         elif listing.runs:
@@ -144,7 +152,7 @@ def cmd_ps(
 
         with Live(console=out, auto_refresh=False) as live:
             while True:
-                listing = with_control(ctx, lambda ctl: _runs(ctl, all_runs, matrix))
+                listing = with_control(ctx, lambda ctl: _runs(ctl, all_runs, matrix, last))
                 live.update(_table(listing), refresh=True)
                 time.sleep(2.0)
     except KeyboardInterrupt:

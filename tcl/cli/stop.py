@@ -1,4 +1,4 @@
-"""``tcl stop RUN``: SIGTERM the job, SIGKILL after the grace, free its accelerators."""
+"""``tcl stop [RUN]``: SIGTERM the job, SIGKILL after the grace, free its accelerators."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from tcl.cli._common import err, with_control
+from tcl.cli._common import err, only_active_run_id, with_control
 
 if TYPE_CHECKING:
     from tcl.control.service import Control
@@ -15,7 +15,12 @@ if TYPE_CHECKING:
 
 def cmd_stop(
     ctx: typer.Context,
-    run_ref: Annotated[str, typer.Argument(metavar="RUN", help="Run id, prefix or name.")],
+    run_ref: Annotated[
+        str | None,
+        typer.Argument(
+            metavar="[RUN]", help="Run id, prefix or name (default: the one active run)."
+        ),
+    ] = None,
     grace_s: Annotated[
         float, typer.Option("--grace", min=0, help="Seconds before SIGKILL.")
     ] = 10.0,
@@ -25,7 +30,8 @@ def cmd_stop(
     async def go(ctl: Control) -> Run:
         from tcl.control.lifecycle.stop import stop
 
-        return await stop(ctl, ctl.store.resolve(run_ref), grace_s)
+        run_id = run_ref if run_ref is not None else only_active_run_id(ctl)
+        return await stop(ctl, ctl.store.resolve(run_id), grace_s)
 
     run = with_control(ctx, go)
     err.print(f"run {run.id} {run.state.value}", markup=False)

@@ -173,9 +173,12 @@ class Store(StoreBase):
                 out.update((r.id, _run(r)) for r in s.scalars(q))
         return out
 
-    def list_runs(self, include_final: bool = True, limit: int = 200) -> list[Run]:
+    def list_runs(self, include_final: bool = True, limit: int | None = 200) -> list[Run]:
+        """Newest first; ``limit`` None: all of them."""
         with self._session() as s:
-            q = select(RunRow).order_by(RunRow.created_at.desc()).limit(limit)
+            q = select(RunRow).order_by(RunRow.created_at.desc())
+            if limit is not None:
+                q = q.limit(limit)
             if not include_final:
                 finals = [st.value for st in RunState if st.is_final]
                 q = q.where(RunRow.state.not_in(finals))

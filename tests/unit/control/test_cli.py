@@ -111,6 +111,10 @@ def test_logs_are_kept_after_the_host_is_gone(home: Path) -> None:
     assert len(lines) == 2 and lines[1].endswith("Z line 4")
     res = runner.invoke(app, ["logs", "train", "--since", "58m"])
     assert res.stdout == "line 3\nline 4\n"
+    res = runner.invoke(app, ["logs", "train", "--since", "0h58m30s"])  # compound (issue 31)
+    assert res.stdout == "line 2\nline 3\nline 4\n"
+    res = runner.invoke(app, ["logs", "train", "--since", "1h30x"])
+    assert res.exit_code == 1 and "use 10m, 2h, 1h30m, 1d or an ISO time" in res.stderr
     res = runner.invoke(app, ["logs", "nope"])
     assert res.exit_code == 1 and "no run matches 'nope'" in res.stderr
 
@@ -286,3 +290,41 @@ def test_a_cancelled_submit_prints_one_line(home: Path, monkeypatch: pytest.Monk
     res = runner.invoke(app, ["submit", "--", "python", "x.py"])
     assert res.exit_code == 130
     assert res.stderr.strip() == "cancelled; nothing left on gpu1"
+
+
+def test_metrics_and_stop_without_a_run_take_the_newest_and_the_one_active(home: Path) -> None:
+    """The same "last run" rule as ``logs`` (issue 31): ``metrics`` shows the newest run;
+    ``stop`` stops the one active run and never guesses among several."""
+    res = runner.invoke(app, ["metrics"])
+    assert res.exit_code == 1 and res.stderr == "error: no runs yet: tcl submit -- COMMAND\n"
+    res = runner.invoke(app, ["stop"])
+    assert res.exit_code == 1 and res.stderr == "error: no run is active: nothing to stop\n"
+    (home / "state" / "logs").mkdir(parents=True, exist_ok=True)
+    _seed_run(home)  # succeeded
+    res = runner.invoke(app, ["metrics"])
+    assert res.exit_code == 0, res.output
+    assert "metrics of the most recent run, train-aaaaaa" in res.stderr
+    res = runner.invoke(app, ["stop"])
+    assert res.exit_code == 1 and "no run is active" in res.stderr
+    store = Store(f"sqlite:///{home / 'state' / 'tcl.db'}")
+    for run_id in ("a-111111", "b-222222"):
+        store.create_run(run_id, run_id[0], RunRequest(argv=["true"], chips=0))
+    store.close()
+    res = runner.invoke(app, ["stop"])
+    assert res.exit_code == 1
+    assert "several runs are active (b-222222, a-111111): name the one to stop" in res.stderr
+
+
+def test_ps_all_lists_every_run_and_last_takes_the_newest(home: Path) -> None:
+    """``ps -a`` used to stop at 200 runs without a word (issue 31)."""
+    (home / "state").mkdir()
+    store = Store(f"sqlite:///{home / 'state' / 'tcl.db'}")
+    for i in range(203):
+        store.create_run(f"r{i:03d}-aaaaaa", f"r{i:03d}", RunRequest(argv=["true"], chips=0))
+        store.set_state(f"r{i:03d}-aaaaaa", RunState.TERMINATED, message="test")
+    store.close()
+    res = runner.invoke(app, ["ps", "-a", "--json"])
+    assert res.exit_code == 0, res.output
+    assert len(json.loads(res.stdout)) == 203
+    res = runner.invoke(app, ["ps", "-a", "-n", "2", "--json"])
+    assert [r["run_id"] for r in json.loads(res.stdout)] == ["r202-aaaaaa", "r201-aaaaaa"]
