@@ -15,7 +15,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from tcl.cli._common import fail, out, print_json
+from tcl.cli._common import err, out, print_json
 
 
 def cmd_checkpoints(
@@ -35,11 +35,12 @@ def cmd_checkpoints(
     rows = catalog(root)
     if run is not None:
         rows = [r for r in rows if run in r.restore.split("/")]
-    if not rows:
-        where = f" of {run!r}" if run is not None else ""
-        raise fail(f"no checkpoints{where} under {root}")
     if as_json:
         print_json([dataclasses.asdict(r) for r in rows])
+        return
+    if not rows:  # an answer, not an error: a script tests the JSON list or the exit code 0
+        where = f" of {run!r}" if run is not None else ""
+        err.print(f"no checkpoints{where} under {root}", markup=False)
         return
     t = Table(box=None, header_style="bold", pad_edge=False)
     for col in ("RESTORE", "STEP", "LATEST", "JOB", "SAVED"):

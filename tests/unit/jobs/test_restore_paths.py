@@ -90,5 +90,8 @@ def test_tcl_checkpoints_lists_restore_paths(out: Path) -> None:
     ]
     res = cli.invoke(app, ["checkpoints", "--out", str(out)])
     assert res.exit_code == 0 and "p/g/train/run-a/step_00000040" in res.stdout
+    # None is an answer, not an error (issue 31): exit 0, a word on stderr, [] as JSON.
     res = cli.invoke(app, ["checkpoints", "nope", "--out", str(out)])
-    assert res.exit_code == 1 and "no checkpoints" in res.stderr
+    assert res.exit_code == 0 and "no checkpoints of 'nope'" in res.stderr and res.stdout == ""
+    res = cli.invoke(app, ["checkpoints", "nope", "--out", str(out), "--json"])
+    assert res.exit_code == 0 and json.loads(res.stdout) == []
