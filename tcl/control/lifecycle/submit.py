@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tcl.control.backends.base import Observer
 from tcl.control.daemon.api import SubmitRequest
@@ -36,6 +38,12 @@ from tcl.control.solver import solve
 from tcl.control.states import RunState
 from tcl.control.submitted import SubmitResult
 from tcl.runner.api import CodeRef, JobRef, JobSpec, SessionKind, SessionSpec
+
+if TYPE_CHECKING:
+    from tcl.control.store import Attempt
+
+log = logging.getLogger(__name__)
+LEFTOVER_CHECK_S = 10.0  # a cancelled submit asks its host this long whether anything is left
 
 __all__ = ["Observer", "Submission", "dry_run", "submit"]
 
@@ -155,20 +163,42 @@ async def submit(
         await cancel_solving(solving)
         cancelled = isinstance(e, KeyboardInterrupt | asyncio.CancelledError)
         run = ctl.store.get_run(run_id)
-        if ctl.store.latest_attempt(run_id) is None:
+        att = ctl.store.latest_attempt(run_id)
+        if att is None:
             # Nothing was placed (nothing fits, no host reachable, interrupted before a
             # task ran): no run to show in `tcl ps`; the error says why.
             ctl.store.delete_run(run_id)
+        elif cancelled and await _nothing_left(ctl, att):
+            # Ctrl-C before the job started, and its host holds nothing of it: no run left
+            ctl.store.forget_cancelled_run(run_id)
+        elif cancelled:
+            ctl.store.set_state(
+                run_id,
+                RunState.TERMINATED,
+                message=f"cancelled before its job started; {att.host} may still hold its task "
+                "until the orphan sweep ends it",
+            )
         else:
             msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-            state = RunState.TERMINATED if cancelled else RunState.FAILED
-            ctl.store.set_state(run_id, state, message=msg)
+            ctl.store.set_state(run_id, RunState.FAILED, message=msg)
         if isinstance(e, asyncio.CancelledError):
             # Ctrl-C: the task is terminated and partial uploads removed (above); say so.
             host = run.host or tried.host
             where = f"nothing left on {host}" if host else "nothing was placed"
             raise SubmitCancelled(f"cancelled; {where}") from None
         raise
+
+
+async def _nothing_left(ctl: Control, att: Attempt) -> bool:
+    """Whether the attempt's host lists no task of its run (the launch's undo reached it);
+    False when the host cannot be asked now (the run is kept, for the orphan sweep)."""
+    try:
+        backend = ctl.backend_for_kind(att.backend)
+        tasks = await asyncio.wait_for(backend.host_tasks(att.host), LEFTOVER_CHECK_S)
+    except Exception as e:  # not answered: the run is kept, never lost with a task left
+        log.info("run %s: cannot ask %s what is left of it: %s", att.run_id, att.host, e)
+        return False
+    return not any(t.run_id == att.run_id for t in tasks)
 
 
 def stored_request(sub: Submission, cwd: str) -> RunRequest:

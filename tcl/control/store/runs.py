@@ -300,6 +300,21 @@ class Store(StoreBase):
                     s.delete(health)
                 s.delete(row)
 
+    def forget_cancelled_run(self, run_id: str) -> None:
+        """Remove a run whose submit was cancelled before its job started and whose host holds
+        nothing of it (the caller asked it: ``tcl.control.lifecycle.submit``); its attempts
+        go with it."""
+        with self._session() as s:
+            for a in s.scalars(select(AttemptRow).where(AttemptRow.run_id == run_id)).all():
+                s.delete(a)
+            s.flush()
+            health = s.get(RunHealthRow, run_id)
+            if health is not None:
+                s.delete(health)
+            row = s.get(RunRow, run_id)
+            if row is not None:
+                s.delete(row)
+
     # attempts ---------------------------------------------------------------------------
 
     def add_attempt(

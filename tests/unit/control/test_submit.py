@@ -83,6 +83,26 @@ class Shim:
     async def remove_task(self, task_id: str) -> None:
         self.removed.append(task_id)
 
+    async def list_tasks(self) -> list[TaskInfo]:
+        """What the host still holds: the tasks made and not removed."""
+        if self.unlistable:
+            raise AgentUnreachableError("shim racy: connection refused")
+        return [
+            TaskInfo(
+                id=t.id,
+                name=t.name,
+                status=TaskStatus.TERMINATED,
+                network="host",
+                executor=ExecutorKind.PROCESS,
+                created_at=0,
+                updated_at=0,
+            )
+            for t in self.created
+            if t.id not in self.removed
+        ]
+
+    unlistable = False
+
     async def aclose(self) -> None: ...
 
 
@@ -295,8 +315,20 @@ async def test_ctrl_c_during_the_upload_cleans_up_and_says_so(
     with pytest.raises(SubmitCancelled, match=r"^cancelled; nothing left on racy$"):
         await submit(ctl, Submission(argv=["x"], host="racy"))
     assert b.discarded and shim.terminated[0][1] is TerminationReason.NOT_STARTED
+    # The host lists nothing of it: no run is left (it used to stay `terminated`, its message
+    # "CancelledError"; issue 31).
+    assert ctl.store.list_runs() == []
+    # A host that cannot be asked whether anything is left: the run is kept for the orphan
+    # sweep, and says so in words.
+    shim.unlistable = True
+    with pytest.raises(SubmitCancelled):
+        await submit(ctl, Submission(argv=["x"], host="racy"))
     (run,) = ctl.store.list_runs()
     assert run.state is RunState.TERMINATED
+    assert run.message == (
+        "cancelled before its job started; racy may still hold its task until the orphan "
+        "sweep ends it"
+    )
 
 
 class RefusingRunner(FakeRunner):
