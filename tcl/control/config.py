@@ -270,12 +270,10 @@ class Config(_Model):
 
     @model_validator(mode="after")
     def _check_references(self) -> Config:
-        for name, host in self.hosts.items():
-            if host.cluster is not None and host.cluster not in self.clusters:
-                raise _RefError(("hosts", name, "cluster"), f"unknown cluster {host.cluster!r}")
-        for i, name in enumerate(self.priority):
-            if name not in self.hosts:
-                raise _RefError(("priority", i), f"unknown host {name!r}")
+        # a config built in code; a file's are all reported at once by parse_config
+        bad = reference_errors(self.model_dump(include={"clusters", "hosts", "priority"}))
+        if bad:
+            raise _RefError(*bad[0])
         return self
 
     def ordered_hosts(self) -> list[str]:
@@ -330,19 +328,43 @@ def parse_config(text: str, source: str = "<config>") -> Config:
     try:
         return Config.model_validate(data)
     except ValidationError as e:
-        lines = []
+        found: list[tuple[int, str]] = []
         for err in e.errors():
+            if isinstance(err.get("ctx", {}).get("error"), _RefError):
+                continue  # the first of the references: all of them are added below
             loc = _user_loc(tuple(err["loc"]), err["type"])
-            ctx_err = err.get("ctx", {}).get("error")
-            if isinstance(ctx_err, _RefError):
-                loc, msg = (*loc, *ctx_err.loc), ctx_err.message  # relative to its model
-            else:
-                msg = _message(err)
             # an unknown host type points at its `type:` line
             line = _line_of(root, (*loc, "type") if err["type"].startswith("union_tag") else loc)
-            path = ".".join(str(p) for p in loc) or "(top level)"
-            lines.append(f"{source}:{line}: {path}: {msg}")
-        raise ConfigError("\n".join(lines)) from None
+            found.append((line, f"{_path(loc)}: {_message(err)}"))
+        # References are checked on the file's own values, so a bad one shows beside the
+        # other errors (the model's check runs only once every field is valid).
+        for loc, msg in reference_errors(data):
+            found.append((_line_of(root, loc), f"{_path(loc)}: {msg}"))
+        found.sort(key=lambda f: f[0])
+        raise ConfigError("\n".join(f"{source}:{line}: {text}" for line, text in found)) from None
+
+
+def _path(loc: tuple[str | int, ...]) -> str:
+    return ".".join(str(p) for p in loc) or "(top level)"
+
+
+def reference_errors(data: dict[str, Any]) -> list[tuple[tuple[str | int, ...], str]]:
+    """Every name the config refers to that it does not define: a host's ``cluster``, a
+    ``priority`` entry. On the raw mapping (any of it may be malformed)."""
+    clusters = data.get("clusters")
+    hosts = data.get("hosts")
+    cluster_names = set(clusters) if isinstance(clusters, dict) else set()
+    host_names = set(hosts) if isinstance(hosts, dict) else set()
+    out: list[tuple[tuple[str | int, ...], str]] = []
+    for name, host in hosts.items() if isinstance(hosts, dict) else ():
+        cluster = host.get("cluster") if isinstance(host, dict) else None
+        if isinstance(cluster, str) and cluster not in cluster_names:
+            out.append((("hosts", name, "cluster"), f"unknown cluster {cluster!r}"))
+    priority = data.get("priority")
+    for i, name in enumerate(priority if isinstance(priority, list) else ()):
+        if isinstance(name, str) and name not in host_names:
+            out.append((("priority", i), f"unknown host {name!r}"))
+    return out
 
 
 def _user_loc(loc: tuple[Any, ...], err_type: str) -> tuple[str | int, ...]:

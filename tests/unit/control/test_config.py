@@ -99,3 +99,25 @@ def test_named_config_must_exist(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
         load_config()
     (tmp_path / "c.yaml").write_text(SEED)
     assert "box" in load_config(tmp_path / "c.yaml").hosts
+
+
+def test_every_error_is_reported_at_once_references_too() -> None:
+    """A bad reference showed only once every field was valid, and only the first one
+    (issue 31): now each error is a line, in file order."""
+    bad = """\
+clusters: {pod: {}}
+hosts:
+  a: {type: ssh, ssh: x, prot: 22}
+  b: {type: local, cluster: pdo}
+  c: {type: local, chips: lots}
+priority: [a, zz, yy]
+"""
+    with pytest.raises(ConfigError) as e:
+        parse_config(bad, "c.yaml")
+    assert str(e.value).splitlines() == [
+        "c.yaml:3: hosts.a.prot: unknown key (typo?)",
+        "c.yaml:4: hosts.b.cluster: unknown cluster 'pdo'",
+        "c.yaml:5: hosts.c.chips: Input should be a valid dictionary (got 'lots')",
+        "c.yaml:6: priority.1: unknown host 'zz'",
+        "c.yaml:6: priority.2: unknown host 'yy'",
+    ]
