@@ -61,15 +61,7 @@ def _job_ref(
 ) -> JobRef | None:
     """``--job KEY [--job-config FILE] [--restore PATH]``: the config travels as data in the
     spec, and the runner starts ``python -m tcl.jobs.launch`` with it (resuming from the run's
-    checkpoints, else from ``--restore``)."""
-    if key is None:
-        if config_path is not None:
-            raise fail("--job-config needs --job KEY")
-        if restore is not None:
-            raise fail("--restore needs --job KEY")
-        return None
-    if command:
-        raise fail("--job runs the job's launcher: give either --job or a COMMAND, not both")
+    checkpoints, else from ``--restore``). ``--job-config`` alone: the key is its ``job:``."""
     text = ""
     if config_path is not None:
         try:
@@ -77,7 +69,31 @@ def _job_ref(
                 text = f.read()
         except OSError as e:
             raise fail(f"--job-config {config_path}: {e.strerror or e}") from None
+        named = _named_job(config_path, text)
+        if key is None and named is None:
+            raise fail(f"--job-config {config_path} names no `job:`: give --job KEY")
+        if key is not None and named is not None and named != key:
+            raise fail(f"--job {key} but --job-config {config_path} names job: {named}")
+        key = key or named
+    if key is None:
+        if restore is not None:
+            raise fail("--restore needs --job KEY")
+        return None
+    if command:
+        raise fail("--job runs the job's launcher: give either --job or a COMMAND, not both")
     return JobRef(key=key, config_yaml=text, restore=restore)
+
+
+def _named_job(path: str, text: str) -> str | None:
+    """The ``job:`` a job config names at its top (what ``tcl.jobs.launch`` reads too)."""
+    from tcl.control import yamlsafe
+
+    try:
+        data = yamlsafe.construct(yamlsafe.compose(text))
+    except Exception as e:  # yaml's errors: the launcher reports them with their line
+        raise fail(f"--job-config {path}: not YAML: {e}") from None
+    job = data.get("job") if isinstance(data, dict) else None
+    return job if isinstance(job, str) and job else None
 
 
 def result_json(r: SubmitResult) -> dict[str, object]:
@@ -136,7 +152,10 @@ def cmd_submit(
         typer.Option("--job", help="Run a registered tcl.jobs job (see `tcl jobs`), no COMMAND."),
     ] = None,
     job_config: Annotated[
-        str | None, typer.Option("--job-config", help="The job's config YAML (with --job).")
+        str | None,
+        typer.Option(
+            "--job-config", help="The job's config YAML (its `job:` names the job: --job optional)."
+        ),
     ] = None,
     restore: Annotated[
         str | None,

@@ -105,6 +105,19 @@ def test_cli_submit_checks_the_key_and_passes_restore_into_the_job_ref(
     assert len(seen) == 1
     res = cli.invoke(app, ["submit", "--restore", "p/g/n/step/7500", "--", "true"])
     assert res.exit_code == 1 and "--restore needs --job KEY" in res.stderr
+    # --job-config alone: its `job:` names the job (issue 31); a mismatch or none is refused
+    named = tmp_path / "named.yaml"
+    named.write_text("job: custom/my_job\ntraining: {total_steps: 3}\n")
+    res = cli.invoke(app, ["submit", "--job-config", str(named)])
+    assert res.exit_code != 0 and "stop here" in res.stderr, res.output
+    assert seen[-1].job == JobRef(key="custom/my_job", config_yaml=named.read_text())
+    res = cli.invoke(app, ["submit", "--job", "gpt/train", "--job-config", str(named)])
+    assert res.exit_code == 1
+    assert f"--job gpt/train but --job-config {named} names job: custom/my_job" in res.stderr
+    unnamed = tmp_path / "unnamed.yaml"
+    unnamed.write_text("training: {total_steps: 3}\n")
+    res = cli.invoke(app, ["submit", "--job-config", str(unnamed)])
+    assert res.exit_code == 1 and "names no `job:`: give --job KEY" in res.stderr
 
 
 async def test_an_unknown_job_key_is_refused_before_anything_ships(
