@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
 import typer
 from rich.console import Console
@@ -16,9 +17,26 @@ from tcl.control.errors import TclError
 
 T = TypeVar("T")
 
-# rich honours NO_COLOR itself; stderr carries progress, warnings and errors.
-out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+# A table piped into a file or another program is as wide as its rows: rich would fold it at
+# 80 columns, splitting run ids and checkpoint paths. $COLUMNS still wins.
+PIPED_WIDTH = 100_000
+
+
+def console(stderr: bool = False, file: TextIO | None = None) -> Console:
+    """rich honours NO_COLOR itself; stderr carries progress, warnings and errors."""
+    stream = file or (sys.stderr if stderr else sys.stdout)
+    piped = not stream.isatty() and not os.environ.get("COLUMNS")
+    return Console(
+        file=file,
+        stderr=stderr,
+        highlight=False,
+        soft_wrap=True,
+        width=PIPED_WIDTH if piped else None,
+    )
+
+
+out = console()
+err = console(stderr=True)
 
 if TYPE_CHECKING:
     from tcl.control.config import Config

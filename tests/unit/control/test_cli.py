@@ -328,3 +328,27 @@ def test_ps_all_lists_every_run_and_last_takes_the_newest(home: Path) -> None:
     assert len(json.loads(res.stdout)) == 203
     res = runner.invoke(app, ["ps", "-a", "-n", "2", "--json"])
     assert [r["run_id"] for r in json.loads(res.stdout)] == ["r202-aaaaaa", "r201-aaaaaa"]
+
+
+def test_a_piped_table_is_as_wide_as_its_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    """rich folded piped tables at 80 columns, splitting run ids and checkpoint paths
+    (issue 31); $COLUMNS still wins."""
+    import io
+
+    from rich.table import Table
+
+    from tcl.cli._common import console
+
+    path = "p/g/train/" + "run-" + "a" * 120 + "/step_00000040"
+    table = Table("RESTORE", "STEP", box=None)
+    table.add_row(path, "40")
+    monkeypatch.delenv("COLUMNS", raising=False)
+    piped = io.StringIO()
+    console(file=piped).print(table)
+    [header, row] = piped.getvalue().splitlines()
+    assert header.split() == ["RESTORE", "STEP"]
+    assert path in row and row.rstrip().endswith("40")
+    monkeypatch.setenv("COLUMNS", "80")
+    narrow = io.StringIO()
+    console(file=narrow).print(table)
+    assert path not in narrow.getvalue()  # cut at 80 columns
