@@ -75,6 +75,7 @@ def build(command: str | None = None) -> typer.Typer:
         no_args_is_help=True,
         add_completion=True,  # --install-completion / --show-completion (bash, zsh, fish)
         pretty_exceptions_show_locals=False,  # locals may hold secrets
+        rich_markup_mode=None,
     )
     app.callback()(_root)
     wanted = COMMANDS.get(command or "")

@@ -352,3 +352,14 @@ def test_a_piped_table_is_as_wide_as_its_rows(monkeypatch: pytest.MonkeyPatch) -
     narrow = io.StringIO()
     console(file=narrow).print(table)
     assert path not in narrow.getvalue()  # cut at 80 columns
+
+
+def test_help_has_no_type_noise_and_keeps_brackets(home: Path) -> None:
+    """typer's rich help printed `<bool>` beside every flag and took `[tool.tcl]` for markup
+    (issue 31)."""
+    res = runner.invoke(app, ["submit", "--help"])
+    assert res.exit_code == 0
+    assert "<bool>" not in res.stdout and "-d, --detach" in res.stdout
+    assert "tcl submit --chip h100 -n 2 -- python" in res.stdout  # an example
+    res = runner.invoke(app, ["jobs", "--help"])
+    assert "`[tool.tcl] jobs`" in " ".join(res.stdout.split())
