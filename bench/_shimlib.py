@@ -11,6 +11,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -129,10 +130,14 @@ async def wait_healthy(http: httpx.AsyncClient, url: str, timeout_s: float = 60)
 
 
 async def submit_until_healthy(
-    shim: ShimProcess, http: httpx.AsyncClient, spec: TaskSpec, terminate_timeout_s: float
+    shim: ShimProcess,
+    http: httpx.AsyncClient,
+    spec: TaskSpec,
+    terminate_timeout_s: float,
+    then: Callable[[], object] | None = None,
 ) -> float:
-    """Seconds from submitting ``spec`` until its runner answers its healthcheck; then the task
-    is terminated and removed (not timed)."""
+    """Seconds from submitting ``spec`` until its runner answers its healthcheck; then (not
+    timed) ``then`` is called and the task terminated and removed."""
     async with shim.client() as c:
         t0 = time.perf_counter()
         await c.submit_task(spec)
@@ -145,6 +150,8 @@ async def submit_until_healthy(
             await asyncio.sleep(0.01)
         await wait_healthy(http, f"http://127.0.0.1:{info.ports.runner}/api/healthcheck")
         elapsed = time.perf_counter() - t0
+        if then is not None:
+            then()
         await c.terminate_task(spec.id, timeout_s=terminate_timeout_s)
         await c.remove_task(spec.id)
         return elapsed

@@ -1,5 +1,8 @@
 """Process executor: task submit -> runner healthcheck answers, vs starting ``tcl-runner serve``
-by hand to the same readiness, alternating, in the same run.
+by hand to the same readiness, alternating, in the same run; for a shim whose runners are forked
+from its runner fork server (the default) and one with ``--no-runner-forkserver`` (each runner a
+new process). Also printed: the CPU each runner used until it answered (what bounds a sweep on
+a small host).
 
     uv run python bench/shim_process_submit.py [ROUNDS]
 """
@@ -7,6 +10,9 @@ by hand to the same readiness, alternating, in the same run.
 from __future__ import annotations
 
 import asyncio
+import functools
+import json
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -14,6 +20,7 @@ import time
 from pathlib import Path
 
 import httpx
+import psutil
 
 from bench._runner_util import write_token_file
 from bench._shimlib import ShimProcess, free_port, report, submit_until_healthy, wait_healthy
@@ -51,26 +58,45 @@ async def by_hand_once(http: httpx.AsyncClient) -> float:
     return elapsed
 
 
-async def shim_once(shim: ShimProcess, http: httpx.AsyncClient, i: int) -> float:
-    return await submit_until_healthy(shim, http, TaskSpec(id=f"bench-{i}"), terminate_timeout_s=5)
+def _record_cpu(into: list[float], shim: ShimProcess, task_id: str) -> None:
+    """The CPU the task's runner (its wrapper's one child) has used so far, in ms."""
+    task = json.loads((shim.dir / "state" / "tasks" / task_id / "task.json").read_text())
+    [runner] = psutil.Process(task["handle"]["pid"]).children()
+    t = runner.cpu_times()
+    into.append((t.user + t.system) * 1000)
 
 
 async def main(rounds: int) -> None:
-    shim = ShimProcess(
-        "--executor", "process", "--runner-bin", RUNNER, "--reconcile-interval-s", "1"
-    )
-    await shim.wait()
-    shim_s: list[float] = []
-    base_s: list[float] = []
+    args = ("--executor", "process", "--runner-bin", RUNNER, "--reconcile-interval-s", "1")
+    forked, cold = ShimProcess(*args), ShimProcess(*args, "--no-runner-forkserver")
+    await forked.wait()
+    await cold.wait()
+    await asyncio.sleep(1)  # the fork server's imports, done while nobody waits
+    times: dict[str, list[float]] = {"forked": [], "cold": [], "by hand": []}
+    cpu: dict[str, list[float]] = {"forked": [], "cold": []}
     try:
         async with httpx.AsyncClient(timeout=5, trust_env=False) as http:
             await by_hand_once(http)  # warm-up (page cache)
             for i in range(rounds):
-                base_s.append(await by_hand_once(http))
-                shim_s.append(await shim_once(shim, http, i))
+                times["by hand"].append(await by_hand_once(http))
+                for label, shim in (("forked", forked), ("cold", cold)):
+                    task_id = f"bench-{i}"
+                    used = functools.partial(_record_cpu, cpu[label], shim, task_id)
+                    times[label].append(
+                        await submit_until_healthy(
+                            shim, http, TaskSpec(id=task_id), terminate_timeout_s=5, then=used
+                        )
+                    )
     finally:
-        shim.close()
-    report("process executor submit->runner healthy", shim_s, base_s, 1.2)
+        forked.close()
+        cold.close()
+    report("forked runner: submit->runner healthy", times["forked"], times["by hand"], 1.2)
+    report("cold runner:   submit->runner healthy", times["cold"], times["by hand"], 1.2)
+    f, c = statistics.median(times["forked"]), statistics.median(times["cold"])
+    print(f"ratio forked/cold (submit->healthy): {f / c:.2f}")
+    fc, cc = statistics.median(cpu["forked"]), statistics.median(cpu["cold"])
+    print(f"runner CPU until healthy: forked {fc:.0f} ms, cold {cc:.0f} ms")
+    print(f"ratio forked/cold (runner CPU): {fc / max(cc, 1):.2f}")
 
 
 if __name__ == "__main__":

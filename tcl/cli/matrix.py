@@ -224,7 +224,6 @@ def cmd_cancel(
     import time
 
     from tcl.control.errors import TclError
-    from tcl.control.sweep.model import EntryState
 
     try:
         with opened_queue() as queue:
@@ -233,9 +232,10 @@ def cmd_cancel(
             cancelled = queue.cancel(name)
     except TclError as e:
         raise fail(str(e), e.exit_code) from None
-    # counted from the cancel's own transaction: a count read before it races the scheduler
-    held = [e.run_id for e in cancelled if e.state is not EntryState.QUEUED and e.run_id]
-    stopped = _stop_runs(ctx, held, cancelled_at)
+    # counted from the cancel's own transaction: a count read before it races the scheduler.
+    # Every entry's run, a queued one's too: one sent back to its queue (a retry, a lost node)
+    # has a run that would stay pending in `tcl ps`; one never placed has none (not found).
+    stopped = _stop_runs(ctx, [e.run_id for e in cancelled if e.run_id], cancelled_at)
     out.print(f"cancelled {len(cancelled)} entries of {name}; stopped {stopped} runs", markup=False)
 
 

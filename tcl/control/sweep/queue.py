@@ -136,6 +136,15 @@ def _immediate_engine(url: str) -> Engine:
     return engine
 
 
+# What a matrix's entries run: the same for every entry of one matrix (a re-add may not change
+# it: `tcl matrix add` with a name in use and another command merged two sweeps into one).
+RUN_KEYS = ("argv", "job", "chip", "chips", "nodes", "host", "image", "env")
+
+
+def _shown(spec: dict[str, Any], keys: list[str]) -> str:
+    return "; ".join(f"{k}: {spec.get(k)!r}" for k in keys)
+
+
 class SweepQueue:
     """Matrices and entries; every method is one short transaction."""
 
@@ -166,14 +175,22 @@ class SweepQueue:
 
     def add(self, name: str, spec: dict[str, Any], entries: Sequence[NewEntry]) -> Added:
         """Add a matrix (or more entries to it): idempotent by ``job_id`` (an entry the matrix
-        has is left as it is, whatever its state). A matrix added again with another spec
-        keeps its first one for the entries it had and records the new one for all."""
+        has is left as it is, whatever its state). A matrix added again must run the same
+        thing (:data:`RUN_KEYS`: else :class:`SweepError`, naming what differs, and nothing is
+        added); its other settings (code, retries, time limit) are the new ones for all."""
         now = time.time()
         with self._write() as s:
             row = s.get(MatrixRow, name)
             if row is None:
                 s.add(MatrixRow(name=name, spec=spec, created_at=now))
             else:
+                differ = [k for k in RUN_KEYS if row.spec.get(k) != spec.get(k)]
+                if differ:
+                    raise SweepError(
+                        f"matrix {name!r} exists and runs another "
+                        f"{', '.join(differ)} ({_shown(row.spec, differ)}): add its entries "
+                        "under a new --name, or give the same command and chips"
+                    )
                 row.spec = spec
             have = set(s.scalars(select(EntryRow.job_id).where(EntryRow.matrix == name)))
             fresh = list({e.job_id: e for e in entries if e.job_id not in have}.values())

@@ -363,3 +363,24 @@ def test_help_has_no_type_noise_and_keeps_brackets(home: Path) -> None:
     assert "tcl submit --chip h100 -n 2 -- python" in res.stdout  # an example
     res = runner.invoke(app, ["jobs", "--help"])
     assert "`[tool.tcl] jobs`" in " ".join(res.stdout.split())
+
+
+def test_matrix_cancel_ends_the_runs_of_queued_entries_too(home: Path) -> None:
+    """A queued entry whose run exists (sent back to its queue for a retry) kept that run
+    `pending` in `tcl ps` after a cancel (issue 31)."""
+    from tcl.control.sweep.queue import NewEntry, SweepQueue
+
+    (home / "state").mkdir()
+    store = Store(f"sqlite:///{home / 'state' / 'tcl.db'}")
+    queue = SweepQueue(store)
+    queue.add("m", {"argv": ["true"], "chips": 0}, [NewEntry("a", {}), NewEntry("b", {})])
+    [a, b] = queue.entries("m")
+    store.create_run(a.run_id, "m-a", RunRequest(argv=["true"], chips=0))  # b: never placed
+    queue.close()
+    store.close()
+    res = runner.invoke(app, ["matrix", "cancel", "m"])
+    assert res.exit_code == 0, res.output
+    assert res.stdout.strip() == "cancelled 2 entries of m; stopped 1 runs"
+    store = Store(f"sqlite:///{home / 'state' / 'tcl.db'}")
+    assert store.get_run(a.run_id).state is RunState.TERMINATED
+    store.close()

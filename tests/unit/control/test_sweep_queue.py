@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from tcl.control.errors import SweepError
 from tcl.control.store import Store
 from tcl.control.sweep.model import EntryState
 from tcl.control.sweep.queue import NewEntry, SweepQueue
@@ -70,12 +71,17 @@ def test_add_is_idempotent_by_job_id(queue: SweepQueue) -> None:
     assert (first.added, first.existing) == (3, 0)
     [e] = queue.claim("a", 1, lease_s=600)
     assert queue.finish("a", e.id, EntryState.FAILED, "boom")
-    again = queue.add("m", {**SPEC, "chips": 2}, _entries(5))
+    # another command or chip count under the same name is refused, nothing added (it merged
+    # two sweeps into one; issue 31)
+    with pytest.raises(SweepError, match=r"matrix 'm' exists and runs another chips \(chips: 1\)"):
+        queue.add("m", {**SPEC, "chips": 2}, _entries(5))
+    assert len(queue.entries("m")) == 3
+    again = queue.add("m", {**SPEC, "retry": {"max_retries": 2}}, _entries(5))
     assert (again.added, again.existing) == (2, 3)
     every = queue.entries("m")
     assert [x.job_id for x in every] == [f"job-{i:05d}" for i in range(5)]
     assert queue.entry(e.id).state is EntryState.FAILED  # left as it was
-    assert queue.matrix("m").spec["chips"] == 2
+    assert queue.matrix("m").spec["retry"] == {"max_retries": 2}
     assert queue.counts("m") == {"m": {EntryState.QUEUED: 4, EntryState.FAILED: 1}}
     # the same job id in another matrix is another entry
     assert queue.add("other", SPEC, _entries(1)).added == 1
