@@ -374,7 +374,7 @@ def test_matrix_cancel_ends_the_runs_of_queued_entries_too(home: Path) -> None:
     store = Store(f"sqlite:///{home / 'state' / 'tcl.db'}")
     queue = SweepQueue(store)
     queue.add("m", {"argv": ["true"], "chips": 0}, [NewEntry("a", {}), NewEntry("b", {})])
-    [a, b] = queue.entries("m")
+    [a, _never_placed] = queue.entries("m")
     assert a.run_id is not None
     store.create_run(a.run_id, "m-a", RunRequest(argv=["true"], chips=0))  # b: never placed
     queue.close()
