@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import httpx
 from pydantic import BaseModel
 
+from tcl.common.tls import shared_context
 from tcl.runner.api import (
     CachedCodeRequest,
     Event,
@@ -76,6 +77,7 @@ class RunnerClient:
         self._http = httpx.AsyncClient(
             base_url=self.base_url,
             transport=transport,
+            verify=shared_context(),
             timeout=timeout_s,
             trust_env=False,
             headers=self._auth,

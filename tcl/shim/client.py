@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 import httpx
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
+from tcl.common.tls import shared_context
 from tcl.shim.api import (
     HealthInfo,
     HostInfo,
@@ -60,10 +61,13 @@ class ShimClient:
     ) -> None:
         if uds is not None and transport is None:  # the local default's shim (tcl.localsock)
             limits = httpx.Limits(keepalive_expiry=KEEPALIVE_EXPIRY_S)
-            transport = httpx.AsyncHTTPTransport(uds=str(uds), limits=limits)
+            transport = httpx.AsyncHTTPTransport(
+                uds=str(uds), limits=limits, verify=shared_context()
+            )
         self._http = httpx.AsyncClient(
             base_url=base_url.rstrip("/"),
             transport=transport,
+            verify=shared_context(),
             timeout=timeout_s,
             headers={"Authorization": f"Bearer {token}"},
             # Idle connections are dropped well before the server's keep-alive (uvicorn: 5 s)

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 import httpx
 
+from tcl.common.tls import shared_context
+
 PROBE_TIMEOUT_S = 2.0
 STOP_MARGIN_S = 5.0  # after the grace: the runner's SIGKILL, its last events, its answer
 MAX_GRACE_S = 3600.0  # the runner's bound on /api/stop's grace_s
@@ -46,7 +48,7 @@ START_GRACE_S = 120.0
 class RunnerProbe:
     def __init__(self, silence_limit_s: float, timeout_s: float = PROBE_TIMEOUT_S) -> None:
         self.silence_limit_s = silence_limit_s
-        self._http = httpx.AsyncClient(timeout=timeout_s, trust_env=False)
+        self._http = httpx.AsyncClient(timeout=timeout_s, trust_env=False, verify=shared_context())
         self._silent_since: dict[str, float] = {}
         self._answered: set[str] = set()  # runners that answered once (they are up)
 
@@ -109,7 +111,9 @@ async def stop_job(port: int, token: str, grace_s: float) -> JobStop:
     auth = {"Authorization": f"Bearer {token}"}
     base = f"http://127.0.0.1:{port}/api"
     deadline = time.monotonic() + grace_s + STOP_MARGIN_S
-    async with httpx.AsyncClient(timeout=PROBE_TIMEOUT_S, trust_env=False, headers=auth) as http:
+    async with httpx.AsyncClient(
+        timeout=PROBE_TIMEOUT_S, trust_env=False, headers=auth, verify=shared_context()
+    ) as http:
         try:
             body = (await http.get(f"{base}/healthcheck")).json()
             if body.get("state") in FINAL_STATES:
