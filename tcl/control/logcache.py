@@ -27,6 +27,8 @@ from tcl.atomic import private_opener
 from tcl.control.paths import logs_dir, private_dir
 from tcl.runner.api import Event, EventKind
 
+ERROR_LINE_CHARS = 300  # a failure's last stderr line, as its run's message shows it
+
 
 class KeptEvent(Event):
     """An event as kept locally: ``seq`` is run-wide; the node's own is ``node_seq``."""
@@ -160,15 +162,39 @@ class LogCache:
                 if e.seq > after and (kind is None or e.kind is kind):
                     yield e
 
+    def last_error_line(self, attempt: int) -> str:
+        """The last non-empty line the attempt's job wrote to stderr (looked for in the file's
+        last 64 KiB), bounded: what a failure's message shows beside its exit code."""
+        for raw in reversed(_tail_lines(self.path)):
+            if b'"stream":"stderr"' not in raw:
+                continue
+            try:
+                e = KeptEvent.model_validate_json(raw)
+            except ValueError:
+                continue
+            if e.attempt != attempt or e.kind is not EventKind.LOG:
+                continue
+            lines = [t.strip() for t in (e.data or "").splitlines() if t.strip()]
+            if lines:
+                line = lines[-1]
+                return line if len(line) <= ERROR_LINE_CHARS else line[:ERROR_LINE_CHARS] + "…"
+        return ""
 
-def _last_line(path: Path) -> str:
+
+def _tail_lines(path: Path, size: int = 65536) -> list[bytes]:
+    """The whole lines among the file's last ``size`` bytes."""
     try:
         with open(path, "rb") as f:
             f.seek(0, os.SEEK_END)
             end = f.tell()
-            pos = max(0, end - 65536)
+            pos = max(0, end - size)
             f.seek(pos)
             lines = f.read().splitlines()
     except FileNotFoundError:
-        return ""
+        return []
+    return lines[1:] if pos > 0 else lines  # the first one may be cut
+
+
+def _last_line(path: Path) -> str:
+    lines = _tail_lines(path)
     return lines[-1].decode("utf-8", "replace") if lines else ""

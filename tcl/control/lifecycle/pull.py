@@ -180,6 +180,10 @@ async def pull(
         why = next((p.message for p in pages.values() if p.message), "")
         preempted = any(p.preempted for p in pages.values())
         cause = AttemptCause.of_end(state, preempted)
+        if state is RunState.FAILED and not why and code is not None:
+            # what the researcher wants to read first: the job's own last word, not only a code
+            said = cache.last_error_line(att.attempt)
+            why = f"exit code {code}: {said}" if said else ""
         if state.is_final and not run.state.is_final:
             ended = await retry_after_end(ctl, run, att, state, code, why, cause)
             if ended is None:

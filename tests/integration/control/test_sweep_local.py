@@ -21,8 +21,8 @@ from tests.polling import wait_until
 USER_REPO = Path(__file__).resolve().parents[2] / "fixtures" / "userrepo"
 
 # Appends "<job_id> <attempt> <start> <end>" to $OUT when done; fails with exit code 3 while
-# its count (a file per job id) is below FAIL_UNTIL; sleeps SLEEP_S first (SLEEP_S < 0: until
-# the test creates $OUT/release, at most 300 s).
+# its count (a file per job id) is below FAIL_UNTIL, with an error on stderr; sleeps SLEEP_S
+# first (SLEEP_S < 0: until the test creates $OUT/release, at most 300 s).
 JOB = """
 import os, sys, time
 start = time.time()
@@ -36,6 +36,8 @@ while sleep_s < 0 and not os.path.exists(release) and time.time() < start + 300:
 time.sleep(max(sleep_s, 0))
 with open(os.path.join(os.environ["OUT"], "runs"), "a") as f:
     f.write(f"{job_id} {n} {start:.3f} {time.time():.3f} {'fail' if n < fail_until else 'ok'}\\n")
+if n < fail_until:
+    print(f"Traceback (most recent call last):\\nRuntimeError: oom ({n})", file=sys.stderr)
 sys.exit(3 if n < fail_until else 0)
 """
 
@@ -193,7 +195,9 @@ def test_a_failing_entry_is_retried_with_backoff_and_the_same_run(sweep: Sweep) 
     export = json.loads(s.tcl("matrix", "export", "retries").stdout)
     assert export["flaky"]["attempts"] == 3 and export["flaky"]["state"] == "done"
     assert export["hopeless"]["state"] == "failed"
-    assert "3 attempts failed" in export["hopeless"]["last_error"]
+    # the job's own last word beside its code (issue 31), in the export as in `tcl ps`
+    last_error = export["hopeless"]["last_error"]
+    assert last_error == "exit code 3: RuntimeError: oom (3); 3 attempts failed"
     # one run per entry, its attempts under the same run id (a tcl.jobs trainer resumes)
     ps = json.loads(s.tcl("ps", "-a", "--matrix", "retries", "--json").stdout)
     assert sorted(r["name"] for r in ps) == ["retries.fine", "retries.flaky", "retries.hopeless"]
