@@ -34,8 +34,9 @@ async def refresh_many(
     owned = RunLeases(ctl.store).of([r.id for r in live])
     live = [r for r in live if r.id not in owned or not owned[r.id].live()]
     groups: dict[str, list[tuple[Run, Attempt]]] = {}
+    attempts = ctl.store.attempts_of([r.id for r in live]) if live else {}  # one query
     for r in live:
-        att = ctl.store.latest_attempt(r.id)
+        att = attempts[r.id][-1] if attempts.get(r.id) else None
         if att is not None and att.handle:
             groups.setdefault(att.backend, []).append((r, att))
 
@@ -50,12 +51,13 @@ async def refresh_many(
             for r, _ in items:
                 ctl.store.note_unreachable(r.id)
             return
+        pairs = list(zip(items, answers, strict=True))
+        ctl.store.clear_unreachable(*(r.id for (r, _), a in pairs if not isinstance(a, Exception)))
         for (r, att), ans in zip(items, answers, strict=True):
             if isinstance(ans, Exception):
                 if isinstance(ans, RETRYABLE):
                     ctl.store.note_unreachable(r.id)
                 continue
-            ctl.store.clear_unreachable(r.id)
             if ans.state.is_final or ans.state != r.state:
                 with contextlib.suppress(TclError, TimeoutError):
                     run_now = ctl.store.get_run(r.id)
@@ -65,7 +67,10 @@ async def refresh_many(
             record_state(ctl, now, att, ans.state, ans.exit_code, ans.message, cause)
 
     await asyncio.gather(*(one_backend(k, items) for k, items in groups.items()))
-    return [ctl.store.get_run(r.id) for r in runs]
+    if not groups:
+        return list(runs)  # nothing was asked, so nothing changed (`tcl ps -a`: no query)
+    now = ctl.store.runs_by_id([r.id for r in runs])  # one query, not one per run
+    return [now.get(r.id, r) for r in runs]
 
 
 async def refresh(ctl: Control, run: Run, timeout_s: float = REFRESH_TIMEOUT_S) -> Run:

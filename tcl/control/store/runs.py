@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
-from sqlalchemy import func, select
+from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
 from tcl.control.errors import RunNotFoundError, StateConflict, StoreError
@@ -274,11 +274,12 @@ class Store(StoreBase):
                 s.add(row)
             return row.unreachable_since
 
-    def clear_unreachable(self, run_id: str) -> None:
+    def clear_unreachable(self, *run_ids: str) -> None:
+        """These runs' hosts answered: one statement however many."""
+        if not run_ids:
+            return
         with self._session() as s:
-            row = s.get(RunHealthRow, run_id)
-            if row is not None:
-                s.delete(row)
+            s.execute(delete(RunHealthRow).where(RunHealthRow.run_id.in_(run_ids)))
 
     def unreachable_since(self, run_ids: list[str]) -> dict[str, float]:
         """Runs whose host the last refreshes could not reach, with the first failure's time."""
