@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 
     from rich.table import Table
 
+    from tcl.control.backends.base import NodePlace
     from tcl.control.service import Control
     from tcl.control.store import Attempt, Run
 
@@ -30,6 +31,7 @@ class _Listing:
     runs: list[Run]
     unreachable_since: dict[str, float]  # run id -> first failed refresh (non-final runs)
     attempts: dict[str, list[Attempt]]  # run id -> its attempts, oldest first
+    places: dict[tuple[str, int], list[NodePlace]]  # (run id, attempt) -> where its nodes ran
 
 
 async def _runs(
@@ -46,7 +48,15 @@ async def _runs(
     fresh = await refresh_many(ctl, runs)
     shown = fresh if all_runs else [r for r in fresh if not r.state.is_final]
     since = ctl.store.unreachable_since([r.id for r in shown if not r.state.is_final])
-    return _Listing(shown, since, ctl.store.attempts_of([r.id for r in shown]))
+    attempts = ctl.store.attempts_of([r.id for r in shown])
+    return _Listing(shown, since, attempts, _places(attempts))
+
+
+def _places(attempts: dict[str, list[Attempt]]) -> dict[tuple[str, int], list[NodePlace]]:
+    """Where each attempt's nodes ran, from its handle."""
+    from tcl.control.backends.table import attempt_places
+
+    return {(a.run_id, a.attempt): attempt_places(a) for atts in attempts.values() for a in atts}
 
 
 def _matrix_runs(ctl: Control, matrix: str) -> list[Run]:
@@ -115,6 +125,11 @@ def _json(r: Run, listing: _Listing) -> dict[str, Any]:
             "host": a.host,
             "state": a.state.value,
             "cause": a.cause.value if a.cause is not None else None,
+            "started_at": iso(a.created_at),
+            "nodes": [
+                {"host": p.host, "task": p.task, "accelerators": p.accelerators}
+                for p in listing.places.get((r.id, a.attempt), [])
+            ],
         }
         for a in listing.attempts.get(r.id, [])
     ]

@@ -80,6 +80,20 @@ class Handle(BaseModel):
         """Whether ``task`` is one of this launch's (the orphan sweep's question)."""
         return False
 
+    def places(self) -> list[NodePlace]:
+        """Where each node runs, as far as the handle knows (``tcl ps --json``, the export)."""
+        return []
+
+
+@dataclass(frozen=True)
+class NodePlace:
+    """One node of a launch: the host (a config host, a SLURM job's, a pod), what the host calls
+    the task there, and the accelerator indices it holds (empty: not known here)."""
+
+    host: str
+    task: str
+    accelerators: list[int]
+
 
 @dataclass(frozen=True)
 class HostTask:

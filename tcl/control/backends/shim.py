@@ -224,6 +224,7 @@ class ShimBackend(Backend):
                     task_id=t.id,
                     runner_port=t.ports.runner,
                     ssh_port=t.ports.ssh,
+                    accelerators=list(t.accelerators),
                 )
             record()
             coordinator = None

@@ -7,7 +7,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tcl.control.backends.base import Handle as BaseHandle
-from tcl.control.backends.base import HostTask
+from tcl.control.backends.base import HostTask, NodePlace
 from tcl.control.placement import Placement
 
 
@@ -20,6 +20,7 @@ class ShimNode(BaseModel):
     task_id: str
     runner_port: int | None = None
     ssh_port: int | None = None
+    accelerators: list[int] = Field(default_factory=list)  # the host's indices the task holds
 
 
 class ShimHandle(BaseHandle):
@@ -47,6 +48,9 @@ class ShimHandle(BaseHandle):
 
     def task_label(self) -> str:
         return self.nodes[0].task_id
+
+    def places(self) -> list[NodePlace]:
+        return [NodePlace(n.host, n.task_id, list(n.accelerators)) for n in self.nodes]
 
     def names(self, task: HostTask) -> bool:
         return any(n.host == task.host and n.task_id == task.task_id for n in self.nodes)

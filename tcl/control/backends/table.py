@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING
 from tcl.control.errors import TclError
 
 if TYPE_CHECKING:
-    from tcl.control.backends.base import Backend
+    from tcl.control.backends.base import Backend, NodePlace
+    from tcl.control.store import Attempt
 
 BACKENDS: dict[str, str | type[Backend]] = {
     "local": "tcl.control.backends.local:LocalBackend",
@@ -37,3 +38,16 @@ def backend_class(host_type: str) -> type[Backend]:
             raise TclError(f"type {host_type} has no backend in this version") from None
         return cls
     return entry
+
+
+def attempt_places(att: Attempt) -> list[NodePlace]:
+    """Where an attempt's nodes ran, read from its stored handle alone (no backend is made, no
+    host asked); none for an attempt that named nothing yet, or one a newer tcl recorded."""
+    if not att.handle:
+        return []
+    try:
+        model = backend_class(att.backend).handle_model
+        raw = {"kind": att.backend, "host": att.host, **att.handle}
+        return model.model_validate(raw).places()
+    except (TclError, ValueError):
+        return []

@@ -389,20 +389,6 @@ class Store(StoreBase):
             ).first()
             return None if row is None else _attempt(row)
 
-    def attempt_counts(self, run_ids: Collection[str]) -> dict[str, int]:
-        """How many attempts each of these runs has (a run with none is absent)."""
-        ids = list(dict.fromkeys(run_ids))
-        out: dict[str, int] = {}
-        with self._session() as s:
-            for i in range(0, len(ids), _IN_CHUNK):
-                q = (
-                    select(AttemptRow.run_id, func.count())
-                    .where(AttemptRow.run_id.in_(ids[i : i + _IN_CHUNK]))
-                    .group_by(AttemptRow.run_id)
-                )
-                out.update((run_id, int(n)) for run_id, n in s.execute(q))
-        return out
-
     def attempts_of(self, run_ids: Collection[str]) -> dict[str, list[Attempt]]:
         """Every attempt of each of these runs, oldest first (a run with none is absent)."""
         ids = list(dict.fromkeys(run_ids))

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from tcl.control.backends.table import attempt_places
 from tcl.control.sweep.model import Entry, EntryState
 from tcl.control.sweep.queue import SweepQueue
 
@@ -128,23 +129,29 @@ def summary(queue: SweepQueue, name: str, now: float | None = None) -> MatrixSum
 
 def export(queue: SweepQueue, name: str) -> dict[str, dict[str, Any]]:
     """The seed's ``matrix_status.json``: per job_id (in the matrix's order) its state, run id,
-    host (its run's, null before it is placed), start and end (ISO-8601 UTC or null), attempts
-    (of its current run) and last error."""
+    host (its run's, null before it is placed), the accelerators and tasks of its latest
+    attempt, start and end (ISO-8601 UTC or null), attempts (of its current run) and last
+    error."""
     queue.matrix(name)  # an unknown name raises SweepError
     entries = queue.entries(name)
     run_ids = [e.run_id for e in entries if e.run_id is not None]
     runs = queue.store.runs_by_id(run_ids)
-    attempts = queue.store.attempt_counts(run_ids)
+    attempts = queue.store.attempts_of(run_ids)
     out: dict[str, dict[str, Any]] = {}
     for e in entries:
         run = runs.get(e.run_id) if e.run_id is not None else None
+        atts = attempts.get(e.run_id, []) if run is not None and e.run_id else []
+        places = attempt_places(atts[-1]) if atts else []
         out[e.job_id] = {
             "state": e.state.value,
             "run_id": e.run_id,
             "host": run.host if run is not None else None,
+            # where its latest attempt ran: node 0's accelerators (the seed's `gpu`), every node
+            "gpus": places[0].accelerators if places else [],
+            "nodes": [p.task for p in places],
             "started_at": iso(e.started_at),
             "finished_at": iso(e.ended_at),
-            "attempts": attempts.get(e.run_id, 0) if run is not None and e.run_id else 0,
+            "attempts": len(atts),
             "last_error": e.last_error,
         }
     return out

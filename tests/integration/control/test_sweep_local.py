@@ -194,6 +194,8 @@ def test_a_failing_entry_is_retried_with_backoff_and_the_same_run(sweep: Sweep) 
     assert [r[4] for r in runs if r[0] == "fine"] == ["ok"]
     export = json.loads(s.tcl("matrix", "export", "retries").stdout)
     assert export["flaky"]["attempts"] == 3 and export["flaky"]["state"] == "done"
+    # where it ran (the seed's gpu): its latest attempt's GPU and task (issue 31)
+    assert len(export["flaky"]["gpus"]) == 1 and export["flaky"]["nodes"][0].endswith("-2")
     assert export["hopeless"]["state"] == "failed"
     # the job's own last word beside its code (issue 31), in the export as in `tcl ps`
     last_error = export["hopeless"]["last_error"]
@@ -338,6 +340,11 @@ def test_submit_retry_places_a_single_run_again(sweep: Sweep) -> None:
     assert [(r[1], r[4]) for r in s.runs()] == [("1", "fail"), ("2", "fail"), ("3", "ok")]
     (run,) = json.loads(s.tcl("ps", "-a", "--json").stdout)
     assert run["state"] == "succeeded"
+    # where each attempt ran: its host, its task there, the GPU it held (issue 31)
+    for a in run["attempts"]:
+        [node] = a["nodes"]
+        assert node["host"] == a["host"] == run["host"] and node["task"], a
+        assert len(node["accelerators"]) == 1 and 0 <= node["accelerators"][0] < 8, a
 
 
 def test_a_matrix_of_tcl_jobs_overrides_each_entrys_config(tmp_path: Path) -> None:

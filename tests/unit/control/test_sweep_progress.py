@@ -159,7 +159,8 @@ def test_export_is_the_seed_status_form(half_done: SweepQueue) -> None:
     store.create_run(j3.run_id, "m-j3", RunRequest(argv=["true"]))
     store.set_placement(j3.run_id, "gpu-pod-0", "ssh", None)
     store.add_attempt(j3.run_id, "gpu-pod-0", "ssh")
-    store.add_attempt(j3.run_id, "gpu-pod-1", "ssh")
+    node = {"host": "gpu-pod-1", "task_id": "m-j3-1", "accelerators": [2, 3]}
+    store.add_attempt(j3.run_id, "gpu-pod-1", "ssh", {"nodes": [node]})
     now = T0 + 3 * 3600
     out = export(half_done, "m")
     assert list(out) == [f"j{i}" for i in range(10)]
@@ -167,6 +168,8 @@ def test_export_is_the_seed_status_form(half_done: SweepQueue) -> None:
         "state": "failed",
         "run_id": j3.run_id,
         "host": "gpu-pod-0",
+        "gpus": [2, 3],  # where its latest attempt ran
+        "nodes": ["m-j3-1"],
         "started_at": iso(now - 1500 - 600),
         "finished_at": iso(now - 1500),
         "attempts": 2,
@@ -176,6 +179,8 @@ def test_export_is_the_seed_status_form(half_done: SweepQueue) -> None:
         "state": "queued",
         "run_id": out["j9"]["run_id"],
         "host": None,
+        "gpus": [],
+        "nodes": [],
         "started_at": None,
         "finished_at": None,
         "attempts": 0,
@@ -202,7 +207,7 @@ def test_export_of_1200_entries_takes_a_few_queries(queue: SweepQueue) -> None:
     assert len(selects) <= 8, selects  # matrix, entries, runs and attempts in chunks of 500
 
 
-def test_runs_by_id_and_attempt_counts(queue: SweepQueue) -> None:
+def test_runs_by_id_and_attempts_of(queue: SweepQueue) -> None:
     store = queue.store
     store.create_run("r-a", "a", RunRequest())
     store.create_run("r-b", "b", RunRequest())
@@ -210,8 +215,8 @@ def test_runs_by_id_and_attempt_counts(queue: SweepQueue) -> None:
     ids = [f"missing-{i}" for i in range(1100)] + ["r-b", "r-a", "r-a"]
     assert set(store.runs_by_id(ids)) == {"r-a", "r-b"}
     assert store.runs_by_id(ids)["r-a"].name == "a"
-    assert store.attempt_counts(ids) == {"r-b": 1}
-    assert store.runs_by_id([]) == {} and store.attempt_counts([]) == {}
+    assert {k: len(v) for k, v in store.attempts_of(ids).items()} == {"r-b": 1}
+    assert store.runs_by_id([]) == {} and store.attempts_of([]) == {}
 
 
 def test_last_line() -> None:

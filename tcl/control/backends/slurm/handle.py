@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tcl.control.backends.base import Handle, HostTask
+from tcl.control.backends.base import Handle, HostTask, NodePlace
 from tcl.control.config import SlurmHost
 
 
@@ -66,6 +66,9 @@ class SlurmHandle(Handle):
 
     def task_label(self) -> str:
         return f"job {self.job_id}"
+
+    def places(self) -> list[NodePlace]:
+        return [NodePlace(self.host, f"job {self.job_id} node {i}", []) for i in range(self.nodes)]
 
     def names(self, task: HostTask) -> bool:
         return task.host == self.host and task.task_id == self.job_id

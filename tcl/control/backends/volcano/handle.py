@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tcl.control.backends.base import Handle, HostTask
+from tcl.control.backends.base import Handle, HostTask, NodePlace
 
 
 class KubeTarget(BaseModel):
@@ -40,6 +40,9 @@ class VolcanoHandle(Handle):
 
     def task_label(self) -> str:
         return f"vcjob {self.kube.namespace}/{self.job}"
+
+    def places(self) -> list[NodePlace]:
+        return [NodePlace(self.host, f"pod {self.pod(i)}", []) for i in range(self.nodes)]
 
     def names(self, task: HostTask) -> bool:
         return task.host == self.host and task.task_id == self.job
