@@ -32,7 +32,7 @@ def main() -> None:
         base_argv = [*bed.ssh_argv(), shlex.join(remote)]  # ssh sends one shell string
         # warm-up: ssh connection files, image layers, page cache, the code tarball
         tcl_s, base_s = interleaved_first_lines(
-            tcl_argv, base_argv, bed.env(), bed.root, args.reps, warm=1
+            tcl_argv, base_argv, bed.env(), bed.work, args.reps, warm=1
         )
         if args.executor == "docker":
             print_ratio("ssh docker run", tcl_s, base_s, 1.3)

@@ -124,10 +124,10 @@ def main() -> None:
 
     with testbed("process") as bed:
         os.environ.update(bed.env())
-        os.chdir(bed.root)
+        os.chdir(bed.work)
         try:
             ssh_first, ssh_warm = session_calls({"host": "box"}, args.calls)
-            ssh_submit = submit_calls(bed.env(), bed.root, ["--host", "box"], args.reps)
+            ssh_submit = submit_calls(bed.env(), bed.work, ["--host", "box"], args.reps)
             bare = bare_ssh_calls(bed, args.reps * 3)
         finally:
             os.environ.clear()
