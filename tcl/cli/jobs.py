@@ -15,6 +15,35 @@ import typer
 
 from tcl.cli._common import err, fail, out, print_json
 
+# What the `jobs` extra installs (pyproject.toml): a tool install without it has none of them.
+JOBS_EXTRA = ("jax", "jaxlib", "flax", "optax", "orbax", "numpy")
+
+
+def _importable(module: str) -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a module set to None in sys.modules: not installed
+        return False
+
+
+@contextlib.contextmanager
+def _jobs_extra() -> Iterator[None]:
+    """A missing JAX library is an install to fix, said in one line, not a traceback."""
+    try:
+        yield
+    except ModuleNotFoundError as e:
+        top = (e.name or "").split(".")[0]
+        if top not in JOBS_EXTRA or _importable(top):
+            raise  # the job's own import, or a part of an installed library: not this
+        raise fail(
+            f"this tcl has no {top}: `tcl jobs` and `tcl run` need the jobs extra "
+            "(JAX, flax, optax, Orbax): uv tool install 'tcl-submit[jobs]' (or, in a checkout, "
+            "uv sync --extra jobs). Submitting jobs to hosts needs none of it.",
+            2,
+        ) from None
+
 
 def cmd_jobs(
     as_json: Annotated[bool, typer.Option("--json", help="JSON list (stable).")] = False,
@@ -22,10 +51,12 @@ def cmd_jobs(
     """List the jobs `tcl run` and `tcl submit --job` know: tcl's own and those this project
     declares (`[tool.tcl] jobs` in its pyproject.toml, or `tcl.jobs` entry points)."""
     from tcl.jobs.errors import JobsError
-    from tcl.jobs.registry import list_jobs
 
     try:
-        rows = list_jobs()
+        with _jobs_extra():
+            from tcl.jobs.registry import list_jobs
+
+            rows = list_jobs()
     except JobsError as e:
         raise fail(str(e), 2) from None
     if as_json:
@@ -77,10 +108,11 @@ def cmd_run(
 ) -> None:
     """Run a tcl.jobs job in this process (no agents, no hosts)."""
     from tcl.jobs.errors import JobsError
-    from tcl.jobs.run import run_job
 
     try:
-        with _progress_on_stderr():
+        with _jobs_extra(), _progress_on_stderr():
+            from tcl.jobs.run import run_job
+
             run_job(
                 key,
                 None if config == "-" else config,

@@ -385,3 +385,22 @@ def test_matrix_cancel_ends_the_runs_of_queued_entries_too(home: Path) -> None:
     store = Store(f"sqlite:///{home / 'state' / 'tcl.db'}")
     assert store.get_run(a.run_id).state is RunState.TERMINATED
     store.close()
+
+
+@pytest.mark.parametrize("argv", [["jobs"], ["run", "gpt/train", "-", "out"]])
+def test_jobs_without_the_jobs_extra_say_what_to_install(argv: list[str], tmp_path: Path) -> None:
+    """A tool install without `[jobs]` crashed `tcl jobs` / `tcl run` with a traceback (`No
+    module named 'flax'`; issue 31): one line now names the extra."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\nsys.modules['flax'] = None  # as if not installed\n"
+        f"sys.argv = ['tcl', *{argv!r}]\nfrom tcl.cli.main import main\nmain()\n"
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=120
+    )
+    assert res.returncode == 2, res.stderr
+    assert "Traceback" not in res.stderr
+    assert "need the jobs extra" in res.stderr and "tcl-submit[jobs]" in res.stderr
