@@ -1,4 +1,5 @@
-"""``tcl ssh RUN [-- CMD]``: a shell (or a command) inside the run's container."""
+"""``tcl ssh RUN [-- CMD]``: a shell (or a command) inside the run's container (on the local
+default: here, in the job's dir with its environment)."""
 
 from __future__ import annotations
 
@@ -49,7 +50,7 @@ async def _target(ctl: Control, run_ref: str, node: int) -> tuple[str, Path | Ss
             f"run {run.id} has no ssh endpoint (only docker tasks on ssh hosts run an sshd, "
             "and SLURM jobs once they run)"
         )
-    if ep.remote_argv:
+    if ep.remote_argv or ep.local_env_file:
         return run.id, ep
     name = run.id if node == 0 else f"{run.id}-node{node}"
     entries: dict[str, tuple[str, SshEndpoint]] = {name: (run.host or "", ep)}
@@ -93,7 +94,8 @@ def cmd_ssh(
     ] = False,
     node: Annotated[int, typer.Option("--node", min=0, help="Node of a multi-node run.")] = 0,
 ) -> None:
-    """Open a shell in the run's container (uses the host as ProxyJump)."""
+    """Open a shell in the run's container (uses the host as ProxyJump); on the local default,
+    a shell here in the job's dir with its environment."""
     # Options stop at RUN (so `tcl ssh RUN ls -la` keeps its -la): the documented
     # `tcl ssh RUN --print-config` arrives as the first word of the command.
     command = list(command or [])
@@ -105,6 +107,10 @@ def cmd_ssh(
     if print_config and command:
         raise fail("--print-config writes the ssh config only: give it no COMMAND")
     name, target = with_control(ctx, lambda ctl: _target(ctl, run_ref, node))
+    if not isinstance(target, Path) and target.local_env_file:
+        if print_config:
+            raise fail(f"run {name} runs on this machine: `tcl ssh {name}` opens a shell here")
+        raise typer.Exit(_shell_here(name, Path(target.local_env_file), command))
     ssh = shutil.which("ssh")
     if isinstance(target, Path):
         if print_config:
@@ -120,6 +126,21 @@ def cmd_ssh(
         raise fail("no ssh client on PATH")
     proc = subprocess.run(argv, check=False)
     raise typer.Exit(proc.returncode)
+
+
+def _shell_here(name: str, env_file: Path, command: list[str]) -> int:
+    """A shell (or ``command``) on this machine, in the job's dir with its environment: the
+    local default's jobs are processes here, with no sshd to reach."""
+    if not env_file.exists():
+        raise fail(f"run {name}'s job has not started yet: try again once it runs")
+    bash = shutil.which("bash")
+    if bash is None:
+        raise fail("no bash on PATH")
+    if command:  # the file is sourced, then the command runs with its words as given
+        argv = [bash, "-c", '. "$0" && exec "$@"', str(env_file), *command]
+    else:
+        argv = [bash, "--rcfile", str(env_file), "-i"]
+    return subprocess.run(argv, check=False).returncode
 
 
 def register(app: typer.Typer) -> None:

@@ -33,6 +33,10 @@ API_VERSION = 1
 # path parameter, and again by TaskStore.task_dir before a path is built.
 TASK_ID_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$"
 TASK_ID_MAX_LEN = 128
+# In a process-executor task's dir (``<state-dir>/tasks/<id>/``): what its runner writes when the
+# job starts, the job's working dir and environment (never its secrets), for a shell on the host
+# (`tcl ssh` on the local default sources it).
+SHELL_ENV_FILE = "shell-env.sh"
 _TASK_ID_RE = re.compile(TASK_ID_PATTERN)
 
 # Size bounds on what a client may ask the shim to keep (in memory, in task.json, in the

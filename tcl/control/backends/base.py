@@ -210,7 +210,8 @@ class RunStatus:
 @dataclass(frozen=True)
 class SshEndpoint:
     """Where ``tcl ssh`` lands: the container sshd, reached through the host as ProxyJump;
-    or, with ``remote_argv``, a command run on the host that opens the shell (``srun --pty``)."""
+    or, with ``remote_argv``, a command run on the host that opens the shell (``srun --pty``);
+    or, with ``local_env_file``, a shell on this machine."""
 
     host: str  # HostName of the jump host
     port: int | None
@@ -221,6 +222,9 @@ class SshEndpoint:
     container_port: int | None = None  # the container sshd's port on the host's loopback
     ssh_config_file: str | None = None
     remote_argv: tuple[str, ...] = ()  # run on the host (with the user's command appended)
+    # a task on this machine (the local default's process executor): no ssh at all, a shell
+    # here that sources this file (the job's dir and env, written by its runner)
+    local_env_file: str | None = None
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from tcl.control.backends.base import Progress
+from tcl.control.backends.base import Progress, SshEndpoint
 from tcl.control.backends.shim import ShimBackend
 from tcl.control.backends.shimhost import ShimHost
 from tcl.control.config import LocalHost
@@ -15,7 +15,7 @@ from tcl.control.placement import LocalPlacement, SshPlacement
 from tcl.control.shipping import Snapshot
 from tcl.control.transport.agents import RunnerApi, ShimApi
 from tcl.control.transport.httpagents import HttpRunner, HttpShim
-from tcl.shim.api import ExecutorKind
+from tcl.shim.api import SHELL_ENV_FILE, ExecutorKind
 
 
 class LocalShimHost(ShimHost):
@@ -54,6 +54,19 @@ class LocalShimHost(ShimHost):
 
     def peer_address(self) -> str:
         return "127.0.0.1"
+
+    def shell_endpoint(self, task_id: str) -> SshEndpoint | None:
+        """A shell right here, in the job's dir with its env (what its runner wrote)."""
+        env_file = self.shim_state_dir / "state" / "tasks" / task_id / SHELL_ENV_FILE
+        return SshEndpoint(
+            host="this machine",
+            port=None,
+            user=None,
+            identity_file=None,
+            known_hosts=None,
+            proxy_jump=None,
+            local_env_file=str(env_file),
+        )
 
     async def runner(self, runner_port: int, token: str, label: str) -> RunnerApi:
         return HttpRunner(f"http://127.0.0.1:{runner_port}", token, name=f"runner {label}")

@@ -486,7 +486,9 @@ class ShimBackend(Backend):
     def ssh_endpoint(self, handle: BaseHandle, node: int) -> SshEndpoint | None:
         assert isinstance(handle, ShimHandle)
         n = handle.nodes[node]
-        return None if n.ssh_port is None else self._node_host(n).ssh_endpoint(n.ssh_port)
+        if n.ssh_port is None:
+            return self._node_host(n).shell_endpoint(n.task_id)
+        return self._node_host(n).ssh_endpoint(n.ssh_port)
 
     def address(self, host: str) -> str:
         return "this machine" if self.kind == "local" else super().address(host)

@@ -64,6 +64,11 @@ class ShimHost(abc.ABC):
         """Where ``tcl ssh`` connects for a task whose container sshd is on ``task_ssh_port``."""
         return None
 
+    def shell_endpoint(self, task_id: str) -> SshEndpoint | None:
+        """Where ``tcl ssh`` lands for a task with no container sshd (a process): none but on
+        this machine."""
+        return None
+
     async def discard_staged(self) -> None:
         """Cancel what :meth:`prestage_code` started and remove what it left (a submit gave
         up); returns once nothing of it is left on the host."""

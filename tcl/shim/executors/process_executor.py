@@ -25,7 +25,7 @@ from tcl.agentenv import job_base_env
 from tcl.atomic import write_atomic
 from tcl.common import procwrap
 from tcl.common.api import ForkRequest
-from tcl.shim.api import ExecutorKind, Ports
+from tcl.shim.api import SHELL_ENV_FILE, ExecutorKind, Ports
 from tcl.shim.errors import BadRequest, ContainerError
 from tcl.shim.executors.base import Launch, Liveness, Observed, ProgressFn, Started, accelerator_env
 from tcl.shim.executors.cgroup import MARK_ENV, TaskProcesses
@@ -100,6 +100,9 @@ class ProcessExecutor:
             str(runner_dir),
             "--token-file",
             str(launch.runner_token_file),
+            # what `tcl ssh` on this host sources: the job's dir and env, never its secrets
+            "--ssh-env-file",
+            str(launch.task_dir / SHELL_ENV_FILE),
         ]
         if self._code_cache is not None:
             self._code_cache.mkdir(parents=True, exist_ok=True, mode=0o700)

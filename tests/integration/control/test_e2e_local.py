@@ -38,6 +38,21 @@ def test_no_config_runs_on_local_default(tmp_path: Path) -> None:
         assert res.stdout == "hello 42\n", res.stderr
         res = _tcl(env, work, "submit", "--", "python", "-c", "raise SystemExit(4)")
         assert res.returncode == 4 and "failed (exit code 4)" in res.stderr
+        # `tcl ssh` here: a shell in the job's dir with its env, never its secrets (issue 31)
+        waits = "import os, time\nwhile not os.path.exists('go'): time.sleep(0.05)"
+        env["S"] = "s3cret-value"
+        detached = ["submit", "-d", "--json", "--env", "FOO=bar", "--secret", "S", "--"]
+        res = _tcl(env, work, *detached, "python", "-c", waits)
+        run_id = json.loads(res.stdout)["run_id"]
+        probe = 'echo "$FOO" "$(pwd)" "${S:-no-secret}"'
+        del env["S"]  # the shell starts from this one's env: the job's secret is not added
+        res = _tcl(env, work, "ssh", run_id, "--", "sh", "-c", probe)
+        assert res.returncode == 0, res.stderr
+        foo, cwd, secret = res.stdout.split()
+        assert (foo, secret) == ("bar", "no-secret") and (Path(cwd) / "hello.py").exists()
+        assert _tcl(env, work, "ssh", run_id, "--", "touch", "go").returncode == 0
+        res = _tcl(env, work, "logs", "-f", run_id)
+        assert res.returncode == 0, res.stderr
     finally:
         stop_local_shim(home / "state" / "local-shim")
 
