@@ -170,10 +170,13 @@ def pip_install_argv(venv: str, package: str, extra_requirements: Sequence[str] 
 
 
 def build_wheel(dest: Path) -> Path:
-    """A wheel of this tcl (for hosts that install from it); needs `uv` or `pip` here."""
+    """A wheel of this tcl (for hosts that install from it): built from the checkout (needs
+    `uv` or `pip` here), or repacked from the installed distribution (a tool install)."""
     src = Path(__file__).resolve().parents[2]
     if not (src / "pyproject.toml").exists():
-        raise HostSetupError("cannot build a tcl wheel here: set `shim_package` for the host")
+        from tcl.control.selfwheel import repack_installed
+
+        return repack_installed(dest)
     builders = [
         ["uv", "build", "--wheel", "-o", str(dest), str(src)],
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(dest), str(src)],

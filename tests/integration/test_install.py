@@ -108,6 +108,57 @@ def test_uv_tool_install_gives_working_commands_outside_the_checkout(
     assert version.stdout.strip() == f"tcl {__version__} ({DISTRIBUTION})"
     for agent in ("tcl-shim", "tcl-runner"):
         subprocess.run([str(bin_dir / agent), "--help"], capture_output=True, check=True)
+    # `tcl host cloud-init --wheel` (and `host setup`) from the tool install: no checkout to
+    # build from, so the installed distribution is repacked (it failed: issue 31)
+    user_data = subprocess.run(
+        [str(bin_dir / "tcl"), "host", "cloud-init", "--wheel"],
+        capture_output=True,
+        text=True,
+        cwd=elsewhere,
+        env=env,
+        check=False,
+    )
+    assert user_data.returncode == 0, user_data.stderr
+    tool_python = tmp_path / "tools" / DISTRIBUTION / "bin" / "python"
+    repack = (
+        "import sys\nfrom pathlib import Path\nfrom tcl.control.selfwheel import repack_installed\n"
+        "print(repack_installed(Path(sys.argv[1])))"
+    )
+    wheel_dir = tmp_path / "repacked"
+    wheel_dir.mkdir()
+    out = subprocess.run(
+        [str(tool_python), "-c", repack, str(wheel_dir)],
+        capture_output=True,
+        text=True,
+        cwd=elsewhere,
+        check=True,
+    )
+    repacked = Path(out.stdout.strip())
+    venv = tmp_path / "host-venv"
+    subprocess.run(["uv", "venv", "-q", str(venv)], check=True, env=env, capture_output=True)
+    installed = subprocess.run(
+        [
+            "uv",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--python",
+            str(venv / "bin" / "python"),
+            str(repacked),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    assert installed.returncode == 0, installed.stderr
+    check = "import tcl, tcl.runner.main; print(tcl.__version__)"  # no dependency installed
+    got = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", check], capture_output=True, text=True, check=False
+    )
+    assert got.stdout.strip() == __version__, got.stderr
+    assert (venv / "bin" / "tcl-runner").exists() and (venv / "bin" / "tcl-shim").exists()
 
 
 def test_cloud_init_user_data_brings_up_a_healthy_shim_on_a_bare_host(
