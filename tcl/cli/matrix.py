@@ -129,6 +129,8 @@ def cmd_add(
             config_path=os.path.abspath(path),
             config_named=named,
         )
+        if chip and chips:
+            _refuse_a_chip_no_host_has(ctx, chip, host)
         spec = _with_code(ctx, spec)
         with opened_queue() as queue:
             added = queue.add(
@@ -157,6 +159,17 @@ def cmd_add(
     already = f" ({added.existing} already there, left as they were)" if added.existing else ""
     err.print(f"added {added.added} entries to matrix {name}{already}; {started}", markup=False)
     err.print(f"  tcl matrix status {name}    tcl ps --matrix {name}", markup=False)
+
+
+def _refuse_a_chip_no_host_has(ctx: typer.Context, chip: str, pin: str | None) -> None:
+    """A sweep no host could ever run is refused here, not left queued for ever."""
+    from tcl.cli._common import with_control
+    from tcl.control.chipcheck import hosts_lacking
+
+    lacking = with_control(ctx, lambda ctl: hosts_lacking(ctl, chip, pin))
+    if lacking is not None:
+        where = "\n".join(f"  {line}" for line in lacking) or "  (no host)"
+        raise fail(f"no host here could ever run --chip {chip}; the hosts have:\n{where}", 2)
 
 
 def _with_code(ctx: typer.Context, spec: MatrixSpec) -> MatrixSpec:

@@ -314,6 +314,12 @@ def test_adding_again_is_idempotent_and_cancel_stops_running_entries(sweep: Swee
     assert ps == [], ps  # nothing left running
     s.tcl("matrix", "requeue", "idem", "--state", "cancelled", "--ids", "j0")
     assert s.status("idem")["counts"]["cancelled"] == 3
+    # a chip no host has is refused at add, with what the hosts have (issue 31)
+    grid = ["--grid", "i=1,2", "--", "python", "job.py", "{i}", "0", "0"]
+    bad = s.tcl("matrix", "add", "--name", "a100s", "--chip", "a100", *grid, check=False)
+    assert bad.returncode == 2, bad.stderr
+    assert "no host here could ever run --chip a100" in bad.stderr and "here: h100" in bad.stderr
+    assert "a100s" not in s.tcl("matrix", "status").stdout  # nothing was added
 
 
 def test_submit_retry_places_a_single_run_again(sweep: Sweep) -> None:
