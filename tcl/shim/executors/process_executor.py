@@ -37,7 +37,10 @@ log = logging.getLogger(__name__)
 
 WRAPPER = str(Path(procwrap.__file__))
 EXIT_FILE = "exit_code"
-FORKED_FILE = "forked-wrapper"  # "<pid> <create time>" of the task's wrapper from the fork server
+# Wrappers the fork server made carry its command line, not their task's: each is recorded as
+# ``<state-dir>/forked/<pid>`` = "<task id> <create time>", outside the task's dir (a task
+# removed while its runner still exits must still be found, as an orphan, by the next shim).
+FORKED_DIR = "forked"
 LOG_FILE = "runner.log"
 _STOP_POLL_S = 0.05
 
@@ -61,6 +64,7 @@ class ProcessExecutor:
         self._code_cache = code_cache
         self._instance = instance_id
         self._tasks_dir = tasks_dir
+        self._forked_dir = tasks_dir.parent / FORKED_DIR
         self._children: dict[int, subprocess.Popen[bytes]] = {}
         self.forkserver = forkserver  # None: every runner starts cold
 
@@ -119,8 +123,8 @@ class ProcessExecutor:
                 )
             )
             if forked is not None:
-                record = f"{forked.pid} {forked.create_time or 0}\n".encode()
-                await asyncio.to_thread(write_atomic, launch.task_dir / FORKED_FILE, record, 0o600)
+                record = f"{spec.id} {forked.create_time or 0}\n".encode()
+                await asyncio.to_thread(self._record_forked, forked.pid, record)
                 handle = Handle(pid=forked.pid, pid_start_time=forked.create_time)
                 return Started(handle, Ports(runner=port))
         env = job_base_env(os.environ)  # an allow-list: nothing of the shim's own secrets
@@ -144,6 +148,10 @@ class ProcessExecutor:
         proc, started_at = await asyncio.to_thread(self._spawn, argv, env, launch.task_dir)
         self._children[proc.pid] = proc
         return Started(Handle(pid=proc.pid, pid_start_time=started_at), Ports(runner=port))
+
+    def _record_forked(self, pid: int, record: bytes) -> None:
+        self._forked_dir.mkdir(mode=0o700, exist_ok=True)
+        write_atomic(self._forked_dir / str(pid), record, 0o600)
 
     @staticmethod
     def _spawn(
@@ -238,7 +246,7 @@ class ProcessExecutor:
     def _scan(self) -> dict[str, Handle]:
         """Wrapper processes of this shim instance, by task id: a cold one names its task on
         its command line; one forked by the fork server (whose command line it has) is named by
-        its task dir's ``FORKED_FILE``."""
+        its record in ``FORKED_DIR``."""
         found: dict[str, Handle] = {}
         forked: dict[int, float] = {}
         for p in psutil.process_iter(["pid", "cmdline", "create_time"]):
@@ -261,18 +269,22 @@ class ProcessExecutor:
         return found
 
     def _forked(self, forked: dict[int, float]) -> dict[str, Handle]:
+        """The recorded forked wrappers still alive, by task id; the records of gone ones (a
+        pid since reused by another fork is told apart by its start time) are deleted."""
         out: dict[str, Handle] = {}
         with contextlib.suppress(FileNotFoundError):
-            for entry in os.scandir(self._tasks_dir):
+            for entry in os.scandir(self._forked_dir):
                 try:
-                    pid_text, _, created = (
-                        (Path(entry.path) / FORKED_FILE).read_text().strip().partition(" ")
-                    )
-                    pid = int(pid_text)
+                    pid = int(entry.name)
+                    task, _, created = Path(entry.path).read_text().strip().partition(" ")
+                    started = float(created or 0)
                 except (OSError, ValueError):
                     continue
-                if pid in forked and abs(forked[pid] - float(created or 0)) <= 1:
-                    out[entry.name] = Handle(pid=pid, pid_start_time=forked[pid])
+                if pid in forked and abs(forked[pid] - started) <= 1:
+                    out[task] = Handle(pid=pid, pid_start_time=forked[pid])
+                elif not self._alive(Handle(pid=pid, pid_start_time=started)):
+                    with contextlib.suppress(OSError):
+                        os.unlink(entry.path)
         return out
 
     # -- stop / remove ------------------------------------------------------------------------

@@ -142,7 +142,8 @@ async def test_a_forked_runner_whose_handle_was_never_recorded_is_found_and_a_de
     tmp_path: Path,
 ) -> None:
     """A shim that died between forking a runner and recording its handle: the next one finds
-    the runner through the task's dir (adopted if the task is known, else an orphan). A server
+    the runner through its record (adopted if the task is known, else an orphan, even once the
+    task's dir is gone). A server
     that died: that task starts cold, the next is forked from a new server."""
     instance = f"fork-{os.getpid()}-{time.monotonic_ns()}"
     tasks = tmp_path / "tasks"
@@ -170,6 +171,9 @@ async def test_a_forked_runner_whose_handle_was_never_recorded_is_found_and_a_de
         assert seen["t"].liveness is Liveness.ALIVE
         assert seen["t"].handle is not None and seen["t"].handle.pid == pid
         assert await ex.orphans(["t"]) == []
+        # a task removed while its runner still exits (its dir moved aside, as the store's
+        # remove does): found all the same
+        (tasks / "t").rename(tmp_path / "trash-t")
         [orphan] = await ex.orphans([])
         assert orphan == f"t:{pid}"
         await ex.remove_orphan(orphan)
