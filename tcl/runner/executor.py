@@ -1,9 +1,10 @@
 """Runs the job: its own process group, output pumped into the event log, stop and time limit.
 
-Threads, not the event loop, move the bytes: one pump per stream reads the pipe, decodes UTF-8,
-masks secrets and appends events (stdout's metric lines as metric events: :mod:`.output`), so
-a busy job never stalls the HTTP server. A waiter thread reaps the process, waits until both
-pumps have drained their pipes and only then reports the exit, so the last log events always
+Threads, not the event loop, move the bytes: one pump reads both pipes in the order the job
+wrote them, decodes UTF-8, masks secrets and appends events (stdout's metric lines as metric
+events: :mod:`.pump`, :mod:`.output`), so a busy job never stalls the HTTP server. A waiter
+thread reaps the process, waits until the pump has drained both pipes and only then reports
+the exit, so the last log events always
 come before the terminal state. One watchdog thread keeps the two deadlines (the kill after a
 stop's grace, the spec's time limit): stops, however many, only move a deadline, so they cost
 no thread.
@@ -11,11 +12,9 @@ no thread.
 
 from __future__ import annotations
 
-import codecs
 import contextlib
 import fcntl
 import os
-import select
 import signal
 import subprocess
 import threading
@@ -28,15 +27,8 @@ from tcl.runner.errors import ExecutorError
 from tcl.runner.events import EventLog
 from tcl.runner.limits import DEFAULT_GRACE_S
 from tcl.runner.masking import Masker
-from tcl.runner.output import StreamOutput
+from tcl.runner.pump import PIPE_BYTES, OutputPump
 
-READ_BYTES = 256 * 1024
-PIPE_BYTES = 1024 * 1024  # F_SETPIPE_SZ: room for COALESCE_S of fast output
-# An unfinished line is sent after this much silence (a progress bar, a prompt).
-PARTIAL_LINE_FLUSH_S = 0.05
-MAX_PENDING_CHARS = 256 * 1024
-# Output that keeps coming is gathered this long into one event (see _pump).
-COALESCE_S = 0.002
 # After the main process exits: how long its leftovers may keep the pipes open.
 DRAIN_S = 1.0
 
@@ -132,20 +124,15 @@ class Executor:
     def _start_threads(self) -> None:
         assert self._proc is not None
         assert self._proc.stdout is not None and self._proc.stderr is not None
-        pumps = [
-            threading.Thread(
-                target=self._pump,
-                args=(self._proc.stdout.fileno(), LogStream.STDOUT),
-                name="tcl-pump-stdout",
-                daemon=True,
-            ),
-            threading.Thread(
-                target=self._pump,
-                args=(self._proc.stderr.fileno(), LogStream.STDERR),
-                name="tcl-pump-stderr",
-                daemon=True,
-            ),
-        ]
+        pump = OutputPump(
+            self._log,
+            self._secrets,
+            [
+                (self._proc.stdout.fileno(), LogStream.STDOUT),
+                (self._proc.stderr.fileno(), LogStream.STDERR),
+            ],
+        )
+        pumps = [threading.Thread(target=pump.run, name="tcl-pump", daemon=True)]
         for t in pumps:
             t.start()
         threading.Thread(target=self._watch, name="tcl-watchdog", daemon=True).start()
@@ -227,43 +214,6 @@ class Executor:
                 with contextlib.suppress(OSError):
                     pipe.close()
 
-    def _pump(self, fd: int, stream: LogStream) -> None:
-        decoder = codecs.getincrementaldecoder("utf-8")("replace")
-        masker = Masker(self._secrets)
-        pending = ""
-        out = StreamOutput(self._log, stream)
-        last_read = 0.0
-        eof = False
-        while not eof:
-            # An unfinished line goes out after a moment of silence (a prompt), unless it may
-            # become a metric line, which counts only whole: that one waits for its newline.
-            if pending and not out.waits(pending):
-                try:
-                    ready, _, _ = select.select([fd], [], [], PARTIAL_LINE_FLUSH_S)
-                except (OSError, ValueError):
-                    break
-                if not ready:
-                    out.write(pending)
-                    pending = ""
-                    continue
-            # A job that keeps writing (the previous read was moments ago) gets its output
-            # gathered for up to COALESCE_S: a few large events instead of one per line. A line
-            # after a quiet spell goes out at once, so interactive latency is unchanged.
-            now = time.monotonic()
-            data, eof = _read_burst(fd, COALESCE_S if now - last_read < COALESCE_S else 0.0)
-            last_read = now
-            if not data:
-                break
-            pending += masker.feed(decoder.decode(data))
-            cut = pending.rfind("\n")
-            if cut >= 0:
-                out.write(pending[: cut + 1])
-                pending = pending[cut + 1 :]
-            if len(pending) >= MAX_PENDING_CHARS:
-                out.write(pending)
-                pending = ""
-        out.write(pending + masker.feed(decoder.decode(b"", final=True)) + masker.flush())
-
     def _reap(self, pumps: list[threading.Thread]) -> None:
         assert self._proc is not None
         returncode = self._proc.wait()
@@ -290,22 +240,3 @@ class Executor:
             self._on_exit(exit_code_of(returncode), stopped)
         finally:
             self._done.set()
-
-
-def _read_burst(fd: int, linger_s: float) -> tuple[bytes, bool]:
-    """Up to READ_BYTES: one (blocking) read, then, after ``linger_s`` (0: none), whatever is
-    waiting in the pipe. Returns the bytes and whether the pipe hit end of file."""
-    try:
-        data = os.read(fd, READ_BYTES)
-        if not data:
-            return b"", True
-        if linger_s > 0:
-            time.sleep(linger_s)  # one sleep, not a read per line: the pipe holds 1 MiB
-        while len(data) < READ_BYTES and select.select([fd], [], [], 0)[0]:
-            more = os.read(fd, READ_BYTES - len(data))
-            if not more:
-                return data, True
-            data += more
-    except (OSError, ValueError):
-        return b"", True
-    return data, False

@@ -4,7 +4,7 @@ The executor's pump hands over the stream's text, masked and in order. On stdout
 that :func:`tcl.runner.metricline.parse_line` accepts becomes a ``metric`` event; everything
 else (stderr always) becomes ``log`` events, in the order it was printed. A line is whole when
 it begins where the previous text ended with a newline: the rest of a line whose start went out
-early (after a pause, :data:`tcl.runner.executor.PARTIAL_LINE_FLUSH_S`) is never a metric, so
+early (after a pause, :data:`tcl.runner.pump.PARTIAL_LINE_FLUSH_S`) is never a metric, so
 an unfinished line that may still become one waits for its end (:meth:`StreamOutput.waits`).
 """
 
