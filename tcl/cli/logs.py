@@ -62,17 +62,20 @@ def cmd_logs(
     g = globals_of(ctx)
 
     def show(run_id: str) -> int:
-        cache = LogCache(run_id)
+        """Print the kept lines; return the ``seq`` of the last one read, where a follow goes
+        on (what the run's owner keeps after this read is the follow's to show: the cache's
+        last ``seq``, looked at later, would skip it)."""
+        kept = list(LogCache(run_id).read(kind=EventKind.LOG))
         events: list[Event] = [
             e
-            for e in cache.read(kind=EventKind.LOG)
+            for e in kept
             if (since_ts is None or e.ts >= since_ts) and (node is None or e.node == node)
         ]
         if tail is not None:
             events = events[-tail:] if tail else []
         for e in events:
             print_event(e, timestamps, raw)
-        return cache.last_seq()
+        return kept[-1].seq if kept else 0
 
     state: dict[str, str] = {}
 

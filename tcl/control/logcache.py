@@ -119,6 +119,9 @@ class LogCache:
         with open(self.path, "ab", opener=private_opener) as f:
             fcntl.flock(f.fileno(), fcntl.LOCK_EX)  # another writer appends after us, not amid
             node_last = self._scan().get((attempt, node), 0)
+            # a line left torn by a crash mid-write: this append starts a line of its own (else
+            # its first event would be glued to the torn one, and unreadable with it)
+            torn = os.fstat(f.fileno()).st_size > self._size
             last = self._last or 0
             fresh = []
             for e in sorted(events, key=lambda e: e.seq):
@@ -135,7 +138,8 @@ class LogCache:
                     fresh.append(KeptEvent(**{**e.model_dump(), **kept}))
                     node_last = e.seq
             if fresh:
-                payload = "".join(e.model_dump_json(exclude_none=True) + "\n" for e in fresh)
+                payload = "\n" if torn else ""
+                payload += "".join(e.model_dump_json(exclude_none=True) + "\n" for e in fresh)
                 f.write(payload.encode("utf-8"))
                 f.flush()
                 os.fsync(f.fileno())
@@ -145,20 +149,28 @@ class LogCache:
         return fresh
 
     def read(self, after: int = 0, kind: EventKind | None = None) -> Iterator[KeptEvent]:
-        """The kept events past ``after`` (only those of ``kind``, when given), in order."""
+        """The kept events past ``after`` (only those of ``kind``, when given), in order.
+
+        A read ends before a line that is not whole yet: its writer is amid its append (the
+        file grows a page at a time, and a reader can meet its end between two). Read on past
+        the end, the rest of that line would come as a line of its own, both halves would be
+        skipped as torn, and the events after them taken: a follow resuming after the last of
+        those would never show that event. The next read takes it whole."""
         if not self.path.exists():
             return
         # Lines are written compact (``"kind":"log"``): a kind's events are found without
         # parsing the others, which a long log has many of.
-        marker = f'"kind":"{kind.value}"' if kind is not None else ""
-        with open(self.path, encoding="utf-8") as f:
+        marker = f'"kind":"{kind.value}"'.encode() if kind is not None else b""
+        with open(self.path, "rb") as f:
             for line in f:
+                if not line.endswith(b"\n"):
+                    return  # being written: taken whole by the next read
                 if marker not in line:
                     continue
                 try:
                     e = KeptEvent.model_validate_json(line)
                 except ValueError:
-                    continue
+                    continue  # torn by a crash mid-write (the next append began a new line)
                 if e.seq > after and (kind is None or e.kind is kind):
                     yield e
 
