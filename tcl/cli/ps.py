@@ -88,8 +88,9 @@ def _after(attempts: Sequence[Attempt]) -> str:
 
 def _state(r: Run, unreachable_since: float | None) -> str:
     if unreachable_since is not None and not r.state.is_final:
-        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(unreachable_since))
-        return f"unknown (host unreachable since {when})"
+        # how the job goes is unknown, not failed: its host is asked again until it answers
+        since = age(unreachable_since).removesuffix(" ago")
+        return f"unknown: tcl lost contact with host {r.host or '?'} {since} ago; retrying"
     if r.state in (RunState.QUEUED, RunState.PENDING, RunState.WAITING_RETRY) and r.message:
         why = (
             r.message
@@ -125,7 +126,11 @@ def _json(r: Run, listing: _Listing) -> dict[str, Any]:
             "host": a.host,
             "state": a.state.value,
             "cause": a.cause.value if a.cause is not None else None,
-            "started_at": iso(a.created_at),
+            "placed_at": iso(a.created_at),
+            "started_at": iso(a.started_at) if a.started_at is not None else None,
+            "ended_at": iso(a.ended_at) if a.ended_at is not None else None,
+            "duration_s": round(a.duration_s, 3) if a.duration_s is not None else None,
+            "pid": a.pid,
             "nodes": [
                 {"host": p.host, "task": p.task, "accelerators": p.accelerators}
                 for p in listing.places.get((r.id, a.attempt), [])

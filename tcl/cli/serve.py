@@ -37,6 +37,14 @@ def cmd_serve(
         ),
     ] = None,
     batch: Annotated[int, typer.Option("--batch", min=1, help="Entries claimed at once.")] = 16,
+    name: Annotated[
+        str,
+        typer.Option(
+            "--name",
+            help="The name each matrix entry it claims records, shown by matrix status/export "
+            "(default: $TCL_SCHEDULER_NAME or this machine's hostname).",
+        ),
+    ] = "",
 ) -> None:
     """Keep SSH connections warm, run submits, and schedule matrix entries (one daemon per
     state dir; several, on machines sharing $TCL_DB_URL, share a sweep)."""
@@ -53,7 +61,7 @@ def cmd_serve(
         return
     from tcl.control.daemon.server import main
 
-    argv = ["--idle-exit-s", str(idle_exit_s), "--batch", str(batch)]
+    argv = ["--idle-exit-s", str(idle_exit_s), "--batch", str(batch), "--name", name]
     if lease_s is not None:
         argv += ["--lease-s", str(lease_s)]
     if heartbeat_s is not None:

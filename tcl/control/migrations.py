@@ -36,8 +36,29 @@ def _waiting_retry(conn: Connection) -> None:
     )
 
 
+def _add_columns(conn: Connection, table: str, columns: dict[str, str]) -> None:
+    """Add the ``columns`` (name -> portable type) ``table`` lacks; a table not made yet is
+    made whole by ``create_all`` when its module is imported."""
+    found = inspect(conn)
+    if not found.has_table(table):
+        return
+    have = {c["name"] for c in found.get_columns(table)}
+    for name, kind in columns.items():
+        if name not in have:
+            conn.execute(text(f"ALTER TABLE {table} ADD COLUMN {name} {kind}"))
+
+
+def _attempt_times_and_claimers(conn: Connection) -> None:
+    """v4: when each attempt's job started and ended and its pid (NULL for attempts recorded
+    before); which scheduler claimed each matrix entry last ('' before)."""
+    _add_columns(
+        conn, "tcl_attempts", {"started_at": "FLOAT", "ended_at": "FLOAT", "pid": "INTEGER"}
+    )
+    _add_columns(conn, "tcl_matrix_entries", {"scheduler": "VARCHAR(64) NOT NULL DEFAULT ''"})
+
+
 # version -> the step that makes it from the one before
-STEPS: dict[int, Step] = {2: _attempt_cause, 3: _waiting_retry}
+STEPS: dict[int, Step] = {2: _attempt_cause, 3: _waiting_retry, 4: _attempt_times_and_claimers}
 LATEST = max(STEPS)
 
 

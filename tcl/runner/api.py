@@ -148,6 +148,7 @@ class Event(BaseModel):
     data: str | None = None
     state: RunnerState | None = None
     exit_code: int | None = None
+    pid: int | None = None  # the ``running`` state's: the job's process id (in its namespace)
 
 
 class EventsQuery(_Strict):

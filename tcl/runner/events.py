@@ -96,10 +96,17 @@ class EventLog:
         """A metric the job printed (``tcl.runner.metricline``); ``data`` its canonical JSON."""
         return self._append({"kind": EventKind.METRIC.value, "stream": stream.value, "data": data})
 
-    def append_state(self, state: RunnerState, exit_code: int | None = None) -> int:
-        return self._append(
-            {"kind": EventKind.STATE.value, "state": state.value, "exit_code": exit_code}
-        )
+    def append_state(
+        self, state: RunnerState, exit_code: int | None = None, pid: int | None = None
+    ) -> int:
+        fields: dict[str, object] = {
+            "kind": EventKind.STATE.value,
+            "state": state.value,
+            "exit_code": exit_code,
+        }
+        if pid is not None:
+            fields["pid"] = pid
+        return self._append(fields)
 
     def _append(self, fields: dict[str, object]) -> int:
         with self._lock:
@@ -115,6 +122,8 @@ class EventLog:
                 "state": fields.get("state"),
                 "exit_code": fields.get("exit_code"),
             }
+            if "pid" in fields:  # only a running state has one: other lines stay as short
+                record["pid"] = fields["pid"]
             line = json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
             _write_all(self._data_fd, line)
             _write_all(self._idx_fd, _ENTRY.pack(self._size))

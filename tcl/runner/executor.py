@@ -87,7 +87,13 @@ class Executor:
             self._log.append_log(LogStream.RUNNER, masker.feed(message + "\n") + masker.flush())
 
     def start(self) -> None:
-        """Start the job; any failure to do so is an ``ExecutorError`` and leaves no process."""
+        """Start the job and watch it: :meth:`spawn`, then :meth:`watch`."""
+        self.spawn()
+        self.watch()
+
+    def spawn(self) -> None:
+        """Start the job's process (its output waits in the pipes until :meth:`watch`); any
+        failure to do so is an ``ExecutorError`` and leaves no process."""
         try:
             self._proc = subprocess.Popen(
                 self._argv,
@@ -107,6 +113,11 @@ class Executor:
         for pipe in (self._proc.stdout, self._proc.stderr):
             with contextlib.suppress(OSError, AttributeError):  # Linux only; a hint
                 fcntl.fcntl(pipe.fileno(), fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+
+    def watch(self) -> None:
+        """Pump the spawned job's output, reap it, keep its deadlines; a failure to do so ends
+        the job and is an ``ExecutorError``."""
+        assert self._proc is not None
         if self._max_duration_s is not None:
             self._limit_at = time.monotonic() + self._max_duration_s
         try:

@@ -89,6 +89,7 @@ class Runner:
         self.machine = StateMachine(on_change=self._on_state)
         self.spec: JobSpec | None = None
         self.executor: Executor | None = None
+        self._job_pid: int | None = None  # the running state's event carries it
         self._lock = threading.RLock()
         self._uploading = False
         self._code_sha256: str | None = None
@@ -111,7 +112,8 @@ class Runner:
         self._hooks.append(hook)
 
     def _on_state(self, state: RunnerState, exit_code: int | None) -> None:
-        self.log.append_state(state, exit_code)
+        pid = self._job_pid if state is S.RUNNING else None
+        self.log.append_state(state, exit_code, pid)
         for hook in self._hooks:
             hook(state, exit_code)
         if state.is_final:
@@ -283,19 +285,30 @@ class Runner:
                 end_orphans=self.config.end_orphans,
                 limit_grace_s=self.config.stop_grace_s,
             )
-            self.machine.move(S.RUNNING)
-            placement = resolve_placement(spec, os.environ)
-            if placement.cluster.nodes > 1 or placement.attempt != spec.attempt:
-                self.say(placement.describe())
+            unwritable = ""
             if self.config.ssh_env_file is not None:
                 try:
                     jobenv.write_ssh_snippet(self.config.ssh_env_file, spec, workdir)
                 except OSError as e:  # ssh sessions are a convenience: the job runs anyway
-                    self.say(f"ssh sessions will not get the job's env: {e}")
+                    unwritable = f"ssh sessions will not get the job's env: {e}"
             self.executor = executor
             try:
-                executor.start()
+                executor.spawn()  # its output waits in the pipes: it comes after `running`
             except ExecutorError as e:  # every failure to start: never running without a job
+                self.machine.move(S.RUNNING)
+                executor.say(e.detail)
+                self.machine.move(S.FAILED, exit_code=127)
+                return self.state
+            self._job_pid = executor.pid
+            self.machine.move(S.RUNNING)
+            placement = resolve_placement(spec, os.environ)
+            if placement.cluster.nodes > 1 or placement.attempt != spec.attempt:
+                self.say(placement.describe())
+            if unwritable:
+                self.say(unwritable)
+            try:
+                executor.watch()
+            except ExecutorError as e:
                 executor.say(e.detail)
                 self.machine.move(S.FAILED, exit_code=127)
             return self.state

@@ -142,6 +142,12 @@ def main(argv: list[str] | None = None) -> int:
         "--batch", type=int, default=SchedulerSettings.batch, help="matrix entries claimed at once"
     )
     ap.add_argument(
+        "--name",
+        default="",
+        help="the name each matrix entry it claims records (default: $TCL_SCHEDULER_NAME or "
+        "this machine's hostname)",
+    )
+    ap.add_argument(
         "--orphans-every-s",
         type=float,
         default=float(os.environ.get("TCL_SERVE_ORPHANS_EVERY_S") or 60.0),
@@ -157,7 +163,10 @@ def main(argv: list[str] | None = None) -> int:
         None
         if args.no_scheduler
         else SchedulerSettings(
-            lease_s=args.lease_s, heartbeat_s=args.heartbeat_s, batch=max(1, args.batch)
+            lease_s=args.lease_s,
+            heartbeat_s=args.heartbeat_s,
+            batch=max(1, args.batch),
+            name=args.name[:64],
         )
     )
     runs = ControllerSettings(lease_s=args.lease_s, heartbeat_s=args.heartbeat_s)

@@ -36,7 +36,7 @@ from tcl.control.lifecycle.retry import (
 from tcl.control.logcache import KeptEvent, LogCache
 from tcl.control.service import Control
 from tcl.control.states import AttemptCause, Move, RunState, move
-from tcl.runner.api import EventKind
+from tcl.runner.api import EventKind, RunnerState
 
 if TYPE_CHECKING:
     from tcl.control.store import Attempt, Run
@@ -124,7 +124,8 @@ async def pull(
     # The metric points go to the store too, for its other readers (`tcl metrics`, a team's
     # PostgreSQL); keyed by the cache's seq, so keeping them again changes nothing.
     ctl.metrics.add(run.id, fresh)
-    ctl.store.update_attempt(run.id, att.attempt, log_cursor=cache.last_seq())
+    pid = _job_pid(pages.get(0))
+    ctl.store.update_attempt(run.id, att.attempt, log_cursor=cache.last_seq(), pid=pid)
     requeued = next((p.next_attempt for p in pages.values() if p.next_attempt), None)
     if requeued is not None:
         _next_attempt(ctl, run, att, requeued, pages)
@@ -206,6 +207,14 @@ async def _retry_when_due(ctl: Control, run: Run, wait_s: float, relaunch: bool)
     if relaunch and (waiting is None or waiting.due):
         await place_waiting(ctl, run.id)
     return PullResult([], ctl.store.get_run(run.id).state, True)
+
+
+def _job_pid(page: NodePage | None) -> int | None:
+    """The job's pid on the first node, when this page holds its ``running`` event."""
+    for e in page.events if page is not None else ():
+        if e.kind is EventKind.STATE and e.state is RunnerState.RUNNING and e.pid is not None:
+            return e.pid
+    return None
 
 
 def _node_state(pages: dict[int, NodePage], cache: LogCache, att: Attempt, node: int) -> RunState:
@@ -306,6 +315,17 @@ def record_state(
     ended = cause if state.is_final else None
     ctl.store.set_state(
         run.id, state, exit_code=exit_code, message=msg, attempt=att.attempt, cause=ended
+    )
+
+
+def lost_contact(host: str | None, budget_s: float, error: str) -> str:
+    """Why a run whose host did not answer for its whole budget ended, in a user's words: tcl
+    lost it, the job did not fail (its outcome is unknown)."""
+    span = f"{budget_s / 60:.0f} min" if budget_s >= 120 else f"{budget_s:.0f} s"
+    first = error.splitlines()[0] if error else "no answer"
+    return (
+        f"tcl lost contact with host {host or '?'} for {span} and gave up on it; how the job "
+        f"went is unknown, not a failure of the job (last error: {first})"
     )
 
 

@@ -49,7 +49,7 @@ from tcl.control.lifecycle.ownership import (
     sweep_run,
     undrained,
 )
-from tcl.control.lifecycle.pull import RETRYABLE, ResumingPull, gave_up
+from tcl.control.lifecycle.pull import RETRYABLE, ResumingPull, gave_up, lost_contact
 from tcl.control.lifecycle.release import release
 from tcl.control.retries import policy_of
 from tcl.control.runleases import RunLeases
@@ -322,7 +322,7 @@ class RunController:
                     return  # its host is gone: what was kept is all there is
                 if not sweep:
                     raise
-                why = f"its host did not answer for {deadline_s:.0f} s: {str(e).splitlines()[0]}"
+                why = lost_contact(current.host, deadline_s, str(e))
                 log.warning("run %s: %s", run_id, why)
                 await asyncio.to_thread(gave_up, ctl, run_id, why)
                 self._notify(run_id)

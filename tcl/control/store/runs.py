@@ -54,6 +54,16 @@ class Attempt:
     log_cursor: int
     created_at: float = 0.0
     cause: AttemptCause | None = None  # why it ended (None until then, or recorded before v2)
+    started_at: float | None = None  # its job started running (None: not yet, or before v4)
+    ended_at: float | None = None  # it ended (None: not yet, or before v4)
+    pid: int | None = None  # the job's pid on its first node, as its runner reported it
+
+    @property
+    def duration_s(self) -> float | None:
+        """How long its job ran: until it ended, or until now while it runs."""
+        if self.started_at is None:
+            return None
+        return max(0.0, (self.ended_at or time.time()) - self.started_at)
 
 
 def _request(row: RunRow) -> RunRequest:
@@ -95,6 +105,9 @@ def _attempt(row: AttemptRow) -> Attempt:
         row.log_cursor,
         row.created_at,
         AttemptCause(row.cause) if row.cause else None,
+        row.started_at,
+        row.ended_at,
+        row.pid,
     )
 
 
@@ -245,8 +258,7 @@ class Store(StoreBase):
                 if att is None:
                     raise RunNotFoundError(f"no attempt {attempt} of run {run_id!r}")
                 if move(RunState(att.state), state) is Move.APPLY:
-                    att.state = state.value
-                    att.cause = cause.value if cause is not None else ""
+                    _move_attempt(att, state, cause)
             if verdict is Move.KEEP:
                 return False
             row.state = state.value
@@ -351,9 +363,11 @@ class Store(StoreBase):
         state: RunState | None = None,
         cause: AttemptCause | None = None,
         log_cursor: int | None = None,
+        pid: int | None = None,
     ) -> None:
         """The attempt's guarded writer. A final state comes with its ``cause`` (why the
-        attempt ended), kept with the first final state only."""
+        attempt ended), kept with the first final state only; ``pid``: its job's, when its
+        runner reports it."""
         _check_cause(state, cause)
         with self._session() as s:
             row = s.get(AttemptRow, (run_id, attempt))
@@ -368,8 +382,9 @@ class Store(StoreBase):
                         f"run {run_id} attempt {attempt}: {row.state} → {state} is not allowed"
                     )
                 if verdict is Move.APPLY:
-                    row.state = state.value
-                    row.cause = cause.value if cause is not None else ""
+                    _move_attempt(row, state, cause)
+            if pid is not None:
+                row.pid = pid
             if log_cursor is not None and log_cursor > row.log_cursor:
                 row.log_cursor = log_cursor
 
@@ -411,6 +426,17 @@ class Store(StoreBase):
                 select(AttemptRow).where(AttemptRow.run_id == run_id).order_by(AttemptRow.attempt)
             ).all()
             return [_attempt(r) for r in rows]
+
+
+def _move_attempt(row: AttemptRow, state: RunState, cause: AttemptCause | None) -> None:
+    """An applied move of an attempt: its state, its cause, when it started and ended."""
+    row.state = state.value
+    row.cause = cause.value if cause is not None else ""
+    now = time.time()
+    if state is RunState.RUNNING and row.started_at is None:
+        row.started_at = now
+    if state.is_final and row.ended_at is None:
+        row.ended_at = now
 
 
 def _check_cause(state: RunState | None, cause: AttemptCause | None) -> None:

@@ -49,6 +49,11 @@ class AttemptRow(_Base):
     created_at: Mapped[float] = mapped_column(Float)
     # why it ended (``AttemptCause``; '' until then, and for attempts recorded before v2)
     cause: Mapped[str] = mapped_column(String(32), default="", server_default="")
+    # v4: when its job started running and when the attempt ended (None: not yet, or before
+    # v4); the job's pid on its (first) node as its runner reported it
+    started_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    ended_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    pid: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
 
 class RunHealthRow(_Base):

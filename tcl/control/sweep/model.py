@@ -62,6 +62,7 @@ class Entry:
     created_at: float
     started_at: float | None
     ended_at: float | None
+    scheduler: str = ""  # the name of the scheduler that claimed it last ('' never claimed)
 
 
 @dataclass(frozen=True)

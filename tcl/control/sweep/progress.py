@@ -130,8 +130,9 @@ def summary(queue: SweepQueue, name: str, now: float | None = None) -> MatrixSum
 def export(queue: SweepQueue, name: str) -> dict[str, dict[str, Any]]:
     """The seed's ``matrix_status.json``: per job_id (in the matrix's order) its state, run id,
     host (its run's, null before it is placed), the accelerators and tasks of its latest
-    attempt, start and end (ISO-8601 UTC or null), attempts (of its current run) and last
-    error."""
+    attempt, its job's pid there (the seed's ``pid``; null before its runner reported it),
+    the scheduler that holds or ran it (the seed's ``pod``; null while queued), start and end
+    (ISO-8601 UTC or null), attempts (of its current run) and last error."""
     queue.matrix(name)  # an unknown name raises SweepError
     entries = queue.entries(name)
     run_ids = [e.run_id for e in entries if e.run_id is not None]
@@ -149,6 +150,9 @@ def export(queue: SweepQueue, name: str) -> dict[str, dict[str, Any]]:
             # where its latest attempt ran: node 0's accelerators (the seed's `gpu`), every node
             "gpus": places[0].accelerators if places else [],
             "nodes": [p.task for p in places],
+            "pid": atts[-1].pid if atts else None,
+            # a queued entry's last claimer handed it back: nobody holds it now
+            "scheduler": (e.scheduler or None) if e.state is not EntryState.QUEUED else None,
             "started_at": iso(e.started_at),
             "finished_at": iso(e.ended_at),
             "attempts": len(atts),

@@ -47,6 +47,7 @@ from tcl.control.store import Store, TableBase, new_run_id
 from tcl.control.sweep.model import REQUEUE_FROM, TRANSITIONS, Entry, EntryState, Matrix
 
 _HELD = [EntryState.CLAIMED.value, EntryState.RUNNING.value]
+NAME_CHARS = 64  # a scheduler's name, as each entry records its last claimer
 
 
 class MatrixRow(TableBase):
@@ -81,6 +82,8 @@ class EntryRow(TableBase):
     updated_at: Mapped[float] = mapped_column(Float)
     started_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     ended_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # v4: the name of the scheduler that claimed it last (kept after its lease ends)
+    scheduler: Mapped[str] = mapped_column(String(NAME_CHARS), default="", server_default="")
 
 
 def _entry(r: EntryRow) -> Entry:
@@ -100,6 +103,7 @@ def _entry(r: EntryRow) -> Entry:
         r.created_at,
         r.started_at,
         r.ended_at,
+        r.scheduler,
     )
 
 
@@ -264,10 +268,16 @@ class SweepQueue:
     # claims and leases ---------------------------------------------------------------------
 
     def claim(
-        self, owner: str, limit: int, lease_s: float, matrices: Sequence[str] | None = None
+        self,
+        owner: str,
+        limit: int,
+        lease_s: float,
+        matrices: Sequence[str] | None = None,
+        scheduler: str = "",
     ) -> list[Entry]:
         """Up to ``limit`` queued entries whose time has come, highest priority first, now
-        held by ``owner`` for ``lease_s``."""
+        held by ``owner`` for ``lease_s``; each records ``scheduler`` (its name; default the
+        owner) as its claimer."""
         now = time.time()
         pick = (
             select(EntryRow.id)
@@ -287,6 +297,7 @@ class SweepQueue:
                 lease_owner=owner,
                 lease_expires=now + lease_s,
                 claims=EntryRow.claims + 1,
+                scheduler=(scheduler or owner)[:NAME_CHARS],
                 updated_at=now,
             )
             .returning(EntryRow)

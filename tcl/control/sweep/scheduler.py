@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import secrets
 import socket
 import time
@@ -49,7 +50,7 @@ from tcl.control.service import Control
 from tcl.control.sweep.admission import Admission
 from tcl.control.sweep.model import Entry, EntryState, error_line
 from tcl.control.sweep.placing import TRACE, EntryPlacer
-from tcl.control.sweep.queue import SweepQueue
+from tcl.control.sweep.queue import NAME_CHARS, SweepQueue
 from tcl.control.sweep.runhold import RunHold
 from tcl.control.sweep.storeretry import StoreRetry
 from tcl.control.sweep.turns import PriorityTurns
@@ -67,10 +68,19 @@ class SchedulerSettings:
     batch: int = 16  # entries claimed at once
     full_wait_s: float = 2.0  # nothing could be placed: claim again after this (or a run's end)
     store_retry_s: float = 0.5  # the state store unreachable: first wait before asking again
+    # recorded on each entry it claims (the seed's "pod"); default: $TCL_SCHEDULER_NAME or
+    # this machine's hostname
+    name: str = ""
 
 
-def scheduler_id() -> str:
-    return f"{socket.gethostname()[:40]}-{secrets.token_hex(4)}"
+def scheduler_name() -> str:
+    """The default name of this machine's scheduler: ``$TCL_SCHEDULER_NAME`` or its hostname."""
+    return (os.environ.get("TCL_SCHEDULER_NAME") or socket.gethostname())[:NAME_CHARS]
+
+
+def scheduler_id(name: str = "") -> str:
+    """A lease owner: the scheduler's name and a part no other scheduler has."""
+    return f"{(name or scheduler_name())[:40]}-{secrets.token_hex(4)}"
 
 
 class Scheduler:
@@ -89,7 +99,8 @@ class Scheduler:
     ) -> None:
         self.queue = queue
         self.settings = settings or SchedulerSettings()
-        self.owner = owner or scheduler_id()
+        self.name = self.settings.name or scheduler_name()
+        self.owner = owner or scheduler_id(self.name)
         self.watchers: dict[int, asyncio.Task[None]] = {}  # entry id -> its follower
         self.placed = 0
         self._wake = asyncio.Event()
@@ -150,7 +161,7 @@ class Scheduler:
         limit = self.admission.limit(self._placing, now)
         if limit:
             claimed = await asyncio.to_thread(
-                self.queue.claim, self.owner, limit, self.settings.lease_s
+                self.queue.claim, self.owner, limit, self.settings.lease_s, scheduler=self.name
             )
             claimed = await self._drop_own(claimed)
             self.admission.took(len(claimed))

@@ -59,7 +59,7 @@ class HttpShim:
         except NoCapacity as e:
             raise NoCapacityError(f"{self.name}: {e}") from None
         except NotFound as e:
-            raise TaskNotFoundError(f"{self.name}: {e.code}: {e}") from None
+            raise TaskNotFoundError(f"{self.name}: {e}") from None
         except Unauthorized as e:
             if self.on_unauthorized is not None:
                 # The shim made a new token when it restarted (``--new-token``): the owner reads
@@ -68,9 +68,9 @@ class HttpShim:
                 raise AgentUnreachableError(
                     f"{self.name}: its token changed (the shim restarted); reading it again"
                 ) from None
-            raise AgentError(f"{self.name}: {e.code}: {e}") from None
+            raise AgentError(f"{self.name}: {e}") from None
         except ShimError as e:
-            raise AgentError(f"{self.name}: {e.code}: {e}") from None
+            raise AgentError(f"{self.name}: {e}") from None
 
     async def healthcheck(self) -> dict[str, Any]:
         return (await self._call(self._client.healthcheck())).model_dump(mode="json")

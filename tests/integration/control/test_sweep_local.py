@@ -20,9 +20,9 @@ from tests.polling import wait_until
 
 USER_REPO = Path(__file__).resolve().parents[2] / "fixtures" / "userrepo"
 
-# Appends "<job_id> <attempt> <start> <end>" to $OUT when done; fails with exit code 3 while
-# its count (a file per job id) is below FAIL_UNTIL, with an error on stderr; sleeps SLEEP_S
-# first (SLEEP_S < 0: until the test creates $OUT/release, at most 300 s).
+# Appends "<job_id> <attempt> <start> <end> <ok|fail> <pid>" to $OUT/runs when done; fails with
+# exit code 3 while its count (a file per job id) is below FAIL_UNTIL, with an error on stderr;
+# sleeps SLEEP_S first (SLEEP_S < 0: until the test creates $OUT/release, at most 300 s).
 JOB = """
 import os, sys, time
 start = time.time()
@@ -35,7 +35,8 @@ while sleep_s < 0 and not os.path.exists(release) and time.time() < start + 300:
     time.sleep(0.05)
 time.sleep(max(sleep_s, 0))
 with open(os.path.join(os.environ["OUT"], "runs"), "a") as f:
-    f.write(f"{job_id} {n} {start:.3f} {time.time():.3f} {'fail' if n < fail_until else 'ok'}\\n")
+    verdict = "fail" if n < fail_until else "ok"
+    f.write(f"{job_id} {n} {start:.3f} {time.time():.3f} {verdict} {os.getpid()}\\n")
 if n < fail_until:
     print(f"Traceback (most recent call last):\\nRuntimeError: oom ({n})", file=sys.stderr)
 sys.exit(3 if n < fail_until else 0)
@@ -346,11 +347,15 @@ def test_submit_retry_places_a_single_run_again(sweep: Sweep) -> None:
     assert [(r[1], r[4]) for r in s.runs()] == [("1", "fail"), ("2", "fail"), ("3", "ok")]
     (run,) = json.loads(s.tcl("ps", "-a", "--json").stdout)
     assert run["state"] == "succeeded"
-    # where each attempt ran: its host, its task there, the GPU it held (issue 31)
-    for a in run["attempts"]:
+    # where each attempt ran: its host, its task there, the GPU it held, its job's pid; when
+    # it started and ended (issue 31)
+    for a, job in zip(run["attempts"], s.runs(), strict=True):
         [node] = a["nodes"]
         assert node["host"] == a["host"] == run["host"] and node["task"], a
         assert len(node["accelerators"]) == 1 and 0 <= node["accelerators"][0] < 8, a
+        assert a["pid"] == int(job[5]), (a, job)
+        assert a["placed_at"] <= a["started_at"] <= a["ended_at"], a
+        assert 0 < a["duration_s"] < 60, a
 
 
 def test_a_matrix_of_tcl_jobs_overrides_each_entrys_config(tmp_path: Path) -> None:

@@ -253,7 +253,7 @@ def test_two_schedulers_through_a_postgres_outage_and_a_kill_run_every_entry_onc
 ) -> None:
     cluster, db = pg_cluster
     a_env = cluster.env(cluster.home("a"), db)
-    b_env = cluster.env(cluster.home("b"), db)
+    b_env = {**cluster.env(cluster.home("b"), db), "TCL_SCHEDULER_NAME": "pod-b"}
     for host in ("g1", "g2"):
         cluster.tcl(a_env, "host", "setup", host, "--json")
     entries = min(
@@ -261,7 +261,7 @@ def test_two_schedulers_through_a_postgres_outage_and_a_kill_run_every_entry_onc
     )  # five waves on 16 GPUs: runs on both sides of the outage and the kill
     cluster.add(a_env, "shared", entries, 1.5)
     lease = ("--lease-s", "4", "--heartbeat-s", "1")
-    a = cluster.serve(a_env, *lease)
+    a = cluster.serve(a_env, *lease, "--name", "pod-a")
     cluster.serve(b_env, *lease)
 
     def until_ran(n: int) -> None:
@@ -283,4 +283,6 @@ def test_two_schedulers_through_a_postgres_outage_and_a_kill_run_every_entry_onc
     assert len(ran) == entries and set(ran.values()) == {1}, (ran.most_common(3), cluster.twice())
     export = json.loads(cluster.tcl(b_env, "matrix", "export", "shared").stdout)
     assert all(e["state"] == "done" for e in export.values())
+    # which of the two ran each entry (the seed's pod): a's before its kill, b's the rest
+    assert {e["scheduler"] for e in export.values()} == {"pod-a", "pod-b"}, export
     assert all(p.poll() is None for p in cluster.serves[1:]), cluster.logs()  # b went on

@@ -357,7 +357,10 @@ async def test_an_unreachable_host_shows_unknown_since_the_first_failure(
     (first,) = ctl.store.unreachable_since(["r-1"]).values()
     await refresh(ctl, run)
     assert ctl.store.unreachable_since(["r-1"]) == {"r-1": first}  # the first failure's time
-    assert state_text(run, first).startswith("unknown (host unreachable since ")
+    # in a user's words: not the job's failure, and tcl goes on trying (issue 31)
+    said = state_text(run, first)
+    assert said.startswith(f"unknown: tcl lost contact with host {run.host} "), said
+    assert said.endswith(" ago; retrying"), said
     backend._shim = FakeShim()  # reachable again: cleared
     await refresh(ctl, run)
     assert ctl.store.unreachable_since(["r-1"]) == {}

@@ -11,6 +11,7 @@ from tcl.control.retries import Retries
 from tcl.control.runrequest import RunRequest
 from tcl.control.states import AttemptCause, RunState
 from tcl.control.store import SCHEMA_VERSION, Store
+from tcl.control.sweep.queue import NewEntry, SweepQueue
 
 
 def exercise_store(store: Store) -> None:
@@ -87,9 +88,12 @@ def test_sqlite_store(tmp_path: Path) -> None:
 
 
 def downgrade_to_v1(store: Store) -> None:
-    """Make ``store`` what a tcl of schema version 1 left: attempts without their cause."""
+    """Make ``store`` what a tcl of schema version 1 left: attempts without their cause, times
+    and pid; matrix entries without their claimer."""
     with store.engine.begin() as c:
-        c.exec_driver_sql("ALTER TABLE tcl_attempts DROP COLUMN cause")
+        for column in ("cause", "started_at", "ended_at", "pid"):
+            c.exec_driver_sql(f"ALTER TABLE tcl_attempts DROP COLUMN {column}")
+        c.exec_driver_sql("ALTER TABLE tcl_matrix_entries DROP COLUMN scheduler")
         c.exec_driver_sql("UPDATE tcl_meta SET value = '1' WHERE key = 'schema_version'")
 
 
@@ -97,6 +101,8 @@ def exercise_migration(url: str) -> None:
     """A version-1 store with an ended attempt opens as the latest version: the attempt kept,
     its cause unknown; new ends record theirs. Shared with the PostgreSQL test."""
     store = Store(url)
+    queue = SweepQueue(store)  # its tables too
+    queue.add("old-matrix", {"argv": ["true"]}, [NewEntry("e0", {})])
     store.create_run("old-run", "old", RunRequest(argv=["true"]))
     store.set_state("old-run", RunState.PROVISIONING)
     store.add_attempt("old-run", "gpu1", "ssh", {"task_id": "t0"})
@@ -114,13 +120,22 @@ def exercise_migration(url: str) -> None:
             version = c.exec_driver_sql(
                 "SELECT value FROM tcl_meta WHERE key = 'schema_version'"
             ).scalar()
-        assert version == str(SCHEMA_VERSION) == "3"
+        assert version == str(SCHEMA_VERSION) == "4"
         assert store.get_run("retrying").state is RunState.WAITING_RETRY
         assert store.get_run("in-slurm-queue").state is RunState.QUEUED
         first, _ = store.attempts("old-run")
         assert first.handle == {"task_id": "t0"} and first.cause is None
+        assert (first.started_at, first.ended_at, first.pid, first.duration_s) == (None,) * 4
+        store.update_attempt("old-run", 1, state=RunState.RUNNING, pid=4242)
         store.update_attempt("old-run", 1, state=RunState.TERMINATED, cause=AttemptCause.STOPPED)
-        assert store.attempts("old-run")[1].cause is AttemptCause.STOPPED
+        second = store.attempts("old-run")[1]
+        assert second.cause is AttemptCause.STOPPED and second.pid == 4242
+        assert second.started_at is not None and second.ended_at is not None
+        assert second.duration_s is not None and 0 <= second.duration_s < 60
+        [entry] = SweepQueue(store).entries("old-matrix")
+        assert entry.scheduler == ""
+        [claimed] = SweepQueue(store).claim("owner-1", 1, 600, scheduler="pod-a")
+        assert claimed.scheduler == "pod-a"
     finally:
         store.close()
     Store(url).close()  # opening the latest version again changes nothing

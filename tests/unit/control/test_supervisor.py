@@ -65,7 +65,7 @@ class _DownStore:
     def reap(self) -> int:
         return 0
 
-    def claim(self, owner: str, limit: int, lease_s: float) -> list[Entry]:
+    def claim(self, owner: str, limit: int, lease_s: float, scheduler: str = "") -> list[Entry]:
         self.claims += 1
         if self.claims <= self.fail:
             raise StoreError("state store error: connection refused")

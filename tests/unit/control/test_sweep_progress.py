@@ -32,7 +32,7 @@ def _drive(q: SweepQueue, outcomes: dict[str, tuple[EntryState, str]]) -> None:
     """Claim every entry named in ``outcomes``, start it, and end it as told (RUNNING: left
     running)."""
     ids = {e.job_id: e.id for e in q.entries("m")}
-    claimed = {e.id for e in q.claim(OWNER, limit=1000, lease_s=600)}
+    claimed = {e.id for e in q.claim(OWNER, 1000, 600, scheduler="pod-0")}
     for job_id, (state, error) in outcomes.items():
         assert ids[job_id] in claimed
         assert q.started(OWNER, ids[job_id])
@@ -161,6 +161,7 @@ def test_export_is_the_seed_status_form(half_done: SweepQueue) -> None:
     store.add_attempt(j3.run_id, "gpu-pod-0", "ssh")
     node = {"host": "gpu-pod-1", "task_id": "m-j3-1", "accelerators": [2, 3]}
     store.add_attempt(j3.run_id, "gpu-pod-1", "ssh", {"nodes": [node]})
+    store.update_attempt(j3.run_id, 1, pid=4242)  # its runner said so
     now = T0 + 3 * 3600
     out = export(half_done, "m")
     assert list(out) == [f"j{i}" for i in range(10)]
@@ -170,6 +171,8 @@ def test_export_is_the_seed_status_form(half_done: SweepQueue) -> None:
         "host": "gpu-pod-0",
         "gpus": [2, 3],  # where its latest attempt ran
         "nodes": ["m-j3-1"],
+        "pid": 4242,  # the seed's pid
+        "scheduler": "pod-0",  # the seed's pod: which scheduler claimed it
         "started_at": iso(now - 1500 - 600),
         "finished_at": iso(now - 1500),
         "attempts": 2,
@@ -181,6 +184,8 @@ def test_export_is_the_seed_status_form(half_done: SweepQueue) -> None:
         "host": None,
         "gpus": [],
         "nodes": [],
+        "pid": None,
+        "scheduler": None,
         "started_at": None,
         "finished_at": None,
         "attempts": 0,
