@@ -58,6 +58,7 @@ TCL_SETTINGS = frozenset(
         "TCL_TPU_API_ENDPOINT",
         "TCL_TPU_CREDENTIALS",
         "TCL_REMOTE_IDLE_S",
+        "TCL_SCHEDULER_NAME",
     }
 )
 #: coverage.py's request to measure a process (set by the test command's ``coverage run``; the

@@ -74,6 +74,6 @@ def decide(
         why = f"attempt {failed_now} of {policy.max_attempts} failed ({ended}); "
         why += f"retry in {delay:g} s"
         return Decision(Verdict.RETRY, delay, why)
-    if listed or infra:
+    if (listed or infra) and failed_now > 1:  # one attempt of one allowed: nothing to add
         return Decision(Verdict.FAILED, why=f"{ended}; {failed_now} attempts failed")
     return Decision(Verdict.FAILED, why=ended)

@@ -47,7 +47,8 @@ def test_a_failed_attempt_is_retried_with_a_doubling_capped_backoff() -> None:
 def test_attempts_used_up_end_the_run() -> None:
     assert _decide(failures=2) == Decision(Verdict.FAILED, why="exit code 1; 3 attempts failed")
     once = RetryPolicy()  # the default: one attempt, no retry
-    assert _decide(once, exit_code=2).verdict is Verdict.FAILED
+    # its one attempt failed: the reason alone, no "1 attempts failed" (issue 31)
+    assert _decide(once, exit_code=2) == Decision(Verdict.FAILED, why="exit code 2")
 
 
 @pytest.mark.parametrize(("code", "verdict"), [(3, Verdict.RETRY), (4, Verdict.FAILED)])
