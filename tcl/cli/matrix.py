@@ -81,10 +81,17 @@ def cmd_add(
     no_start: Annotated[
         bool, typer.Option("--no-start", help="Only record: do not start a local scheduler.")
     ] = False,
+    append: Annotated[
+        bool,
+        typer.Option(
+            "--append",
+            help="Add to the matrix of this name (same command and chips): only job_ids it lacks.",
+        ),
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
     """Add a matrix: tcl matrix add matrix.json --name ft --chip h100 -- python train.py
-    --lr {lr} --seed {seed}   (adding the same manifest again adds only new job_ids)"""
+    --lr {lr} --seed {seed}   (--append: add the job_ids a grown manifest has to it)"""
     from tcl.control.errors import TclError
     from tcl.control.sweep import manifest as entries_of
     from tcl.control.sweep.queue import NewEntry
@@ -142,6 +149,7 @@ def cmd_add(
                     )
                     for e in entries
                 ],
+                append=append,
             )
         started = _start_scheduler(no_start)
     except TclError as e:

@@ -177,16 +177,26 @@ class SweepQueue:
 
     # matrices -----------------------------------------------------------------------------
 
-    def add(self, name: str, spec: dict[str, Any], entries: Sequence[NewEntry]) -> Added:
-        """Add a matrix (or more entries to it): idempotent by ``job_id`` (an entry the matrix
-        has is left as it is, whatever its state). A matrix added again must run the same
-        thing (:data:`RUN_KEYS`: else :class:`SweepError`, naming what differs, and nothing is
-        added); its other settings (code, retries, time limit) are the new ones for all."""
+    def add(
+        self, name: str, spec: dict[str, Any], entries: Sequence[NewEntry], append: bool = False
+    ) -> Added:
+        """Add a matrix, or (``append``) more entries to the one of this name: idempotent by
+        ``job_id`` (an entry the matrix has is left as it is, whatever its state). A name in
+        use without ``append`` is a :class:`SweepError` (two sweeps merged by a reused name);
+        with it, the matrix must run the same thing (:data:`RUN_KEYS`: else a SweepError
+        naming what differs); nothing is added then. Its other settings (code, retries, time
+        limit) are the new ones for all."""
         now = time.time()
         with self._write() as s:
             row = s.get(MatrixRow, name)
             if row is None:
                 s.add(MatrixRow(name=name, spec=spec, created_at=now))
+            elif not append:
+                count = select(func.count()).where(EntryRow.matrix == name)
+                raise SweepError(
+                    f"matrix {name!r} exists ({s.execute(count).scalar_one()} entries): "
+                    "--append to add to it (same command and chips), or a new --name"
+                )
             else:
                 differ = [k for k in RUN_KEYS if row.spec.get(k) != spec.get(k)]
                 if differ:

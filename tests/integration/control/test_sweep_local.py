@@ -65,7 +65,7 @@ class Sweep:
     def tcl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         return run_tcl(args, self.env(), self.repo, check=check, timeout=120)
 
-    def add(self, name: str, *args: str) -> subprocess.CompletedProcess[str]:
+    def add(self, name: str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         return self.tcl(
             "matrix",
             "add",
@@ -82,6 +82,7 @@ class Sweep:
             "{job}",
             "{fail_until}",
             "{sleep_s}",
+            check=check,
         )
 
     def status(self, name: str) -> dict[str, Any]:
@@ -304,7 +305,9 @@ def test_adding_again_is_idempotent_and_cancel_stops_running_entries(sweep: Swee
     rows = [{"job_id": f"j{i}", "job": f"j{i}", "fail_until": 0, "sleep_s": 60} for i in range(4)]
     m = _manifest(s.out.parent / "m.json", rows)
     s.add("idem", m)
-    again = s.add("idem", m)
+    reused = s.add("idem", m, check=False)  # a name in use: refused without --append
+    assert reused.returncode != 0 and "--append to add to it" in reused.stderr, reused.stderr
+    again = s.add("idem", m, "--append")
     assert "added 0 entries" in again.stderr and "4 already there" in again.stderr
     s.wait("idem", lambda st: st["counts"]["running"] == 2, 60)
     res = s.tcl("matrix", "cancel", "idem")

@@ -71,12 +71,14 @@ def test_add_is_idempotent_by_job_id(queue: SweepQueue) -> None:
     assert (first.added, first.existing) == (3, 0)
     [e] = queue.claim("a", 1, lease_s=600)
     assert queue.finish("a", e.id, EntryState.FAILED, "boom")
-    # another command or chip count under the same name is refused, nothing added (it merged
-    # two sweeps into one; issue 31)
+    # a name in use is refused unless appended to, and then only with the same command and
+    # chip count; nothing added (a reused name merged two sweeps into one; issue 31)
+    with pytest.raises(SweepError, match=r"matrix 'm' exists \(3 entries\): --append to add"):
+        queue.add("m", SPEC, _entries(5))
     with pytest.raises(SweepError, match=r"matrix 'm' exists and runs another chips \(chips: 1\)"):
-        queue.add("m", {**SPEC, "chips": 2}, _entries(5))
+        queue.add("m", {**SPEC, "chips": 2}, _entries(5), append=True)
     assert len(queue.entries("m")) == 3
-    again = queue.add("m", {**SPEC, "retry": {"max_retries": 2}}, _entries(5))
+    again = queue.add("m", {**SPEC, "retry": {"max_retries": 2}}, _entries(5), append=True)
     assert (again.added, again.existing) == (2, 3)
     every = queue.entries("m")
     assert [x.job_id for x in every] == [f"job-{i:05d}" for i in range(5)]
