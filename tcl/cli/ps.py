@@ -23,7 +23,8 @@ if TYPE_CHECKING:
     from tcl.control.store import Attempt, Run
 
 
-WAIT_REASON_CHARS = 100  # a queued run's reason in the STATE column (--json has all of it)
+# a waiting run's reason, an ended one's cause, in the STATE column (--json has all of it)
+WAIT_REASON_CHARS = 100
 
 
 @dataclass(frozen=True)
@@ -91,13 +92,11 @@ def _state(r: Run, unreachable_since: float | None) -> str:
         # how the job goes is unknown, not failed: its host is asked again until it answers
         since = age(unreachable_since).removesuffix(" ago")
         return f"unknown: tcl lost contact with host {r.host or '?'} {since} ago; retrying"
-    if r.state in (RunState.QUEUED, RunState.PENDING, RunState.WAITING_RETRY) and r.message:
-        why = (
-            r.message
-            if len(r.message) <= WAIT_REASON_CHARS
-            else r.message[:WAIT_REASON_CHARS] + "…"
-        )
+    why = r.message if len(r.message) <= WAIT_REASON_CHARS else r.message[:WAIT_REASON_CHARS] + "…"
+    if r.state in (RunState.QUEUED, RunState.PENDING, RunState.WAITING_RETRY) and why:
         return f"{r.state.value}: {why}"  # why it waits (a scheduler's reason)
+    if r.state in (RunState.FAILED, RunState.TERMINATED) and why:
+        return f"{r.state.value}: {why}"  # why it ended: the job's last word, or tcl's
     return r.state.value + (f" ({r.exit_code})" if r.exit_code not in (None, 0) else "")
 
 

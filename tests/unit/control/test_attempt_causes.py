@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import pytest
@@ -49,3 +50,15 @@ def test_ps_says_which_attempt_and_why_the_one_before_ended() -> None:
     # an attempt recorded before causes were kept
     old = [_attempt(0, RunState.FAILED, None), _attempt(1, RunState.RUNNING, None)]
     assert state_text(run, None, old) == "running · attempt 1"
+
+
+def test_ps_says_why_a_run_ended_beside_its_state() -> None:
+    """The job's last word (or tcl's reason) in the STATE column, not only a code (issue 31)."""
+    oom = "exit code 3: RuntimeError: CUDA out of memory"
+    failed = dataclasses.replace(_run(RunState.FAILED), exit_code=3, message=oom)
+    assert state_text(failed, None) == f"failed: {oom}"
+    stopped = dataclasses.replace(_run(RunState.TERMINATED), message="stopped by user")
+    assert state_text(stopped, None) == "terminated: stopped by user"
+    long = dataclasses.replace(failed, message="exit code 1: " + "x" * 300)
+    assert state_text(long, None).endswith("x…") and len(state_text(long, None)) < 120
+    assert state_text(_run(RunState.SUCCEEDED), None) == "succeeded"
