@@ -183,7 +183,7 @@ def make_app(settings: ShimSettings) -> FastAPI:
     async def startup() -> None:
         service.mounts.start()
         await reconciler.start()
-        await service.warm_up()
+        await service.open()
 
     return create_app(service, token, on_startup=startup, on_shutdown=shutdown)
 

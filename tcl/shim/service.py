@@ -408,9 +408,9 @@ class TaskService:
         await asyncio.to_thread(self.store.prune, task_id)
         await self._update(task_id, ports=Ports(), runner_token=None, workload_removed=True)
 
-    async def warm_up(self) -> None:
+    async def open(self) -> None:
         for executor in self.executors.values():
-            await executor.warm_up()
+            await executor.open()
 
     async def close(self) -> None:
         """Stop the shim's own coroutines; the tasks' containers and processes keep running

@@ -10,7 +10,7 @@ Contract (every method may be called again after a shim restart, with the persis
 - ``orphans`` lists workloads carrying this shim's marks whose task id is not in ``known``.
 - ``end_job_leftovers`` is called once the job has ended while its runner still serves the logs:
   it ends whatever the job left running (daemons), sparing the runner; returns how many.
-- ``warm_up`` starts what makes later starts faster (the process executor's warm runners);
+- ``open`` starts what makes later starts faster (the process executor's fork server);
   ``close`` ends it (never a task's workload).
 - ``stop``, ``remove`` and an ``observe`` that finds the runner gone end every process of the
   task, the job's own session and daemons included, before they return.
@@ -131,6 +131,6 @@ class Executor(Protocol):
 
     async def end_job_leftovers(self, task_id: str, handle: Handle) -> int: ...
 
-    async def warm_up(self) -> None: ...
+    async def open(self) -> None: ...
 
     async def close(self) -> None: ...

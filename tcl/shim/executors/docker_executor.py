@@ -340,7 +340,7 @@ class DockerExecutor:
         running is reparented to it, and it ends those itself when the job exits."""
         return 0
 
-    async def warm_up(self) -> None:
+    async def open(self) -> None:
         """No warm containers: a container's devices, mounts and network are fixed when it is
         created, and those are the task's."""
 

@@ -1,6 +1,6 @@
 """The process executor's side of the runner fork server (``tcl-runner forkserver``).
 
-One server per shim, started with the shim (``warm_up``) in its own session with the job's base
+One server per shim, started with the shim (``open``) in its own session with the job's base
 environment (an allow-list of the shim's), a pipe on its stdin and one on its stdout. A task's
 runner is then a fork of it (``fork``): no Python start, a few milliseconds of CPU. Requests are
 one at a time (a lock), each answered by the forked wrapper's pid. A server that died is started

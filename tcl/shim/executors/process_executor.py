@@ -68,7 +68,7 @@ class ProcessExecutor:
         self._children: dict[int, subprocess.Popen[bytes]] = {}
         self.forkserver = forkserver  # None: every runner starts cold
 
-    async def warm_up(self) -> None:
+    async def open(self) -> None:
         """Start the runner fork server."""
         if self.forkserver is not None:
             await self.forkserver.start()
@@ -177,7 +177,12 @@ class ProcessExecutor:
 
     # -- observe ------------------------------------------------------------------------------
     async def observe(self, tasks: dict[str, Handle]) -> dict[str, Observed]:
-        found = self._scan() if any(h.pid is None for h in tasks.values()) else {}
+        # psutil's process list and the records: file reads, off the event loop
+        found = (
+            await asyncio.to_thread(self._scan)
+            if any(h.pid is None for h in tasks.values())
+            else {}
+        )
         out: dict[str, Observed] = {}
         for task_id, handle in tasks.items():
             if handle.pid is None and task_id in found:
@@ -290,7 +295,7 @@ class ProcessExecutor:
     # -- stop / remove ------------------------------------------------------------------------
     async def stop(self, task_id: str, handle: Handle, timeout_s: float) -> int | None:
         if handle.pid is None:
-            handle = self._scan().get(task_id, handle)
+            handle = (await asyncio.to_thread(self._scan)).get(task_id, handle)
         if handle.pid is None or not self._alive_or_child(handle):
             await self._release(task_id)
             return self._reap(task_id, handle)
@@ -326,12 +331,16 @@ class ProcessExecutor:
 
     async def remove(self, task_id: str, handle: Handle) -> None:
         await self.stop(task_id, handle, 0)
+        if handle.pid is not None:  # a forked wrapper's record: not left for a scan to find
+            with contextlib.suppress(OSError):
+                (self._forked_dir / str(handle.pid)).unlink()
         await asyncio.to_thread(self.processes.release, task_id)
         self._released.discard(task_id)
 
     async def orphans(self, known: Iterable[str]) -> list[str]:
         known_ids = set(known)
-        return [f"{t}:{h.pid}" for t, h in self._scan().items() if t not in known_ids]
+        found = await asyncio.to_thread(self._scan)
+        return [f"{t}:{h.pid}" for t, h in found.items() if t not in known_ids]
 
     async def remove_orphan(self, name: str) -> None:
         task_id, _, pid = name.rpartition(":")

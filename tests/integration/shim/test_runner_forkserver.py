@@ -20,7 +20,7 @@ from tcl.shim.api import NetworkMode, TaskSpec, TaskStatus, TerminationReason
 from tcl.shim.executors.base import Launch, Liveness
 from tcl.shim.executors.cgroup import TaskProcesses
 from tcl.shim.executors.forkclient import RunnerForkServer
-from tcl.shim.executors.process_executor import ProcessExecutor
+from tcl.shim.executors.process_executor import FORKED_DIR, ProcessExecutor
 from tcl.shim.server import default_runner_argv
 from tcl.shim.store import Handle
 from tcl.tokenfile import new_token
@@ -164,7 +164,7 @@ async def test_a_forked_runner_whose_handle_was_never_recorded_is_found_and_a_de
         return pid
 
     try:
-        await ex.warm_up()
+        await ex.open()
         pid = await start("t")
         assert server.forks == 1 and psutil.Process(pid).ppid() == server.pid
         seen = await ex.observe({"t": Handle()})  # no pid recorded
@@ -184,6 +184,11 @@ async def test_a_forked_runner_whose_handle_was_never_recorded_is_found_and_a_de
         again = await start("u")
         assert server.starts == 2 and server.forks == 2
         assert psutil.Process(again).ppid() == server.pid
+        # its removal deletes its record at once (not left for a later scan to delete)
+        record = tmp_path / FORKED_DIR / str(again)
+        assert record.exists()
+        await ex.remove("u", Handle(pid=again, pid_start_time=psutil.Process(again).create_time()))
+        assert not record.exists()
     finally:
         await ex.close()
         cleanup_processes(instance)

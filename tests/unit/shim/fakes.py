@@ -40,7 +40,7 @@ class FakeExecutor:
         self.launches[launch.spec.id] = launch
         return Started(Handle(container_id=f"c-{launch.spec.id}"), Ports(runner=self._next_port))
 
-    async def warm_up(self) -> None:
+    async def open(self) -> None:
         pass
 
     async def close(self) -> None:
