@@ -44,6 +44,16 @@ class LocalShim:
     pid: int  # the listener's, as the kernel reported it
 
 
+def shim_state_dir(base: Path) -> Path:
+    """The local shim's own ``--state-dir`` under its ``base`` (``<state-dir>/local-shim``)."""
+    return base / "state"
+
+
+def task_dir(base: Path, task_id: str) -> Path:
+    """Where the local shim keeps a task (``tcl.shim.store``'s layout): its runner's files."""
+    return shim_state_dir(base) / "tasks" / task_id
+
+
 def shim_executable() -> list[str]:
     """``tcl-shim`` from this interpreter's environment."""
     beside = Path(sys.executable).parent / "tcl-shim"
@@ -138,7 +148,7 @@ def _running_pid(base: Path) -> int | None:
 
     try:
         proc = psutil.Process(recorded)
-        ours = proc.uids().real == os.getuid() and str(base / "state") in proc.cmdline()
+        ours = proc.uids().real == os.getuid() and str(shim_state_dir(base)) in proc.cmdline()
     except psutil.Error:
         return None
     return proc.pid if ours else None
@@ -156,7 +166,7 @@ def _start(base: Path, want: dict[str, Any], timeout_s: float) -> LocalShim:
         "--uds",
         str(base / SOCKET),
         "--state-dir",
-        str(base / "state"),
+        str(shim_state_dir(base)),
         "--token-file",
         str(token_file),
         "--executor",

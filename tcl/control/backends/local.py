@@ -9,7 +9,7 @@ from tcl.control.backends.base import Progress, SshEndpoint
 from tcl.control.backends.shim import ShimBackend
 from tcl.control.backends.shimhost import ShimHost
 from tcl.control.config import LocalHost
-from tcl.control.localshim import ensure_local_shim, running_local_shim
+from tcl.control.localshim import ensure_local_shim, running_local_shim, task_dir
 from tcl.control.paths import state_dir
 from tcl.control.placement import LocalPlacement, SshPlacement
 from tcl.control.shipping import Snapshot
@@ -57,7 +57,7 @@ class LocalShimHost(ShimHost):
 
     def shell_endpoint(self, task_id: str) -> SshEndpoint | None:
         """A shell right here, in the job's dir with its env (what its runner wrote)."""
-        env_file = self.shim_state_dir / "state" / "tasks" / task_id / SHELL_ENV_FILE
+        env_file = task_dir(self.shim_state_dir, task_id) / SHELL_ENV_FILE
         return SshEndpoint(
             host="this machine",
             port=None,
