@@ -58,9 +58,10 @@ def main(argv: list[str] | None = None) -> int:
     from tcl.jobs.errors import JobsError
 
     # force: importing jax/absl has already configured the root logger. Our own loggers
-    # (progress, metrics) at INFO; libraries (Orbax narrates every save) at WARNING.
+    # (progress, metrics) at INFO; libraries (Orbax narrates every save) at WARNING. The level
+    # is in each line: the dashboard colours lines by it, not by stream (all go to stderr).
     logging.basicConfig(
-        level=logging.WARNING, format="%(asctime)s %(name)s %(message)s", force=True
+        level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s %(message)s", force=True
     )
     logging.getLogger("tcl").setLevel(logging.INFO)
     try:

@@ -3,6 +3,7 @@ the page (``static/app.js``) reads exactly these fields."""
 
 from __future__ import annotations
 
+import enum
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -11,6 +12,14 @@ from pydantic import BaseModel, Field
 class Info(BaseModel):
     version: str
     allow_actions: bool
+
+
+class NodeItem(BaseModel):
+    """Where one node of an attempt ran, from its handle (no host asked)."""
+
+    host: str
+    task: str  # what the host calls it
+    accelerators: list[int]  # the host's indices it holds (GPUs, TPU chips); empty: not known
 
 
 class RunItem(BaseModel):
@@ -28,11 +37,22 @@ class RunItem(BaseModel):
     exit_code: int | None
     session: str | None
     live: bool  # not final: it can be stopped
+    # from its first attempt's start to its end (now, while live); None: never placed
+    duration_s: float | None = None
+    nodes: list[NodeItem] = Field(default_factory=list)  # its latest attempt's
+    cause: str = ""  # why it ended, short ("exit 3", "stopped", "node lost"); "" when it did not
+    error: str = ""  # the last line of its error (a failed job's last stderr line), or ""
+
+
+class RunOrder(enum.StrEnum):
+    RECENT = "recent"  # newest first
+    ATTENTION = "attention"  # running, then failed, then the rest newest first (the page's)
 
 
 class RunList(BaseModel):
     runs: list[RunItem]
     total: int  # runs matching the filter (the page holds at most ``limit`` of them)
+    counts: dict[str, int]  # runs per state in the whole store, every state (zeros included)
 
 
 class AttemptItem(BaseModel):
@@ -42,6 +62,11 @@ class AttemptItem(BaseModel):
     state: str
     cause: str | None  # why it ended (tcl.control.states.AttemptCause), None while it runs
     created_at: float | None
+    nodes: list[NodeItem] = Field(default_factory=list)
+    started_at: float | None = None  # its job started running (None: not yet, or not kept)
+    ended_at: float | None = None
+    duration_s: float | None = None  # how long its job ran (so far, while it runs)
+    pid: int | None = None  # its job's, on its first node, as its runner reported it
 
 
 class RunDetail(BaseModel):
@@ -106,6 +131,7 @@ class MatrixDetail(BaseModel):
     runs_per_hour: float
     eta_s: float | None  # None: nothing to estimate from yet
     failures: list[FailureItem]  # newest first
+    fields: list[str]  # the entries' manifest field names (their params), first seen first
 
 
 class RequeueResult(BaseModel):

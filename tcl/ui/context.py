@@ -15,6 +15,7 @@ from tcl.control.metricstore import MetricStore
 from tcl.control.service import Control
 from tcl.control.sweep.queue import SweepQueue
 from tcl.ui.feeds import Feeds
+from tcl.ui.runitems import PlaceCache
 
 if TYPE_CHECKING:
     from tcl.control.config import Config
@@ -54,6 +55,7 @@ class Ui:
         self._pool: SshPool | None = None
         self.viewers = 0  # log WebSockets open now
         self.feeds = Feeds(self)  # one follow per run, shared by its viewers
+        self.places = PlaceCache()  # where ended attempts ran (the runs page asks every 2 s)
 
     @property
     def pool(self) -> SshPool:

@@ -90,6 +90,9 @@ class Feeds:
         feed = self._feeds.get(run_id)
         if feed is None:
             feed = self._feeds[run_id] = Feed(run_id)
+            # where its follow starts, taken before this viewer reads what is kept: taken once
+            # the follow runs, what the run's owner kept in between would reach no viewer
+            feed.cursor = LogCache(run_id).last_seq()
         queue: asyncio.Queue[Message | None] = asyncio.Queue()
         feed.queues.add(queue)
         if feed.task is None or feed.task.done():

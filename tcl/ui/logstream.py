@@ -6,6 +6,7 @@ Metric events are left out (the page reads them from ``/metrics``). A viewer tha
 leaves its run's feed, which stops once nobody watches. Messages::
 
     {"seq", "ts", "kind": "log"|"state", "node", "nodes", "stream", "data", "state", "exit_code"}
+    {"caught_up": seq}               what is kept was sent (up to seq); what follows is live
     {"reconnecting": why}            the host's connection dropped; it is being tried again
     {"error": why}                   following failed (the socket is closed after it)
     {"end": state, "exit_code": n}   the run ended; the last message
@@ -66,6 +67,7 @@ async def run_logs(ws: WebSocket, run_id: str, after: int = 0) -> None:
             msg = event_message(e)
             if msg is not None:
                 await ws.send_json(msg)
+        await ws.send_json({"caught_up": last})  # the page can tell "no output yet" now
         while msg := await _next(queue, listener):
             seq = msg.get("seq")
             if isinstance(seq, int):

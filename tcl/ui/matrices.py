@@ -55,6 +55,14 @@ def eta_from_durations(entries: list[Entry]) -> float | None:
     return sum(took) / len(took) * left / max(1, running)
 
 
+def field_names(entries: list[Entry]) -> list[str]:
+    """The manifest fields the entries carry (method, lang, run_kind…), first seen first."""
+    seen: dict[str, None] = {}
+    for e in entries:
+        seen.update(dict.fromkeys(e.fields))
+    return list(seen)
+
+
 @router.get("/{matrix_id}")
 def matrix_detail(ui: UiDep, matrix_id: str) -> MatrixDetail:
     try:
@@ -88,6 +96,7 @@ def matrix_detail(ui: UiDep, matrix_id: str) -> MatrixDetail:
             FailureItem(job_id=f.job_id, run_id=f.run_id, ended_at=f.ended_at, error=f.error)
             for f in s.failures
         ],
+        fields=field_names(entries),
     )
 
 

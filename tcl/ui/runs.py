@@ -11,42 +11,16 @@ from tcl.control.errors import RunNotFoundError, TclError
 from tcl.control.metricstore import READ_LIMIT
 from tcl.control.states import RunState
 from tcl.control.store import Run
-from tcl.ui.api import (
-    AttemptItem,
-    MetricPage,
-    MetricPointItem,
-    RunDetail,
-    RunItem,
-    RunList,
-    StopResult,
-)
+from tcl.ui.api import MetricPage, MetricPointItem, RunDetail, RunList, RunOrder, StopResult
 from tcl.ui.context import Ui, ui_of
+from tcl.ui.runitems import attempt_item, run_item
 
 router = APIRouter(prefix="/api/runs", tags=["runs"])
 UiDep = Annotated[Ui, Depends(ui_of)]
 MAX_PAGE = 10_000
 METRICS_PAGE = 20_000
-
-
-def run_item(r: Run, now: float | None = None) -> RunItem:
-    now = time.time() if now is None else now
-    req = r.request
-    return RunItem(
-        run_id=r.id,
-        name=r.name,
-        state=r.state.value,
-        host=r.host,
-        backend=r.backend,
-        chips=req.chips,
-        chip=req.chip,
-        created_at=r.created_at,
-        age_s=max(0.0, now - r.created_at),
-        command=req.command_text(),
-        message=r.message,
-        exit_code=r.exit_code,
-        session=req.session.value if req.session else None,
-        live=not r.state.is_final,
-    )
+# what the page leads with: the runs to look at now (the running), then those to look into
+FIRST = (RunState.RUNNING, RunState.PROVISIONING, RunState.FAILED)
 
 
 def get_run(ui: Ui, run_id: str) -> Run:
@@ -63,15 +37,25 @@ def list_runs(
     q: str = "",
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 5000,
     offset: Annotated[int, Query(ge=0)] = 0,
+    order: RunOrder = RunOrder.RECENT,
 ) -> RunList:
     try:
         wanted = RunState(state) if state else None
     except ValueError:
         known = ", ".join(s.value for s in RunState)
         raise HTTPException(422, f"state {state!r}: one of {known}") from None
-    runs, total = ui.store.search_runs(wanted, q.strip(), limit, offset)
+    if order is RunOrder.ATTENTION:
+        runs, total = ui.store.search_runs_ranked(FIRST, wanted, q.strip(), limit, offset)
+    else:
+        runs, total = ui.store.search_runs(wanted, q.strip(), limit, offset)
+    attempts = ui.store.attempts_of([r.id for r in runs])  # a few queries for thousands
+    counts = ui.store.count_by_state()
     now = time.time()
-    return RunList(runs=[run_item(r, now) for r in runs], total=total)
+    return RunList(
+        runs=[run_item(r, attempts.get(r.id, ()), now, ui.places.nodes) for r in runs],
+        total=total,
+        counts={st.value: counts.get(st, 0) for st in RunState},
+    )
 
 
 @router.get("/{run_id}")
@@ -86,19 +70,9 @@ async def run_detail(ui: UiDep, run_id: str) -> RunDetail:
         except (TclError, ValueError):  # an unknown backend, an old handle: one node shown
             nodes = 1
     return RunDetail(
-        run=run_item(run),
+        run=run_item(run, attempts),
         request=run.request.model_dump(mode="json"),
-        attempts=[
-            AttemptItem(
-                attempt=a.attempt,
-                host=a.host,
-                backend=a.backend,
-                state=a.state.value,
-                cause=a.cause.value if a.cause is not None else None,
-                created_at=a.created_at or None,
-            )
-            for a in attempts
-        ],
+        attempts=[attempt_item(a) for a in attempts],
         nodes=nodes,
     )
 
@@ -134,4 +108,4 @@ async def stop_run(ui: UiDep, run_id: str) -> StopResult:
     # its viewers' follow waits meanwhile: two pulls at once would keep lines twice
     async with ui.feeds.paused(run.id), ui.control() as ctl:
         stopped = await stop(ctl, run, ui.settings.stop_grace_s)
-    return StopResult(run=run_item(stopped))
+    return StopResult(run=run_item(stopped, ui.store.attempts(stopped.id)))

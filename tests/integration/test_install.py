@@ -97,27 +97,20 @@ def test_uv_tool_install_gives_working_commands_outside_the_checkout(
     elsewhere = tmp_path / "some-project"
     elsewhere.mkdir()
     bin_dir = tmp_path / "bin"
-    version = subprocess.run(
-        [str(bin_dir / "tcl"), "--version"],
-        capture_output=True,
-        text=True,
-        cwd=elsewhere,
-        env=env,
-        check=True,
-    )
+
+    def tcl(*args: str) -> subprocess.CompletedProcess[str]:
+        """The installed tcl, run from a directory that is no checkout."""
+        argv = [str(bin_dir / "tcl"), *args]
+        return subprocess.run(argv, capture_output=True, text=True, cwd=elsewhere, env=env)
+
+    version = tcl("--version")
+    assert version.returncode == 0, version.stderr
     assert version.stdout.strip() == f"tcl {__version__} ({DISTRIBUTION})"
     for agent in ("tcl-shim", "tcl-runner"):
         subprocess.run([str(bin_dir / agent), "--help"], capture_output=True, check=True)
     # `tcl host cloud-init --wheel` (and `host setup`) from the tool install: no checkout to
     # build from, so the installed distribution is repacked (it failed: issue 31)
-    user_data = subprocess.run(
-        [str(bin_dir / "tcl"), "host", "cloud-init", "--wheel"],
-        capture_output=True,
-        text=True,
-        cwd=elsewhere,
-        env=env,
-        check=False,
-    )
+    user_data = tcl("host", "cloud-init", "--wheel")
     assert user_data.returncode == 0, user_data.stderr
     tool_python = tmp_path / "tools" / DISTRIBUTION / "bin" / "python"
     repack = (

@@ -4,14 +4,17 @@
   version check, migrations), sessions; :class:`~.db.StoreBase` owns the engine.
 - :mod:`.tables`: the ORM rows and :data:`~.tables.TableBase`, which other modules' tables
   (sweeps, retries, leases, metrics) are made with.
-- :mod:`.runs`: the :class:`~.runs.Run` and :class:`~.runs.Attempt` records and
-  :class:`~.runs.Store`, their guarded writers and readers.
+- :mod:`.records`: the :class:`~.records.Run` and :class:`~.records.Attempt` records.
+- :mod:`.listing`: :class:`~.listing.RunListing`, the readers of many runs and attempts
+  (references, pages, searches, counts).
+- :mod:`.runs`: :class:`~.runs.Store`, the guarded writers (and the listing's readers).
 
 Everything other modules use is re-exported here: ``from tcl.control.store import Store``.
 """
 
 from tcl.control.store.db import SCHEMA_VERSION, StoreBase
-from tcl.control.store.runs import Attempt, Run, Store, new_run_id
+from tcl.control.store.records import Attempt, Run
+from tcl.control.store.runs import Store, new_run_id
 from tcl.control.store.tables import AttemptRow, MetaRow, RunHealthRow, RunRow, TableBase
 
 __all__ = [

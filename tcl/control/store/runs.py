@@ -11,114 +11,18 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Collection
-from dataclasses import dataclass
 from typing import Any
 
-from pydantic import ValidationError
-from sqlalchemy import delete, func, select
-from sqlalchemy.orm import Session
+from sqlalchemy import delete, select
 
 from tcl.control.errors import RunNotFoundError, StateConflict, StoreError
 from tcl.control.runrequest import RunRequest
 from tcl.control.states import AttemptCause, Move, RunState, move
-from tcl.control.store.db import StoreBase
+from tcl.control.store.listing import RunListing
+from tcl.control.store.records import Attempt, Run, attempt_of, run_of
 from tcl.control.store.tables import AttemptRow, RunHealthRow, RunRow
 
-_IN_CHUNK = 500  # ids per IN (...) list: well under every backend's bound-parameter limit
-
-
-@dataclass(frozen=True)
-class Run:
-    id: str
-    name: str
-    state: RunState
-    host: str | None
-    backend: str | None
-    request: RunRequest
-    code_sha256: str | None
-    exit_code: int | None
-    message: str
-    created_at: float
-    updated_at: float
-
-
-@dataclass(frozen=True)
-class Attempt:
-    run_id: str
-    attempt: int
-    host: str
-    backend: str
-    handle: dict[str, Any]  # the backend's typed handle as JSON (``Control.handle`` reads it)
-    state: RunState
-    log_cursor: int
-    created_at: float = 0.0
-    cause: AttemptCause | None = None  # why it ended (None until then, or recorded before v2)
-    started_at: float | None = None  # its job started running (None: not yet, or before v4)
-    ended_at: float | None = None  # it ended (None: not yet, or before v4)
-    pid: int | None = None  # the job's pid on its first node, as its runner reported it
-
-    @property
-    def duration_s(self) -> float | None:
-        """How long its job ran: until it ended, or until now while it runs."""
-        if self.started_at is None:
-            return None
-        return max(0.0, (self.ended_at or time.time()) - self.started_at)
-
-
-def _request(row: RunRow) -> RunRequest:
-    """The row's request, parsed (missing keys take their defaults, unknown ones are ignored)."""
-    try:
-        return RunRequest.model_validate(row.request)
-    except ValidationError as e:  # a value of the wrong type: written by hand, or a future tcl
-        first = e.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise StoreError(
-            f"run {row.id}: its stored request is unreadable ({where}: {first['msg']})"
-        ) from None
-
-
-def _run(row: RunRow) -> Run:
-    return Run(
-        row.id,
-        row.name,
-        RunState(row.state),
-        row.host,
-        row.backend,
-        _request(row),
-        row.code_sha256,
-        row.exit_code,
-        row.message,
-        row.created_at,
-        row.updated_at,
-    )
-
-
-def _attempt(row: AttemptRow) -> Attempt:
-    return Attempt(
-        row.run_id,
-        row.attempt,
-        row.host,
-        row.backend,
-        dict(row.handle),
-        RunState(row.state),
-        row.log_cursor,
-        row.created_at,
-        AttemptCause(row.cause) if row.cause else None,
-        row.started_at,
-        row.ended_at,
-        row.pid,
-    )
-
-
-def _starts_with(column: Any, prefix: str) -> Any:
-    """``column LIKE 'prefix%'`` with the prefix's own wildcards escaped."""
-    like = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-    return column.like(like, escape="\\")
-
-
-def _haystack(row: RunRow) -> str:
-    return " ".join((row.id, row.name, row.host or "", _request(row).command_text())).casefold()
+IN_CHUNK = 500  # ids per IN (...) list: well under every backend's bound-parameter limit
 
 
 def new_run_id(name: str = "") -> str:
@@ -126,7 +30,7 @@ def new_run_id(name: str = "") -> str:
     return f"{slug[:40] or 'run'}-{secrets.token_hex(3)}"
 
 
-class Store(StoreBase):
+class Store(RunListing):
     """Runs and attempts; every method is one short transaction."""
 
     # runs -------------------------------------------------------------------------------
@@ -148,84 +52,14 @@ class Store(StoreBase):
         with self._session() as s:
             s.add(row)
             s.flush()
-            return _run(row)
+            return run_of(row)
 
     def get_run(self, run_id: str) -> Run:
         with self._session() as s:
             row = s.get(RunRow, run_id)
             if row is None:
                 raise RunNotFoundError(f"no run {run_id!r}")
-            return _run(row)
-
-    def resolve(self, ref: str) -> Run:
-        """A run by exact id, unique id prefix, or name (the newest with that name)."""
-        with self._session() as s:
-            row = s.get(RunRow, ref)
-            if row is not None:
-                return _run(row)
-            by_name = s.scalars(
-                select(RunRow).where(RunRow.name == ref).order_by(RunRow.created_at.desc())
-            ).first()
-            if by_name is not None:
-                return _run(by_name)
-            rows = s.scalars(select(RunRow).where(_starts_with(RunRow.id, ref))).all()
-            if len(rows) == 1:
-                return _run(rows[0])
-            if len(rows) > 1:
-                ids = ", ".join(sorted(r.id for r in rows)[:5])
-                raise RunNotFoundError(f"{ref!r} matches several runs: {ids}")
-        raise RunNotFoundError(f"no run matches {ref!r} (see `tcl ps -a`)")
-
-    def runs_by_id(self, run_ids: Collection[str]) -> dict[str, Run]:
-        """The runs of these ids that exist (a sweep's 1,200 in a few queries, not one each)."""
-        ids = list(dict.fromkeys(run_ids))
-        out: dict[str, Run] = {}
-        with self._session() as s:
-            for i in range(0, len(ids), _IN_CHUNK):
-                q = select(RunRow).where(RunRow.id.in_(ids[i : i + _IN_CHUNK]))
-                out.update((r.id, _run(r)) for r in s.scalars(q))
-        return out
-
-    def list_runs(self, include_final: bool = True, limit: int | None = 200) -> list[Run]:
-        """Newest first; ``limit`` None: all of them."""
-        with self._session() as s:
-            q = select(RunRow).order_by(RunRow.created_at.desc())
-            if limit is not None:
-                q = q.limit(limit)
-            if not include_final:
-                finals = [st.value for st in RunState if st.is_final]
-                q = q.where(RunRow.state.not_in(finals))
-            return [_run(r) for r in s.scalars(q)]
-
-    def search_runs(
-        self, state: RunState | None = None, text: str = "", limit: int = 200, offset: int = 0
-    ) -> tuple[list[Run], int]:
-        """A page of runs, newest first, and how many match in all: one query. ``text`` (case
-        folded) must occur in the id, name, host or command (argv, or the job's key); it is
-        matched here rather than in SQL, where argv is JSON text with its own escapes."""
-        with self._session() as s:
-            if not text:
-                q = select(RunRow, func.count().over()).order_by(RunRow.created_at.desc())
-                if state is not None:
-                    q = q.where(RunRow.state == state.value)
-                rows = s.execute(q.limit(limit).offset(offset)).all()
-                if rows:
-                    return [_run(r) for r, _ in rows], int(rows[0][1])
-                total = 0 if offset == 0 else self._count(s, state)
-                return [], total
-            q2 = select(RunRow).order_by(RunRow.created_at.desc())
-            if state is not None:
-                q2 = q2.where(RunRow.state == state.value)
-            needle = text.casefold()
-            hits = [r for r in s.scalars(q2) if needle in _haystack(r)]
-            return [_run(r) for r in hits[offset : offset + limit]], len(hits)
-
-    @staticmethod
-    def _count(s: Session, state: RunState | None) -> int:
-        q = select(func.count()).select_from(RunRow)
-        if state is not None:
-            q = q.where(RunRow.state == state.value)
-        return int(s.execute(q).scalar_one())
+            return run_of(row)
 
     def set_state(
         self,
@@ -352,7 +186,7 @@ class Store(StoreBase):
             )
             s.add(row)
             s.flush()
-            return _attempt(row)
+            return attempt_of(row)
 
     def update_attempt(
         self,
@@ -394,38 +228,6 @@ class Store(StoreBase):
             row = s.get(AttemptRow, (run_id, attempt))
             if row is not None:
                 s.delete(row)
-
-    def latest_attempt(self, run_id: str) -> Attempt | None:
-        with self._session() as s:
-            row = s.scalars(
-                select(AttemptRow)
-                .where(AttemptRow.run_id == run_id)
-                .order_by(AttemptRow.attempt.desc())
-            ).first()
-            return None if row is None else _attempt(row)
-
-    def attempts_of(self, run_ids: Collection[str]) -> dict[str, list[Attempt]]:
-        """Every attempt of each of these runs, oldest first (a run with none is absent)."""
-        ids = list(dict.fromkeys(run_ids))
-        out: dict[str, list[Attempt]] = {}
-        with self._session() as s:
-            for i in range(0, len(ids), _IN_CHUNK):
-                q = (
-                    select(AttemptRow)
-                    .where(AttemptRow.run_id.in_(ids[i : i + _IN_CHUNK]))
-                    .order_by(AttemptRow.run_id, AttemptRow.attempt)
-                )
-                for row in s.scalars(q):
-                    out.setdefault(row.run_id, []).append(_attempt(row))
-        return out
-
-    def attempts(self, run_id: str) -> list[Attempt]:
-        """Every attempt of the run, oldest first."""
-        with self._session() as s:
-            rows = s.scalars(
-                select(AttemptRow).where(AttemptRow.run_id == run_id).order_by(AttemptRow.attempt)
-            ).all()
-            return [_attempt(r) for r in rows]
 
 
 def _move_attempt(row: AttemptRow, state: RunState, cause: AttemptCause | None) -> None:

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import subprocess
@@ -27,6 +28,7 @@ from tcl.runner.api import Event, EventKind, LogStream, RunnerState
 from tcl.ui.app import create_app
 from tcl.ui.context import Ui, UiSettings
 from tests.integration.tclcli import TCL, TclEnv
+from tests.integration.ui.crowd import seed_crowd
 from tests.integration.ui.test_cli import _first_line
 
 with warnings.catch_warnings():
@@ -210,30 +212,35 @@ def client(make_client: MakeClient) -> TestClient:
     return make_client(headers=PAGE)
 
 
-@pytest.fixture
-def page_url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """The real ``tcl ui --allow-actions`` over the seeded store; yields the URL it printed.
-    A requeue starts no ``tcl serve`` (``TCL_SERVE=0``)."""
-    env = TclEnv(home=tmp_path / "home", config=tmp_path / "config.yaml", repo=tmp_path)
+Seeder = Callable[[Store], None]
+
+
+@contextlib.contextmanager
+def served(root: Path, seeders: list[Seeder]) -> Iterator[str]:
+    """The real ``tcl ui --allow-actions`` over a store the seeders filled, under ``root``;
+    yields the URL it printed. A requeue starts no ``tcl serve`` (``TCL_SERVE=0``)."""
+    env = TclEnv(home=root / "home", config=root / "config.yaml", repo=root)
     state = env.home / "state"
     state.mkdir(parents=True)
-    monkeypatch.setenv("TCL_STATE_DIR", str(state))  # where seed() keeps its logs
-    store = Store(f"sqlite:///{state / 'tcl.db'}")
-    seed(store)
-    store.close()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TCL_STATE_DIR", str(state))  # where seed() keeps its logs
+        store = Store(f"sqlite:///{state / 'tcl.db'}")
+        for fill in seeders:
+            fill(store)
+        store.close()
     with socket.socket() as s:  # a port nobody listens on: the host is refused at once
         s.bind(("127.0.0.1", 0))
         closed = s.getsockname()[1]
-    empty = tmp_path / "ssh_config"
+    empty = root / "ssh_config"
     empty.write_text("")
-    (tmp_path / "known_hosts").write_text("")
+    (root / "known_hosts").write_text("")
     env.config.write_text(
         f"hosts:\n  deadbox: {{type: ssh, ssh: 127.0.0.1, port: {closed}, "
-        f"ssh_config_file: {empty}, known_hosts: {tmp_path / 'known_hosts'}}}\n"
+        f"ssh_config_file: {empty}, known_hosts: {root / 'known_hosts'}}}\n"
     )
     proc = subprocess.Popen(
         [TCL, "ui", "--no-browser", "--allow-actions"],
-        cwd=tmp_path,
+        cwd=root,
         env={**env.env(), "TCL_SERVE": "0"},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -248,3 +255,20 @@ def page_url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.communicate()
+
+
+@pytest.fixture
+def page_url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """The real ``tcl ui --allow-actions`` over the seeded store; yields the URL it printed."""
+    monkeypatch.setenv("TCL_STATE_DIR", str(tmp_path / "home" / "state"))  # the test's reads
+    with served(tmp_path, [seed]) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def crowd_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The real ``tcl ui`` over :func:`seed`'s runs and a crowd (``crowd.py``: 2,000 runs,
+    a 1,200-entry matrix, a run with a log of mixed levels), shared by a module's tests
+    (they only look)."""
+    with served(tmp_path_factory.mktemp("crowd"), [seed, seed_crowd]) as url:
+        yield url

@@ -26,11 +26,12 @@ def _all(client: TestClient, path: str) -> tuple[list[dict[str, Any]], int]:
 def test_final_run_sends_kept_events_then_end(client: TestClient) -> None:
     msgs, code = _all(client, "/api/runs/ok-run/logs")
     assert code == 1000
-    assert [(m.get("seq"), m.get("kind"), m.get("data")) for m in msgs[:-1]] == [
+    assert [(m.get("seq"), m.get("kind"), m.get("data")) for m in msgs[:-2]] == [
         (1, "log", "hello\n"),
         (3, "log", "<warn>\n"),
         (4, "state", None),
     ]
+    assert msgs[-2] == {"caught_up": 4}  # what is kept was sent
     assert msgs[1]["stream"] == "stderr" and msgs[1]["node"] == 0 and msgs[1]["nodes"] == 1
     assert msgs[2]["state"] == "succeeded" and msgs[2]["exit_code"] == 0
     assert msgs[-1] == {"end": "succeeded", "exit_code": 0}
@@ -38,7 +39,7 @@ def test_final_run_sends_kept_events_then_end(client: TestClient) -> None:
 
 def test_after_resumes_past_the_cursor(client: TestClient) -> None:
     msgs, _ = _all(client, "/api/runs/ok-run/logs?after=3")
-    assert [m.get("seq") for m in msgs] == [4, None]
+    assert [m.get("seq") for m in msgs] == [4, None, None]
     assert msgs[-1]["end"] == "succeeded"
 
 
@@ -98,6 +99,7 @@ def test_stop_while_watched_ends_the_stream(make_client: MakeClient) -> None:
     client = make_client(allow_actions=True, headers=PAGE)
     ui = client.app.app.state.ui  # type: ignore[attr-defined]
     with client.websocket_connect(f"{WS}/api/runs/wait-run/logs") as ws:
+        assert ws.receive_json() == {"caught_up": 0}  # nothing kept
         deadline = time.monotonic() + 5
         while not ui.feeds.following and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -127,6 +129,7 @@ def test_no_follow_runs_while_a_stop_pulls(
 
     monkeypatch.setattr(stop_mod, "stop", fake_stop)
     with client.websocket_connect(f"{WS}/api/runs/wait-run/logs") as ws:
+        assert ws.receive_json() == {"caught_up": 0}  # nothing kept
         deadline = time.monotonic() + 5
         while not ui.feeds.following and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -134,3 +137,29 @@ def test_no_follow_runs_while_a_stop_pulls(
         assert client.post("/api/runs/wait-run/stop").status_code == 200
         assert ws.receive_json()["end"] == "terminated"
     assert seen == [0]
+
+
+def test_what_the_owner_keeps_while_a_viewer_catches_up_reaches_it(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run's owner keeps an event just after the viewer read what was kept, before the
+    feed's follow starts: the follow still hands it over (it went to no one)."""
+    from tcl.control.logcache import LogCache
+    from tcl.runner.api import Event, EventKind, LogStream
+
+    read = LogCache.read
+
+    def read_then_the_owner_keeps_one(self: LogCache, after: int = 0, kind: Any = None) -> Any:
+        kept = list(read(self, after, kind))
+        if self.path.stem == "ok-run" and self.last_seq() == 4:
+            late = Event(seq=5, ts=9.0, kind=EventKind.LOG, stream=LogStream.STDOUT, data="late\n")
+            self.append([late], 0, 0, 1, "node")
+        return iter(kept)
+
+    monkeypatch.setattr("tcl.ui.logstream.LogCache.read", read_then_the_owner_keeps_one)
+    msgs, _ = _all(client, "/api/runs/ok-run/logs")
+    assert [m.get("data") for m in msgs if m.get("kind") == "log"] == [
+        "hello\n",
+        "<warn>\n",
+        "late\n",
+    ]
