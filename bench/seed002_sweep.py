@@ -10,9 +10,11 @@ and dies with `RuntimeError: CUDA out of memory...` as a real one would.
 Printed: `tcl matrix status ft` as a user sees it, what the export (the seed's
 `matrix_status.json`) says of where entries ran (scheduler = the seed's pod, pid, gpus), and the
 drain time against the same jobs run by a bare 8-thread `subprocess.run` loop in the same run:
-`ratio` tcl / bare loop.
+`ratio` tcl / bare loop. `--screenshots DIR`: what `tcl ui` shows of it (the runs page, the
+failed runs, the matrix grouped by lang), taken in headless chromium.
 
     uv run --locked python -m bench.seed002_sweep [--sleep-s 0.5] [--timeout-s 900]
+        [--screenshots DIR]
 """
 
 from __future__ import annotations
@@ -169,11 +171,48 @@ def run_sweep(root: Path, sleep_s: float, gpus: int, timeout_s: float) -> float:
     return wall
 
 
+def screenshots(root: Path, out: Path) -> None:
+    """The dashboard of this sweep's store: `tcl ui`, pages taken with playwright."""
+    from playwright.sync_api import sync_playwright
+
+    out.mkdir(parents=True, exist_ok=True)
+    env = {**tcl_env(root), "TCL_SERVE": "0"}
+    ui = subprocess.Popen(
+        [TCL, "ui", "--no-browser"], env=env, cwd=root / "repo", stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert ui.stdout is not None
+        url = ui.stdout.readline().strip()
+        with sync_playwright() as p:
+            browser = p.chromium.launch(
+                executable_path="/usr/bin/chromium",
+                args=["--no-sandbox", "--disable-dev-shm-usage"],
+            )
+            page = browser.new_page(viewport={"width": 1400, "height": 900})
+            page.goto(url)
+            page.wait_for_selector("text=succeeded")
+            page.screenshot(path=str(out / "seed002-runs.png"))
+            page.click("text=failed")
+            page.wait_for_timeout(500)
+            page.screenshot(path=str(out / "seed002-failed.png"))
+            page.goto(f"{url}#/matrices/ft")
+            page.wait_for_selector("#matrix-group option[value=lang]", state="attached")
+            page.select_option("#matrix-group", "lang")
+            page.wait_for_timeout(500)
+            page.screenshot(path=str(out / "seed002-matrix-by-lang.png"), full_page=True)
+            browser.close()
+        print(f"screenshots of tcl ui in {out}")
+    finally:
+        ui.terminate()
+        ui.wait(15)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sleep-s", type=float, default=0.5)
     ap.add_argument("--gpus", type=int, default=8)
     ap.add_argument("--timeout-s", type=float, default=900.0)
+    ap.add_argument("--screenshots", type=Path, default=None, help="where tcl ui's pages go")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="tcl-seed002-") as tmp:
         root = Path(tmp)
@@ -185,6 +224,8 @@ def main() -> None:
         base = bare_loop(repo / "job.py", ids, args.sleep_s, args.gpus)
         try:
             wall = run_sweep(root, args.sleep_s, args.gpus, args.timeout_s)
+            if args.screenshots is not None:
+                screenshots(root, args.screenshots)
         finally:
             stop_daemon(root, repo)
         print(
