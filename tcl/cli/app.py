@@ -9,6 +9,7 @@ import importlib
 from typing import Annotated
 
 import typer
+from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
 from tcl.cli._common import Globals
 
@@ -65,6 +66,28 @@ def _root(
     ctx.obj = Globals(config_path=config)
 
 
+class PlainHelpGroup(TyperGroup):
+    """The root group, its help without typer's type labels (``<str>``, ``<int range>``): an
+    option that takes a value shows its name (``--chip CHIP``), an argument its own."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]  # click's own signature
+        _plain_metavars(self)
+
+
+def _plain_metavars(cmd: TyperCommand | TyperGroup) -> None:
+    for p in cmd.params:
+        if p.metavar is not None or not p.name:
+            continue
+        takes_value = isinstance(p, TyperOption) and not p.is_flag and not p.count
+        if takes_value or isinstance(p, TyperArgument):
+            p.metavar = p.name.upper()
+    if isinstance(cmd, TyperGroup):
+        for sub in cmd.commands.values():
+            if isinstance(sub, TyperCommand | TyperGroup):
+                _plain_metavars(sub)
+
+
 @functools.cache
 def build(command: str | None = None) -> typer.Typer:
     """The app with ``command``'s module mounted, or every module when ``command`` is None or
@@ -76,6 +99,7 @@ def build(command: str | None = None) -> typer.Typer:
         add_completion=True,  # --install-completion / --show-completion (bash, zsh, fish)
         pretty_exceptions_show_locals=False,  # locals may hold secrets
         rich_markup_mode=None,
+        cls=PlainHelpGroup,
     )
     app.callback()(_root)
     wanted = COMMANDS.get(command or "")

@@ -360,6 +360,10 @@ def test_help_has_no_type_noise_and_keeps_brackets(home: Path) -> None:
     res = runner.invoke(app, ["submit", "--help"])
     assert res.exit_code == 0
     assert "<bool>" not in res.stdout and "-d, --detach" in res.stdout
+    # an option that takes a value shows its name, not typer's type label (`--chip <str>`)
+    assert "--chip CHIP" in res.stdout and "-n, --chips N " in res.stdout, res.stdout
+    options = res.stdout.split("Options:")[1]
+    assert "<str>" not in options and "range>" not in options and "<list" not in options
     assert "tcl submit --chip h100 -n 2 -- python" in res.stdout  # an example
     res = runner.invoke(app, ["jobs", "--help"])
     assert "`[tool.tcl] jobs`" in " ".join(res.stdout.split())
