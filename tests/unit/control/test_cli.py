@@ -17,22 +17,14 @@ from tcl.control.runrequest import RunRequest
 from tcl.control.states import RunState
 from tcl.control.store import Store
 from tcl.runner.api import Event, EventKind, LogStream, RunnerState
+from tests.unit.control.conftest import cli_home
 
 runner = CliRunner()
 
 
 @pytest.fixture
 def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("HOME", str(tmp_path))
-    monkeypatch.setenv("TCL_STATE_DIR", str(tmp_path / "state"))
-    monkeypatch.delenv("TCL_CONFIG", raising=False)
-    monkeypatch.delenv("TCL_DB_URL", raising=False)
-    monkeypatch.setenv("NO_COLOR", "1")
-    monkeypatch.setenv("COLUMNS", "200")  # tables unwrapped
-    # `tcl submit` in this process: no `tcl serve` daemon outliving the test (the daemon's own
-    # path is tests/integration/control/test_serve.py)
-    monkeypatch.setenv("TCL_SERVE", "0")
-    return tmp_path
+    return cli_home(tmp_path, monkeypatch)
 
 
 def test_bad_config_is_one_line_with_key_and_line(home: Path) -> None:

@@ -15,18 +15,14 @@ from tcl.control.runrequest import RunRequest
 from tcl.control.states import RunState
 from tcl.control.store import Store
 from tcl.runner.api import Event, EventKind, LogStream, RunnerState
+from tests.unit.control.conftest import cli_home
 
 runner = CliRunner()
 
 
 @pytest.fixture
 def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("HOME", str(tmp_path))
-    monkeypatch.setenv("TCL_STATE_DIR", str(tmp_path / "state"))
-    monkeypatch.delenv("TCL_CONFIG", raising=False)
-    monkeypatch.delenv("TCL_DB_URL", raising=False)
-    monkeypatch.setenv("NO_COLOR", "1")
-    monkeypatch.setenv("COLUMNS", "200")
+    cli_home(tmp_path, monkeypatch)
     (tmp_path / "state" / "logs").mkdir(parents=True)
     return tmp_path
 

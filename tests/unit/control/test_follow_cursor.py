@@ -23,6 +23,7 @@ from tcl.control.runrequest import RunRequest
 from tcl.control.states import RunState
 from tcl.control.store import Store
 from tcl.runner.api import Event, EventKind, LogStream, RunnerState
+from tests.unit.control.conftest import cli_home
 
 RUN = "train-aaaaaa"
 
@@ -33,12 +34,7 @@ def _log(seq: int) -> Event:
 
 @pytest.fixture
 def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("HOME", str(tmp_path))
-    monkeypatch.setenv("TCL_STATE_DIR", str(tmp_path / "state"))
-    monkeypatch.delenv("TCL_CONFIG", raising=False)
-    monkeypatch.delenv("TCL_DB_URL", raising=False)
-    monkeypatch.setenv("NO_COLOR", "1")
-    monkeypatch.setenv("TCL_SERVE", "0")  # the follow in this process
+    cli_home(tmp_path, monkeypatch)  # the follow in this process
     (tmp_path / "state" / "logs").mkdir(parents=True)
     return tmp_path
 
