@@ -37,6 +37,15 @@ JOB_TCL_PATH_VAR = "TCL_RUNNER_JOB_TCL_PATH"
 _SESSION_INHERITED = ("PATH", "PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "LD_LIBRARY_PATH")
 
 
+def compile_cache_env(directory: Path) -> dict[str, str]:
+    """JAX's persistent compilation cache in ``directory``; a job's own settings win. JAX keys
+    each entry by what invalidates it (the computation, jax/jaxlib version, backend, device
+    kind and topology, compile options), so one directory serves every job of a host. No size
+    bound is set: JAX's (``JAX_COMPILATION_CACHE_MAX_SIZE``) needs ``filelock`` in the job's
+    environment, and without it JAX stops caching at all."""
+    return {"JAX_COMPILATION_CACHE_DIR": str(directory)}
+
+
 def public_env(
     spec: JobSpec, workdir: Path, base: Mapping[str, str] | None = None
 ) -> dict[str, str]:

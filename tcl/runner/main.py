@@ -127,6 +127,9 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+COMPILE_CACHE = "jax"  # JAX's persistent compilation cache, under the host's code cache
+
+
 def _config(args: argparse.Namespace) -> RunnerConfig:
     from tcl.runner.reaper import become_subreaper
     from tcl.runner.service import RunnerConfig
@@ -137,6 +140,9 @@ def _config(args: argparse.Namespace) -> RunnerConfig:
         state_dir=args.state_dir.resolve(),
         ssh_env_file=args.ssh_env_file,
         code_cache_dir=cache,
+        # beside the code trees (the code's garbage collector leaves it to JAX's own bound): on
+        # the host, and mounted into a docker executor's containers, like the code cache
+        compile_cache_dir=cache / COMPILE_CACHE if cache else None,
         premounted_code=args.premounted_code,
         end_orphans=become_subreaper(),
         stop_grace_s=args.stop_grace_s,

@@ -69,6 +69,9 @@ class RunnerConfig:
     ssh_env_file: Path | None = None
     # A content-addressed cache of extracted trees shared by the host's runners (None: none).
     code_cache_dir: Path | None = None
+    # JAX's persistent compilation cache of the host's jobs (None: JAX's default, none): a
+    # later attempt of a run (a retry, a requeue after preemption) skips its recompiles.
+    compile_cache_dir: Path | None = None
     # The sha256 of the tree the executor already mounted (an overlay) as the default working
     # dir: installing that code is then a no-op.
     premounted_code: str | None = None
@@ -319,6 +322,10 @@ class Runner:
         """The job's argv, environment and secret values (masked in its logs); a session's
         command is built here, its port and key made (``tcl.runner.session``)."""
         env = jobenv.job_env(spec, workdir)
+        if self.config.compile_cache_dir is not None:
+            with contextlib.suppress(OSError):  # JAX then compiles without it, as it would
+                self.config.compile_cache_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            env = {**jobenv.compile_cache_env(self.config.compile_cache_dir), **env}
         secret_values = list(spec.secrets.values())
         if spec.argv is not None or spec.job is not None or spec.session is None:
             return jobenv.job_argv(spec, workdir, config_file), env, secret_values
