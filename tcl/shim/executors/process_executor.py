@@ -339,8 +339,9 @@ class ProcessExecutor:
 
     async def orphans(self, known: Iterable[str]) -> list[str]:
         known_ids = set(known)
-        found = await asyncio.to_thread(self._scan)
-        return [f"{t}:{h.pid}" for t, h in found.items() if t not in known_ids]
+        # On the event loop, not in a thread: ``known`` is current only until the next await,
+        # and a submit meanwhile would fork a runner whose task it lacks (ended as an orphan)
+        return [f"{t}:{h.pid}" for t, h in self._scan().items() if t not in known_ids]
 
     async def remove_orphan(self, name: str) -> None:
         task_id, _, pid = name.rpartition(":")
