@@ -87,6 +87,8 @@ async def test_a_task_s_runner_is_forked_and_behaves_as_a_cold_one(
         wrapper = psutil.Process(handle_pid(shim, "a"))
         assert wrapper.ppid() == server, "the task's wrapper was not forked by the server"
         assert os.getsid(wrapper.pid) == wrapper.pid  # it leads a session of its own
+        # the wrapper forks the runner after the server's reply: under load, moments later
+        await until(lambda: len(wrapper.children()) == 1)
         [runner] = wrapper.children()
         digest = hashlib.sha256(SECRET.encode()).hexdigest()
         await start_job(a, ["python3", "-c", PRINT_ENV, str(go), digest])
