@@ -44,10 +44,8 @@ def list_runs(
     except ValueError:
         known = ", ".join(s.value for s in RunState)
         raise HTTPException(422, f"state {state!r}: one of {known}") from None
-    if order is RunOrder.ATTENTION:
-        runs, total = ui.store.search_runs_ranked(FIRST, wanted, q.strip(), limit, offset)
-    else:
-        runs, total = ui.store.search_runs(wanted, q.strip(), limit, offset)
+    first = FIRST if order is RunOrder.ATTENTION else ()
+    runs, total = ui.store.search_runs(wanted, q.strip(), limit, offset, first)
     attempts = ui.store.attempts_of([r.id for r in runs])  # a few queries for thousands
     counts = ui.store.count_by_state()
     now = time.time()

@@ -70,14 +70,24 @@ class RunListing(StoreBase):
             return [run_of(r) for r in s.scalars(q)]
 
     def search_runs(
-        self, state: RunState | None = None, text: str = "", limit: int = 200, offset: int = 0
+        self,
+        state: RunState | None = None,
+        text: str = "",
+        limit: int = 200,
+        offset: int = 0,
+        first: tuple[RunState, ...] = (),
     ) -> tuple[list[Run], int]:
-        """A page of runs, newest first, and how many match in all: one query. ``text`` (case
-        folded) must occur in the id, name, host or command (argv, or the job's key); it is
-        matched here rather than in SQL, where argv is JSON text with its own escapes."""
+        """A page of runs, newest first (the runs in ``first``'s states ahead of the rest, in
+        that order of states), and how many match in all: one query. ``text`` (case folded)
+        must occur in the id, name, host or command (argv, or the job's key); it is matched
+        here rather than in SQL, where argv is JSON text with its own escapes."""
+        order: list[Any] = [RunRow.created_at.desc()]
+        if first:
+            ranks = {st.value: i for i, st in enumerate(first)}
+            order.insert(0, case(ranks, value=RunRow.state, else_=len(ranks)))
         with self._session() as s:
             if not text:
-                q = select(RunRow, func.count().over()).order_by(RunRow.created_at.desc())
+                q = select(RunRow, func.count().over()).order_by(*order)
                 if state is not None:
                     q = q.where(RunRow.state == state.value)
                 rows = s.execute(q.limit(limit).offset(offset)).all()
@@ -85,7 +95,7 @@ class RunListing(StoreBase):
                     return [run_of(r) for r, _ in rows], int(rows[0][1])
                 total = 0 if offset == 0 else self._count(s, state)
                 return [], total
-            q2 = select(RunRow).order_by(RunRow.created_at.desc())
+            q2 = select(RunRow).order_by(*order)
             if state is not None:
                 q2 = q2.where(RunRow.state == state.value)
             needle = text.casefold()
@@ -136,28 +146,3 @@ class RunListing(StoreBase):
         with self._session() as s:
             q = select(RunRow.state, func.count()).group_by(RunRow.state)
             return {RunState(st): int(n) for st, n in s.execute(q)}
-
-    def search_runs_ranked(
-        self,
-        first: tuple[RunState, ...],
-        state: RunState | None = None,
-        text: str = "",
-        limit: int = 200,
-        offset: int = 0,
-    ) -> tuple[list[Run], int]:
-        """As :meth:`search_runs`, with the runs in ``first``'s states ahead of the rest, in
-        that order of states (the running, then the failed), newest first within each."""
-        order: list[Any] = [RunRow.created_at.desc()]
-        if first:
-            ranks = {st.value: i for i, st in enumerate(first)}
-            order.insert(0, case(ranks, value=RunRow.state, else_=len(ranks)))
-        with self._session() as s:
-            q = select(RunRow).order_by(*order)
-            if state is not None:
-                q = q.where(RunRow.state == state.value)
-            if not text:
-                page = [run_of(r) for r in s.scalars(q.limit(limit).offset(offset))]
-                return page, self._count(s, state)
-            needle = text.casefold()
-            hits = [r for r in s.scalars(q) if needle in _haystack(r)]
-            return [run_of(r) for r in hits[offset : offset + limit]], len(hits)
