@@ -124,9 +124,12 @@ class TaskService:
         return set(self._submitting)
 
     def is_busy(self, task_id: str) -> bool:
-        """True while this shim's own code (lifecycle or terminate) is moving the task."""
+        """True while this shim's own code (submit, lifecycle or terminate) is moving the
+        task: from the moment its record exists (a submit recording it) on."""
         lc = self._lifecycles.get(task_id)
-        moving = task_id in self._terminating or task_id in self._exiting
+        moving = (
+            task_id in self._submitting or task_id in self._terminating or task_id in self._exiting
+        )
         return (lc is not None and not lc.done()) or moving
 
     # -- submit -------------------------------------------------------------------------------

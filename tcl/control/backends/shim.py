@@ -10,6 +10,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
+import functools
 import time
 import zlib
 from collections.abc import Callable, Sequence
@@ -34,7 +35,7 @@ from tcl.control.backends.base import (
 )
 from tcl.control.backends.shimhandle import ShimHandle, ShimNode
 from tcl.control.backends.shimhost import ShimHost
-from tcl.control.backends.shimlaunch import all_or_raise, wait_runner, wait_task
+from tcl.control.backends.shimlaunch import all_or_raise, task_ended, wait_runner, wait_task
 from tcl.control.backends.shimoffers import offer_text, shim_offers
 from tcl.control.backends.shimtasks import host_task, task_ids
 from tcl.control.clusterfs import cluster_fs, out_dir_env
@@ -355,7 +356,7 @@ class ShimBackend(Backend):
         runner = await host.runner(task.ports.runner, task.runner_token, job.run_id)
         try:
             obs.status("waiting for the runner")
-            await wait_runner(runner)
+            await wait_runner(runner, functools.partial(task_ended, host, task.id))
             await runner.submit(job)
             obs.status(f"shipping code ({snap.files} files)")
             sent = await host.ship_code(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from tcl.control.backends.base import Observer
@@ -18,6 +19,7 @@ RUNNER_READY_TIMEOUT_S = 150.0  # beyond the shim's start grace for a runner (pr
 # Polls are one small request over an open forward; a container starts in ~0.3-0.5 s, so a
 # coarse interval would add a large share of it to every submit.
 POLL_INTERVAL_S = 0.02
+TASK_CHECK_S = 1.0  # a runner that has not answered for this long: is its task still there?
 
 
 async def wait_task(host: ShimHost, task: TaskInfo, obs: Observer) -> TaskInfo:
@@ -51,16 +53,36 @@ async def all_or_raise(coros: list[Any]) -> list[Any]:
         raise
 
 
-async def wait_runner(runner: RunnerApi) -> None:
+async def wait_runner(runner: RunnerApi, task_ended: Callable[[], Awaitable[str | None]]) -> None:
+    """Until the runner answers; ``task_ended`` (asked once it has not answered for
+    ``TASK_CHECK_S``, then as often) says why its task ended on the host, None while it has
+    not: a runner that died before it answered fails the launch at once, not after the
+    timeout."""
     start = time.monotonic()
+    checked = start
     while True:
         try:
             await runner.healthcheck()
             return
         except AgentError:
-            waited = time.monotonic() - start
+            now = time.monotonic()
+            waited = now - start
+            if now - checked >= TASK_CHECK_S:
+                checked = now
+                why = await task_ended()
+                if why is not None:
+                    raise AgentError(why) from None
             if waited > RUNNER_READY_TIMEOUT_S:
                 raise
             # quick polls while a runner normally starts; slower ones on a loaded host, where
             # many submits of one `tcl serve` would otherwise spend its CPU on polling
             await asyncio.sleep(POLL_INTERVAL_S if waited < 2.0 else 0.25)
+
+
+async def task_ended(host: ShimHost, task_id: str) -> str | None:
+    """Why the host's task ended (None while it has not)."""
+    task = await (await host.shim()).get_task(task_id)
+    if task.status is not TaskStatus.TERMINATED:
+        return None
+    why = task.termination_reason.value if task.termination_reason else "terminated"
+    return f"task {task.id} on {host.name} ended before its runner answered: {why}: {task.message}"

@@ -66,6 +66,10 @@ class ProcessExecutor:
         self._tasks_dir = tasks_dir
         self._forked_dir = tasks_dir.parent / FORKED_DIR
         self._children: dict[int, subprocess.Popen[bytes]] = {}
+        # starts per task: an observe that began before a start of its task (its scan in a
+        # thread meanwhile) must not end the runner it never saw
+        self._starts: dict[str, int] = {}  # task id: the number of its latest start
+        self._start_seq = 0
         self.forkserver = forkserver  # None: every runner starts cold
 
     async def open(self) -> None:
@@ -93,6 +97,8 @@ class ProcessExecutor:
         task_env["TCL_TASK_ID"] = spec.id
         task_env[MARK_ENV] = self.processes.mark(spec.id)
         self._released.discard(spec.id)
+        self._start_seq += 1
+        self._starts[spec.id] = self._start_seq
         cgroup = await asyncio.to_thread(self.processes.prepare, spec.id)
         serve = [
             "serve",
@@ -177,6 +183,7 @@ class ProcessExecutor:
 
     # -- observe ------------------------------------------------------------------------------
     async def observe(self, tasks: dict[str, Handle]) -> dict[str, Observed]:
+        starts = {t: self._starts.get(t, 0) for t in tasks}
         # psutil's process list and the records: file reads, off the event loop
         found = (
             await asyncio.to_thread(self._scan)
@@ -192,8 +199,12 @@ class ProcessExecutor:
                 out[task_id] = obs
             else:
                 out[task_id] = self._observe_one(task_id, handle)
-            if out[task_id].liveness is not Liveness.ALIVE:
-                # The runner is gone (killed, crashed): what it started must not outlive it.
+            if (
+                out[task_id].liveness is not Liveness.ALIVE
+                and self._starts.get(task_id, 0) == starts[task_id]
+            ):
+                # The runner is gone (killed, crashed): what it started must not outlive it
+                # (unless the task was started again meanwhile: that runner is not gone).
                 await self._release(task_id)
         return out
 
@@ -336,6 +347,7 @@ class ProcessExecutor:
                 (self._forked_dir / str(handle.pid)).unlink()
         await asyncio.to_thread(self.processes.release, task_id)
         self._released.discard(task_id)
+        self._starts.pop(task_id, None)
 
     async def orphans(self, known: Iterable[str]) -> list[str]:
         known_ids = set(known)
