@@ -16,6 +16,22 @@ SecretOpt = Annotated[
     list[str] | None,
     typer.Option("--secret", help="NAME of an env var to pass as a masked secret."),
 ]
+GroupOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--group",
+        help="A dependency group of the project's uv.lock to sync into the job's environment "
+        "(repeatable; added to the host's uv_groups).",
+    ),
+]
+ProjectEnvOpt = Annotated[
+    bool,
+    typer.Option(
+        "--project-env/--host-env",
+        help="Run in the shipped project's environment, built from its uv.lock on the host "
+        "(default); --host-env: in the host's own.",
+    ),
+]
 DirOpt = Annotated[
     str | None,
     typer.Option(

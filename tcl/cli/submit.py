@@ -20,9 +20,11 @@ from tcl.cli.placementopts import (
     ChipsOpt,
     DirOpt,
     EnvOpt,
+    GroupOpt,
     HostOpt,
     ImageOpt,
     NameOpt,
+    ProjectEnvOpt,
     SecretOpt,
 )
 from tcl.cli.render import RichObserver
@@ -144,6 +146,8 @@ def cmd_submit(
     image: ImageOpt = None,
     env: EnvOpt = None,
     secret: SecretOpt = None,
+    group: GroupOpt = None,
+    project_env: ProjectEnvOpt = True,
     follow: Annotated[bool, typer.Option("-f", "--follow", help="Follow logs (default).")] = False,
     detach: Annotated[bool, typer.Option("-d", "--detach", help="Return once started.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
@@ -233,6 +237,8 @@ def cmd_submit(
         image=image,
         env=_pairs(env or []),
         secrets=_secrets(secret or []),
+        uv_groups=group or [],
+        project_env=project_env,
         job=job_ref,
         follow=(follow or not detach) and not (as_json and not follow),
         options={

@@ -37,6 +37,7 @@ from tcl.control.safefields import (
     SshHops,
     SshWord,
 )
+from tcl.runner.api import GroupName as UvGroup
 
 LOCAL_HOST_NAME = "local"
 
@@ -77,6 +78,9 @@ class _HostBase(_Model):
     chips: dict[ChipName, int] = Field(default_factory=dict)
     image: str | None = None
     env: dict[str, str] = Field(default_factory=dict)
+    # dependency groups of the job's uv project synced on this host (``uv sync --group``),
+    # before the submit's own ``--group``s
+    uv_groups: list[UvGroup] = Field(default_factory=list)
 
 
 class LocalHost(_HostBase):
@@ -137,7 +141,6 @@ class SlurmHost(SshOptions):
     account: str | None = None
     qos: str | None = None
     mem: str | None = None  # sbatch --mem, e.g. "64G"
-    uv_groups: list[str] = Field(default_factory=list)
     exclude: list[str] = Field(default_factory=list)  # node names never used
     # --time when the job gives no max duration (SLURM's partition default when None)
     time_limit_s: int | None = Field(default=None, gt=0)

@@ -35,6 +35,8 @@ class RunRequest(BaseModel):
     image: str | None = None
     env: dict[str, str] = Field(default_factory=dict)
     secret_names: list[str] = Field(default_factory=list)  # read again from the environment
+    uv_groups: list[str] = Field(default_factory=list)  # the project environment's groups
+    project_env: bool = True  # False: the host's environment (``--host-env``)
     job: str | None = None  # the tcl.jobs key (``tcl ps --json``'s ``job``); older rows: only it
     job_ref: JobRef | None = None  # the job with its config, to place it again
     options: dict[str, str] = Field(default_factory=dict)  # backend options (tpu.version, down)

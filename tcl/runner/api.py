@@ -30,6 +30,8 @@ def _relative_inside(path: str) -> str:
 
 # A directory below the working dir: relative, never climbing out of it.
 RelPath = Annotated[ExecStr, AfterValidator(_relative_inside)]
+# a uv dependency group's name (PEP 735: letters, digits, ``-``, ``_``, ``.``)
+GroupName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")]
 
 
 class RunnerState(enum.StrEnum):
@@ -124,6 +126,10 @@ class JobSpec(_Strict):
     # An interactive session (``tcl repl``, ``@tcl.remote``): bound to the job's loopback and
     # reached only through ``WS /api/forward`` with this runner's token.
     session: SessionSpec | None = None
+    # The job's project environment (``tcl.runner.projectenv``): its uv dependency groups
+    # (``uv sync --group``), and whether to build it at all (False: the host's environment).
+    uv_groups: list[GroupName] = Field(default_factory=list, max_length=64)
+    project_env: bool = True
 
 
 class EventKind(enum.StrEnum):

@@ -128,6 +128,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 COMPILE_CACHE = "jax"  # JAX's persistent compilation cache, under the host's code cache
+PROJECT_ENVS = "envs"  # the jobs' uv project environments (tcl.runner.projectenv), beside it
 
 
 def _config(args: argparse.Namespace) -> RunnerConfig:
@@ -143,6 +144,8 @@ def _config(args: argparse.Namespace) -> RunnerConfig:
         # beside the code trees (the code's garbage collector leaves it to JAX's own bound): on
         # the host, and mounted into a docker executor's containers, like the code cache
         compile_cache_dir=cache / COMPILE_CACHE if cache else None,
+        # the jobs' project environments, shared by the host's runners like the code trees
+        project_env_dir=cache / PROJECT_ENVS if cache else None,
         premounted_code=args.premounted_code,
         end_orphans=become_subreaper(),
         stop_grace_s=args.stop_grace_s,

@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING
 from tcl import __version__
 from tcl.atomic import write_atomic
 from tcl.runner import code as codemod
-from tcl.runner import jobenv
+from tcl.runner import jobenv, projectenv
 from tcl.runner import session as sessionmod
 from tcl.runner.api import (
     EventsPage,
@@ -72,6 +73,9 @@ class RunnerConfig:
     # JAX's persistent compilation cache of the host's jobs (None: JAX's default, none): a
     # later attempt of a run (a retry, a requeue after preemption) skips its recompiles.
     compile_cache_dir: Path | None = None
+    # Where the host keeps the jobs' project environments (``tcl.runner.projectenv``; None:
+    # each job's runner builds its own, under its state dir).
+    project_env_dir: Path | None = None
     # The sha256 of the tree the executor already mounted (an overlay) as the default working
     # dir: installing that code is then a no-op.
     premounted_code: str | None = None
@@ -328,7 +332,10 @@ class Runner:
             env = {**jobenv.compile_cache_env(self.config.compile_cache_dir), **env}
         secret_values = list(spec.secrets.values())
         if spec.argv is not None or spec.job is not None or spec.session is None:
-            return jobenv.job_argv(spec, workdir, config_file), env, secret_values
+            argv = jobenv.job_argv(spec, workdir, config_file)
+            if spec.argv is not None and spec.project_env and not sessionmod.in_image():
+                argv = self._in_project_env(spec, workdir, job_dir, argv)
+            return argv, env, secret_values
         try:
             launch = sessionmod.start_spec(spec.session, job_dir, env, sessionmod.in_image())
         except ExecutorError as e:
@@ -337,6 +344,19 @@ class Runner:
         env.update(launch.env)
         env.update(launch.secrets)
         return launch.argv, env, [*secret_values, *launch.secrets.values()]
+
+    def _in_project_env(
+        self, spec: JobSpec, workdir: Path, job_dir: Path, argv: list[str]
+    ) -> list[str]:
+        """``argv`` started in the shipped uv project's environment (built first), when the
+        job's directory is in one; else as it is."""
+        root = projectenv.find_project(job_dir, workdir)
+        if root is None:
+            return argv
+        envs = self.config.project_env_dir or self.config.state_dir / "envs"
+        groups = [a for g in spec.uv_groups for a in ("--group", g)]
+        launcher = [sys.executable, "-I", "-m", "tcl.runner.projectenv"]
+        return [*launcher, "--root", str(root), "--envs", str(envs), *groups, "--", *argv]
 
     def session_info(self) -> SessionInfo:
         """The job's interactive session (409 when the job is not one, or has not started)."""

@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from tcl.control.lifecycle.retry_policy import RetryPolicy
 from tcl.control.logcache import KeptEvent
 from tcl.control.submitted import SubmitResult
-from tcl.runner.api import JobRef, SessionKind
+from tcl.runner.api import GroupName, JobRef, SessionKind
 
 API_VERSION = 1
 
@@ -70,6 +70,8 @@ class SubmitRequest(_Strict):
     image: str | None = None
     env: dict[str, str] = Field(default_factory=dict)
     secrets: dict[str, str] = Field(default_factory=dict, repr=False)  # never logged nor stored
+    uv_groups: list[GroupName] = Field(default_factory=list)  # the project environment's groups
+    project_env: bool = True  # False: the job runs in the host's environment
     max_duration_s: float | None = Field(default=None, gt=0)
     job: JobRef | None = None
     follow: bool = True

@@ -117,6 +117,8 @@ async def place_and_start(
             max_duration_s=sub.max_duration_s,
             job=sub.job,
             session=SessionSpec(kind=sub.session) if sub.session else None,
+            uv_groups=_groups(ctl, plan.host, sub.uv_groups),
+            project_env=sub.project_env,
         )
         recorded: list[Handle] = []
 
@@ -180,6 +182,13 @@ async def place_and_start(
             state=launched.state.value,
         )
     raise NoPlacementError(f"nothing fits {req.describe()} at launch; hosts now:", skipped)
+
+
+def _groups(ctl: Control, host: str, asked: list[str]) -> list[str]:
+    """The uv groups of the job's environment: the host's ``uv_groups``, then the submit's."""
+    cfg = ctl.cfg.hosts.get(host)
+    own = list(cfg.uv_groups) if cfg is not None else []
+    return own + [g for g in asked if g not in own]
 
 
 def _record_started(

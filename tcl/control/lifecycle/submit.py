@@ -70,6 +70,8 @@ class Submission:
     image: str | None = None
     env: dict[str, str] = field(default_factory=dict)
     secrets: dict[str, str] = field(default_factory=dict, repr=False)  # values: never stored
+    uv_groups: list[str] = field(default_factory=list)  # the project environment's groups
+    project_env: bool = True  # False: the host's environment (``--host-env``)
     cwd: Path = field(default_factory=Path.cwd)
     code_dir: Path | None = None  # ``--dir``: ship this directory (explicitly, even / or ~)
     max_duration_s: float | None = None
@@ -95,6 +97,8 @@ def submission_from(req: SubmitRequest) -> Submission:
         image=req.image,
         env=req.env,
         secrets=req.secrets,
+        uv_groups=list(req.uv_groups),
+        project_env=req.project_env,
         cwd=Path(req.cwd),
         code_dir=Path(req.code_dir) if req.code_dir is not None else None,
         max_duration_s=req.max_duration_s,
@@ -213,6 +217,8 @@ def stored_request(sub: Submission, cwd: str) -> RunRequest:
         image=sub.image,
         env=dict(sub.env),
         secret_names=sorted(sub.secrets),
+        uv_groups=list(sub.uv_groups),
+        project_env=sub.project_env,
         job=sub.job.key if sub.job else None,
         job_ref=sub.job,
         options=dict(sub.options),
@@ -287,6 +293,8 @@ async def relaunch(ctl: Control, run_id: str, obs: Observer | None = None) -> Su
         image=r.image,
         env=dict(r.env),
         secrets={n: os.environ[n] for n in r.secret_names},
+        uv_groups=list(r.uv_groups),
+        project_env=r.project_env,
         job=r.job_ref,
         options=dict(r.options),
         yes=True,

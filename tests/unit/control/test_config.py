@@ -121,3 +121,19 @@ priority: [a, zz, yy]
         "c.yaml:6: priority.1: unknown host 'zz'",
         "c.yaml:6: priority.2: unknown host 'yy'",
     ]
+
+
+def test_the_seed_s_example_config_loads_as_it_is() -> None:
+    """Seed 000's own example (tests/fixtures/seed000_config.yaml): `uv_groups` on a plain host
+    was an unknown key, so the seed's config did not load."""
+    text = (Path(__file__).parents[2] / "fixtures" / "seed000_config.yaml").read_text()
+    cfg = parse_config(text)
+    assert cfg.ordered_hosts() == ["login1", "workstation", "tpu-pod", "k8s-cluster"]
+    assert cfg.hosts["workstation"].uv_groups == ["cuda12"]
+    assert cfg.hosts["login1"].uv_groups == ["cuda13"]
+
+
+def test_a_uv_group_that_is_no_name_is_an_error_with_its_line() -> None:
+    text = SEED.replace("      h100: 8\n", "      h100: 8\n    uv_groups: ['cuda 12; rm']\n")
+    with pytest.raises(ConfigError, match=r"<config>:\d+: hosts\.workstation\.uv_groups\.0"):
+        parse_config(text)

@@ -53,8 +53,10 @@ def test_a_request_stored_before_it_was_typed_parses() -> None:
     assert r.options == {"down": "true"} and r.job_cwd == "sub/dir"
     assert r.max_duration_s == 3600.0 and r.session is None
     assert r.config_path == "/home/u/.config/tcl/config.yaml" and r.config_named
-    # written back, it holds the same keys and values, plus its version
-    assert r.model_dump(mode="json") == {**STORED_BEFORE_V1, "version": 1}
+    # written back, it holds the same keys and values, plus its version and the later keys'
+    # defaults (the project environment, on)
+    newer = {"version": 1, "uv_groups": [], "project_env": True}
+    assert r.model_dump(mode="json") == {**STORED_BEFORE_V1, **newer}
 
 
 def test_a_request_missing_newer_keys_parses_with_defaults() -> None:

@@ -1,0 +1,204 @@
+"""The job's own environment: the shipped project's ``uv.lock``, built with uv on the host.
+
+A job whose shipped tree holds a uv project (``pyproject.toml`` with its ``uv.lock``, found
+from the job's directory up to the tree's root) runs with that project's environment, not the
+runner's: ``uv sync --frozen`` builds it once per host under ``<envs>/<key>``, the key a hash
+of the lock, the pyproject, ``.python-version``, the groups and the platform, so every later
+run (and every node sharing the directory) reuses it; uv's cache is shared between builds.
+The project itself is not installed into it (its tree changes with every submit): its root,
+and ``src/`` where it has one, lead the job's ``PYTHONPATH``, as an editable install would.
+
+The runner starts the job as ``python -I -m tcl.runner.projectenv --root R --envs D [--group
+G] -- ARGV``: this module builds (or finds) the environment under a lock, its progress on the
+job's own log, then ``exec``s ARGV with the environment's ``bin`` first on ``PATH``: the job
+keeps its pid and its process group, a stop during the build stops uv, and a build that fails
+ends the job with uv's last lines before anything of the job ran.
+
+Without a uv project the job runs as before, with the host's environment.
+Standard library only (it runs before the job, on the job's critical path).
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from collections import deque
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+PYPROJECT = "pyproject.toml"
+LOCK = "uv.lock"
+PYTHON_VERSION = ".python-version"
+READY = ".tcl-ready"  # written once the environment is complete
+UV_ENV = "TCL_RUNNER_UV"  # the uv to use (default: the one installed with tcl, else PATH's)
+BUILD_FAILED = 3  # the job's exit code when its environment cannot be built
+TAIL_LINES = 20
+
+
+def find_project(job_dir: Path, top: Path) -> Path | None:
+    """The nearest directory from ``job_dir`` up to ``top`` with a pyproject.toml and its
+    uv.lock (None: the job is not in a locked uv project)."""
+    here = job_dir
+    while True:
+        if (here / PYPROJECT).is_file() and (here / LOCK).is_file():
+            return here
+        if here == top or here.parent == here or top not in here.parents:
+            return None
+        here = here.parent
+
+
+def env_key(root: Path, groups: Sequence[str]) -> str:
+    """What the environment depends on: the lock, the pyproject (its requires-python and
+    groups), the pinned Python, the groups asked for and the platform."""
+    h = hashlib.sha256()
+    for name in (LOCK, PYPROJECT, PYTHON_VERSION):
+        h.update(name.encode() + b"\0")
+        try:
+            h.update((root / name).read_bytes())
+        except FileNotFoundError:
+            h.update(b"-")
+        h.update(b"\0")
+    for group in sorted(set(groups)):
+        h.update(b"group\0" + group.encode() + b"\0")
+    h.update(f"{sys.platform}\0{platform.machine()}".encode())
+    return h.hexdigest()[:24]
+
+
+def uv_binary() -> str | None:
+    """The uv to build with: ``$TCL_RUNNER_UV``, the one installed with tcl, else PATH's."""
+    chosen = os.environ.get(UV_ENV)
+    if chosen:
+        return chosen
+    beside = Path(sys.executable).parent / "uv"  # the `uv` distribution, a dependency of tcl
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
+    return shutil.which("uv")
+
+
+def job_env_of(env_dir: Path, root: Path, base: Mapping[str, str]) -> dict[str, str]:
+    """``base`` with the environment active: its ``bin`` first on PATH, ``VIRTUAL_ENV`` set,
+    the project's root (and ``src/``) leading ``PYTHONPATH``."""
+    env = dict(base)
+    env.pop("PYTHONHOME", None)
+    env["VIRTUAL_ENV"] = str(env_dir)
+    env["PATH"] = os.pathsep.join(p for p in (str(env_dir / "bin"), base.get("PATH", "")) if p)
+    paths = [str(root)]
+    if (root / "src").is_dir():
+        paths.append(str(root / "src"))
+    if base.get("PYTHONPATH"):
+        paths.append(base["PYTHONPATH"])
+    env["PYTHONPATH"] = os.pathsep.join(paths)
+    return env
+
+
+class BuildFailed(Exception):
+    def __init__(self, code: int, tail: list[str]) -> None:
+        super().__init__(f"uv sync exited with {code}")
+        self.code = code
+        self.tail = tail
+
+
+def build(root: Path, envs: Path, groups: Sequence[str], uv: str) -> tuple[Path, bool]:
+    """The environment of the project at ``root`` (built now, or found built): its path, and
+    whether this call built it. uv's output goes to stderr as it comes."""
+    key = env_key(root, groups)
+    target = envs / key
+    if (target / READY).is_file():
+        return target, False
+    envs.mkdir(parents=True, exist_ok=True, mode=0o700)
+    with open(envs / f"{key}.lock", "ab") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one build per key on the host; others wait for it
+        if (target / READY).is_file():
+            return target, False  # built by another job while this one waited
+        shutil.rmtree(target, ignore_errors=True)  # what a killed build left
+        argv = [uv, "sync", "--frozen", "--no-install-project"]
+        for group in groups:
+            argv += ["--group", group]
+        env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONHOME")}
+        env["UV_PROJECT_ENVIRONMENT"] = str(target)
+        tail: deque[str] = deque(maxlen=TAIL_LINES)
+        proc = subprocess.Popen(
+            argv,
+            cwd=root,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+        assert proc.stdout is not None
+        for raw in proc.stdout:
+            line = raw.decode(errors="replace").rstrip("\n")
+            tail.append(line)
+            print(line, file=sys.stderr, flush=True)
+        code = proc.wait()
+        if code != 0:
+            shutil.rmtree(target, ignore_errors=True)
+            raise BuildFailed(code, list(tail))
+        (target / READY).write_text(f"{' '.join(argv)}\n")
+    return target, True
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m tcl.runner.projectenv")
+    p.add_argument("--root", type=Path, required=True, help="the uv project's directory")
+    p.add_argument("--envs", type=Path, required=True, help="where the host keeps environments")
+    p.add_argument("--group", action="append", default=[], help="a dependency group to sync")
+    p.add_argument("argv", nargs=argparse.REMAINDER, help="-- the job's command")
+    return p
+
+
+def main(args_in: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(args_in)
+    argv = list(args.argv)
+    if argv and argv[0] == "--":
+        argv = argv[1:]
+    if not argv:
+        print("tcl: no command to run", file=sys.stderr)
+        return 2
+    uv = uv_binary()
+    if uv is None:
+        print("tcl: uv is not installed on this host: the job runs in the host's environment")
+        return _exec(argv, dict(os.environ))
+    groups = f" with groups {', '.join(args.group)}" if args.group else ""
+    t0 = time.monotonic()
+    try:
+        env_dir, built = build(args.root, args.envs, args.group, uv)
+    except BuildFailed as e:
+        print(
+            f"tcl: the job's environment could not be built (uv sync{groups} exited with "
+            f"{e.code}); the job did not start. uv said:",
+            file=sys.stderr,
+        )
+        for line in e.tail[-5:]:
+            print(f"  {line}", file=sys.stderr)
+        last = next((ln for ln in reversed(e.tail) if ln.strip()), "")
+        print(f"tcl: environment build failed: {last.strip()}", file=sys.stderr, flush=True)
+        return BUILD_FAILED
+    except OSError as e:
+        print(f"tcl: environment build failed: {e}", file=sys.stderr, flush=True)
+        return BUILD_FAILED
+    took = time.monotonic() - t0
+    how = f"built in {took:.1f} s" if built else "reused"
+    print(f"tcl: the project's environment{groups}: {env_dir.name} ({how})", flush=True)
+    return _exec(argv, job_env_of(env_dir, args.root, os.environ))
+
+
+def _exec(argv: list[str], env: dict[str, str]) -> int:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execvpe(argv[0], argv, env)
+    except OSError as e:
+        print(f"tcl: cannot start {argv[0]}: {e}", file=sys.stderr, flush=True)
+        return 127
+
+
+if __name__ == "__main__":
+    sys.exit(main())
