@@ -9,7 +9,6 @@ import sys
 import threading
 import time
 import types
-import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +23,8 @@ from tcl.remote.errors import (
     WorkerRefused,
     WorkerUnverified,
 )
+from tcl.remote.outcome import Outcome
+from tcl.remote.writeback import write_back
 
 # After an INTERRUPT, how long to wait for the worker's KeyboardInterrupt before giving up.
 INTERRUPT_GRACE_S = 10.0
@@ -58,10 +59,6 @@ def last_call_stats() -> CallStats:
 def _record(stats: CallStats) -> None:
     _last.stats = stats
     _last_any[0] = stats
-
-
-class ConflictWarning(UserWarning):
-    """A global changed locally while the call ran: the remote value was not written back."""
 
 
 def _handshake(chan: wire.Channel, token: str) -> wire.Proof:
@@ -154,53 +151,6 @@ def _wait_reply(chan: wire.Channel) -> tuple[bytes, bytes]:
     raise interrupted
 
 
-def _apply(g: dict[str, Any], name: str, new: Any) -> None:
-    """Write `new` into `g[name]`, in place where that keeps aliases working."""
-    old = g.get(name)
-    if isinstance(old, list) and isinstance(new, list):
-        old[:] = new
-    elif isinstance(old, dict | set) and type(new) is type(old):
-        old.clear()
-        old.update(new)
-    elif old is not None and _same_ndarray(old, new):
-        old[...] = new
-    else:
-        g[name] = new
-
-
-def _same_ndarray(old: Any, new: Any) -> bool:
-    np = sys.modules.get("numpy")
-    return (
-        np is not None
-        and type(old) is np.ndarray
-        and type(new) is np.ndarray
-        and old.shape == new.shape
-        and old.dtype == new.dtype
-        and bool(old.flags.writeable)
-    )
-
-
-def write_back(shipment: Shipment, changed: dict[str, Any], stats: CallStats) -> None:
-    """Apply the remote changes unless the local value moved on meanwhile (a conflict)."""
-    g = shipment.fn.__globals__
-    stats.changed = sorted(changed)
-    for name in stats.changed:
-        was = shipment.local_digests.get(name, "absent")
-        now = payload.digest(g[name]) if name in g else "absent"
-        if was != now:
-            stats.conflicts.append(name)
-            continue
-        _apply(g, name, changed[name])
-        stats.written.append(name)
-    if stats.conflicts:
-        warnings.warn(
-            f"tcl.remote: {', '.join(stats.conflicts)} changed locally while "
-            f"{shipment.fn.__qualname__} ran remotely; the remote values were not written back",
-            ConflictWarning,
-            stacklevel=4,
-        )
-
-
 def exchange(conn: socket.socket, shipment: Shipment, *, token: str) -> Any:
     """Run a prepared call over `conn` (closed afterwards) and return its value."""
     stats = CallStats()
@@ -221,9 +171,10 @@ def exchange(conn: socket.socket, shipment: Shipment, *, token: str) -> Any:
         _record(stats)
     if kind == wire.ERROR:
         raise _remote_exception(body)
-    result, changed = payload.loads(body)
-    write_back(shipment, changed, stats)
-    return result
+    done = payload.loads(body)
+    if not isinstance(done, Outcome):
+        raise ProtocolError(f"the worker's reply is a {type(done).__name__}, not an Outcome")
+    return write_back(shipment, done, stats)
 
 
 def call(

@@ -161,6 +161,11 @@ class Shipment:
     names: list[str]
     body: bytes
     local_digests: dict[str, bytes | None] = field(default_factory=dict)
+    # the objects the call was given: the tracked globals' (an identity a rebinding to one of
+    # them keeps) and the arguments (mutated in place when the call mutated its copies)
+    local_objects: dict[str, Any] = field(default_factory=dict)
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
 
 
 def prepare(fn: types.FunctionType, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Shipment:
@@ -177,4 +182,13 @@ def prepare(fn: types.FunctionType, args: tuple[Any, ...], kwargs: dict[str, Any
         }
         raise UnpicklableError(failures) from e
     # Digested after pickling, in this process: the write-back compares against these.
-    return Shipment(fn, names, body, payload.digests(fn.__globals__, names))
+    g = fn.__globals__
+    return Shipment(
+        fn,
+        names,
+        body,
+        payload.digests(g, names),
+        {n: g[n] for n in names if n in g},
+        args,
+        kwargs,
+    )

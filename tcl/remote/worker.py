@@ -22,7 +22,7 @@ import time
 import traceback
 from typing import Any
 
-from tcl.remote import gate, payload, wire
+from tcl.remote import gate, outcome, payload, wire
 from tcl.remote.errors import ProtocolError
 
 FLUSH_INTERVAL_S = 0.05
@@ -141,18 +141,10 @@ def _run_call(conn: _Conn, body: bytes) -> None:
             # mtime None: linecache.checkcache keeps the entry (it is how IPython keeps cells).
             linecache.cache[path] = (sum(map(len, lines)), None, lines, path)
         g: dict[str, Any] = fn.__globals__
-        keys_before = set(g)
-        before = payload.digests(g, names)
+        was = outcome.before(g, names, args, kwargs)
         result = fn(*args, **kwargs)
         conn.finish_call()
-        changed = {
-            n: g[n]
-            for n in set(names) | (set(g) - keys_before)
-            if n in g
-            and not n.startswith("__")
-            and not payload.untracked(g[n])
-            and (n not in before or before[n] is None or payload.digest(g[n]) != before[n])
-        }
+        done = outcome.after(g, names, was, result, args, kwargs)
     except BaseException as e:  # the user's code may raise anything, SystemExit included
         conn.finish_call()
         sys.stdout, sys.stderr = saved
@@ -161,7 +153,7 @@ def _run_call(conn: _Conn, body: bytes) -> None:
     finally:
         sys.stdout, sys.stderr = saved
     try:
-        out = payload.dumps((result, changed))
+        out = payload.dumps(done)
     except Exception as e:
         _send_error(chan, e, note="the result or a changed global could not be pickled")
         return

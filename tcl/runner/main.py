@@ -58,6 +58,13 @@ def _parser() -> argparse.ArgumentParser:
             "(default: $TCL_RUNNER_CODE_CACHE; none: extract each upload)",
         )
         sp.add_argument(
+            "--env-dir",
+            type=Path,
+            default=_env_path("TCL_RUNNER_ENV_DIR"),
+            help="where this host keeps the jobs' uv project environments, shared by its "
+            "runners (default: $TCL_RUNNER_ENV_DIR, else <code-cache>/envs, else the state dir)",
+        )
+        sp.add_argument(
             "--premounted-code",
             metavar="SHA256",
             default=os.environ.get("TCL_RUNNER_PREMOUNTED_CODE") or None,
@@ -145,7 +152,9 @@ def _config(args: argparse.Namespace) -> RunnerConfig:
         # the host, and mounted into a docker executor's containers, like the code cache
         compile_cache_dir=cache / COMPILE_CACHE if cache else None,
         # the jobs' project environments, shared by the host's runners like the code trees
-        project_env_dir=cache / PROJECT_ENVS if cache else None,
+        project_env_dir=(
+            args.env_dir.resolve() if args.env_dir else cache / PROJECT_ENVS if cache else None
+        ),
         premounted_code=args.premounted_code,
         end_orphans=become_subreaper(),
         stop_grace_s=args.stop_grace_s,

@@ -33,8 +33,9 @@ from typing import Any
 import docker.errors
 import pytest
 
-from tests.integration.tclcli import TCL, TclEnv
+from tests.integration.tclcli import TCL, TclEnv, run_tcl
 from tests.testbed import SshTestbed
+from tests.uvproject import DEP, GROUP, GROUP_DEP, make_project
 
 VENV = str(Path(sys.executable).parent.parent)
 N_LINES = 400
@@ -113,7 +114,8 @@ hosts:
   dead: {{type: ssh, ssh: 127.0.0.1, port: {_free_port()}, {common}}}
   gpu-a100: {{type: ssh, ssh: 10.213.0.11, proxy_jump: "127.0.0.1:2222", {common},
              shim_port: {_free_port()},
-             shim_dir: {shim_dirs["gpu-a100"]}, executor: process, fake_accelerators: "a100:4"}}
+             shim_dir: {shim_dirs["gpu-a100"]}, executor: process, fake_accelerators: "a100:4",
+             uv_groups: [{GROUP}]}}
   gpu-h100: {{type: ssh, ssh: 127.0.0.1, port: 2222, {common}, shim_port: {_free_port()},
              shim_dir: {shim_dirs["gpu-h100"]}, executor: docker, fake_accelerators: "h100:8",
              image: "{runner_image}"}}
@@ -152,6 +154,22 @@ def test_a100_job_runs_inside_the_netns_host_through_a_jump(e2e: Env) -> None:
     assert res.stdout.split() == ["10.213.0.11"], res.stderr  # the job ran inside infra-h1
     assert "started on gpu-a100 (accelerators 0)" in res.stderr
     assert "skipped dead: unreachable" in res.stderr
+
+
+def test_a_uv_project_s_job_runs_in_its_environment_on_a_process_host(
+    e2e: Env, tmp_path: Path
+) -> None:
+    """Built on the host (inside its network namespace) from the shipped uv.lock, with the
+    host's `uv_groups`; the job's python is that environment's, not the shim's venv."""
+    repo = make_project(tmp_path / "uvrepo")
+    offline = ["--env", "UV_PYTHON_DOWNLOADS=never", "--env", "UV_OFFLINE=1"]
+    argv = ["submit", "--chip", "a100", *offline, "--", "python", "job.py"]
+    res = run_tcl(argv, e2e.env(), repo)
+    assert "started on gpu-a100" in res.stderr, res.stderr
+    assert f"{DEP} yes" in res.stdout and f"{GROUP_DEP} yes" in res.stdout, res.stdout
+    assert "dep says from the project's lock" in res.stdout
+    assert f"python {e2e.shim_dirs['gpu-a100']}" in res.stdout  # under the shim's code cache
+    assert f"python {VENV}\n" not in res.stdout
 
 
 def test_nothing_fits_lists_each_host(e2e: Env) -> None:

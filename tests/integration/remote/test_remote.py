@@ -12,11 +12,12 @@ import time
 import pytest
 
 from tcl.remote import wire
-from tcl.remote.call import ConflictWarning, exchange
+from tcl.remote.call import exchange
 from tcl.remote.capture import prepare
 from tcl.remote.decorator import remote
 from tcl.remote.errors import UnpicklableError, VersionMismatch, WorkerRefused
 from tcl.remote.local import SubprocessSession
+from tcl.remote.writeback import ConflictWarning
 from tests.integration.remote.conftest import WORKER_HASHSEED, CountingSession
 from tests.unit.remote.conftest import notebook
 

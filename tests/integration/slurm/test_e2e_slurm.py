@@ -10,6 +10,7 @@ node's PATH, never inside the runner's venv.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -21,8 +22,9 @@ from typing import Any
 
 import pytest
 
-from tests.integration.tclcli import TCL, TclEnv
+from tests.integration.tclcli import TCL, TclEnv, run_tcl
 from tests.testbed import SlurmCluster
+from tests.uvproject import GROUP, GROUP_DEP, make_project
 
 pytestmark = [pytest.mark.integration, pytest.mark.slurm]
 
@@ -105,6 +107,22 @@ def test_two_nodes_one_jax_job_psum(e2e: Env) -> None:
     logs = e2e.tcl("logs", runs[0]["run_id"]).stdout
     assert "[node 0] rank 0/2 psum=3.0" in logs and "[node 1] rank 1/2 psum=3.0" in logs, logs
     assert e2e.tcl("logs", "--node", "1", runs[0]["run_id"]).stdout.count("psum=") == 1
+
+
+def test_a_uv_project_s_two_nodes_share_one_environment_built_once(
+    e2e: Env, tmp_path: Path
+) -> None:
+    """The job's environment is built from its uv.lock in the cluster's shared `work`, once:
+    the other node waits for it and reuses it (issue 30)."""
+    repo = make_project(tmp_path / "uvrepo")
+    offline = ["--env", "UV_PYTHON_DOWNLOADS=never", "--env", "UV_OFFLINE=1"]
+    argv = ["submit", "--chip", "h100", "-n", "8", "--group", GROUP, *offline]
+    res = run_tcl([*argv, "--", "python", "job.py"], e2e.env(), repo, timeout=240)
+    out = res.stdout + res.stderr
+    pythons = set(re.findall(r"python (\S+)", out))
+    assert len(pythons) == 1 and "/tcl/envs/" in next(iter(pythons)), out
+    assert out.count(f"{GROUP_DEP} yes") == 2 and out.count("dep says from") == 2, out
+    assert out.count("(built in") == 1 and out.count("(reused)") == 1, out
 
 
 def test_bad_partition_or_gres_is_one_clear_error_and_no_job(e2e: Env) -> None:

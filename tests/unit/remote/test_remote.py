@@ -63,6 +63,7 @@ def test_the_worker_imports_only_the_stdlib_and_cloudpickle() -> None:
         "tcl.remote",
         "tcl.remote.errors",
         "tcl.remote.gate",
+        "tcl.remote.outcome",
         "tcl.remote.payload",
         "tcl.remote.wire",
         "tcl.remote.worker",

@@ -145,6 +145,8 @@ def render(s: BatchScript) -> str:
     if s.code:
         runner += ["--code", inside(s, s.code)]
     runner += ["--spec", inside(s, s.spec)]
+    if s.work:  # the jobs' project environments, built once for every node and later run
+        runner += ["--env-dir", inside(s, f"{s.work}/tcl/envs")]
     binds = [(s.work, CONTAINER_MOUNT)] if s.container == "charliecloud" and s.work else []
     if s.container in ("pyxis", "apptainer") and s.work:
         binds = [(s.work, s.work)]
