@@ -4,6 +4,7 @@ output live, then write the changed globals back (or re-raise the remote excepti
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import socket
 import sys
 import threading
@@ -15,6 +16,7 @@ from typing import Any
 from tcl.remote import payload, wire
 from tcl.remote.capture import Shipment, prepare
 from tcl.remote.errors import (
+    BlobsMissing,
     ProtocolError,
     RemoteCallFailed,
     RemoteError,
@@ -151,6 +153,21 @@ def _wait_reply(chan: wire.Channel) -> tuple[bytes, bytes]:
     raise interrupted
 
 
+# Per worker (its session's token, digested): the arrays it was sent (``payload.dumps_call``).
+_sent: dict[bytes, set[bytes]] = {}
+_sent_lock = threading.Lock()
+
+
+def _sent_arrays(token: str) -> set[bytes]:
+    with _sent_lock:
+        return _sent.setdefault(hashlib.sha256(token.encode()).digest(), set())
+
+
+def _lacks_arrays(body: bytes) -> bool:
+    info, _ = wire.unpack_error(body)
+    return info.get("type") == BlobsMissing.__qualname__
+
+
 def exchange(conn: socket.socket, shipment: Shipment, *, token: str) -> Any:
     """Run a prepared call over `conn` (closed afterwards) and return its value."""
     stats = CallStats()
@@ -160,10 +177,23 @@ def exchange(conn: socket.socket, shipment: Shipment, *, token: str) -> Any:
         conn.settimeout(HANDSHAKE_TIMEOUT_S)
         proof = _handshake(chan, token)
         conn.settimeout(None)  # a call may print nothing for hours
-        chan.send(wire.CALL, shipment.body, after=proof)
-        stats.bytes_sent = len(shipment.body)
+        sent = _sent_arrays(token)
+        with _sent_lock:
+            lacking = {d: a for d, a in shipment.blobs.items() if d not in sent}
+        request = payload.dumps((lacking, shipment.body))
+        chan.send(wire.CALL, request, after=proof)
+        stats.bytes_sent = len(request)
         received_before = chan.bytes_received
         kind, body = _wait_reply(chan)
+        if kind == wire.ERROR and _lacks_arrays(body):
+            # the worker dropped an array it was sent (its cache is bounded): all of them again
+            request = payload.dumps((shipment.blobs, shipment.body))
+            chan.send(wire.CALL, request)
+            stats.bytes_sent += len(request)
+            kind, body = _wait_reply(chan)
+        if kind == wire.RESULT:
+            with _sent_lock:
+                sent.update(shipment.blobs)
         stats.bytes_received = chan.bytes_received - received_before
     finally:
         chan.close()

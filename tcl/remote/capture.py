@@ -166,6 +166,8 @@ class Shipment:
     local_objects: dict[str, Any] = field(default_factory=dict)
     args: tuple[Any, ...] = ()
     kwargs: dict[str, Any] = field(default_factory=dict)
+    # its large arrays by digest, left out of ``body``: sent to a worker that lacks them
+    blobs: dict[bytes, Any] = field(default_factory=dict)
 
 
 def prepare(fn: types.FunctionType, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Shipment:
@@ -175,7 +177,7 @@ def prepare(fn: types.FunctionType, args: tuple[Any, ...], kwargs: dict[str, Any
     sources = _pseudo_sources(fn, names) if by_value else {}
     try:
         # One pickling in the common case; the per-name diagnosis only runs when it fails.
-        body = payload.dumps((fn, args, kwargs, names, sources))
+        body, blobs = payload.dumps_call((fn, args, kwargs, names, sources))
     except Exception as e:
         failures = diagnose(fn, names, args, kwargs) or {
             f"function {fn.__qualname__!r}": f"cannot be pickled: {type(e).__name__}: {e}"
@@ -191,4 +193,5 @@ def prepare(fn: types.FunctionType, args: tuple[Any, ...], kwargs: dict[str, Any
         {n: g[n] for n in names if n in g},
         args,
         kwargs,
+        blobs,
     )

@@ -39,6 +39,11 @@ class ProtocolError(RemoteError):
     """The peer sent something the protocol does not allow, or the connection broke."""
 
 
+class BlobsMissing(RemoteError):
+    """The worker lacks an array the call refers to by digest (dropped, or never sent to this
+    worker): the client sends the call again with its arrays."""
+
+
 class RemoteCallFailed(RemoteError):
     """The remote function raised an exception that could not be rebuilt locally."""
 

@@ -26,6 +26,8 @@ from tcl.remote import gate, outcome, payload, wire
 from tcl.remote.errors import ProtocolError
 
 FLUSH_INTERVAL_S = 0.05
+# The session's arrays sent once (tcl.remote.payload): at most this many bytes are kept.
+_BLOBS = payload.BlobCache(int(os.environ.get("TCL_REMOTE_BLOB_CACHE_BYTES") or 4 << 30))
 
 
 def _log(msg: str) -> None:
@@ -136,7 +138,11 @@ def _run_call(conn: _Conn, body: bytes) -> None:
     saved = sys.stdout, sys.stderr
     sys.stdout, sys.stderr = streams
     try:
-        fn, args, kwargs, names, sources = payload.loads(body)
+        blobs, call = payload.loads(body)
+        for digest, value in blobs.items():
+            _BLOBS.add(digest, value)
+        used: dict[bytes, Any] = {}
+        fn, args, kwargs, names, sources = payload.loads_call(call, _BLOBS, used)
         for path, lines in sources.items():
             # mtime None: linecache.checkcache keeps the entry (it is how IPython keeps cells).
             linecache.cache[path] = (sum(map(len, lines)), None, lines, path)
@@ -145,6 +151,7 @@ def _run_call(conn: _Conn, body: bytes) -> None:
         result = fn(*args, **kwargs)
         conn.finish_call()
         done = outcome.after(g, names, was, result, args, kwargs)
+        _BLOBS.drop_changed(used)
     except BaseException as e:  # the user's code may raise anything, SystemExit included
         conn.finish_call()
         sys.stdout, sys.stderr = saved

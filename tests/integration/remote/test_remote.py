@@ -12,7 +12,7 @@ import time
 import pytest
 
 from tcl.remote import wire
-from tcl.remote.call import exchange
+from tcl.remote.call import exchange, last_call_stats
 from tcl.remote.capture import prepare
 from tcl.remote.decorator import remote
 from tcl.remote.errors import UnpicklableError, VersionMismatch, WorkerRefused
@@ -274,3 +274,76 @@ def test_round_trip_time(session: CountingSession) -> None:
     per_call = (time.monotonic() - started) / 10
     print(f"round trip through SubprocessSession: {per_call * 1000:.1f} ms")
     assert per_call < 2.0
+
+
+def test_a_200_mib_argument_is_sent_once_across_three_calls(session: CountingSession) -> None:
+    ns = notebook(
+        """
+        import numpy as np
+        big = np.arange(50 * MiB, dtype=np.float32)  # 200 MiB
+
+        def total(a, k):
+            return float(a[::4096].sum()) + k
+        """,
+        {"__name__": "__main__", "MiB": MiB},
+    )
+    f = remote(ns["total"])
+    want = float(ns["big"][::4096].sum())
+    sent = []
+    for k in range(3):
+        assert f(ns["big"], k) == want + k
+        assert f.last_stats is not None
+        sent.append(f.last_stats.bytes_sent)
+    assert sent[0] > 200 * MiB and max(sent[1:]) < MiB, sent  # then by digest only
+
+
+def test_an_array_changed_by_the_call_or_here_is_sent_again(session: CountingSession) -> None:
+    ns = notebook(
+        """
+        import numpy as np
+        arr = np.zeros(2 * MiB, dtype=np.uint8)
+
+        def bump(a):
+            a[0] += 1
+            return int(a[0])
+        """,
+        {"__name__": "__main__", "MiB": MiB},
+    )
+    f = remote(ns["bump"])
+    assert f(ns["arr"]) == 1 and ns["arr"][0] == 1  # the caller's array, mutated in place
+    assert f(ns["arr"]) == 2 and ns["arr"][0] == 2  # not the worker's stale copy
+    assert f.last_stats is not None and f.last_stats.bytes_sent > 2 * MiB  # its content changed
+    ns["arr"][1] = 7  # changed here: a new digest, sent again
+    assert f(ns["arr"]) == 3 and f.last_stats.bytes_sent > 2 * MiB
+    # back to the first content: the worker's copy of it was changed by the first call, so it
+    # must not answer for it any more
+    ns["arr"][:] = 0
+    assert f(ns["arr"]) == 1 and f.last_stats.bytes_sent > 2 * MiB
+
+
+def test_a_worker_that_dropped_an_array_gets_it_again() -> None:
+    """Its cache is bounded (`TCL_REMOTE_BLOB_CACHE_BYTES`): a call that refers to a dropped
+    array is answered "missing", and the client sends the call again with its arrays."""
+    worker = SubprocessSession(env={"TCL_REMOTE_BLOB_CACHE_BYTES": str(3 * MiB)})
+    try:
+        ns = notebook(
+            """
+            import numpy as np
+            one = np.ones(2 * MiB, dtype=np.uint8)
+            two = np.full(2 * MiB, 2, dtype=np.uint8)
+
+            def first(a):
+                return int(a[0])
+            """,
+            {"__name__": "__main__", "MiB": MiB},
+        )
+        results, sent = [], []
+        for arr in ("one", "two", "one"):  # "two" pushes "one" out of the worker's cache
+            conn, token = worker.connect()
+            shipment = prepare(ns["first"], (ns[arr],), {})
+            results.append(exchange(conn, shipment, token=token))
+            sent.append(last_call_stats().bytes_sent)
+        assert results == [1, 2, 1]
+        assert min(sent) > 2 * MiB, sent  # the third call sent "one" again, when told
+    finally:
+        worker.close()

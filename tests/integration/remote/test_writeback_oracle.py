@@ -79,9 +79,7 @@ def _state(ns: dict[str, Any]) -> dict[str, Any]:
         "absent": sorted(set(NAMES) - set(present)),
         "values": {n: _value(ns[n]) for n in present},
         # which names are one object: the identity relations Python gives locally
-        "same": sorted(
-            (p, q) for p, q in itertools.combinations(present, 2) if ns[p] is ns[q]
-        ),
+        "same": sorted((p, q) for p, q in itertools.combinations(present, 2) if ns[p] is ns[q]),
     }
 
 
