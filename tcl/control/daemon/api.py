@@ -45,6 +45,9 @@ class Identity(_Strict):
     db: str  # a hash of the state store's URL
     home: str
     ssh_agent: str  # $SSH_AUTH_SOCK
+    # where its tcl package is: another install (a tool install, a project's venv) of the same
+    # version shares the daemon; of another version it is refused, never replaced
+    root: str = ""
 
 
 class Health(_Strict):

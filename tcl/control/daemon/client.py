@@ -27,7 +27,7 @@ from tcl.control.daemon.api import (
     Status,
     SubmitRequest,
 )
-from tcl.control.daemon.identity import current_identity, daemon_dir
+from tcl.control.daemon.identity import current_identity, daemon_dir, refusal, shares
 from tcl.control.detached import ensure_started, spawn_until, stop_pid
 from tcl.control.errors import AgentError, DaemonError
 from tcl.localsock import PeerError, UnixHTTPConnection
@@ -156,9 +156,10 @@ def _health(path: Path) -> tuple[Health, int] | None:
 
 
 def _answering(base: Path, want: Identity | None = None) -> DaemonClient | None:
-    """A client for this state dir's daemon if it answers (and, given ``want``, runs with it)."""
+    """A client for this state dir's daemon if it answers (and, given ``want``, may be used by
+    a client of it: :func:`tcl.control.daemon.identity.shares`)."""
     found = _health(base / SOCKET)
-    if found is None or (want is not None and found[0].identity != want):
+    if found is None or (want is not None and not shares(found[0].identity, want)):
         return None
     return DaemonClient(base / SOCKET, found[1])
 
@@ -178,9 +179,12 @@ def ensure_daemon(idle_exit_s: float | None = None) -> DaemonClient:
         idle_exit_s = float(os.environ.get("TCL_SERVE_IDLE_EXIT_S", DEFAULT_IDLE_EXIT_S))
 
     def start() -> DaemonClient:
-        old = running_daemon(base)
-        if old is not None:  # another version, or started for another home or database
-            stop_pid(old.pid)
+        found = _health(base / SOCKET)
+        if found is not None:  # other code, or started for another home or database
+            why = refusal(found[0].identity, want)
+            if why is not None:
+                raise DaemonError(why)
+            stop_pid(found[1])
         return _start(base, want, idle_exit_s)
 
     return ensure_started(base, lambda: _answering(base, want), start, "tcl serve", START_TIMEOUT_S)

@@ -176,3 +176,66 @@ def test_ctrl_c_before_the_run_starts_cancels_it_in_the_daemon(home: Path) -> No
     _, body = _get(home, "/api/status")
     assert json.loads(body)["streams"] == 0
     mute.close()
+
+
+def _other_install(tmp_path: Path, version: str | None = None) -> Path:
+    """A second copy of the tcl package (as a project's venv next to a tool install has),
+    optionally of another version: run with it first on PYTHONPATH."""
+    import shutil
+
+    import tcl
+
+    root = tmp_path / f"other-{version or 'same'}"
+    shutil.copytree(
+        Path(tcl.__file__).parent, root / "tcl", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    if version is not None:
+        init = root / "tcl" / "__init__.py"
+        text = init.read_text()
+        init.write_text(
+            text.replace(f'__version__ = "{tcl.__version__}"', f'__version__ = "{version}"')
+        )
+    return root
+
+
+def _tcl_from(root: Path, home: Path, *args: str) -> CompletedProcess[str]:
+    import subprocess
+    import sys
+
+    env = {**user_env(home, None), "PYTHONPATH": str(root)}
+    code = "import sys; from tcl.cli.main import main; sys.argv[0] = 'tcl'; main()"
+    return subprocess.run(
+        [sys.executable, "-c", code, *args],
+        cwd=home / "work",
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_another_install_of_the_same_version_shares_the_daemon(home: Path, tmp_path: Path) -> None:
+    """A tool install and a project's venv (for `@tcl.remote`) used to replace each other's
+    daemon on every command, dropping its warm connections (issue 30)."""
+    assert _tcl(home, "submit", "-d", "--", "true").returncode == 0
+    first = _pid(home)
+    other = _other_install(tmp_path)
+    res = _tcl_from(other, home, "submit", "--", "python3", "-c", "print('from the other')")
+    assert res.returncode == 0 and res.stdout == "from the other\n", res.stderr
+    assert _pid(home) == first  # shared, not replaced
+    assert _tcl(home, "submit", "--", "true").returncode == 0 and _pid(home) == first
+
+
+def test_another_install_of_another_version_is_refused_not_replacing_it(
+    home: Path, tmp_path: Path
+) -> None:
+    assert _tcl(home, "submit", "-d", "--", "true").returncode == 0
+    first = _pid(home)
+    other = _other_install(tmp_path, "0.0.0+other")
+    res = _tcl_from(other, home, "submit", "--", "python3", "-c", "print('in process')")
+    # said, and the submit runs from its own process (as when no daemon can start)
+    assert "a tcl serve of tcl " in res.stderr and "this is tcl 0.0.0+other" in res.stderr
+    assert "not compatible" in res.stderr and "submitting from this process" in res.stderr
+    assert res.returncode == 0 and res.stdout == "in process\n", res.stderr
+    assert _pid(home) == first and _alive(first)  # left running
