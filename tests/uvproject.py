@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import importlib.metadata
 import os
 import subprocess
 import zipfile
@@ -46,11 +47,14 @@ def _digest(data: bytes) -> str:
     return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
 
 
-def make_wheel(dest: Path, name: str, version: str, source: str) -> Path:
-    """A pure-Python wheel of one module ``name`` (as a package built it would be)."""
+def make_wheel(
+    dest: Path, name: str, version: str, source: str = "", modules: dict[str, bytes] | None = None
+) -> Path:
+    """A pure-Python wheel of the package ``name`` (``source`` its ``__init__.py``, or
+    ``modules`` its files by path), as a build of it would be."""
     info = f"{name}-{version}.dist-info"
     files = {
-        f"{name}/__init__.py": source.encode(),
+        **(modules or {f"{name}/__init__.py": source.encode()}),
         f"{info}/METADATA": (
             f"Metadata-Version: 2.1\nName: {name.replace('_', '-')}\nVersion: {version}\n"
         ).encode(),
@@ -74,12 +78,32 @@ def uv_env() -> dict[str, str]:
     return {**os.environ, "UV_PYTHON_DOWNLOADS": "never", "UV_OFFLINE": "1"}
 
 
-def make_project(root: Path) -> Path:
-    """The project at ``root``, locked (as its user would commit it)."""
+def installed_wheel(dest: Path, dist: str) -> tuple[str, Path]:
+    """A wheel of the installed pure-Python distribution ``dist`` (its version, the file)."""
+    d = importlib.metadata.distribution(dist)
+    modules = {
+        str(f): Path(str(d.locate_file(f))).read_bytes()
+        for f in d.files or []
+        if ".dist-info/" not in str(f) and str(f).endswith(".py")
+    }
+    return d.version, make_wheel(dest, dist, d.version, modules=modules)
+
+
+def make_project(root: Path, remote: bool = False) -> Path:
+    """The project at ``root``, locked (as its user would commit it). ``remote``: it depends
+    on cloudpickle too (this installation's version, as a project using `@tcl.remote` does)."""
     root.mkdir(parents=True, exist_ok=True)
     make_wheel(root / "wheels", DEP, "0.1.0", 'HELLO = "from the project\'s lock"\n')
     make_wheel(root / "wheels", GROUP_DEP, "0.1.0", "X = 1\n")
-    (root / "pyproject.toml").write_text(PYPROJECT)
+    text = PYPROJECT
+    if remote:
+        version, wheel = installed_wheel(root / "wheels", "cloudpickle")
+        text = text.replace(
+            '==0.1.0"]\n\n[dependency-groups]',
+            f'==0.1.0", "cloudpickle=={version}"]\n\n[dependency-groups]',
+        )
+        text += f'cloudpickle = {{ path = "wheels/{wheel.name}" }}\n'
+    (root / "pyproject.toml").write_text(text)
     (root / "job.py").write_text(JOB)
     uv = uv_binary()
     assert uv is not None, "uv (a dependency of tcl) is not installed"

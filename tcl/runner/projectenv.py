@@ -98,6 +98,20 @@ def job_env_of(env_dir: Path, root: Path, base: Mapping[str, str]) -> dict[str, 
     return env
 
 
+def tcl_import_dir(where: Path) -> str:
+    """A directory holding only the ``tcl`` package (a link to the runner's): put on the
+    path of a program of tcl's run in the project's environment (the ``@tcl.remote`` call
+    server), it imports tcl and nothing else of the runner's environment."""
+    import tcl
+
+    here = where / "tcl-import"
+    link = here / "tcl"
+    here.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if not link.is_symlink():
+        link.symlink_to(Path(tcl.__file__).parent, target_is_directory=True)
+    return str(here)
+
+
 class BuildFailed(Exception):
     def __init__(self, code: int, tail: list[str]) -> None:
         super().__init__(f"uv sync exited with {code}")

@@ -10,7 +10,6 @@ import asyncio
 import contextlib
 import os
 import signal
-import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
@@ -21,7 +20,7 @@ from typing import TYPE_CHECKING
 from tcl import __version__
 from tcl.atomic import write_atomic
 from tcl.runner import code as codemod
-from tcl.runner import jobenv, projectenv
+from tcl.runner import jobenv
 from tcl.runner import session as sessionmod
 from tcl.runner.api import (
     EventsPage,
@@ -35,6 +34,7 @@ from tcl.runner.api import (
 )
 from tcl.runner.cluster import resolve_placement
 from tcl.runner.codecache import CodeCache
+from tcl.runner.command import Where, job_command
 from tcl.runner.errors import (
     CodeHashMismatch,
     CodeNotCached,
@@ -280,7 +280,17 @@ class Runner:
                     write_atomic(config_file, spec.job.config_yaml.encode())
             except (OSError, ValueError) as e:  # ValueError: a path the OS cannot take
                 raise StorageError(f"cannot prepare the working dir {workdir}: {e}") from e
-            argv, env, secret_values = self._command(spec, workdir, job_dir, config_file)
+            where = Where(
+                workdir,
+                job_dir,
+                config_file,
+                self.config.state_dir,
+                self.config.compile_cache_dir,
+                self.config.project_env_dir,
+            )
+            cmd = job_command(spec, where)
+            self.session = cmd.session
+            argv, env, secret_values = cmd.argv, cmd.env, cmd.secret_values
             executor = Executor(
                 self.log,
                 argv,
@@ -319,44 +329,6 @@ class Runner:
                 executor.say(e.detail)
                 self.machine.move(S.FAILED, exit_code=127)
             return self.state
-
-    def _command(
-        self, spec: JobSpec, workdir: Path, job_dir: Path, config_file: Path
-    ) -> tuple[list[str], dict[str, str], list[str]]:
-        """The job's argv, environment and secret values (masked in its logs); a session's
-        command is built here, its port and key made (``tcl.runner.session``)."""
-        env = jobenv.job_env(spec, workdir)
-        if self.config.compile_cache_dir is not None:
-            with contextlib.suppress(OSError):  # JAX then compiles without it, as it would
-                self.config.compile_cache_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-            env = {**jobenv.compile_cache_env(self.config.compile_cache_dir), **env}
-        secret_values = list(spec.secrets.values())
-        if spec.argv is not None or spec.job is not None or spec.session is None:
-            argv = jobenv.job_argv(spec, workdir, config_file)
-            if spec.argv is not None and spec.project_env and not sessionmod.in_image():
-                argv = self._in_project_env(spec, workdir, job_dir, argv)
-            return argv, env, secret_values
-        try:
-            launch = sessionmod.start_spec(spec.session, job_dir, env, sessionmod.in_image())
-        except ExecutorError as e:
-            raise InvalidSpec("session", e.detail) from None
-        self.session = launch.session
-        env.update(launch.env)
-        env.update(launch.secrets)
-        return launch.argv, env, [*secret_values, *launch.secrets.values()]
-
-    def _in_project_env(
-        self, spec: JobSpec, workdir: Path, job_dir: Path, argv: list[str]
-    ) -> list[str]:
-        """``argv`` started in the shipped uv project's environment (built first), when the
-        job's directory is in one; else as it is."""
-        root = projectenv.find_project(job_dir, workdir)
-        if root is None:
-            return argv
-        envs = self.config.project_env_dir or self.config.state_dir / "envs"
-        groups = [a for g in spec.uv_groups for a in ("--group", g)]
-        launcher = [sys.executable, "-I", "-m", "tcl.runner.projectenv"]
-        return [*launcher, "--root", str(root), "--envs", str(envs), *groups, "--", *argv]
 
     def session_info(self) -> SessionInfo:
         """The job's interactive session (409 when the job is not one, or has not started)."""

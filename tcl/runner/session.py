@@ -115,9 +115,16 @@ class Launch:
     secrets: dict[str, str]  # added too, and masked in its logs
 
 
-def start_spec(spec: SessionSpec, job_dir: Path, env: Mapping[str, str], in_image: bool) -> Launch:
-    """The session, its argv and what to add to the job's environment."""
-    python = pick_python(spec.kind, env, in_image)
+def start_spec(
+    spec: SessionSpec,
+    job_dir: Path,
+    env: Mapping[str, str],
+    in_image: bool,
+    python: str | None = None,
+) -> Launch:
+    """The session, its argv and what to add to the job's environment; ``python``: the
+    interpreter to run it with (default: :func:`pick_python`'s choice)."""
+    python = python or pick_python(spec.kind, env, in_image)
     session = Session(spec.kind, free_port(), secrets.token_urlsafe(24), python)
     if spec.kind is SessionKind.JUPYTER:
         argv = [
