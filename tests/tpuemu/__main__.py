@@ -28,7 +28,7 @@ def main() -> None:
     workers = [WorkerHost(*_worker(w)) for w in args.worker]
     ssh_config = None
     if args.testbed is not None:
-        workers += hosts_of_testbed(args.testbed, args.hosts_of_testbed)
+        workers += hosts_of_testbed(args.testbed, args.testbed_hosts)
         ssh_config = args.testbed / "ssh_config"
     emu = TpuEmulator(
         workers,
