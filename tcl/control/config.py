@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 import yaml
 from pydantic import (
@@ -25,6 +25,14 @@ from pydantic import (
 
 from tcl.control import yamlsafe
 from tcl.control.clusterfs import check_all_squash, check_cache_size, check_meta_url
+from tcl.control.configerrors import (
+    RefError,
+    line_of,
+    message,
+    path_of,
+    reference_errors,
+    user_loc,
+)
 from tcl.control.errors import ConfigError
 from tcl.control.paths import config_path
 from tcl.control.safefields import (
@@ -63,9 +71,9 @@ class ClusterConfig(_Model):
     @model_validator(mode="after")
     def _mount_needs_root(self) -> ClusterConfig:
         if self.mount is not None and not self.root.startswith("/"):
-            raise _RefError(("root",), "an absolute path: `mount:` mounts the volume there")
+            raise RefError(("root",), "an absolute path: `mount:` mounts the volume there")
         if self.cache_dir is not None and not self.cache_dir.startswith("/"):
-            raise _RefError(("cache_dir",), "an absolute path")
+            raise RefError(("cache_dir",), "an absolute path")
         return self
 
 
@@ -276,20 +284,13 @@ class Config(_Model):
         # a config built in code; a file's are all reported at once by parse_config
         bad = reference_errors(self.model_dump(include={"clusters", "hosts", "priority"}))
         if bad:
-            raise _RefError(*bad[0])
+            raise RefError(*bad[0])
         return self
 
     def ordered_hosts(self) -> list[str]:
         """Host names in solver order: ``priority`` first, then the rest in file order."""
         rest = [h for h in self.hosts if h not in self.priority]
         return [*self.priority, *rest]
-
-
-class _RefError(ValueError):
-    def __init__(self, loc: tuple[str | int, ...], message: str) -> None:
-        super().__init__(message)
-        self.loc = loc
-        self.message = message
 
 
 def default_config() -> Config:
@@ -333,86 +334,15 @@ def parse_config(text: str, source: str = "<config>") -> Config:
     except ValidationError as e:
         found: list[tuple[int, str]] = []
         for err in e.errors():
-            if isinstance(err.get("ctx", {}).get("error"), _RefError):
+            if isinstance(err.get("ctx", {}).get("error"), RefError):
                 continue  # the first of the references: all of them are added below
-            loc = _user_loc(tuple(err["loc"]), err["type"])
+            loc = user_loc(tuple(err["loc"]), err["type"])
             # an unknown host type points at its `type:` line
-            line = _line_of(root, (*loc, "type") if err["type"].startswith("union_tag") else loc)
-            found.append((line, f"{_path(loc)}: {_message(err)}"))
+            line = line_of(root, (*loc, "type") if err["type"].startswith("union_tag") else loc)
+            found.append((line, f"{path_of(loc)}: {message(err)}"))
         # References are checked on the file's own values, so a bad one shows beside the
         # other errors (the model's check runs only once every field is valid).
         for loc, msg in reference_errors(data):
-            found.append((_line_of(root, loc), f"{_path(loc)}: {msg}"))
+            found.append((line_of(root, loc), f"{path_of(loc)}: {msg}"))
         found.sort(key=lambda f: f[0])
         raise ConfigError("\n".join(f"{source}:{line}: {text}" for line, text in found)) from None
-
-
-def _path(loc: tuple[str | int, ...]) -> str:
-    return ".".join(str(p) for p in loc) or "(top level)"
-
-
-def reference_errors(data: dict[str, Any]) -> list[tuple[tuple[str | int, ...], str]]:
-    """Every name the config refers to that it does not define: a host's ``cluster``, a
-    ``priority`` entry. On the raw mapping (any of it may be malformed)."""
-    clusters = data.get("clusters")
-    hosts = data.get("hosts")
-    cluster_names = set(clusters) if isinstance(clusters, dict) else set()
-    host_names = set(hosts) if isinstance(hosts, dict) else set()
-    out: list[tuple[tuple[str | int, ...], str]] = []
-    for name, host in hosts.items() if isinstance(hosts, dict) else ():
-        cluster = host.get("cluster") if isinstance(host, dict) else None
-        if isinstance(cluster, str) and cluster not in cluster_names:
-            out.append((("hosts", name, "cluster"), f"unknown cluster {cluster!r}"))
-    priority = data.get("priority")
-    for i, name in enumerate(priority if isinstance(priority, list) else ()):
-        if isinstance(name, str) and name not in host_names:
-            out.append((("priority", i), f"unknown host {name!r}"))
-    return out
-
-
-def _user_loc(loc: tuple[Any, ...], err_type: str) -> tuple[str | int, ...]:
-    # A discriminated union puts the tag (the host type) into the location: hosts.NAME.TAG.key.
-    if len(loc) >= 3 and loc[0] == "hosts" and not err_type.startswith("union_tag"):
-        loc = (*loc[:2], *loc[3:])
-    return tuple(p for p in loc if isinstance(p, str | int))
-
-
-def _message(err: Any) -> str:
-    kind = err["type"]
-    if kind == "extra_forbidden":
-        return "unknown key (typo?)"
-    if kind == "missing":
-        return "required key is missing"
-    if kind == "union_tag_invalid":
-        return f"unknown host type {err['input'].get('type')!r} (local, ssh, slurm, tpu, volcano)"
-    if kind == "union_tag_not_found":
-        return "missing key 'type' (local, ssh, slurm, tpu, volcano)"
-    if kind == "value_error":  # our own validators' words say what is wrong already
-        return str(err["msg"]).removeprefix("Value error, ")
-    return f"{err['msg']} (got {err['input']!r})"
-
-
-def _line_of(root: yaml.Node | None, loc: tuple[str | int, ...]) -> int:
-    """1-based line of the deepest node of ``loc`` that exists in the file."""
-    if root is None:
-        return 1
-    node: yaml.Node = root
-    line = node.start_mark.line + 1
-    for part in loc:
-        child: yaml.Node | None = None
-        if isinstance(node, yaml.MappingNode):
-            for key, value in node.value:
-                if isinstance(key, yaml.ScalarNode) and key.value == str(part):
-                    child, line = value, key.start_mark.line + 1
-                    break
-        elif (
-            isinstance(node, yaml.SequenceNode)
-            and isinstance(part, int)
-            and 0 <= part < len(node.value)
-        ):
-            child = node.value[part]
-            line = child.start_mark.line + 1
-        if child is None:
-            break
-        node = child
-    return line
