@@ -15,6 +15,7 @@ import typer
 from tcl.cli import matrix_show
 from tcl.cli._common import err, fail, globals_of, out, print_json
 from tcl.cli.matrix_show import opened_queue
+from tcl.cli.placementopts import AvoidClusterOpt, ClusterOpt
 from tcl.cli.retryopts import RETRY_BACKOFF_HELP, RETRY_HELP, RETRY_ON_HELP, retry_policy
 from tcl.cli.submit import _job_ref, _pairs
 from tcl.control.lifecycle.retry_policy import RetryPolicy
@@ -59,6 +60,8 @@ def cmd_add(
     n: Annotated[int, typer.Option("-n", "--chips", min=0, help="Chips per entry.")] = 0,
     nodes: Annotated[int, typer.Option("--nodes", min=0, help="Nodes per entry.")] = 0,
     host: Annotated[str | None, typer.Option("--host", help="Only this host.")] = None,
+    cluster: ClusterOpt = None,
+    avoid_cluster: AvoidClusterOpt = None,
     image: Annotated[str | None, typer.Option("--image", help="Container image.")] = None,
     env: Annotated[list[str] | None, typer.Option("--env", help="KEY=VALUE (repeatable).")] = None,
     priority: Annotated[
@@ -128,6 +131,8 @@ def cmd_add(
             chips=chips,
             nodes=nodes,
             host=host,
+            clusters=cluster or [],
+            avoid_clusters=avoid_cluster or [],
             image=image,
             env=_pairs(env or []),
             retry=retry_policy(retry, retry_on, retry_backoff_s) or RetryPolicy(),

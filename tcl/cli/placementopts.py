@@ -16,6 +16,14 @@ SecretOpt = Annotated[
     list[str] | None,
     typer.Option("--secret", help="NAME of an env var to pass as a masked secret."),
 ]
+ClusterOpt = Annotated[
+    list[str] | None,
+    typer.Option("--cluster", help="Only hosts of this cluster (repeatable)."),
+]
+AvoidClusterOpt = Annotated[
+    list[str] | None,
+    typer.Option("--avoid-cluster", help="No host of this cluster (repeatable)."),
+]
 GroupOpt = Annotated[
     list[str] | None,
     typer.Option(

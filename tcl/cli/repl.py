@@ -11,8 +11,10 @@ import typer
 
 from tcl.cli._common import err, fail, globals_of, out, with_control
 from tcl.cli.placementopts import (
+    AvoidClusterOpt,
     ChipOpt,
     ChipsOpt,
+    ClusterOpt,
     DirOpt,
     EnvOpt,
     HostOpt,
@@ -45,6 +47,8 @@ def cmd_repl(
     chip: ChipOpt = None,
     n: ChipsOpt = 0,
     host: HostOpt = None,
+    cluster: ClusterOpt = None,
+    avoid_cluster: AvoidClusterOpt = None,
     image: ImageOpt = None,
     env: EnvOpt = None,
     secret: SecretOpt = None,
@@ -78,6 +82,8 @@ def cmd_repl(
             chips=n if n or chip is None else 1,
             nodes=1,
             host=host,
+            clusters=cluster or [],
+            avoid_clusters=avoid_cluster or [],
             image=image,
             env=_pairs(env or []),
             secrets=_secrets(secret or []),

@@ -16,8 +16,10 @@ import typer
 from tcl.cli import follow as follow_cmd
 from tcl.cli._common import err, fail, globals_of, out, print_json
 from tcl.cli.placementopts import (
+    AvoidClusterOpt,
     ChipOpt,
     ChipsOpt,
+    ClusterOpt,
     DirOpt,
     EnvOpt,
     GroupOpt,
@@ -143,6 +145,8 @@ def cmd_submit(
         ),
     ] = 0,
     host: HostOpt = None,
+    cluster: ClusterOpt = None,
+    avoid_cluster: AvoidClusterOpt = None,
     image: ImageOpt = None,
     env: EnvOpt = None,
     secret: SecretOpt = None,
@@ -234,6 +238,8 @@ def cmd_submit(
         chips=chips,
         nodes=nodes,
         host=host,
+        clusters=cluster or [],
+        avoid_clusters=avoid_cluster or [],
         image=image,
         env=_pairs(env or []),
         secrets=_secrets(secret or []),

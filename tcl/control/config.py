@@ -276,21 +276,29 @@ class Config(_Model):
     clusters: dict[str, ClusterConfig] = Field(default_factory=dict)
     hosts: dict[HostName, HostConfig] = Field(default_factory=dict)
     priority: list[str] = Field(default_factory=list)
+    # clusters whose hosts are tried first (in ``priority`` order among them), and clusters
+    # never used unless a submit asks for them (``--cluster``)
+    prefer: list[str] = Field(default_factory=list)
+    avoid: list[str] = Field(default_factory=list)
     gres_mapping: dict[str, str] = Field(default_factory=dict)
     shipping: ShippingConfig = Field(default_factory=ShippingConfig)
 
     @model_validator(mode="after")
     def _check_references(self) -> Config:
         # a config built in code; a file's are all reported at once by parse_config
-        bad = reference_errors(self.model_dump(include={"clusters", "hosts", "priority"}))
+        refs = {"clusters", "hosts", "priority", "prefer", "avoid"}
+        bad = reference_errors(self.model_dump(include=refs))
         if bad:
             raise RefError(*bad[0])
         return self
 
     def ordered_hosts(self) -> list[str]:
-        """Host names in solver order: ``priority`` first, then the rest in file order."""
+        """Host names in solver order: ``priority`` first, then the rest in file order; hosts
+        of a ``prefer``red cluster before the others (that order kept among them)."""
         rest = [h for h in self.hosts if h not in self.priority]
-        return [*self.priority, *rest]
+        order = [*self.priority, *rest]
+        first = [h for h in order if self.hosts[h].cluster in self.prefer]
+        return [*first, *(h for h in order if h not in first)]
 
 
 def default_config() -> Config:

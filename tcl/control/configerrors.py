@@ -22,7 +22,8 @@ def path_of(loc: tuple[str | int, ...]) -> str:
 
 def reference_errors(data: dict[str, Any]) -> list[tuple[tuple[str | int, ...], str]]:
     """Every name the config refers to that it does not define: a host's ``cluster``, a
-    ``priority`` entry. On the raw mapping (any of it may be malformed)."""
+    ``priority`` entry, a ``prefer`` or ``avoid`` cluster. On the raw mapping (any of it may
+    be malformed)."""
     clusters = data.get("clusters")
     hosts = data.get("hosts")
     cluster_names = set(clusters) if isinstance(clusters, dict) else set()
@@ -36,6 +37,12 @@ def reference_errors(data: dict[str, Any]) -> list[tuple[tuple[str | int, ...], 
     for i, name in enumerate(priority if isinstance(priority, list) else ()):
         if isinstance(name, str) and name not in host_names:
             out.append((("priority", i), f"unknown host {name!r}"))
+    for key in ("prefer", "avoid"):
+        names = data.get(key)
+        for i, name in enumerate(names if isinstance(names, list) else ()):
+            if isinstance(name, str) and name not in cluster_names:
+                known = ", ".join(sorted(cluster_names)) or "none"
+                out.append(((key, i), f"unknown cluster {name!r} (clusters: {known})"))
     return out
 
 

@@ -32,6 +32,8 @@ class RunRequest(BaseModel):
     chips: int = 0
     nodes: int = 0  # 0: as many as the chips need
     host: str | None = None  # the ``--host`` pin
+    clusters: list[str] = Field(default_factory=list)  # ``--cluster``: only hosts of these
+    avoid_clusters: list[str] = Field(default_factory=list)  # ``--avoid-cluster``
     image: str | None = None
     env: dict[str, str] = Field(default_factory=dict)
     secret_names: list[str] = Field(default_factory=list)  # read again from the environment

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from tcl.control.config import Config
-from tcl.control.errors import NoPlacementError, TclError
+from tcl.control.errors import ConfigError, NoPlacementError, TclError
 
 if TYPE_CHECKING:
     from tcl.control.backends.base import Backend, Offer, Offers
@@ -30,8 +30,8 @@ class Request:
     chips: int = 0  # in all, over every node
     nodes: int = 0  # 0: as many as the chips need (one when they fit on one node)
     host: str | None = None  # pin to one host (or one cluster of hosts)
-    preferred_clusters: tuple[str, ...] = ()
-    forbidden_clusters: tuple[str, ...] = ()
+    preferred_clusters: tuple[str, ...] = ()  # ``--cluster``: only hosts of these
+    forbidden_clusters: tuple[str, ...] = ()  # ``--avoid-cluster``: no host of these
     # backend options from the CLI (``tpu.version``, ``tpu.spot``, ``down``): each backend
     # reads the keys it knows
     options: Mapping[str, str] = field(default_factory=dict)
@@ -62,9 +62,13 @@ def _static_reason(name: str, cfg: Config, req: Request) -> str | None:
     """Why a host is out without contacting it (None: its backend must be asked)."""
     host = cfg.hosts[name]
     if req.preferred_clusters and host.cluster not in req.preferred_clusters:
-        return f"cluster {host.cluster} not preferred"
+        where = f"cluster {host.cluster}" if host.cluster else "no cluster"
+        return f"{where}, not {' or '.join(req.preferred_clusters)} (--cluster)"
     if host.cluster is not None and host.cluster in req.forbidden_clusters:
-        return f"cluster {host.cluster} forbidden"
+        return f"cluster {host.cluster} avoided (--avoid-cluster)"
+    asked = host.cluster in req.preferred_clusters or req.host in (name, host.cluster)
+    if host.cluster is not None and host.cluster in cfg.avoid and not asked:
+        return f"cluster {host.cluster} avoided (the config's avoid; --cluster uses it)"
     if req.chips and req.chip and host.chips and req.chip not in host.chips:
         return f"configured chips: {', '.join(f'{k}:{v}' for k, v in host.chips.items())}"
     return None
@@ -81,6 +85,14 @@ def _pinned(cfg: Config, names: list[str], pin: str) -> list[str]:
 
 async def solve(cfg: Config, req: Request, backend_of: BackendOf) -> Solution:
     """Ordered offers for ``req``; raises :class:`NoPlacementError` when nothing fits."""
+    for flag, asked in (
+        ("--cluster", req.preferred_clusters),
+        ("--avoid-cluster", req.forbidden_clusters),
+    ):
+        unknown = [c for c in asked if c not in cfg.clusters]
+        if unknown:
+            known = ", ".join(sorted(cfg.clusters)) or "none in the config"
+            raise ConfigError(f"{flag} {', '.join(unknown)}: no such cluster (clusters: {known})")
     order = cfg.ordered_hosts()
     names = order if req.host is None else _pinned(cfg, order, req.host)
     reasons: dict[str, str] = {}

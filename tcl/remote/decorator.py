@@ -125,8 +125,9 @@ class RemoteFunction:
 
 
 def remote(fn: Any = None, /, **placement: Any) -> Any:
-    """`@remote` or `@remote(chip="h100", chips=1, host=..., image=..., env=...)`: run the
-    function remotely (the same placement options as `tcl submit`; none: the local default)."""
+    """`@remote` or `@remote(chip="h100", chips=1, host=..., image=..., env=...,
+    cluster="hpc", avoid_cluster=["slow"])`: run the function remotely (the same placement
+    options as `tcl submit`; none: the local default)."""
     if fn is None:
         return lambda f: RemoteFunction(f, placement)
     if placement:

@@ -114,6 +114,8 @@ class TclSession:
             chips=chips if chips or chip is None else 1,
             nodes=int(p.get("nodes") or 0),
             host=p.get("host"),
+            clusters=_names(p.get("cluster")),
+            avoid_clusters=_names(p.get("avoid_cluster")),
             image=p.get("image"),
             env={str(k): str(v) for k, v in dict(p.get("env") or {}).items()},
             max_duration_s=p.get("max_duration_s"),
@@ -190,6 +192,13 @@ class TclSession:
     ) -> T:
         fut: Future[T] = asyncio.run_coroutine_threadsafe(coro, loop)
         return fut.result(timeout=timeout_s)
+
+
+def _names(value: Any) -> list[str]:
+    """``cluster="a"`` or ``cluster=["a", "b"]`` of ``@tcl.remote(...)``."""
+    if value is None:
+        return []
+    return [value] if isinstance(value, str) else [str(v) for v in value]
 
 
 def tcl_session_factory(placement: Mapping[str, Any]) -> TclSession:

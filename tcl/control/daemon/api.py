@@ -70,6 +70,8 @@ class SubmitRequest(_Strict):
     chips: int = Field(default=0, ge=0)
     nodes: int = Field(default=0, ge=0)  # 0: as many as the chips need
     host: str | None = None
+    clusters: list[str] = Field(default_factory=list)  # only hosts of these (--cluster)
+    avoid_clusters: list[str] = Field(default_factory=list)  # no host of these
     image: str | None = None
     env: dict[str, str] = Field(default_factory=dict)
     secrets: dict[str, str] = Field(default_factory=dict, repr=False)  # never logged nor stored

@@ -44,6 +44,8 @@ def solver_request(sub: Submission) -> Request:
         chips=sub.chips,
         nodes=sub.nodes,
         host=sub.host,
+        preferred_clusters=tuple(sub.clusters),
+        forbidden_clusters=tuple(sub.avoid_clusters),
         options=dict(sub.options),
         interactive=sub.session is not None,
     )

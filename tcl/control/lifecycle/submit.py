@@ -67,6 +67,8 @@ class Submission:
     chips: int = 0
     nodes: int = 0  # 0: as many as the chips need
     host: str | None = None
+    clusters: list[str] = field(default_factory=list)  # only hosts of these (``--cluster``)
+    avoid_clusters: list[str] = field(default_factory=list)  # no host of these
     image: str | None = None
     env: dict[str, str] = field(default_factory=dict)
     secrets: dict[str, str] = field(default_factory=dict, repr=False)  # values: never stored
@@ -94,6 +96,8 @@ def submission_from(req: SubmitRequest) -> Submission:
         chips=req.chips,
         nodes=req.nodes,
         host=req.host,
+        clusters=list(req.clusters),
+        avoid_clusters=list(req.avoid_clusters),
         image=req.image,
         env=req.env,
         secrets=req.secrets,
@@ -214,6 +218,8 @@ def stored_request(sub: Submission, cwd: str) -> RunRequest:
         chips=sub.chips,
         nodes=sub.nodes,
         host=sub.host,
+        clusters=list(sub.clusters),
+        avoid_clusters=list(sub.avoid_clusters),
         image=sub.image,
         env=dict(sub.env),
         secret_names=sorted(sub.secrets),
@@ -290,6 +296,8 @@ async def relaunch(ctl: Control, run_id: str, obs: Observer | None = None) -> Su
         chips=r.chips,
         nodes=r.nodes,
         host=resume_where(ctl, run_id, r.host, r.env),
+        clusters=list(r.clusters),
+        avoid_clusters=list(r.avoid_clusters),
         image=r.image,
         env=dict(r.env),
         secrets={n: os.environ[n] for n in r.secret_names},

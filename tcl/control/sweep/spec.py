@@ -23,6 +23,8 @@ class MatrixSpec(BaseModel):
     chips: int = Field(default=1, ge=0)
     nodes: int = Field(default=0, ge=0)
     host: str | None = None
+    clusters: list[str] = Field(default_factory=list)  # only hosts of these (``--cluster``)
+    avoid_clusters: list[str] = Field(default_factory=list)  # no host of these
     image: str | None = None
     env: dict[str, str] = Field(default_factory=dict)
     retry: RetryPolicy = Field(default_factory=RetryPolicy)

@@ -29,6 +29,8 @@ def submission(spec: MatrixSpec, entry: Entry) -> Submission:
         chips=spec.chips,
         nodes=spec.nodes,
         host=spec.host,
+        clusters=list(spec.clusters),
+        avoid_clusters=list(spec.avoid_clusters),
         image=spec.image,
         env={
             **spec.env,

@@ -137,3 +137,13 @@ def test_a_uv_group_that_is_no_name_is_an_error_with_its_line() -> None:
     text = SEED.replace("      h100: 8\n", "      h100: 8\n    uv_groups: ['cuda 12; rm']\n")
     with pytest.raises(ConfigError, match=r"<config>:\d+: hosts\.workstation\.uv_groups\.0"):
         parse_config(text)
+
+
+def test_prefer_and_avoid_name_clusters_and_a_wrong_one_has_its_line() -> None:
+    text = SEED + "prefer: [hpc]\navoid: [hcp, elsewhere]\n"
+    with pytest.raises(ConfigError) as e:
+        parse_config(text)
+    lines = str(e.value).splitlines()
+    assert any(ln.endswith("avoid.0: unknown cluster 'hcp' (clusters: hpc)") for ln in lines)
+    assert any("avoid.1: unknown cluster 'elsewhere'" in ln for ln in lines), lines
+    assert not any("prefer" in ln for ln in lines)

@@ -55,7 +55,13 @@ def test_a_request_stored_before_it_was_typed_parses() -> None:
     assert r.config_path == "/home/u/.config/tcl/config.yaml" and r.config_named
     # written back, it holds the same keys and values, plus its version and the later keys'
     # defaults (the project environment, on)
-    newer = {"version": 1, "uv_groups": [], "project_env": True}
+    newer = {
+        "version": 1,
+        "uv_groups": [],
+        "project_env": True,
+        "clusters": [],
+        "avoid_clusters": [],
+    }
     assert r.model_dump(mode="json") == {**STORED_BEFORE_V1, **newer}
 
 

@@ -12,7 +12,7 @@ from tcl.control.backends.shim import ShimBackend
 from tcl.control.backends.shimhost import ShimHost
 from tcl.control.backends.table import backend_class
 from tcl.control.config import parse_config
-from tcl.control.errors import NoPlacementError, SshConnectError
+from tcl.control.errors import ConfigError, NoPlacementError, SshConnectError
 from tcl.control.solver import Request, Solution, solve
 from tcl.shim.api import Accelerator, HostInfo
 
@@ -154,3 +154,42 @@ async def test_a_session_skips_hosts_that_run_no_interactive_sessions() -> None:
     with pytest.raises(NoPlacementError) as e:
         await shims.solve(Request(host="vol1", interactive=True))
     assert "vol1: volcano hosts do not run interactive sessions" in str(e.value)
+
+
+PREFS = parse_config("""
+clusters: {a: {}, b: {}}
+hosts:
+  small: {type: ssh, ssh: s, cluster: a}
+  big: {type: ssh, ssh: b, cluster: b, chips: {h100: 8}}
+  amp: {type: ssh, ssh: m, cluster: a, chips: {a100: 4}}
+  down: {type: ssh, ssh: d}
+priority: [down, small, big]
+prefer: [b]
+avoid: [a]
+""")
+
+
+async def test_the_config_s_prefer_goes_first_and_avoid_is_left_unless_asked_for() -> None:
+    assert PREFS.ordered_hosts() == ["big", "down", "small", "amp"]  # b first, priority kept
+    sol = await FakeShims().solve(Request(chip="h100", chips=1), PREFS)
+    assert [c.host for c in sol.candidates] == ["big"]  # small (cluster a) avoided
+    assert dict(sol.skipped)["small"].startswith("cluster a avoided (the config's avoid")
+    asked = await FakeShims().solve(Request(chip="h100", chips=1, preferred_clusters=("a",)), PREFS)
+    assert [c.host for c in asked.candidates] == ["small"]  # --cluster a: used after all
+    pinned = await FakeShims().solve(Request(chip="h100", chips=1, host="small"), PREFS)
+    assert [c.host for c in pinned.candidates] == ["small"]  # --host pins it too
+
+
+async def test_an_unknown_cluster_flag_names_the_clusters_there_are() -> None:
+    with pytest.raises(ConfigError, match=r"--cluster nope: no such cluster \(clusters: a, b\)"):
+        await FakeShims().solve(Request(chips=0, preferred_clusters=("nope",)))
+    with pytest.raises(ConfigError, match=r"--avoid-cluster zz: no such cluster"):
+        await FakeShims().solve(Request(chips=0, forbidden_clusters=("zz",)))
+
+
+async def test_cluster_flags_say_why_a_host_was_skipped() -> None:
+    sol = await FakeShims().solve(Request(chip="h100", chips=1, forbidden_clusters=("a",)))
+    assert dict(sol.skipped)["small"] == "cluster a avoided (--avoid-cluster)"
+    only = await FakeShims().solve(Request(chip="h100", chips=1, preferred_clusters=("b",)))
+    assert dict(only.skipped)["small"] == "cluster a, not b (--cluster)"
+    assert dict(only.skipped)["down"] == "no cluster, not b (--cluster)"
