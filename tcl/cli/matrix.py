@@ -17,7 +17,7 @@ from tcl.cli._common import err, fail, globals_of, out, print_json
 from tcl.cli.matrix_show import opened_queue
 from tcl.cli.placementopts import AvoidClusterOpt, ClusterOpt
 from tcl.cli.retryopts import RETRY_BACKOFF_HELP, RETRY_HELP, RETRY_ON_HELP, retry_policy
-from tcl.cli.submit import _job_ref, _pairs
+from tcl.cli.submitargs import job_reference, pairs
 from tcl.control.lifecycle.retry_policy import RetryPolicy
 from tcl.control.paths import config_path
 from tcl.control.sweep.spec import MatrixSpec
@@ -106,7 +106,7 @@ def cmd_add(
         raise fail("--name NAME is needed (tcl matrix status NAME shows it later)")
     if manifest is None and not grid:
         raise fail("no entries: tcl matrix add FILE --name NAME -- CMD, or --grid KEY=V1,V2")
-    job_ref = _job_ref(job, job_config, command)
+    job_ref = job_reference(job, job_config, command)
     if not command and job_ref is None:
         raise fail("nothing to run: tcl matrix add ... -- COMMAND {field}... (or --job KEY)")
     chip = chip.lower() if chip else None
@@ -134,7 +134,7 @@ def cmd_add(
             clusters=cluster or [],
             avoid_clusters=avoid_cluster or [],
             image=image,
-            env=_pairs(env or []),
+            env=pairs(env or []),
             retry=retry_policy(retry, retry_on, retry_backoff_s) or RetryPolicy(),
             max_duration_s=max_duration_s,
             code_sha256="",

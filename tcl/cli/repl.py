@@ -64,7 +64,8 @@ def cmd_repl(
     from tcl.control import syncing
 
     if attach is None:
-        from tcl.cli.submit import _pairs, _secrets, start_run
+        from tcl.cli.submit import start_run
+        from tcl.cli.submitargs import pairs, secrets_of
         from tcl.control.daemon.api import SubmitRequest
         from tcl.runner.api import SessionKind
 
@@ -85,8 +86,8 @@ def cmd_repl(
             clusters=cluster or [],
             avoid_clusters=avoid_cluster or [],
             image=image,
-            env=_pairs(env or []),
-            secrets=_secrets(secret or []),
+            env=pairs(env or []),
+            secrets=secrets_of(secret or []),
             max_duration_s=max_duration_s,
             follow=False,
             session=SessionKind.JUPYTER,

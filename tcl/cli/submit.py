@@ -31,73 +31,21 @@ from tcl.cli.placementopts import (
 )
 from tcl.cli.render import RichObserver
 from tcl.cli.retryopts import RETRY_BACKOFF_HELP, RETRY_HELP, RETRY_ON_HELP, retry_policy
+from tcl.cli.submitargs import (
+    backend_options,
+    check_job,
+    job_reference,
+    pairs,
+    secrets_of,
+    volcano_options,
+)
 from tcl.control.daemon.api import SubmitRequest
 from tcl.control.errors import ConfirmationNeededError, DaemonError, SubmitCancelled, TclError
 from tcl.control.paths import config_path
 from tcl.control.submitted import SubmitResult
-from tcl.runner.api import JobRef
 
 if TYPE_CHECKING:
     from tcl.control.store import Run
-
-
-def _pairs(values: list[str]) -> dict[str, str]:
-    env = {}
-    for v in values:
-        key, sep, value = v.partition("=")
-        if not sep or not key:
-            raise fail(f"--env {v!r}: expected KEY=VALUE")
-        env[key] = value
-    return env
-
-
-def _secrets(names: list[str]) -> dict[str, str]:
-    found = {}
-    for name in names:
-        if name not in os.environ:
-            raise fail(f"--secret {name}: not set in this shell's environment")
-        found[name] = os.environ[name]
-    return found
-
-
-def _job_ref(
-    key: str | None, config_path: str | None, command: list[str], restore: str | None = None
-) -> JobRef | None:
-    """``--job KEY [--job-config FILE] [--restore PATH]``: the config travels as data in the
-    spec, and the runner starts ``python -m tcl.jobs.launch`` with it (resuming from the run's
-    checkpoints, else from ``--restore``). ``--job-config`` alone: the key is its ``job:``."""
-    text = ""
-    if config_path is not None:
-        try:
-            with open(config_path, encoding="utf-8") as f:
-                text = f.read()
-        except OSError as e:
-            raise fail(f"--job-config {config_path}: {e.strerror or e}") from None
-        named = _named_job(config_path, text)
-        if key is None and named is None:
-            raise fail(f"--job-config {config_path} names no `job:`: give --job KEY")
-        if key is not None and named is not None and named != key:
-            raise fail(f"--job {key} but --job-config {config_path} names job: {named}")
-        key = key or named
-    if key is None:
-        if restore is not None:
-            raise fail("--restore needs --job KEY")
-        return None
-    if command:
-        raise fail("--job runs the job's launcher: give either --job or a COMMAND, not both")
-    return JobRef(key=key, config_yaml=text, restore=restore)
-
-
-def _named_job(path: str, text: str) -> str | None:
-    """The ``job:`` a job config names at its top (what ``tcl.jobs.launch`` reads too)."""
-    from tcl.control import yamlsafe
-
-    try:
-        data = yamlsafe.construct(yamlsafe.compose(text))
-    except Exception as e:  # yaml's errors: the launcher reports them with their line
-        raise fail(f"--job-config {path}: not YAML: {e}") from None
-    job = data.get("job") if isinstance(data, dict) else None
-    return job if isinstance(job, str) and job else None
 
 
 def result_json(r: SubmitResult) -> dict[str, object]:
@@ -174,6 +122,14 @@ def cmd_submit(
         ),
     ] = None,
     code_dir: DirOpt = None,
+    committed: Annotated[
+        bool,
+        typer.Option(
+            "--committed",
+            help="Ship the repository's HEAD as committed, not the working tree (what is not "
+            "committed is listed, and left out).",
+        ),
+    ] = False,
     dry_run: Annotated[
         bool,
         typer.Option(
@@ -216,7 +172,7 @@ def cmd_submit(
 ) -> None:
     """Run COMMAND on the best free host: tcl submit --chip h100 -n 2 -- python train.py"""
     command = command or []
-    job_ref = _job_ref(job, job_config, command, restore)
+    job_ref = job_reference(job, job_config, command, restore)
     if not command and job_ref is None:
         raise fail("nothing to run: tcl submit [OPTIONS] -- COMMAND [ARGS...]")
     chip = chip.lower() if chip else None  # hosts report chips in lower case (h100)
@@ -224,7 +180,7 @@ def cmd_submit(
     if code_dir is not None and not os.path.isdir(code_dir):
         raise fail(f"--dir {code_dir}: not a directory")
     if job_ref is not None:
-        _check_job(job_ref.key, code_dir)
+        check_job(job_ref.key, code_dir)
     path, named = config_path(globals_of(ctx).config_path)
     req = SubmitRequest(
         # absolute: the daemon that reads them runs in a directory of its own
@@ -232,6 +188,7 @@ def cmd_submit(
         config_named=named,
         cwd=os.getcwd(),
         code_dir=os.path.abspath(code_dir) if code_dir is not None else None,
+        committed=committed,
         argv=command,
         name=name,
         chip=chip,
@@ -241,15 +198,15 @@ def cmd_submit(
         clusters=cluster or [],
         avoid_clusters=avoid_cluster or [],
         image=image,
-        env=_pairs(env or []),
-        secrets=_secrets(secret or []),
+        env=pairs(env or []),
+        secrets=secrets_of(secret or []),
         uv_groups=group or [],
         project_env=project_env,
         job=job_ref,
         follow=(follow or not detach) and not (as_json and not follow),
         options={
-            **_options(down, tpu_version, tpu_spot, tpu_preemptible),
-            **_volcano_options(volcano_image, volcano_namespace),
+            **backend_options(down, tpu_version, tpu_spot, tpu_preemptible),
+            **volcano_options(volcano_image, volcano_namespace),
         },
         yes=yes,
         retry=retry_policy(retry, retry_on, retry_backoff_s),
@@ -300,42 +257,6 @@ def start_run(req: SubmitRequest) -> SubmitResult:
     if not got:
         raise typer.Exit(code or 1)
     return got[0]
-
-
-def _options(
-    down: bool, tpu_version: str | None, tpu_spot: bool | None, tpu_preemptible: bool | None
-) -> dict[str, str]:
-    """Backend options as the backends read them (``tcl.control.backends.tpu.backend``)."""
-    opts = {"down": "1"} if down else {}
-    if tpu_version:
-        opts["tpu.version"] = tpu_version
-    if tpu_spot is not None:
-        opts["tpu.spot"] = "true" if tpu_spot else "false"
-    if tpu_preemptible is not None:
-        opts["tpu.preemptible"] = "true" if tpu_preemptible else "false"
-    return opts
-
-
-def _volcano_options(image: str | None, namespace: str | None) -> dict[str, str]:
-    """As ``tcl.control.backends.volcano.backend`` reads them (``OPT_IMAGE``, ``OPT_NAMESPACE``)."""
-    opts = {"volcano.image": image} if image else {}
-    if namespace:
-        opts["volcano.namespace"] = namespace
-    return opts
-
-
-def _check_job(key: str, code_dir: str | None) -> None:
-    """Refuse an unknown ``--job`` key before anything ships (here: the user's environment),
-    against the jobs of the project being shipped (``tcl.control.jobcheck``)."""
-    from tcl.control.jobcheck import check_job_key, job_dirs
-
-    start, stop = job_dirs(Path.cwd(), Path(code_dir) if code_dir is not None else None)
-    try:
-        note = check_job_key(key, start, stop)
-    except TclError as e:
-        raise fail(str(e), e.exit_code) from None
-    if note:
-        err.print(f"note: {note}", markup=False)
 
 
 def _served(req: SubmitRequest, obs: RichObserver, announce: Announce) -> int | None:

@@ -23,8 +23,10 @@ import secrets
 import stat
 import subprocess
 import tarfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from tcl.atomic import private_opener, write_atomic
 from tcl.control.errors import CodeTooLargeError, ShippingError
@@ -189,8 +191,14 @@ def _tarinfo(e: FileEntry) -> tarfile.TarInfo:
     return info
 
 
-def write_tarball(root: Path, entries: list[FileEntry], dest: Path) -> str:
-    """Write the deterministic tar.gz to ``dest`` (atomically); return its sha256."""
+def write_tarball(
+    root: Path,
+    entries: list[FileEntry],
+    dest: Path,
+    content: Callable[[FileEntry], BinaryIO] | None = None,
+) -> str:
+    """Write the deterministic tar.gz to ``dest`` (atomically); return its sha256. Each file's
+    bytes come from ``content`` (default: the file under ``root``)."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
     digest = hashlib.sha256()
@@ -218,7 +226,7 @@ def write_tarball(root: Path, entries: list[FileEntry], dest: Path) -> str:
                     if e.link is not None:
                         tar.addfile(info)
                         continue
-                    with open(root / e.rel, "rb") as f:
+                    with content(e) if content else open(root / e.rel, "rb") as f:
                         tar.addfile(info, f)
             raw.flush()
             os.fsync(raw.fileno())

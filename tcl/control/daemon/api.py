@@ -64,6 +64,7 @@ class SubmitRequest(_Strict):
     config_named: bool  # the user named the file (then it must exist)
     cwd: str
     code_dir: str | None = None
+    committed: bool = False  # ship HEAD, not the working tree
     argv: list[str] = Field(default_factory=list)
     name: str = ""
     chip: str | None = None

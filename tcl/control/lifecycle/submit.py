@@ -33,7 +33,7 @@ from tcl.control.lifecycle.retry_policy import RetryPolicy
 from tcl.control.paths import cache_dir
 from tcl.control.runrequest import RunRequest
 from tcl.control.service import Control
-from tcl.control.shipping import cached_snapshot, snapshot
+from tcl.control.shipping import Snapshot, cached_snapshot, snapshot
 from tcl.control.solver import solve
 from tcl.control.states import RunState
 from tcl.control.submitted import SubmitResult
@@ -76,6 +76,7 @@ class Submission:
     project_env: bool = True  # False: the host's environment (``--host-env``)
     cwd: Path = field(default_factory=Path.cwd)
     code_dir: Path | None = None  # ``--dir``: ship this directory (explicitly, even / or ~)
+    committed: bool = False  # ``--committed``: ship the repository's HEAD, not the work tree
     max_duration_s: float | None = None
     job: JobRef | None = None  # a registered tcl.jobs job (key + config), instead of argv
     options: dict[str, str] = field(default_factory=dict)  # backend options (tpu.version, down)
@@ -105,6 +106,7 @@ def submission_from(req: SubmitRequest) -> Submission:
         project_env=req.project_env,
         cwd=Path(req.cwd),
         code_dir=Path(req.code_dir) if req.code_dir is not None else None,
+        committed=req.committed,
         max_duration_s=req.max_duration_s,
         job=req.job,
         options=req.options,
@@ -134,14 +136,7 @@ async def submit(
     solving = asyncio.create_task(solve(ctl.cfg, req, ctl.backend_of))
     try:
         snap, _ = await asyncio.gather(
-            asyncio.to_thread(
-                snapshot,
-                sub.code_dir or sub.cwd,
-                cache_dir(),
-                ctl.cfg.shipping.max_bytes,
-                ctl.cfg.shipping.cache_max_bytes,
-                explicit=sub.code_dir is not None,
-            ),
+            asyncio.to_thread(_snapshot_of, ctl, sub, obs),
             asyncio.to_thread(importlib.import_module, "tcl.control.store"),
         )
     except BaseException:
@@ -195,6 +190,31 @@ async def submit(
             where = f"nothing left on {host}" if host else "nothing was placed"
             raise SubmitCancelled(f"cancelled; {where}") from None
         raise
+
+
+def _snapshot_of(ctl: Control, sub: Submission, obs: Observer) -> Snapshot:
+    """The code the submit ships: the working tree, or HEAD with ``--committed`` (what the
+    working tree has beyond it is named, as it is left out)."""
+    start = sub.code_dir or sub.cwd
+    if not sub.committed:
+        return snapshot(
+            start,
+            cache_dir(),
+            ctl.cfg.shipping.max_bytes,
+            ctl.cfg.shipping.cache_max_bytes,
+            explicit=sub.code_dir is not None,
+        )
+    from tcl.control.committed import committed_snapshot, head_commit, uncommitted
+
+    snap = committed_snapshot(start, cache_dir(), ctl.cfg.shipping.max_bytes)
+    left = uncommitted(snap.root)
+    if left:
+        shown = "; ".join(left[:10]) + (f"; and {len(left) - 10} more" if len(left) > 10 else "")
+        obs.note(
+            f"--committed: shipping HEAD {head_commit(snap.root)[:12]}; not shipped, as not "
+            f"committed: {shown}"
+        )
+    return snap
 
 
 async def _nothing_left(ctl: Control, att: Attempt) -> bool:
