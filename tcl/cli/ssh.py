@@ -78,11 +78,31 @@ def _remote_argv(ep: SshEndpoint, command: list[str]) -> list[str]:
             argv += [opt, str(val)]
     if ep.known_hosts is not None:
         argv += ["-o", f"UserKnownHostsFile={ep.known_hosts}"]
-    if not command:
+    remote = ep.remote_argv
+    if not command:  # a shell: a terminal on both ends
         argv.append("-t")
+        remote = ep.remote_tty_argv or remote
     # `--` first: a host starting with `-` is a (bad) host name, never an option. ssh sends one
     # string that the remote shell splits: quote every word
-    return [*argv, "--", ep.host, shlex.join([*ep.remote_argv, *command])]
+    return [*argv, "--", ep.host, shlex.join([*remote, *command])]
+
+
+def _own_options(words: list[str], node: int, print_config: bool) -> tuple[list[str], int, bool]:
+    """``--node N``, ``--node=N`` and ``--print-config`` before the command (or its ``--``)."""
+    while words:
+        word = words[0]
+        if word == "--":
+            return words[1:], node, print_config
+        if word == "--print-config":
+            print_config, words = True, words[1:]
+        elif word == "--node" or word.startswith("--node="):
+            value = word.partition("=")[2] if "=" in word else (words[1] if len(words) > 1 else "")
+            if not value.isdigit():
+                raise fail(f"--node needs a node number (got {value!r})")
+            node, words = int(value), words[1 if "=" in word else 2 :]
+        else:
+            break
+    return words, node, print_config
 
 
 def cmd_ssh(
@@ -97,13 +117,9 @@ def cmd_ssh(
     """Open a shell in the run's container (uses the host as ProxyJump); on the local default,
     a shell here in the job's dir with its environment."""
     # Options stop at RUN (so `tcl ssh RUN ls -la` keeps its -la): the documented
-    # `tcl ssh RUN --print-config` arrives as the first word of the command.
-    command = list(command or [])
-    if command[:1] == ["--"]:  # `tcl ssh RUN -- CMD`: ours, not the remote command's first word
-        command = command[1:]
-    if command[:1] == ["--print-config"]:
-        print_config = True
-        command = command[1:]
+    # `tcl ssh RUN --node 1 -- CMD` and `tcl ssh RUN --print-config` arrive as the command's
+    # first words, ours up to a `--`.
+    command, node, print_config = _own_options(list(command or []), node, print_config)
     if print_config and command:
         raise fail("--print-config writes the ssh config only: give it no COMMAND")
     name, target = with_control(ctx, lambda ctl: _target(ctl, run_ref, node))

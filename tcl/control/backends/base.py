@@ -222,6 +222,8 @@ class SshEndpoint:
     container_port: int | None = None  # the container sshd's port on the host's loopback
     ssh_config_file: str | None = None
     remote_argv: tuple[str, ...] = ()  # run on the host (with the user's command appended)
+    # the same for an interactive shell (a terminal wanted: ``srun --pty``); () is remote_argv
+    remote_tty_argv: tuple[str, ...] = ()
     # a task on this machine (the local default's process executor): no ssh at all, a shell
     # here that sources this file (the job's dir and env, written by its runner)
     local_env_file: str | None = None

@@ -164,12 +164,19 @@ def test_full_cluster_queues_then_starts_and_stop_ssh_ps(e2e: Env) -> None:
         c.ssh(f"scancel {holder}")
     e2e.wait_state(run_id, {"succeeded"})
     assert "hello from slurm ['x']" in e2e.tcl("logs", run_id).stdout
-    # a long job: ssh onto its node, then stop it
-    res = e2e.tcl_json("submit", "-d", "--chip", "h100", "-n", "2", "--", "sleep", "300")
+    # a long job on both nodes: ssh onto each (the documented `--node N -- CMD` form, no
+    # terminal: no srun pty noise), then stop it
+    res = e2e.tcl_json("submit", "-d", "--chip", "h100", "-n", "8", "--", "sleep", "300")
     run_id = res["run_id"]
     e2e.wait_state(run_id, {"running"})
-    out = e2e.tcl("ssh", run_id, "--", "echo", "on", "$SLURMD_NODENAME", timeout=60).stdout
-    assert "on node" in out, out
+    on = []
+    for node in ("0", "1"):
+        cmd = ("ssh", run_id, "--node", node, "--", "echo", "on", "$SLURMD_NODENAME")
+        proc = e2e.tcl(*cmd, timeout=60)
+        assert proc.stdout.startswith("on node"), proc
+        assert "srun: error" not in proc.stderr and "TIOCGWINSZ" not in proc.stderr, proc.stderr
+        on.append(proc.stdout.strip())
+    assert on[0] != on[1], on  # two nodes
     e2e.tcl("stop", run_id)
     run = e2e.wait_state(run_id, {"terminated"})
     assert run["state"] == "terminated"

@@ -202,3 +202,28 @@ def test_host_setup_refuses_a_shim_dir_that_is_not_plain_before_doing_anything()
     with pytest.raises(HostSetupError, match=r"h1: shim_dir .* not an absolute plain path"):
         asyncio.run(setup_host(backend))  # type: ignore[arg-type]
     assert backend.pool.argvs == []
+
+
+def test_ssh_options_before_the_command_are_tcl_s_and_a_command_gets_no_terminal() -> None:
+    """`tcl ssh RUN --node 1 -- hostname` (the documented form) reached the node's shell as
+    `--node 1 -- hostname` (`bash: --: invalid option`); and a command got `srun --pty`, whose
+    `ioctl(TIOCGWINSZ)` errors went to the user's output without a terminal (issue 32)."""
+    from tcl.cli.ssh import _own_options
+
+    assert _own_options(["--node", "1", "--", "hostname"], 0, False) == (["hostname"], 1, False)
+    assert _own_options(["--node=2", "ls", "-la"], 0, False) == (["ls", "-la"], 2, False)
+    assert _own_options(["--", "--node", "1"], 0, False) == (["--node", "1"], 0, False)
+    assert _own_options(["--print-config"], 0, False) == ([], 0, True)
+    ep = SshEndpoint(
+        "login",
+        None,
+        None,
+        None,
+        None,
+        None,
+        remote_argv=("srun", "bash"),
+        remote_tty_argv=("srun", "--pty", "bash"),
+    )
+    assert _remote_argv(ep, ["hostname"])[-1] == "srun bash hostname"
+    shell = _remote_argv(ep, [])
+    assert "-t" in shell and shell[-1] == "srun --pty bash"

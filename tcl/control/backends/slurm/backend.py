@@ -379,19 +379,8 @@ class SlurmBackend(Backend):
             known_hosts=t.known_hosts,
             proxy_jump=t.proxy_jump,
             ssh_config_file=t.config_file,
-            remote_argv=(
-                "srun",
-                f"--jobid={handle.job_id}",
-                "--overlap",
-                "--pty",
-                "--nodes=1",
-                "--ntasks=1",
-                f"--relative={node}",
-                "bash",
-                "-c",
-                _SSH_SHELL,
-                "tcl-ssh",
-            ),
+            remote_argv=_srun_shell(handle.job_id, node, pty=False),
+            remote_tty_argv=_srun_shell(handle.job_id, node, pty=True),
         )
 
     async def check(self, host: str) -> HostCheck:
@@ -404,6 +393,25 @@ class SlurmBackend(Backend):
     async def reset(self, handle: BaseHandle | None = None) -> None:
         if isinstance(handle, SlurmHandle):
             await self.inputs.ssh_pool().disconnect(self._handle_target(handle))
+
+
+def _srun_shell(job_id: str, node: int, pty: bool) -> tuple[str, ...]:
+    """A step in the job on its ``node``, running ``_SSH_SHELL``: with a pseudo-terminal for a
+    shell (``--pty``), without for a command (srun's ``ioctl(TIOCGWINSZ)`` errors without a
+    terminal, and its output stays clean for pipes)."""
+    return (
+        "srun",
+        f"--jobid={job_id}",
+        "--overlap",
+        *(["--pty"] if pty else []),
+        "--nodes=1",
+        "--ntasks=1",
+        f"--relative={node}",
+        "bash",
+        "-c",
+        _SSH_SHELL,
+        "tcl-ssh",
+    )
 
 
 # `tcl ssh RUN`: a login shell on the node; `tcl ssh RUN -- CMD`: CMD run by a shell there (like
