@@ -119,44 +119,61 @@ class BuildFailed(Exception):
         self.tail = tail
 
 
-def build(root: Path, envs: Path, groups: Sequence[str], uv: str) -> tuple[Path, bool]:
-    """The environment of the project at ``root`` (built now, or found built): its path, and
-    whether this call built it. uv's output goes to stderr as it comes."""
+def acquire(root: Path, envs: Path, groups: Sequence[str], uv: str) -> tuple[Path, bool, int]:
+    """The environment of the project at ``root``, built now or found built, and held: its
+    path, whether this call built it, and the descriptor of a shared ``flock`` on its lock
+    (inheritable: the job keeps it across ``exec``, and so does whatever it starts; the
+    shim's collector removes no environment whose lock is held: ``tcl.shim.derivedgc``)."""
     key = env_key(root, groups)
     target = envs / key
-    if (target / READY).is_file():
-        return target, False
     envs.mkdir(parents=True, exist_ok=True, mode=0o700)
-    with open(envs / f"{key}.lock", "ab") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # one build per key on the host; others wait for it
-        if (target / READY).is_file():
-            return target, False  # built by another job while this one waited
-        shutil.rmtree(target, ignore_errors=True)  # what a killed build left
-        argv = [uv, "sync", "--frozen", "--no-install-project"]
-        for group in groups:
-            argv += ["--group", group]
-        env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONHOME")}
-        env["UV_PROJECT_ENVIRONMENT"] = str(target)
-        tail: deque[str] = deque(maxlen=TAIL_LINES)
-        proc = subprocess.Popen(
-            argv,
-            cwd=root,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-        )
-        assert proc.stdout is not None
-        for raw in proc.stdout:
-            line = raw.decode(errors="replace").rstrip("\n")
-            tail.append(line)
-            print(line, file=sys.stderr, flush=True)
-        code = proc.wait()
-        if code != 0:
-            shutil.rmtree(target, ignore_errors=True)
-            raise BuildFailed(code, list(tail))
-        (target / READY).write_text(f"{' '.join(argv)}\n")
-    return target, True
+    fd = os.open(envs / f"{key}.lock", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    built = False
+    try:
+        while True:
+            fcntl.flock(fd, fcntl.LOCK_SH)
+            if (target / READY).is_file():
+                os.utime(target / READY)  # used now: the collector goes by this
+                os.set_inheritable(fd, True)
+                return target, built, fd
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            fcntl.flock(fd, fcntl.LOCK_EX)  # one build per key on the host; others wait for it
+            if not (target / READY).is_file():
+                _build(root, target, groups, uv)
+                built = True
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _build(root: Path, target: Path, groups: Sequence[str], uv: str) -> None:
+    """``uv sync`` into ``target`` (under the key's exclusive lock); its output to stderr."""
+    shutil.rmtree(target, ignore_errors=True)  # what a killed build left
+    argv = [uv, "sync", "--frozen", "--no-install-project"]
+    for group in groups:
+        argv += ["--group", group]
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONHOME")}
+    env["UV_PROJECT_ENVIRONMENT"] = str(target)
+    tail: deque[str] = deque(maxlen=TAIL_LINES)
+    proc = subprocess.Popen(
+        argv,
+        cwd=root,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    assert proc.stdout is not None
+    for raw in proc.stdout:
+        line = raw.decode(errors="replace").rstrip("\n")
+        tail.append(line)
+        print(line, file=sys.stderr, flush=True)
+    code = proc.wait()
+    if code != 0:
+        shutil.rmtree(target, ignore_errors=True)
+        raise BuildFailed(code, list(tail))
+    (target / READY).write_text(f"{' '.join(argv)}\n")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -183,7 +200,7 @@ def main(args_in: Sequence[str] | None = None) -> int:
     groups = f" with groups {', '.join(args.group)}" if args.group else ""
     t0 = time.monotonic()
     try:
-        env_dir, built = build(args.root, args.envs, args.group, uv)
+        env_dir, built, _held = acquire(args.root, args.envs, args.group, uv)
     except BuildFailed as e:
         print(
             f"tcl: the job's environment could not be built (uv sync{groups} exited with "

@@ -10,6 +10,7 @@ import typer
 
 from tcl.shim.api import ExecutorKind
 from tcl.shim.codegc import DEFAULT_MAX_BYTES as DEFAULT_CODE_CACHE_MAX_BYTES
+from tcl.shim.derivedgc import DEFAULT_ENV_MAX_IDLE_S, DEFAULT_JAX_MAX_BYTES
 from tcl.shim.server import SettingsError, ShimSettings, serve
 
 app = typer.Typer(
@@ -141,6 +142,24 @@ def run(
             "still uses is never evicted.",
         ),
     ] = DEFAULT_CODE_CACHE_MAX_BYTES,
+    jax_cache_max_bytes: Annotated[
+        int,
+        typer.Option(
+            envvar="TCL_SHIM_JAX_CACHE_MAX_BYTES",
+            min=0,
+            help="Size budget of the jobs' JAX compilation cache (<code-cache>/jax): least "
+            "recently used entries go first.",
+        ),
+    ] = DEFAULT_JAX_MAX_BYTES,
+    env_max_idle_s: Annotated[
+        float,
+        typer.Option(
+            envvar="TCL_SHIM_ENV_MAX_IDLE_S",
+            min=0,
+            help="Remove a job's project environment (<code-cache>/envs) unused this long; "
+            "never one a job runs in.",
+        ),
+    ] = DEFAULT_ENV_MAX_IDLE_S,
     code_tarballs: Annotated[
         Path | None,
         typer.Option(
@@ -193,6 +212,8 @@ def run(
         record_retention_s=record_retention_s,
         runner_silence_limit_s=runner_silence_limit_s,
         code_cache_max_bytes=code_cache_max_bytes,
+        jax_cache_max_bytes=jax_cache_max_bytes,
+        env_max_idle_s=env_max_idle_s,
         code_tarballs=code_tarballs,
         cluster_fs=cluster_fs,
         runner_forkserver=runner_forkserver,

@@ -28,6 +28,7 @@ from pathlib import Path
 from tcl.atomic import write_atomic
 from tcl.shim.api import ExecutorKind, TaskStatus, TerminateRequest, TerminationReason
 from tcl.shim.codegc import CodeGc
+from tcl.shim.derivedgc import DerivedGc
 from tcl.shim.errors import ShimError
 from tcl.shim.executors.base import Liveness, Observed
 from tcl.shim.inventory import BUSY_OUTSIDE_MIB, outside_usage_mib
@@ -66,9 +67,11 @@ class Reconciler:
         silence_limit_s: float = 30.0,
         record_retention_s: float = 7 * 24 * 3600.0,
         code_gc: CodeGc | None = None,
+        derived_gc: DerivedGc | None = None,
     ) -> None:
         self.service = service
         self.code_gc = code_gc
+        self.derived_gc = derived_gc
         self._gc_task: asyncio.Task[list[Path]] | None = None
         self.interval_s = interval_s
         self.retention_s = retention_s
@@ -114,12 +117,16 @@ class Reconciler:
         }
 
     def start_code_gc(self) -> asyncio.Task[list[Path]] | None:
-        """Evict least recently used code (trees, tarballs) in a thread; one at a time."""
+        """Evict least recently used code (trees, tarballs), and what jobs derived from it
+        (compiled programs, project environments), in a thread; one at a time."""
         if self.code_gc is None or (self._gc_task is not None and not self._gc_task.done()):
             return None
-        self._gc_task = asyncio.create_task(
-            asyncio.to_thread(self.code_gc.collect, self.code_in_use()), name="shim-code-gc"
-        )
+        code_gc, derived, in_use = self.code_gc, self.derived_gc, self.code_in_use()
+
+        def collect() -> list[Path]:
+            return [*code_gc.collect(in_use), *(derived.collect() if derived else [])]
+
+        self._gc_task = asyncio.create_task(asyncio.to_thread(collect), name="shim-code-gc")
         self._gc_task.add_done_callback(_log_gc_failure)
         return self._gc_task
 

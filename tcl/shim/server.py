@@ -17,11 +17,13 @@ import uvicorn
 from fastapi import FastAPI
 
 from tcl.localsock import listen_unix
+from tcl.runner.main import COMPILE_CACHE, PROJECT_ENVS
 from tcl.shim.api import ExecutorKind
 from tcl.shim.app import create_app
 from tcl.shim.clusterfs import ClusterMounts
 from tcl.shim.codegc import DEFAULT_MAX_BYTES as DEFAULT_CODE_CACHE_MAX_BYTES
 from tcl.shim.codegc import CodeGc
+from tcl.shim.derivedgc import DEFAULT_ENV_MAX_IDLE_S, DEFAULT_JAX_MAX_BYTES, DerivedGc
 from tcl.shim.errors import BadRequest, ExecutorUnavailable
 from tcl.shim.executors.base import Executor
 from tcl.shim.executors.forkclient import RunnerForkServer
@@ -57,6 +59,8 @@ class ShimSettings:
     runner_silence_limit_s: float = 30.0
     record_retention_s: float = 7 * 24 * 3600.0
     code_cache_max_bytes: int = DEFAULT_CODE_CACHE_MAX_BYTES  # extracted trees + tarballs
+    jax_cache_max_bytes: int = DEFAULT_JAX_MAX_BYTES  # <code-cache>/jax
+    env_max_idle_s: float = DEFAULT_ENV_MAX_IDLE_S  # <code-cache>/envs, unused this long: removed
     code_tarballs: Path | None = None  # the ssh backend's <shim_dir>/code (tcl host setup)
     cluster_fs: bool = True  # False: tasks asking for a cluster filesystem are refused
     runner_forkserver: bool = True  # process executor: fork runners from one started ahead
@@ -167,6 +171,13 @@ def build(settings: ShimSettings) -> tuple[TaskService, Reconciler]:
         silence_limit_s=settings.runner_silence_limit_s,
         record_retention_s=settings.record_retention_s,
         code_gc=CodeGc(code_cache / "trees", settings.code_tarballs, settings.code_cache_max_bytes),
+        # beside the trees: the runners' JAX cache and project environments (tcl.runner.main)
+        derived_gc=DerivedGc(
+            code_cache / COMPILE_CACHE,
+            code_cache / PROJECT_ENVS,
+            settings.jax_cache_max_bytes,
+            settings.env_max_idle_s,
+        ),
     )
 
 
