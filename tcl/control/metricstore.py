@@ -84,8 +84,8 @@ class MetricStore:
             if e.kind is not EventKind.METRIC or e.data is None:
                 continue
             rec = parse_json(e.data)
-            if rec is None:
-                continue
+            if rec is None or not rec.values:
+                continue  # a step alone is a heartbeat (hang detection's), not a point
             rows.append(
                 {
                     "run_id": run_id,

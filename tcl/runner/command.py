@@ -17,6 +17,7 @@ from tcl.runner import jobenv, projectenv
 from tcl.runner import session as sessionmod
 from tcl.runner.api import JobSpec, SessionKind
 from tcl.runner.errors import ExecutorError, InvalidSpec
+from tcl.runner.hangwatch import HangPolicy
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,8 @@ def job_command(spec: JobSpec, where: Where) -> Command:
         with contextlib.suppress(OSError):  # JAX then compiles without it, as it would
             where.compile_cache_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         env = {**jobenv.compile_cache_env(where.compile_cache_dir), **env}
+    if HangPolicy.of(spec.env) is not None:  # a hung job's stacks: dumped on its SIGABRT
+        env.setdefault("PYTHONFAULTHANDLER", "1")
     secret_values = list(spec.secrets.values())
     own = spec.project_env and not sessionmod.in_image()
     if spec.argv is not None or spec.job is not None or spec.session is None:

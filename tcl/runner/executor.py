@@ -173,6 +173,20 @@ class Executor:
         if send:
             self._signal(sig)
 
+    def abort(self, grace_s: float) -> None:
+        """SIGABRT to the whole group (Python dumps its threads' stacks: PYTHONFAULTHANDLER),
+        SIGKILL after ``grace_s``; its exit is the job's failure, not a stop (a hung job)."""
+        with self._lock:
+            if self._reaped or self._proc is None or signal.SIGABRT in self._sent:
+                return
+            self._sent.add(signal.SIGABRT)
+            kill_at = time.monotonic() + grace_s
+            if self._kill_at is None or kill_at < self._kill_at:
+                self._kill_at = kill_at
+                self._deadlines.notify_all()
+        self.say(f"SIGABRT to the process group, SIGKILL after {grace_s:g} s")
+        self._signal(signal.SIGABRT)
+
     def wait(self, timeout_s: float | None = None) -> bool:
         return self._done.wait(timeout_s)
 

@@ -5,8 +5,9 @@ one space, a JSON object) is a metric, not a log line: the runner keeps it as an
 ``metric`` in the run's event log (so it resumes, survives the host and needs no second
 channel), its ``data`` the object re-written canonically. ``step`` (an integer) and ``kind``
 (a short name for a series group: ``train``, ``val``) are optional; every other key with a
-finite number is a value; other keys are dropped. A line that starts with the prefix but is not
-such an object stays a log line.
+finite number is a value; other keys are dropped. A record needs a value or a step (a step
+alone is a heartbeat: ``tcl.jobs.heartbeat``, read by hang detection, not a metric point). A
+line that starts with the prefix but is not such an object stays a log line.
 """
 
 from __future__ import annotations
@@ -60,8 +61,8 @@ def parse_record(obj: object) -> MetricRecord | None:
             continue
         if math.isfinite(value) and len(key) <= 128:
             values[str(key)] = float(value)
-    if not values or len(values) > MAX_VALUES:
-        return None
+    if (not values and step is None) or len(values) > MAX_VALUES:
+        return None  # a step alone is a heartbeat (tcl.jobs.heartbeat): kept, for hang detection
     return MetricRecord(step, kind, values)
 
 

@@ -6,20 +6,17 @@ state of its own. Calls are safe from any thread and from the event loop.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import signal
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tcl import __version__
 from tcl.atomic import write_atomic
-from tcl.runner import code as codemod
 from tcl.runner import jobenv
 from tcl.runner import session as sessionmod
 from tcl.runner.api import (
@@ -34,23 +31,21 @@ from tcl.runner.api import (
 )
 from tcl.runner.cluster import resolve_placement
 from tcl.runner.codecache import CodeCache
+from tcl.runner.codeinstall import CodeInstall
 from tcl.runner.command import Where, job_command
 from tcl.runner.errors import (
-    CodeHashMismatch,
-    CodeNotCached,
     Conflict,
     ExecutorError,
     IllegalTransition,
-    InvalidRequest,
     InvalidSpec,
-    PayloadTooLarge,
     SpecConflict,
     StorageError,
 )
 from tcl.runner.events import EventLog
 from tcl.runner.executor import Executor
-from tcl.runner.limits import DEFAULT_GRACE_S
+from tcl.runner.hangwatch import HangPolicy, HangWatch
 from tcl.runner.masking import Masker
+from tcl.runner.runnerconfig import RunnerConfig as RunnerConfig
 from tcl.runner.states import StateMachine
 
 if TYPE_CHECKING:
@@ -60,34 +55,7 @@ S = RunnerState
 StateHook = Callable[[RunnerState, int | None], None]
 
 
-@dataclass(frozen=True)
-class RunnerConfig:
-    state_dir: Path
-    max_code_bytes: int = codemod.DEFAULT_MAX_CODE_BYTES
-    max_unpacked_bytes: int = codemod.DEFAULT_MAX_UNPACKED_BYTES
-    max_members: int = codemod.DEFAULT_MAX_MEMBERS  # in the code tarball
-    # Where ssh sessions find the job's working dir and env (None: not written).
-    ssh_env_file: Path | None = None
-    # A content-addressed cache of extracted trees shared by the host's runners (None: none).
-    code_cache_dir: Path | None = None
-    # JAX's persistent compilation cache of the host's jobs (None: JAX's default, none): a
-    # later attempt of a run (a retry, a requeue after preemption) skips its recompiles.
-    compile_cache_dir: Path | None = None
-    # Where the host keeps the jobs' project environments (``tcl.runner.projectenv``; None:
-    # each job's runner builds its own, under its state dir).
-    project_env_dir: Path | None = None
-    # The sha256 of the tree the executor already mounted (an overlay) as the default working
-    # dir: installing that code is then a no-op.
-    premounted_code: str | None = None
-    # End every descendant the job leaves behind (tcl.runner.reaper). Only for a runner that is
-    # a process of its own (serve, batch), never one embedded in another program.
-    end_orphans: bool = False
-    # How long a job may take to exit after the runner forwards it a stop signal, and after
-    # its max_duration_s, before SIGKILL (``--stop-grace-s``).
-    stop_grace_s: float = DEFAULT_GRACE_S
-
-
-class Runner:
+class Runner(CodeInstall):
     def __init__(self, config: RunnerConfig, clock: Callable[[], float] = time.time) -> None:
         self.config = config
         config.state_dir.mkdir(parents=True, exist_ok=True)
@@ -106,14 +74,12 @@ class Runner:
         # of the step, so the job may exit of it before the runner's own stop reaches the
         # executor: its exit is still the stop's outcome, not a failure.
         self._stop_signalled = False
+        self._hangwatch: HangWatch | None = None
+        self._hung_for: float | None = None  # the job was found hung after this many seconds
         self.cache = CodeCache(config.code_cache_dir) if config.code_cache_dir else None
         self.log.append_state(S.WAITING_SPEC)
 
     # -- state ---------------------------------------------------------------------------
-
-    @property
-    def state(self) -> RunnerState:
-        return self.machine.state
 
     def add_state_hook(self, hook: StateHook) -> None:
         self._hooks.append(hook)
@@ -132,12 +98,6 @@ class Runner:
             version=__version__, state=self.state, exit_code=m.exit_code, started=m.started
         )
 
-    @property
-    def workdir(self) -> Path:
-        if self.spec is not None and self.spec.working_dir:
-            return Path(self.spec.working_dir)
-        return self.config.state_dir / "work"
-
     # -- steps ---------------------------------------------------------------------------
 
     def submit(self, spec: JobSpec) -> RunnerState:
@@ -151,114 +111,13 @@ class Runner:
                 raise InvalidSpec("working_dir", "working_dir must be an absolute path")
             if spec.argv is None and spec.job is None and spec.session is None:
                 raise InvalidSpec("argv", "neither argv, job nor session is given: nothing to run")
+            HangPolicy.of(spec.env)  # a bad TCL_HANG_* setting: 422 now, naming it
             resolve_placement(spec, os.environ)  # a scheduler env that makes no sense: 422 now
             self.machine.move(
                 S.WAITING_CODE if spec.code else S.READY, expect=frozenset({S.WAITING_SPEC})
             )
             self.spec = spec
             return self.state
-
-    def _begin_code(self, sha256: str | None, content_length: int | None) -> str | None:
-        """Check that code with this hash is expected now and mark an install in progress.
-
-        Returns the normalised hash, or None when that code is already installed (a retry)."""
-        sha256 = (sha256 or "").strip().lower()
-        if len(sha256) != 64 or any(c not in "0123456789abcdef" for c in sha256):
-            raise InvalidRequest("header X-Code-Sha256 must be the body's sha256 (64 hex digits)")
-        with self._lock:
-            spec = self.spec
-            if (
-                spec is not None
-                and self.state is not S.WAITING_CODE
-                and sha256 == self._code_sha256
-            ):
-                return None  # the same code again (a retry after a lost answer)
-            if spec is None or self.state is not S.WAITING_CODE or self._uploading:
-                busy = " (an upload is in progress)" if self._uploading else ""
-                raise IllegalTransition(f"code is not expected in state {self.state}{busy}")
-            if spec.code is not None and spec.code.sha256 != sha256:
-                raise CodeHashMismatch(
-                    f"X-Code-Sha256 {sha256} is not the spec's code.sha256 {spec.code.sha256}"
-                )
-            limit = self.config.max_code_bytes
-            if content_length is not None and content_length > limit:
-                raise PayloadTooLarge(
-                    f"code upload of {content_length} bytes is over the limit of {limit} bytes"
-                )
-            self._uploading = True
-            return sha256
-
-    def _end_code(self) -> None:
-        with self._lock:
-            self._uploading = False
-
-    async def use_cached_code(self, sha256: str) -> RunnerState:
-        """Install code from the host's tree cache without an upload; CodeNotCached if absent."""
-        checked = self._begin_code(sha256, None)
-        if checked is None:
-            return self.state
-        try:
-            if self.cache is None or self.cache.tree(checked) is None:
-                where = "in this host's code cache" if self.cache else "here (no code cache)"
-                raise CodeNotCached(f"code {checked} is not {where}; upload it (PUT /api/code)")
-            await asyncio.to_thread(self._install_cached, checked)
-        finally:
-            self._end_code()
-        return self.state
-
-    def _install_cached(self, sha256: str) -> None:
-        assert self.cache is not None
-        premounted = self.config.premounted_code == sha256 and (
-            self.spec is None or self.spec.working_dir is None
-        )
-        if not premounted:
-            self.cache.materialise(sha256, self.workdir)
-        self._code_ready(sha256)
-
-    async def upload_code(
-        self, chunks: AsyncIterator[bytes], sha256: str | None, content_length: int | None
-    ) -> RunnerState:
-        """Receive, verify and extract the tarball; state goes to ready."""
-        checked = self._begin_code(sha256, content_length)
-        if checked is None:
-            return self.state
-        sha256, limit = checked, self.config.max_code_bytes
-        archive = self.config.state_dir / "code.tar.gz"
-        try:
-            await codemod.receive(chunks, archive, sha256, limit)
-            await asyncio.to_thread(self._extract, archive, sha256)
-        finally:
-            archive.unlink(missing_ok=True)
-            self._end_code()
-        return self.state
-
-    def use_code_file(self, archive: Path) -> None:
-        """Batch mode: the tarball is already on disk (checked against the spec's hash)."""
-        with self._lock:
-            spec = self.spec
-            if spec is None or self.state is not S.WAITING_CODE:
-                raise IllegalTransition(f"code is not expected in state {self.state}")
-            actual = codemod.sha256_file(archive)
-            if spec.code is not None and actual != spec.code.sha256:
-                raise CodeHashMismatch(
-                    f"sha256 of {archive} is {actual}, the spec says {spec.code.sha256}"
-                )
-            self._extract(archive, actual)
-
-    def _extract(self, archive: Path, sha256: str) -> None:
-        if self.cache is not None:
-            self.cache.add(sha256, archive, self.config.max_unpacked_bytes, self.config.max_members)
-            self.cache.materialise(sha256, self.workdir)
-        else:
-            codemod.extract(
-                archive, self.workdir, self.config.max_unpacked_bytes, self.config.max_members
-            )
-        self._code_ready(sha256)
-
-    def _code_ready(self, sha256: str) -> None:
-        with self._lock:
-            self._code_sha256 = sha256
-            self.machine.move(S.READY, expect=frozenset({S.WAITING_CODE}))
 
     def run(self) -> RunnerState:
         """Start the job in its own process group."""
@@ -328,6 +187,11 @@ class Runner:
             except ExecutorError as e:
                 executor.say(e.detail)
                 self.machine.move(S.FAILED, exit_code=127)
+                return self.state
+            policy = HangPolicy.of(spec.env)
+            if policy is not None:
+                self._hangwatch = HangWatch(self.log, policy, self._hung)
+                self._hangwatch.start()
             return self.state
 
     def session_info(self) -> SessionInfo:
@@ -364,11 +228,29 @@ class Runner:
             self.machine.move(S.FAILED, exit_code=127)
             return self.state
 
+    def _hung(self, idle_s: float, limit_s: float, median_s: float) -> None:
+        """The job stopped making progress (:mod:`tcl.runner.hangwatch`): its stacks, then
+        its end (a failure: a retry policy places it again)."""
+        with self._lock:
+            executor = self.executor
+            if executor is None or self.state is not S.RUNNING:
+                return
+            self._hung_for = idle_s
+        self.say(
+            f"no step for {idle_s:.0f} s (the limit: {limit_s:.0f} s, from a median step of "
+            f"{median_s:.2f} s): the job looks hung; its stacks follow, then it is stopped"
+        )
+        executor.abort(self.config.stop_grace_s)
+
     def note_stop_signal(self) -> None:
         """A stop signal arrived (called at once, before :meth:`stop` runs on its thread)."""
         self._stop_signalled = True
 
     def _on_exit(self, exit_code: int, stopped: bool) -> None:
+        if self._hangwatch is not None:
+            self._hangwatch.close()
+        if self._hung_for is not None:
+            self.say(f"stopped as hung: no step for {self._hung_for:.0f} s")
         with self._lock:
             stopped = stopped or self._stop_signalled
             final = S.TERMINATED if stopped else S.SUCCEEDED if exit_code == 0 else S.FAILED

@@ -38,6 +38,7 @@ def exercise_metricstore(store: Store) -> None:
         metric(2, '{"kind":"train","loss":2.5,"step":1}'),
         metric(3, '{"kind":"val","step":1,"val_loss":3.0}', node=1),
         metric(4, "not json"),  # kept in the log cache as it came; no point
+        metric(8, '{"kind":"heartbeat","step":1}'),  # a step alone (hang detection's): no point
         KeptEvent(seq=5, ts=5.0, kind=EventKind.STATE, state=RunnerState.SUCCEEDED),
         metric(6, '{"acc":0.5}', attempt=1),
     ]

@@ -31,6 +31,13 @@ def test_step_and_kind_are_optional_and_other_keys_are_dropped() -> None:
     assert rec == MetricRecord(step=None, kind="", values={"acc": 1.0})
 
 
+def test_a_step_alone_is_a_heartbeat() -> None:
+    """What ``tcl.jobs.heartbeat(step)`` prints: a metric event (hang detection reads its
+    step) with no value (the metric store keeps no point of it)."""
+    rec = parse_line('TCL_METRIC {"step": 7, "kind": "heartbeat"}')
+    assert rec == MetricRecord(step=7, kind="heartbeat", values={})
+
+
 def test_to_json_is_canonical_and_parses_back() -> None:
     rec = MetricRecord(step=3, kind="val", values={"val_loss": 1.5, "acc": 0.25})
     assert rec.to_json() == '{"acc":0.25,"kind":"val","step":3,"val_loss":1.5}'
@@ -45,7 +52,7 @@ def test_to_json_is_canonical_and_parses_back() -> None:
         "TCL_METRIC nope",
         "TCL_METRIC",  # no space, no object
         "TCL_METRIC [1, 2]",
-        'TCL_METRIC {"step": 1}',  # no value
+        'TCL_METRIC {"kind": "train"}',  # no value and no step
         'TCL_METRIC {"step": "1", "loss": 1}',  # a step that is not an integer
         'TCL_METRIC {"step": true, "loss": 1}',
         'TCL_METRIC {"step": 1.5, "loss": 1}',
