@@ -17,10 +17,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from tcl.runner import projectenv
 from tests.uvproject import make_project, uv_env
 
-LAUNCHER = [sys.executable, "-I", "-m", "tcl.runner.projectenv"]
-JOB = ["python3", "-c", "pass"]
+LAUNCHER = [sys.executable, "-I", "-S", projectenv.__file__]  # as the runner starts it
+JOB = ["true"]  # the launcher's own cost, not an interpreter's start
 
 
 def _timed(argv: list[str], env: dict[str, str], cwd: Path) -> float:

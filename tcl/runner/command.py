@@ -86,5 +86,7 @@ def in_project_env(spec: JobSpec, root: Path, where: Where, argv: list[str]) -> 
     """``argv`` started in the environment of the uv project at ``root`` (built first)."""
     envs = where.project_env_dir or where.state_dir / "envs"
     groups = [a for g in spec.uv_groups for a in ("--group", g)]
-    launcher = [sys.executable, "-I", "-m", "tcl.runner.projectenv"]
+    # the module as a script, without site: it imports only the standard library (a 15 ms
+    # start on the job's critical path, not a whole interpreter's 50 ms)
+    launcher = [sys.executable, "-I", "-S", projectenv.__file__]
     return [*launcher, "--root", str(root), "--envs", str(envs), *groups, "--", *argv]

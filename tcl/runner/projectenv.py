@@ -8,10 +8,11 @@ run (and every node sharing the directory) reuses it; uv's cache is shared betwe
 The project itself is not installed into it (its tree changes with every submit): its root,
 and ``src/`` where it has one, lead the job's ``PYTHONPATH``, as an editable install would.
 
-The runner starts the job as ``python -I -m tcl.runner.projectenv --root R --envs D [--group
-G] -- ARGV``: this module builds (or finds) the environment under a lock, its progress on the
-job's own log, then ``exec``s ARGV with the environment's ``bin`` first on ``PATH``: the job
-keeps its pid and its process group, a stop during the build stops uv, and a build that fails
+The runner starts the job as ``python -I -S .../tcl/runner/projectenv.py --root R --envs D
+[--group G] -- ARGV`` (a script of the standard library only, without site: a fast start):
+it builds (or finds) the environment under a lock, its progress on the job's own log, then
+``exec``s ARGV with the environment's ``bin`` first on ``PATH``: the job keeps its pid and its
+process group, a stop during the build stops uv, and a build that fails
 ends the job with uv's last lines before anything of the job ran.
 
 Without a uv project the job runs as before, with the host's environment.
@@ -20,18 +21,16 @@ Standard library only (it runs before the job, on the job's critical path).
 
 from __future__ import annotations
 
-import argparse
 import fcntl
 import hashlib
 import os
-import platform
-import shutil
-import subprocess
 import sys
 import time
-from collections import deque
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+
+# subprocess, shutil and collections.deque are imported where a build needs them: a job whose
+# environment exists pays only for this module's start (what bench/project_env.py measures)
 
 PYPROJECT = "pyproject.toml"
 LOCK = "uv.lock"
@@ -67,7 +66,7 @@ def env_key(root: Path, groups: Sequence[str]) -> str:
         h.update(b"\0")
     for group in sorted(set(groups)):
         h.update(b"group\0" + group.encode() + b"\0")
-    h.update(f"{sys.platform}\0{platform.machine()}".encode())
+    h.update(f"{sys.platform}\0{os.uname().machine}".encode())
     return h.hexdigest()[:24]
 
 
@@ -79,6 +78,8 @@ def uv_binary() -> str | None:
     beside = Path(sys.executable).parent / "uv"  # the `uv` distribution, a dependency of tcl
     if beside.is_file() and os.access(beside, os.X_OK):
         return str(beside)
+    import shutil
+
     return shutil.which("uv")
 
 
@@ -149,6 +150,10 @@ def acquire(root: Path, envs: Path, groups: Sequence[str], uv: str) -> tuple[Pat
 
 def _build(root: Path, target: Path, groups: Sequence[str], uv: str) -> None:
     """``uv sync`` into ``target`` (under the key's exclusive lock); its output to stderr."""
+    import shutil
+    import subprocess
+    from collections import deque
+
     shutil.rmtree(target, ignore_errors=True)  # what a killed build left
     argv = [uv, "sync", "--frozen", "--no-install-project"]
     for group in groups:
@@ -176,20 +181,45 @@ def _build(root: Path, target: Path, groups: Sequence[str], uv: str) -> None:
     (target / READY).write_text(f"{' '.join(argv)}\n")
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m tcl.runner.projectenv")
-    p.add_argument("--root", type=Path, required=True, help="the uv project's directory")
-    p.add_argument("--envs", type=Path, required=True, help="where the host keeps environments")
-    p.add_argument("--group", action="append", default=[], help="a dependency group to sync")
-    p.add_argument("argv", nargs=argparse.REMAINDER, help="-- the job's command")
-    return p
+USAGE = "usage: projectenv.py --root DIR --envs DIR [--group NAME]... -- COMMAND..."
+
+
+class Args:
+    """The launcher's arguments (a plain class: ``dataclasses`` costs 12 ms to import)."""
+
+    def __init__(self) -> None:
+        self.root: Path | None = None
+        self.envs: Path | None = None
+        self.group: list[str] = []
+        self.argv: list[str] = []
+
+
+def parse(words: Sequence[str]) -> Args | None:
+    """The runner's own call (``tcl.runner.command``): options, ``--``, the job's command."""
+    args, rest = Args(), list(words)
+    while rest:
+        word = rest.pop(0)
+        if word == "--":
+            args.argv = rest
+            break
+        if word not in ("--root", "--envs", "--group") or not rest:
+            return None
+        value = rest.pop(0)
+        if word == "--group":
+            args.group.append(value)
+        elif word == "--root":
+            args.root = Path(value)
+        else:
+            args.envs = Path(value)
+    return args if args.root is not None and args.envs is not None else None
 
 
 def main(args_in: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(args_in)
-    argv = list(args.argv)
-    if argv and argv[0] == "--":
-        argv = argv[1:]
+    args = parse(sys.argv[1:] if args_in is None else args_in)
+    if args is None or args.root is None or args.envs is None:
+        print(USAGE, file=sys.stderr)
+        return 2
+    argv = args.argv
     if not argv:
         print("tcl: no command to run", file=sys.stderr)
         return 2

@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+from tcl.runner import projectenv
 from tcl.shim.derivedgc import READY, DerivedGc
 from tests.polling import wait_until
 from tests.uvproject import make_project, uv_env
@@ -39,7 +40,7 @@ def test_the_compilation_cache_keeps_its_newest_files_within_the_budget(tmp_path
 def test_an_idle_environment_goes_and_one_a_job_runs_in_stays(tmp_path: Path) -> None:
     repo = make_project(tmp_path / "repo")
     envs = tmp_path / "envs"
-    launcher = [sys.executable, "-I", "-m", "tcl.runner.projectenv", "--root", str(repo)]
+    launcher = [sys.executable, "-I", "-S", projectenv.__file__, "--root", str(repo)]
     # a job in the environment: its launcher's lock is held by the job after exec
     job = subprocess.Popen(
         [*launcher, "--envs", str(envs), "--", "sleep", "60"],
