@@ -16,7 +16,7 @@ from tcl.control.errors import ConfigError, NoPlacementError, SshConnectError
 from tcl.control.solver import Request, Solution, solve
 from tcl.shim.api import Accelerator, HostInfo
 
-CFG = parse_config("""
+CFG_TEXT = """
 clusters: {a: {}, b: {}}
 hosts:
   small: {type: ssh, ssh: s, cluster: a}
@@ -25,7 +25,8 @@ hosts:
   down: {type: ssh, ssh: d}
   vol1: {type: volcano, pvc_name: p}
 priority: [down, small, big]
-""")
+"""
+CFG = parse_config(CFG_TEXT)
 
 
 def _host(chip: str, n: int, held: int = 0) -> HostInfo:
@@ -156,21 +157,12 @@ async def test_a_session_skips_hosts_that_run_no_interactive_sessions() -> None:
     assert "vol1: volcano hosts do not run interactive sessions" in str(e.value)
 
 
-PREFS = parse_config("""
-clusters: {a: {}, b: {}}
-hosts:
-  small: {type: ssh, ssh: s, cluster: a}
-  big: {type: ssh, ssh: b, cluster: b, chips: {h100: 8}}
-  amp: {type: ssh, ssh: m, cluster: a, chips: {a100: 4}}
-  down: {type: ssh, ssh: d}
-priority: [down, small, big]
-prefer: [b]
-avoid: [a]
-""")
+PREFS = parse_config(CFG_TEXT + "prefer: [b]\navoid: [a]\n")
 
 
 async def test_the_config_s_prefer_goes_first_and_avoid_is_left_unless_asked_for() -> None:
-    assert PREFS.ordered_hosts() == ["big", "down", "small", "amp"]  # b first, priority kept
+    # b first, priority kept
+    assert PREFS.ordered_hosts() == ["big", "down", "small", "amp", "vol1"]
     sol = await FakeShims().solve(Request(chip="h100", chips=1), PREFS)
     assert [c.host for c in sol.candidates] == ["big"]  # small (cluster a) avoided
     assert dict(sol.skipped)["small"].startswith("cluster a avoided (the config's avoid")

@@ -8,11 +8,15 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable
+from pathlib import Path
 
 from tcl.shim.api import ExecutorKind, Ports
+from tcl.shim.clusterfs import ClusterMounts
 from tcl.shim.errors import ImageError
 from tcl.shim.executors.base import Launch, Liveness, Observed, ProgressFn, Started
-from tcl.shim.store import Handle
+from tcl.shim.inventory import discover
+from tcl.shim.service import TaskService
+from tcl.shim.store import Handle, TaskStore
 
 
 class FakeExecutor:
@@ -80,3 +84,16 @@ class FakeExecutor:
 
     async def remove_orphan(self, name: str) -> None:
         await self.remove(name, Handle())
+
+
+def fake_service(
+    state_dir: Path, ex: FakeExecutor, accelerators: str | None = "h100:4"
+) -> TaskService:
+    """A task service over ``ex`` (its only executor) with fake accelerators."""
+    return TaskService(
+        store=TaskStore(state_dir),
+        inventory=discover(accelerators),
+        executors={ex.kind: ex},
+        default_executor=ex.kind,
+        mounts=ClusterMounts(state_dir),
+    )

@@ -15,14 +15,11 @@ from pathlib import Path
 import psutil
 
 from tcl.shim.api import NetworkMode, TaskSpec
-from tcl.shim.clusterfs import ClusterMounts
 from tcl.shim.executors.base import Launch, Liveness
 from tcl.shim.executors.cgroup import TaskProcesses
 from tcl.shim.executors.process_executor import ProcessExecutor
-from tcl.shim.inventory import discover
-from tcl.shim.service import TaskService
-from tcl.shim.store import Handle, TaskRecord, TaskStore
-from tests.unit.shim.fakes import FakeExecutor
+from tcl.shim.store import Handle, TaskRecord
+from tests.unit.shim.fakes import FakeExecutor, fake_service
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(120)"]
 
@@ -69,15 +66,8 @@ async def test_a_scan_in_flight_spares_a_runner_started_meanwhile(tmp_path: Path
 async def test_a_task_being_recorded_is_busy(tmp_path: Path) -> None:
     """From the moment its record exists until its lifecycle took it, a task is its submit's:
     a reconcile pass leaves it alone."""
-    ex = FakeExecutor()
-    store = TaskStore(tmp_path)
-    svc = TaskService(
-        store=store,
-        inventory=discover("h100:1"),
-        executors={ex.kind: ex},
-        default_executor=ex.kind,
-        mounts=ClusterMounts(tmp_path),
-    )
+    svc = fake_service(tmp_path, FakeExecutor(), "h100:1")
+    store = svc.store
     seen: list[bool] = []
     add = store.add
 

@@ -14,14 +14,11 @@ import pytest
 
 from tcl.shim import service as service_module
 from tcl.shim.api import TaskSpec, TaskStatus, TerminateRequest, TerminationReason
-from tcl.shim.clusterfs import ClusterMounts
 from tcl.shim.errors import NotFound
-from tcl.shim.inventory import discover
 from tcl.shim.probe import JobStop
-from tcl.shim.service import TaskService
-from tcl.shim.store import Handle, TaskStore
+from tcl.shim.store import Handle
 from tests.polling import await_until
-from tests.unit.shim.fakes import FakeExecutor
+from tests.unit.shim.fakes import FakeExecutor, fake_service
 
 
 class SlowToExit(FakeExecutor):
@@ -52,14 +49,7 @@ async def test_an_ended_job_s_task_frees_its_chips_without_waiting_for_its_runne
 ) -> None:
     monkeypatch.setattr(service_module, "stop_job", _ended_on_its_own)
     ex = SlowToExit()
-    store = TaskStore(tmp_path)
-    svc = TaskService(
-        store=store,
-        inventory=discover("h100:4"),
-        executors={ex.kind: ex},
-        default_executor=ex.kind,
-        mounts=ClusterMounts(tmp_path),
-    )
+    svc = fake_service(tmp_path, ex)
     await svc.submit(TaskSpec(id="a", image="img", accelerators=4))
     await await_until(
         lambda: svc.get("a"), 30, "a running", done=lambda i: i.status is TaskStatus.RUNNING
