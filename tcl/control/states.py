@@ -85,6 +85,9 @@ class AttemptCause(enum.StrEnum):
     STOPPED = "stopped"  # stopped: by the user (`tcl stop`, `tcl matrix cancel`), its time limit
     # its host did not answer for a whole budget: how the job went is unknown, not its verdict
     INFRA = "infra"
+    # its runner found it hung (no step past its limit: tcl.runner.hangwatch), dumped its
+    # stacks and ended it; a retry policy counts it as a failure
+    HUNG = "hung"
 
     @classmethod
     def of_end(cls, state: RunState, preempted: bool = False) -> AttemptCause:

@@ -155,6 +155,8 @@ class Event(BaseModel):
     state: RunnerState | None = None
     exit_code: int | None = None
     pid: int | None = None  # the ``running`` state's: the job's process id (in its namespace)
+    # a final state's, when the runner ended the job itself: ``hung`` (tcl.runner.hangwatch)
+    reason: str | None = None
 
 
 class EventsQuery(_Strict):

@@ -97,7 +97,11 @@ class EventLog:
         return self._append({"kind": EventKind.METRIC.value, "stream": stream.value, "data": data})
 
     def append_state(
-        self, state: RunnerState, exit_code: int | None = None, pid: int | None = None
+        self,
+        state: RunnerState,
+        exit_code: int | None = None,
+        pid: int | None = None,
+        reason: str | None = None,
     ) -> int:
         fields: dict[str, object] = {
             "kind": EventKind.STATE.value,
@@ -106,6 +110,8 @@ class EventLog:
         }
         if pid is not None:
             fields["pid"] = pid
+        if reason is not None:
+            fields["reason"] = reason
         return self._append(fields)
 
     def _append(self, fields: dict[str, object]) -> int:
@@ -122,8 +128,9 @@ class EventLog:
                 "state": fields.get("state"),
                 "exit_code": fields.get("exit_code"),
             }
-            if "pid" in fields:  # only a running state has one: other lines stay as short
-                record["pid"] = fields["pid"]
+            for extra in ("pid", "reason"):  # only some states have one: lines stay short
+                if extra in fields:
+                    record[extra] = fields[extra]
             line = json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
             _write_all(self._data_fd, line)
             _write_all(self._idx_fd, _ENTRY.pack(self._size))

@@ -96,15 +96,16 @@ class StepClock:
 
 
 class HangWatch:
-    """Reads the job's step metrics from the event log as they come, and calls ``on_hang``
-    once (idle seconds, the limit, the median step) when the job stops making progress."""
+    """Reads the job's step metrics from the event log as they come (timed by the events' own
+    ``ts``: several read at once keep their spacing), and calls ``on_hang`` once (idle seconds,
+    the limit, the median step) when the job stops making progress."""
 
     def __init__(
         self,
         log: EventLog,
         policy: HangPolicy,
         on_hang: Callable[[float, float, float], None],
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = time.time,
         poll_s: float = POLL_S,
     ) -> None:
         self._log = log
@@ -137,8 +138,8 @@ class HangWatch:
                 self._after = e.seq
                 if e.kind is EventKind.METRIC and e.data:
                     step = _step(e.data)
-                    if step is not None:
-                        self.steps.saw(step, self._clock())
+                    if step is not None:  # when the runner read it: the line's own time
+                        self.steps.saw(step, e.ts)
             if not more:
                 return
 

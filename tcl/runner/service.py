@@ -86,7 +86,8 @@ class Runner(CodeInstall):
 
     def _on_state(self, state: RunnerState, exit_code: int | None) -> None:
         pid = self._job_pid if state is S.RUNNING else None
-        self.log.append_state(state, exit_code, pid)
+        hung = state is S.FAILED and self._hung_for is not None
+        self.log.append_state(state, exit_code, pid, "hung" if hung else None)
         for hook in self._hooks:
             hook(state, exit_code)
         if state.is_final:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -181,6 +181,8 @@ async def pull(
         why = next((p.message for p in pages.values() if p.message), "")
         preempted = any(p.preempted for p in pages.values())
         cause = AttemptCause.of_end(state, preempted)
+        if state is RunState.FAILED and _hung(pages.values()):
+            cause = AttemptCause.HUNG
         if state is RunState.FAILED and not why and code is not None:
             # what the researcher wants to read first: the job's own last word, not only a code
             said = cache.last_error_line(att.attempt)
@@ -207,6 +209,11 @@ async def _retry_when_due(ctl: Control, run: Run, wait_s: float, relaunch: bool)
     if relaunch and (waiting is None or waiting.due):
         await place_waiting(ctl, run.id)
     return PullResult([], ctl.store.get_run(run.id).state, True)
+
+
+def _hung(pages: Iterable[NodePage]) -> bool:
+    """Whether a node's runner ended its job as hung (its final state event says so)."""
+    return any(e.kind is EventKind.STATE and e.reason == "hung" for p in pages for e in p.events)
 
 
 def _job_pid(page: NodePage | None) -> int | None:
