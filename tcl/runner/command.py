@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from tcl.runner import jobenv, projectenv
@@ -26,6 +26,9 @@ class Command:
     env: dict[str, str]
     secret_values: list[str]  # masked in its logs
     session: sessionmod.Session | None = None
+    # what a shell in the job (`tcl ssh`) gets beyond the job's public env: the project
+    # environment's PATH, VIRTUAL_ENV and PYTHONPATH, when the job runs in one
+    shell_env: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -54,9 +57,10 @@ def job_command(spec: JobSpec, where: Where) -> Command:
     if spec.argv is not None or spec.job is not None or spec.session is None:
         argv = jobenv.job_argv(spec, where.workdir, where.config_file)
         root = projectenv.find_project(where.job_dir, where.workdir) if own and spec.argv else None
-        if root is not None:
-            argv = in_project_env(spec, root, where, argv)
-        return Command(argv, env, secret_values)
+        if root is None:
+            return Command(argv, env, secret_values)
+        shell = _shell_env(spec, root, where, env)
+        return Command(in_project_env(spec, root, where, argv), env, secret_values, None, shell)
     remote = spec.session.kind is SessionKind.REMOTE
     root = projectenv.find_project(where.job_dir, where.workdir) if own and remote else None
     try:
@@ -80,6 +84,14 @@ def job_command(spec: JobSpec, where: Where) -> Command:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (only_tcl, env.get("PYTHONPATH")) if p)
         argv = in_project_env(spec, root, where, argv)
     return Command(argv, env, [*secret_values, *launch.secrets.values()], launch.session)
+
+
+def _shell_env(spec: JobSpec, root: Path, where: Where, env: dict[str, str]) -> dict[str, str]:
+    """The project environment's variables, as the launcher will set them (its directory is
+    known before it is built: named by the lock's key)."""
+    envs = where.project_env_dir or where.state_dir / "envs"
+    active = projectenv.job_env_of(envs / projectenv.env_key(root, spec.uv_groups), root, env)
+    return {k: active[k] for k in ("PATH", "VIRTUAL_ENV", "PYTHONPATH") if k in active}
 
 
 def in_project_env(spec: JobSpec, root: Path, where: Where, argv: list[str]) -> list[str]:

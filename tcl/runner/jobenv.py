@@ -149,9 +149,15 @@ def job_argv(
     return argv
 
 
-def ssh_snippet(spec: JobSpec, workdir: Path, base: Mapping[str, str] | None = None) -> str:
+def ssh_snippet(
+    spec: JobSpec,
+    workdir: Path,
+    base: Mapping[str, str] | None = None,
+    shell_env: Mapping[str, str] | None = None,
+) -> str:
     """A POSIX shell snippet: ``cd`` to the working dir and export the job's public env and the
-    variables that pick its interpreter (PATH...)."""
+    variables that pick its interpreter (PATH...); ``shell_env`` last (the job's project
+    environment: its PATH, VIRTUAL_ENV, PYTHONPATH)."""
     base = os.environ if base is None else base
     lines = [
         "# Written by tcl-runner when the job started: the job's working dir and environment",
@@ -160,6 +166,7 @@ def ssh_snippet(spec: JobSpec, workdir: Path, base: Mapping[str, str] | None = N
     secret_names = set(spec.secrets)
     env = {k: base[k] for k in _SESSION_INHERITED if k in base}
     env.update(public_env(spec, workdir, base))
+    env.update(shell_env or {})
     for key, value in sorted(env.items()):
         if key in secret_names or not key.isidentifier():
             continue
@@ -169,6 +176,8 @@ def ssh_snippet(spec: JobSpec, workdir: Path, base: Mapping[str, str] | None = N
     return "\n".join(lines) + "\n"
 
 
-def write_ssh_snippet(path: Path, spec: JobSpec, workdir: Path) -> None:
+def write_ssh_snippet(
+    path: Path, spec: JobSpec, workdir: Path, shell_env: Mapping[str, str] | None = None
+) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, ssh_snippet(spec, workdir).encode(), mode=0o644)
+    write_atomic(path, ssh_snippet(spec, workdir, shell_env=shell_env).encode(), mode=0o644)

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tcl.common.codecachelayout import COMPILE_CACHE, PROJECT_ENVS
 from tcl.runner.limits import DEFAULT_GRACE_S, DEFAULT_START_TIMEOUT_S, MAX_GRACE_S
 
 if TYPE_CHECKING:
@@ -132,10 +133,6 @@ def _parser() -> argparse.ArgumentParser:
     )
     f.add_argument("--tcl-instance", default="", help="marks the process for its shim")
     return p
-
-
-COMPILE_CACHE = "jax"  # JAX's persistent compilation cache, under the host's code cache
-PROJECT_ENVS = "envs"  # the jobs' uv project environments (tcl.runner.projectenv), beside it
 
 
 def _config(args: argparse.Namespace) -> RunnerConfig:

@@ -165,7 +165,7 @@ class Runner(CodeInstall):
             unwritable = ""
             if self.config.ssh_env_file is not None:
                 try:
-                    jobenv.write_ssh_snippet(self.config.ssh_env_file, spec, workdir)
+                    jobenv.write_ssh_snippet(self.config.ssh_env_file, spec, workdir, cmd.shell_env)
                 except OSError as e:  # ssh sessions are a convenience: the job runs anyway
                     unwritable = f"ssh sessions will not get the job's env: {e}"
             self.executor = executor

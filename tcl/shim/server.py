@@ -16,8 +16,8 @@ from pathlib import Path
 import uvicorn
 from fastapi import FastAPI
 
+from tcl.common.codecachelayout import COMPILE_CACHE, PROJECT_ENVS
 from tcl.localsock import listen_unix
-from tcl.runner.main import COMPILE_CACHE, PROJECT_ENVS
 from tcl.shim.api import ExecutorKind
 from tcl.shim.app import create_app
 from tcl.shim.clusterfs import ClusterMounts

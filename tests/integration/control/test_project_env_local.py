@@ -5,7 +5,9 @@ packages are wheels it keeps (tests/uvproject.py)."""
 
 from __future__ import annotations
 
+import json
 import re
+import time
 from pathlib import Path
 
 from tcl.control.localshim import stop_local_shim
@@ -36,5 +38,16 @@ def test_a_submit_from_a_uv_project_runs_in_its_environment(tmp_path: Path) -> N
 
         host = run_tcl(["submit", "--host-env", "--", "python", "job.py"], env, repo, check=False)
         assert host.returncode != 0 and f"{DEP} no" in host.stdout, host
+
+        # a shell in a running job (`tcl ssh`) has the job's environment too
+        long = ["submit", "-d", "--json", "--", "python", "-c", "import time; time.sleep(120)"]
+        run_id = json.loads(run_tcl(long, env, repo).stdout)["run_id"]
+        probe = ["ssh", run_id, "--", "python", "-c", "import sys, tclprobe_dep; print(sys.prefix)"]
+        deadline = time.monotonic() + 60
+        while (shell := run_tcl(probe, env, repo, check=False)).returncode != 0:
+            assert time.monotonic() < deadline, shell
+            time.sleep(0.5)
+        assert Path(shell.stdout.strip()).parent == envs, shell.stdout
+        run_tcl(["stop", run_id], env, repo)
     finally:
         stop_local_shim(home / "state" / "local-shim")
