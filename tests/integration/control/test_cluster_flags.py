@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tcl.control.localshim import stop_local_shim
-from tests.integration.tclcli import run_tcl, user_env
+from tests.integration.tclcli import run_tcl, stop_local_shim_and_tasks, user_env
 
 
 def _closed_port() -> int:
@@ -47,4 +46,4 @@ def test_cluster_flags_choose_and_name_clusters(env: dict[str, str], tmp_path: P
         assert res.returncode != 0
         assert "--cluster nope: no such cluster (clusters: far, home)" in res.stderr, res.stderr
     finally:
-        stop_local_shim(tmp_path / "state" / "local-shim")
+        stop_local_shim_and_tasks(tmp_path / "state" / "local-shim")

@@ -7,8 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from tcl.control.localshim import stop_local_shim
-from tests.integration.tclcli import run_tcl, user_env
+from tests.integration.tclcli import run_tcl, stop_local_shim_and_tasks, user_env
 
 PROGRAM = """
 import json, os, time
@@ -56,4 +55,4 @@ def test_a_second_run_finds_its_compiled_program_in_the_hosts_cache(tmp_path: Pa
         assert second["before"] == second["after"] == first["after"], runs
         print(f"compile+run: first {first['took']:.3f} s, second {second['took']:.3f} s")
     finally:
-        stop_local_shim(home / "state" / "local-shim")
+        stop_local_shim_and_tasks(home / "state" / "local-shim")

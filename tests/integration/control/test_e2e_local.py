@@ -7,8 +7,7 @@ import signal
 import subprocess
 from pathlib import Path
 
-from tcl.control.localshim import stop_local_shim
-from tests.integration.tclcli import run_tcl, start_tcl, user_env
+from tests.integration.tclcli import run_tcl, start_tcl, stop_local_shim_and_tasks, user_env
 
 
 def _local_env(home: Path) -> dict[str, str]:
@@ -54,7 +53,7 @@ def test_no_config_runs_on_local_default(tmp_path: Path) -> None:
         res = _tcl(env, work, "logs", "-f", run_id)
         assert res.returncode == 0, res.stderr
     finally:
-        stop_local_shim(home / "state" / "local-shim")
+        stop_local_shim_and_tasks(home / "state" / "local-shim")
 
 
 def test_ctrl_c_detaches_and_the_job_keeps_running(tmp_path: Path) -> None:
@@ -81,7 +80,7 @@ def test_ctrl_c_detaches_and_the_job_keeps_running(tmp_path: Path) -> None:
         (row,) = json.loads(tcl("ps", "-a", "--json").stdout)
         assert row["state"] == "terminated"
     finally:
-        stop_local_shim(tmp_path / "state" / "local-shim")
+        stop_local_shim_and_tasks(tmp_path / "state" / "local-shim")
 
 
 def test_submit_a_tcl_jobs_job_by_key_on_the_local_default(tmp_path: Path) -> None:
@@ -119,7 +118,7 @@ def test_submit_a_tcl_jobs_job_by_key_on_the_local_default(tmp_path: Path) -> No
         bad = tcl("submit", "--job", "gpt/train", "--", "python", "-c", "1")
         assert bad.returncode != 0 and "not both" in bad.stderr
     finally:
-        stop_local_shim(home / "state" / "local-shim")
+        stop_local_shim_and_tasks(home / "state" / "local-shim")
 
 
 def test_the_job_starts_in_the_directory_submitted_from(tmp_path: Path) -> None:
@@ -138,7 +137,7 @@ def test_the_job_starts_in_the_directory_submitted_from(tmp_path: Path) -> None:
         assert res.stdout == "from sub\n"
         assert "not in a git repository" not in res.stderr
     finally:
-        stop_local_shim(home / "state" / "local-shim")
+        stop_local_shim_and_tasks(home / "state" / "local-shim")
 
 
 def test_a_run_whose_host_left_the_config_can_still_be_stopped(tmp_path: Path) -> None:
@@ -161,4 +160,4 @@ def test_a_run_whose_host_left_the_config_can_still_be_stopped(tmp_path: Path) -
         (row,) = json.loads(_tcl(env_other, tmp_path, "ps", "-a", "--json").stdout)
         assert row["state"] == "terminated"
     finally:
-        stop_local_shim(tmp_path / "state" / "local-shim")
+        stop_local_shim_and_tasks(tmp_path / "state" / "local-shim")

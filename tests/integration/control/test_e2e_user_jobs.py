@@ -9,7 +9,7 @@ import json
 import shutil
 from pathlib import Path
 
-from tcl.control.localshim import stop_local_shim
+from tests.integration.tclcli import stop_local_shim_and_tasks
 
 from .test_e2e_local import _local_env, _tcl
 
@@ -48,4 +48,4 @@ def test_submit_a_job_of_the_users_repo_then_restore_it(tmp_path: Path) -> None:
         bad = _tcl(env, work, "submit", "--job", "custom/my_jb", timeout_s=300)
         assert bad.returncode != 0 and "did you mean custom/my_job" in bad.stderr
     finally:
-        stop_local_shim(home / "state" / "local-shim")
+        stop_local_shim_and_tasks(home / "state" / "local-shim")

@@ -7,8 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tcl.control.localshim import stop_local_shim
-from tests.integration.tclcli import run_tcl, user_env
+from tests.integration.tclcli import run_tcl, stop_local_shim_and_tasks, user_env
 
 JOB = """
 import os, time
@@ -43,4 +42,4 @@ def test_a_hung_attempt_is_marked_hung_and_retried(tmp_path: Path) -> None:
         logs = shown.stdout + shown.stderr  # the job's stderr (its stacks) goes to stderr
         assert "the job looks hung" in logs and "in all_reduce" in logs, logs
     finally:
-        stop_local_shim(home / "state" / "local-shim")
+        stop_local_shim_and_tasks(home / "state" / "local-shim")

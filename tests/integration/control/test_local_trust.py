@@ -23,8 +23,7 @@ import psutil
 import pytest
 
 from tcl.control.daemon.client import stop_daemon
-from tcl.control.localshim import stop_local_shim
-from tests.integration.tclcli import run_tcl, user_env
+from tests.integration.tclcli import run_tcl, stop_local_shim_and_tasks, user_env
 
 NOBODY = 65534
 
@@ -69,7 +68,7 @@ def home(tmp_path: Path) -> Iterator[Path]:
     (tmp_path / "work").mkdir()
     yield tmp_path
     stop_daemon(tmp_path / "state" / "serve")
-    stop_local_shim(tmp_path / "state" / "local-shim")
+    stop_local_shim_and_tasks(tmp_path / "state" / "local-shim")
     for p in psutil.process_iter(["cmdline"]):
         if any(str(tmp_path) in a for a in p.info["cmdline"] or []):
             with contextlib.suppress(psutil.NoSuchProcess):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tcl.control.localshim import stop_local_shim
+from tests.integration.tclcli import stop_local_shim_and_tasks
 
 from .test_e2e_local import _local_env, _tcl
 
@@ -62,4 +62,4 @@ def test_metric_lines_become_points_and_not_log_lines(tmp_path: Path) -> None:
             ["4", "val", "0.75", "0.5"],
         ]
     finally:
-        stop_local_shim(home / "state" / "local-shim")
+        stop_local_shim_and_tasks(home / "state" / "local-shim")

@@ -10,8 +10,7 @@ import re
 import time
 from pathlib import Path
 
-from tcl.control.localshim import stop_local_shim
-from tests.integration.tclcli import run_tcl, user_env
+from tests.integration.tclcli import run_tcl, stop_local_shim_and_tasks, user_env
 from tests.uvproject import DEP, GROUP, GROUP_DEP, make_project
 
 
@@ -50,4 +49,4 @@ def test_a_submit_from_a_uv_project_runs_in_its_environment(tmp_path: Path) -> N
         assert Path(shell.stdout.strip()).parent == envs, shell.stdout
         run_tcl(["stop", run_id], env, repo)
     finally:
-        stop_local_shim(home / "state" / "local-shim")
+        stop_local_shim_and_tasks(home / "state" / "local-shim")

@@ -14,9 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tcl.control.localshim import stop_local_shim
 from tests.integration.replcli import start_repl
-from tests.integration.tclcli import TclEnv
+from tests.integration.tclcli import TclEnv, stop_local_shim_and_tasks
 
 
 @dataclass
@@ -95,7 +94,7 @@ def local(tmp_path: Path) -> Iterator[LocalEnv]:
         for r in json.loads(env.tcl("ps", "-a", "--json", check=False).stdout or "[]"):
             if r["state"] not in ("succeeded", "failed", "terminated"):
                 env.tcl("stop", "--grace", "1", r["run_id"], check=False)
-        stop_local_shim(home / "state" / "local-shim")
+        stop_local_shim_and_tasks(home / "state" / "local-shim")
 
 
 def _workdir(env: LocalEnv, run_id: str) -> Path:

@@ -16,8 +16,7 @@ import psutil
 import pytest
 
 from tcl.control.daemon.client import stop_daemon
-from tcl.control.localshim import stop_local_shim
-from tests.integration.tclcli import run_tcl, start_tcl, user_env
+from tests.integration.tclcli import run_tcl, start_tcl, stop_local_shim_and_tasks, user_env
 from tests.polling import wait_until
 
 
@@ -64,7 +63,7 @@ def _alive(pid: int) -> bool:
 def _cleanup(home: Path) -> object:
     yield None
     stop_daemon(home / "state" / "serve")
-    stop_local_shim(home / "state" / "local-shim")
+    stop_local_shim_and_tasks(home / "state" / "local-shim")
     # runners of `-d` runs nobody followed outlive their stopped shim (they keep their logs)
     for p in psutil.process_iter(["cmdline"]):
         if any(str(home) in a for a in p.info["cmdline"] or []):

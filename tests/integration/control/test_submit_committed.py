@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tcl.control.localshim import stop_local_shim
-from tests.integration.tclcli import run_tcl, user_env
+from tests.integration.tclcli import run_tcl, stop_local_shim_and_tasks, user_env
 from tests.unit.control.test_shipping import _git
 
 
@@ -27,4 +26,4 @@ def test_committed_ships_head_and_names_what_it_left_out(tmp_path: Path) -> None
         res = run_tcl(["submit", "--", "python3", "train.py"], env, repo)
         assert res.stdout == "edited\n", res.stderr  # the default: the working tree
     finally:
-        stop_local_shim(home / "state" / "local-shim")
+        stop_local_shim_and_tasks(home / "state" / "local-shim")

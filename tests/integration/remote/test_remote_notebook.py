@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tcl.control.localshim import stop_local_shim
-from tests.integration.tclcli import TCL
+from tests.integration.tclcli import TCL, stop_local_shim_and_tasks
 from tests.notebook import cell_text, run_notebook, write_back_cells
 
 SETUP = """
@@ -64,4 +63,4 @@ def test_tcl_remote_in_a_real_notebook_on_the_local_default(
         (run,) = runs
         assert run["session"] == "remote" and run["state"] == "terminated", run  # closed
     finally:
-        stop_local_shim(home / "state" / "local-shim")
+        stop_local_shim_and_tasks(home / "state" / "local-shim")

@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tcl.control.localshim import stop_local_shim
-from tests.integration.tclcli import user_env
+from tests.integration.tclcli import stop_local_shim_and_tasks, user_env
 from tests.uvproject import DEP, make_project
 
 # what the user's notebook runs (here a script, with this checkout's tcl as the notebook's)
@@ -57,4 +56,4 @@ def test_the_call_server_runs_in_the_project_s_environment(tmp_path: Path) -> No
         assert Path(prefix).is_relative_to(home / "state" / "local-shim"), prefix
         assert DEP not in sys.modules  # (and not this process's)
     finally:
-        stop_local_shim(home / "state" / "local-shim")
+        stop_local_shim_and_tasks(home / "state" / "local-shim")
