@@ -69,9 +69,12 @@ def _cleanup(env: Env, docker_client: Any) -> None:
         if r["state"] not in ("succeeded", "failed", "terminated"):
             env.tcl("stop", "--grace", "1", r["run_id"], check=False)
     ids = tuple(r["run_id"] for r in runs)
-    for c in docker_client.containers.list(all=True, filters={"label": "tcl.shim.task-id"}):
-        if ids and c.labels.get("tcl.shim.task-id", "").startswith(ids):
-            c.remove(force=True)
+    # the low-level list (the high-level one inspects each container, and a shim may remove
+    # one in between: NotFound)
+    for c in docker_client.api.containers(all=True, filters={"label": "tcl.shim.task-id"}):
+        if ids and (c.get("Labels") or {}).get("tcl.shim.task-id", "").startswith(ids):
+            with contextlib.suppress(docker.errors.NotFound):
+                docker_client.api.remove_container(c["Id"], force=True)
 
 
 def stop_shims(shim_dirs: Iterable[Path]) -> None:
