@@ -67,20 +67,30 @@ def serve_forks() -> None:
             continue
         out.flush()
         sys.stderr.flush()
+        # The answer waits until the wrapper leads its session: a stop sent to its group the
+        # moment the shim has the pid must reach it (CI: a group not yet there, a kill that
+        # reached nobody, and a shim that waited for the wrapper's end forever).
+        led_r, led_w = os.pipe()
         pid = os.fork()
         if pid == 0:
-            _wrapper(req)  # never returns
+            os.close(led_r)
+            _wrapper(req, led_w)  # never returns
+        os.close(led_w)
+        os.read(led_r, 1)  # end of file: the session is led (or the wrapper is gone)
+        os.close(led_r)
         out.write(f"{pid}\n".encode())
         out.flush()
 
 
-def _wrapper(req: ForkRequest) -> None:
-    """In the forked child: become the task's wrapper, fork its runner, record how it ended."""
+def _wrapper(req: ForkRequest, led: int) -> None:
+    """In the forked child: become the task's wrapper (``led`` closed once it leads its session
+    and ignores stop signals), fork its runner, record how it ended."""
     code = 127
     try:
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # this one waits for its runner
         os.setsid()
         procwrap.ignore_stop_signals()
+        os.close(led)
         if req.cgroup:
             procwrap.join_cgroup(req.cgroup, os.getpid())
         _redirect(req.log_file)

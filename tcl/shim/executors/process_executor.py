@@ -43,6 +43,7 @@ EXIT_FILE = "exit_code"
 FORKED_DIR = "forked"
 LOG_FILE = "runner.log"
 _STOP_POLL_S = 0.05
+_KILL_WAIT_S = 30.0  # after SIGKILL: a process stuck in the kernel must not hold the shim
 
 
 class ProcessExecutor:
@@ -316,7 +317,11 @@ class ProcessExecutor:
             await asyncio.sleep(_STOP_POLL_S)
         if self._alive_or_child(handle):
             self._signal_group(handle.pid, signal.SIGKILL)
+            deadline = time.monotonic() + _KILL_WAIT_S
             while self._alive_or_child(handle):
+                if time.monotonic() > deadline:  # e.g. stuck in the kernel (D state): go on
+                    log.warning("task %s: runner %d outlived SIGKILL", task_id, handle.pid)
+                    break
                 await asyncio.sleep(_STOP_POLL_S)
         # The job has its own session and may have started daemons: end them all.
         await self._release(task_id)
@@ -337,8 +342,15 @@ class ProcessExecutor:
 
     @staticmethod
     def _signal_group(pid: int, sig: int) -> None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
+        """The wrapper's session (it and all it started); the wrapper alone when it leads no
+        group (yet): a signal never silently reaches nobody."""
+        try:
             os.killpg(pid, sig)
+        except ProcessLookupError:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, sig)
+        except PermissionError:
+            pass
 
     async def remove(self, task_id: str, handle: Handle) -> None:
         await self.stop(task_id, handle, 0)

@@ -6,6 +6,7 @@ have tasks."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import json
 import os
@@ -113,6 +114,37 @@ async def test_a_task_s_runner_is_forked_and_behaves_as_a_cold_one(
         assert (done.termination_reason, done.exit_code) == (TerminationReason.DONE, 0)
         await c.remove_task("a")
         await until(lambda: _zombie(wrapper.pid) and _zombie(runner.pid))
+
+
+async def test_a_forked_runner_leads_its_session_when_its_pid_is_answered(tmp_path: Path) -> None:
+    """The pid the shim gets names a session at once: a stop sent to it right away ends the
+    task (CI42: a kill sent before the wrapper's ``setsid`` reached nobody; the stop waited for
+    ever)."""
+    instance = f"fork-{os.getpid()}-{time.monotonic_ns()}"
+    tasks = tmp_path / "tasks"
+    argv = default_runner_argv(None)
+    server = RunnerForkServer(argv, instance, tmp_path / "forkserver.log")
+    ex = ProcessExecutor(
+        argv, instance, tasks, processes=TaskProcesses(instance, None), forkserver=server
+    )
+    try:
+        await ex.open()
+        for i in range(30):
+            task_dir = tasks / f"t{i}"
+            task_dir.mkdir(parents=True)
+            launch = Launch(TaskSpec(id=f"t{i}"), [], NetworkMode.HOST, task_dir)
+            launch.runner_token_file.write_text(new_token())
+            launch.runner_token_file.chmod(0o600)
+            handle = (await ex.start(launch)).handle
+            pid = handle.pid
+            assert pid is not None
+            assert os.getsid(pid) == pid, f"start {i}: not a session yet"
+            await asyncio.wait_for(ex.remove(f"t{i}", handle), timeout=30)
+            await until(functools.partial(_zombie, pid))
+        assert server.forks == 30
+    finally:
+        await ex.close()
+        cleanup_processes(instance)
 
 
 def _zombie(pid: int) -> bool:
