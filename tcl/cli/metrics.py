@@ -2,7 +2,8 @@
 
 A job prints ``TCL_METRIC {json}`` lines on stdout (``tcl.jobs`` trainers do); the runner keeps
 them as metric events and every pull keeps them in the state store. This command brings the
-run's events up to date first (as ``tcl logs`` does), then shows what the store holds.
+run's events up to date first (as ``tcl logs`` does), then shows what the store holds, and
+each attempt's time to first step by phase with the run's goodput (``tcl.control.goodput``).
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ def cmd_metrics(
 ) -> None:
     """Show the metric points of a run (its job's TCL_METRIC lines), in the order printed."""
 
-    async def body(ctl: Control) -> tuple[str, list[MetricPoint]]:
+    async def body(ctl: Control) -> tuple[str, list[MetricPoint], Table | None]:
         from tcl.control.catchup import catch_up, keep_cached_metrics
 
         ref = run_ref
@@ -75,9 +76,12 @@ def cmd_metrics(
         if caught.unreachable:
             err.print(f"warning: {caught.unreachable}; showing kept metrics", markup=False)
         keep_cached_metrics(ctl, caught.run_id)
-        return caught.run_id, ctl.metrics.read_all(caught.run_id, kind=kind)
+        points = ctl.metrics.read_all(caught.run_id, kind=kind)
+        # the whole run's start and goodput: shown with all its points, not one kind's
+        starts = None if as_json or kind is not None else _start_table(ctl, caught.run_id)
+        return caught.run_id, points, starts
 
-    run_id, points = with_control(ctx, body)
+    run_id, points, starts = with_control(ctx, body)
     if not points:
         of_kind = f" of kind {kind!r}" if kind is not None else ""
         err.print(
@@ -89,6 +93,33 @@ def cmd_metrics(
         print_json([point_json(p) for p in points])
     elif points:
         out.print(_table(points))
+    if starts is not None:
+        out.print(starts)
+
+
+def _start_table(ctl: Control, run_id: str) -> Table | None:
+    """Each attempt's time to first step, in seconds by phase, and the run's goodput (None:
+    no attempt marked a phase)."""
+    from rich.table import Table
+
+    from tcl.control.goodput import goodput, start_times
+
+    phases = ctl.phases.of_runs([run_id]).get(run_id)
+    if not phases:
+        return None
+    run = ctl.store.get_run(run_id)
+    starts = start_times(run, ctl.store.attempts(run_id), phases)
+    names = list(dict.fromkeys(g.name for st in starts for g in st.segments))
+    good = goodput(run, phases)
+    title = "time to first step (s)" + (f"; goodput {good:.1%}" if good is not None else "")
+    t = Table(title=title, title_justify="left", box=None, header_style="bold", pad_edge=False)
+    for col in ("ATTEMPT", *names, "TOTAL"):
+        t.add_column(col, justify="right")
+    for st in starts:
+        cells = [f"{x:.2f}" if (x := st.seconds(n)) is not None else "" for n in names]
+        total = st.to_first_step_s
+        t.add_row(str(st.attempt), *cells, f"{total:.2f}" if total is not None else "")
+    return t
 
 
 def register(app: typer.Typer) -> None:

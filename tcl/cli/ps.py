@@ -11,6 +11,7 @@ import typer
 from tcl.cli._common import err, out, print_json, with_control
 from tcl.cli.render import age, iso, run_json
 from tcl.cli.termsafe import cell, plain
+from tcl.control.goodput import goodput, start_times
 from tcl.control.states import RunState
 
 if TYPE_CHECKING:
@@ -19,6 +20,7 @@ if TYPE_CHECKING:
     from rich.table import Table
 
     from tcl.control.backends.base import NodePlace
+    from tcl.control.goodput import RunPhases
     from tcl.control.service import Control
     from tcl.control.store import Attempt, Run
 
@@ -33,6 +35,7 @@ class _Listing:
     unreachable_since: dict[str, float]  # run id -> first failed refresh (non-final runs)
     attempts: dict[str, list[Attempt]]  # run id -> its attempts, oldest first
     places: dict[tuple[str, int], list[NodePlace]]  # (run id, attempt) -> where its nodes ran
+    phases: dict[str, RunPhases]  # run id -> its attempts' phases (tcl.control.phasestore)
 
 
 async def _runs(
@@ -50,7 +53,8 @@ async def _runs(
     shown = fresh if all_runs else [r for r in fresh if not r.state.is_final]
     since = ctl.store.unreachable_since([r.id for r in shown if not r.state.is_final])
     attempts = ctl.store.attempts_of([r.id for r in shown])
-    return _Listing(shown, since, attempts, _places(attempts))
+    phases = ctl.phases.of_runs([r.id for r in shown])
+    return _Listing(shown, since, attempts, _places(attempts), phases)
 
 
 def _places(attempts: dict[str, list[Attempt]]) -> dict[tuple[str, int], list[NodePlace]]:
@@ -104,7 +108,7 @@ def _table(listing: _Listing) -> Table:
     from rich.table import Table
 
     t = Table(box=None, header_style="bold", pad_edge=False)
-    for col in ("RUN", "NAME", "STATE", "HOST", "CHIPS", "CREATED", "COMMAND"):
+    for col in ("RUN", "NAME", "STATE", "HOST", "CHIPS", "CREATED", "GOODPUT", "COMMAND"):
         t.add_column(col, overflow="fold")
     for r in listing.runs:
         chips = r.request.chips
@@ -112,13 +116,18 @@ def _table(listing: _Listing) -> Table:
         state = state_text(r, listing.unreachable_since.get(r.id), listing.attempts.get(r.id, []))
         chips_text = f"{chips} {chip}".strip() if chips else "-"
         command = plain(r.request.command_text())[:60]
-        shown = [r.id, r.name, state, r.host or "-", chips_text, age(r.created_at), command]
+        good = goodput(r, listing.phases.get(r.id, {}))
+        good_text = f"{good:.0%}" if good is not None else "-"
+        shown = [r.id, r.name, state, r.host or "-", chips_text, age(r.created_at), good_text]
+        shown.append(command)
         t.add_row(*(cell(text) for text in shown))  # names, commands, hosts: shown literally
     return t
 
 
 def _json(r: Run, listing: _Listing) -> dict[str, Any]:
     since = listing.unreachable_since.get(r.id)
+    phases = listing.phases.get(r.id, {})
+    starts = {s.attempt: s for s in start_times(r, listing.attempts.get(r.id, []), phases)}
     attempts = [
         {
             "attempt": a.attempt,
@@ -130,6 +139,12 @@ def _json(r: Run, listing: _Listing) -> dict[str, Any]:
             "ended_at": iso(a.ended_at) if a.ended_at is not None else None,
             "duration_s": round(a.duration_s, 3) if a.duration_s is not None else None,
             "pid": a.pid,
+            # what its start took, in seconds, segment by segment (tcl.control.goodput)
+            "start": [
+                {"phase": g.name, "seconds": round(g.seconds, 3)}
+                for g in starts[a.attempt].segments
+            ],
+            "to_first_step_s": _rounded(starts[a.attempt].to_first_step_s),
             "nodes": [
                 {"host": p.host, "task": p.task, "accelerators": p.accelerators}
                 for p in listing.places.get((r.id, a.attempt), [])
@@ -141,7 +156,12 @@ def _json(r: Run, listing: _Listing) -> dict[str, Any]:
         **run_json(r),
         "unreachable_since": iso(since) if since is not None else None,
         "attempts": attempts,
+        "goodput": _rounded(goodput(r, phases)),
     }
+
+
+def _rounded(x: float | None) -> float | None:
+    return round(x, 3) if x is not None else None
 
 
 def cmd_ps(

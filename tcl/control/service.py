@@ -13,6 +13,7 @@ from tcl.control.errors import TclError
 
 if TYPE_CHECKING:
     from tcl.control.metricstore import MetricStore
+    from tcl.control.phasestore import PhaseStore
     from tcl.control.retries import Retries
     from tcl.control.store import Attempt, Store
     from tcl.control.transport.ssh import SshPool
@@ -47,6 +48,7 @@ class Control:
         self._backends: dict[str, Backend] = {}  # by kind
         self._retries: Retries | None = None
         self._metrics: MetricStore | None = None
+        self._phases: PhaseStore | None = None
 
     @property
     def store(self) -> Store:
@@ -76,6 +78,15 @@ class Control:
 
             self._metrics = MetricStore(self.store)
         return self._metrics
+
+    @property
+    def phases(self) -> PhaseStore:
+        """When the runs' attempts reached each phase of their start (kept by each pull)."""
+        if self._phases is None:
+            from tcl.control.phasestore import PhaseStore
+
+            self._phases = PhaseStore(self.store)
+        return self._phases
 
     @property
     def pool(self) -> SshPool:

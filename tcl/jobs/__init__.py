@@ -10,3 +10,13 @@ def heartbeat(step: int) -> None:
     from tcl.runner.metricline import format_line
 
     print(format_line({"step": int(step), "kind": "heartbeat"}), flush=True)
+
+
+def mark(phase: str) -> None:
+    """Report that the attempt reached ``phase`` (one of ``tcl.runner.metricline.Phase``:
+    ``jax_ready``, ``state_ready``, ``compiled``, ``first_step``): its time-to-first-step
+    breakdown (``tcl ps --json``, ``tcl metrics``, ``tcl ui``). A ``tcl.jobs`` trainer marks
+    them itself; the runner marks the phases it sees (runner, environment, job started)."""
+    from tcl.runner.metricline import Phase, phase_line
+
+    print(phase_line(Phase(phase)), flush=True)

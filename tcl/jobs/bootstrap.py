@@ -30,7 +30,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from tcl.jobs import batchsize, distributed
+from tcl.jobs import batchsize, distributed, mark
 from tcl.jobs.config import configuration, schema_of
 from tcl.jobs.errors import ConfigError, JobPreempted, JobsError
 from tcl.jobs.job import BasicJob, RestoreableJob, is_done
@@ -38,6 +38,7 @@ from tcl.jobs.registry import get_job
 from tcl.jobs.run import load_config, make_job
 from tcl.jobs.spec import ExecutionSpec
 from tcl.jobs.status import Heartbeat, RunStatus, StatusFile, status_file_name
+from tcl.runner.metricline import Phase
 
 log = logging.getLogger("tcl.jobs.launch")
 PREEMPTED_EXIT = 143  # 128 + SIGTERM, what a scheduler expects from a preempted job
@@ -147,6 +148,7 @@ def _resolve_batch_size(
 def launch(opts: LaunchOptions) -> int:
     """Run one job under the launcher's protocol; returns the process exit code."""
     topology = distributed.initialize()
+    mark(Phase.JAX_READY)
     overrides = list(opts.overrides)
     env_bs = os.environ.get(batchsize.BATCH_SIZE_ENV)
     if env_bs:

@@ -19,6 +19,7 @@ import optax
 from flax.training import train_state
 from jax.experimental import multihost_utils
 
+from tcl.jobs import mark
 from tcl.jobs.config import configure, field
 from tcl.jobs.data import DataConfig, TokenDataset, make_dataset
 from tcl.jobs.errors import ConfigError, JobPreempted
@@ -34,6 +35,7 @@ from tcl.jobs.sharding import (
     replicated,
 )
 from tcl.jobs.spec import ExecutionSpec
+from tcl.runner.metricline import Phase
 
 log = logging.getLogger("tcl.jobs.trainer")
 C = TypeVar("C", bound="TrainerConfig")
@@ -276,8 +278,10 @@ class BaseTrainer(RestoreableJob[C], Generic[C, M]):
         schedule = self.schedule()
         pending: list[dict[str, jax.Array]] = []
         t_last, step_last = time.perf_counter(), self.global_step_counter_
+        first_done = False
         try:
             with jax.set_mesh(self.mesh), nn.logical_axis_rules(self.rules):
+                self._compile_first(a.total_steps)
                 while self.global_step_counter_ < a.total_steps:
                     if self._stop_agreed(self.global_step_counter_):
                         suffix = step_suffix(self.global_step_counter_)
@@ -289,6 +293,10 @@ class BaseTrainer(RestoreableJob[C], Generic[C, M]):
                         self.state, self.batch(step), self.rng_key
                     )
                     pending.append(metrics)
+                    if not first_done:  # the attempt's first step: its time-to-first-step
+                        jax.block_until_ready(metrics)
+                        mark(Phase.FIRST_STEP)
+                        first_done = True
                     self.global_step_counter_ = step = step + 1
                     if step % a.report_interval == 0 or step == a.total_steps:
                         fetched = jax.device_get(pending)
@@ -319,6 +327,17 @@ class BaseTrainer(RestoreableJob[C], Generic[C, M]):
                     self.save(step_suffix(self.global_step_counter_))
         finally:
             writer.close()
+
+    def _compile_first(self, total_steps: int) -> None:
+        """The train step compiled ahead of the first step (the jitted function's own call
+        then finds it), so an attempt's time-to-first-step shows its compile apart: a resumed
+        attempt that finds its program in JAX's persistent cache compiles in a fraction."""
+        mark(Phase.STATE_READY)
+        step = self.global_step_counter_
+        if step >= total_steps:
+            return
+        self._train_step.lower(self.state, self.batch(step), self.rng_key).compile()
+        mark(Phase.COMPILED)
 
     def _stop_agreed(self, step: int) -> bool:
         """Whether to checkpoint and stop before `step`. A save is collective, so in a

@@ -136,6 +136,7 @@ class EventKind(enum.StrEnum):
     LOG = "log"
     STATE = "state"
     METRIC = "metric"  # a ``TCL_METRIC`` line of the job's stdout (``tcl.runner.metricline``)
+    PHASE = "phase"  # the attempt reached a phase of its start (``metricline.Phase``): ``data``
 
 
 class LogStream(enum.StrEnum):

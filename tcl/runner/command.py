@@ -18,6 +18,7 @@ from tcl.runner import session as sessionmod
 from tcl.runner.api import JobSpec, SessionKind
 from tcl.runner.errors import ExecutorError, InvalidSpec
 from tcl.runner.hangwatch import HangPolicy
+from tcl.runner.metricline import Phase, phase_line
 
 
 @dataclass(frozen=True)
@@ -101,4 +102,5 @@ def in_project_env(spec: JobSpec, root: Path, where: Where, argv: list[str]) -> 
     # the module as a script, without site: it imports only the standard library (a 15 ms
     # start on the job's critical path, not a whole interpreter's 50 ms)
     launcher = [sys.executable, "-I", "-S", projectenv.__file__]
-    return [*launcher, "--root", str(root), "--envs", str(envs), *groups, "--", *argv]
+    ready = ["--ready-line", phase_line(Phase.ENV_READY)]
+    return [*launcher, "--root", str(root), "--envs", str(envs), *groups, *ready, "--", *argv]

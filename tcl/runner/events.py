@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tcl.runner.api import Event, EventKind, LogStream, RunnerState
+from tcl.runner.metricline import Phase
 
 EVENTS_FILE = "events.jsonl"
 INDEX_FILE = "events.idx"
@@ -76,6 +77,7 @@ class EventLog:
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._finished = False
+        self._phases: set[Phase] = set()
         self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
 
     # -- writing -------------------------------------------------------------------------
@@ -95,6 +97,14 @@ class EventLog:
     def append_metric(self, stream: LogStream, data: str) -> int:
         """A metric the job printed (``tcl.runner.metricline``); ``data`` its canonical JSON."""
         return self._append({"kind": EventKind.METRIC.value, "stream": stream.value, "data": data})
+
+    def append_phase(self, phase: Phase) -> int | None:
+        """The attempt reached ``phase`` (``data`` its name); once each (None: seen already)."""
+        with self._lock:
+            if phase in self._phases:
+                return None
+            self._phases.add(phase)
+        return self._append({"kind": EventKind.PHASE.value, "data": phase.value})
 
     def append_state(
         self,

@@ -8,10 +8,16 @@ channel), its ``data`` the object re-written canonically. ``step`` (an integer) 
 finite number is a value; other keys are dropped. A record needs a value or a step (a step
 alone is a heartbeat: ``tcl.jobs.heartbeat``, read by hang detection, not a metric point). A
 line that starts with the prefix but is not such an object stays a log line.
+
+A line ``TCL_METRIC {"phase": "compiled"}`` (that key alone, one of :class:`Phase`) marks a
+phase of the attempt's start (time-to-first-step): it becomes a ``phase`` event. ``tcl.jobs``
+prints the phases only it can see (JAX ready, first compile done); the runner records the rest
+itself (:meth:`tcl.runner.events.EventLog.append_phase`), each once per attempt.
 """
 
 from __future__ import annotations
 
+import enum
 import json
 import math
 from dataclasses import dataclass
@@ -38,6 +44,32 @@ class MetricRecord:
             body["kind"] = self.kind
         body.update(self.values)
         return json.dumps(body, separators=(",", ":"), sort_keys=True)
+
+
+class Phase(enum.StrEnum):
+    """The phases of an attempt's start, in order: each is the moment it was reached."""
+
+    RUNNER_READY = "runner_ready"  # the runner is up, waiting for its job
+    ENV_READY = "env_ready"  # the project's environment is built or found (a uv project)
+    JOB_STARTED = "job_started"  # the job's process started
+    JAX_READY = "jax_ready"  # JAX is initialised, distributed too (tcl.jobs)
+    STATE_READY = "state_ready"  # the model's state is initialised or restored (tcl.jobs)
+    COMPILED = "compiled"  # the first step's program is compiled (tcl.jobs)
+    FIRST_STEP = "first_step"  # the first step was reported (a metric line with a step)
+
+
+def phase_line(phase: Phase) -> str:
+    """The line a job prints when it reaches ``phase``."""
+    return format_line({"phase": phase.value})
+
+
+def parse_phase(obj: object) -> Phase | None:
+    if not isinstance(obj, dict) or len(obj) != 1 or not isinstance(obj.get("phase"), str):
+        return None
+    try:
+        return Phase(obj["phase"])
+    except ValueError:
+        return None
 
 
 def format_line(record: dict[str, Any]) -> str:
@@ -73,8 +105,12 @@ def parse_json(data: str) -> MetricRecord | None:
         return None
 
 
-def parse_line(line: str) -> MetricRecord | None:
-    """The metric a printed line holds (trailing newline allowed), or None."""
+def parse_line(line: str) -> MetricRecord | Phase | None:
+    """The metric or phase a printed line holds (trailing newline allowed), or None."""
     if not line.startswith(PREFIX) or len(line) > MAX_LINE_BYTES:
         return None
-    return parse_json(line[len(PREFIX) :].strip())
+    try:
+        obj = json.loads(line[len(PREFIX) :].strip())
+    except ValueError:
+        return None
+    return parse_phase(obj) or parse_record(obj)

@@ -1,7 +1,8 @@
 """One output stream of the job into the event log, its metric lines apart from its log.
 
 The executor's pump hands over the stream's text, masked and in order. On stdout, a whole line
-that :func:`tcl.runner.metricline.parse_line` accepts becomes a ``metric`` event; everything
+that :func:`tcl.runner.metricline.parse_line` accepts becomes a ``metric`` event (or a ``phase``
+one; the first metric with a step marks the ``first_step`` phase too); everything
 else (stderr always) becomes ``log`` events, in the order it was printed. A line is whole when
 it begins where the previous text ended with a newline: the rest of a line whose start went out
 early (after a pause, :data:`tcl.runner.pump.PARTIAL_LINE_FLUSH_S`) is never a metric, so
@@ -14,7 +15,7 @@ import contextlib
 
 from tcl.runner.api import LogStream
 from tcl.runner.events import EventLog
-from tcl.runner.metricline import MAX_LINE_BYTES, PREFIX, parse_line
+from tcl.runner.metricline import MAX_LINE_BYTES, PREFIX, Phase, parse_line
 
 
 class StreamOutput:
@@ -60,6 +61,11 @@ class StreamOutput:
             if plain:
                 self._log.append_log(self._stream, "".join(plain))
                 plain = []
+            if isinstance(record, Phase):
+                self._log.append_phase(record)
+                continue
+            if record.step is not None:
+                self._log.append_phase(Phase.FIRST_STEP)
             self._log.append_metric(self._stream, record.to_json())
         if plain:
             self._log.append_log(self._stream, "".join(plain))

@@ -181,7 +181,9 @@ def _build(root: Path, target: Path, groups: Sequence[str], uv: str) -> None:
     (target / READY).write_text(f"{' '.join(argv)}\n")
 
 
-USAGE = "usage: projectenv.py --root DIR --envs DIR [--group NAME]... -- COMMAND..."
+USAGE = (
+    "usage: projectenv.py --root DIR --envs DIR [--group NAME]... [--ready-line LINE] -- COMMAND..."
+)
 
 
 class Args:
@@ -191,6 +193,7 @@ class Args:
         self.root: Path | None = None
         self.envs: Path | None = None
         self.group: list[str] = []
+        self.ready_line = ""  # printed once the environment is there (the runner's phase mark)
         self.argv: list[str] = []
 
 
@@ -202,10 +205,12 @@ def parse(words: Sequence[str]) -> Args | None:
         if word == "--":
             args.argv = rest
             break
-        if word not in ("--root", "--envs", "--group") or not rest:
+        if word not in ("--root", "--envs", "--group", "--ready-line") or not rest:
             return None
         value = rest.pop(0)
-        if word == "--group":
+        if word == "--ready-line":
+            args.ready_line = value
+        elif word == "--group":
             args.group.append(value)
         elif word == "--root":
             args.root = Path(value)
@@ -248,6 +253,8 @@ def main(args_in: Sequence[str] | None = None) -> int:
     took = time.monotonic() - t0
     how = f"built in {took:.1f} s" if built else "reused"
     print(f"tcl: the project's environment{groups}: {env_dir.name} ({how})", flush=True)
+    if args.ready_line:
+        print(args.ready_line, flush=True)
     return _exec(argv, job_env_of(env_dir, args.root, os.environ))
 
 

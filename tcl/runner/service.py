@@ -45,6 +45,7 @@ from tcl.runner.events import EventLog
 from tcl.runner.executor import Executor
 from tcl.runner.hangwatch import HangPolicy, HangWatch
 from tcl.runner.masking import Masker
+from tcl.runner.metricline import Phase
 from tcl.runner.runnerconfig import RunnerConfig as RunnerConfig
 from tcl.runner.states import StateMachine
 
@@ -52,6 +53,7 @@ if TYPE_CHECKING:
     from tcl.runner.treepatch import TreeSync
 
 S = RunnerState
+_PHASES = {S.RUNNING: Phase.JOB_STARTED}  # what a state change marks of the attempt's start
 StateHook = Callable[[RunnerState, int | None], None]
 
 
@@ -78,6 +80,7 @@ class Runner(CodeInstall):
         self._hung_for: float | None = None  # the job was found hung after this many seconds
         self.cache = CodeCache(config.code_cache_dir) if config.code_cache_dir else None
         self.log.append_state(S.WAITING_SPEC)
+        self.log.append_phase(Phase.RUNNER_READY)
 
     # -- state ---------------------------------------------------------------------------
 
@@ -88,6 +91,8 @@ class Runner(CodeInstall):
         pid = self._job_pid if state is S.RUNNING else None
         hung = state is S.FAILED and self._hung_for is not None
         self.log.append_state(state, exit_code, pid, "hung" if hung else None)
+        if state in _PHASES:
+            self.log.append_phase(_PHASES[state])
         for hook in self._hooks:
             hook(state, exit_code)
         if state.is_final:

@@ -55,6 +55,13 @@ class RunList(BaseModel):
     counts: dict[str, int]  # runs per state in the whole store, every state (zeros included)
 
 
+class StartSegment(BaseModel):
+    """A part of an attempt's time to first step (``tcl.control.goodput``)."""
+
+    phase: str  # ``waited`` (until placed), or the phase reached at its end
+    seconds: float
+
+
 class AttemptItem(BaseModel):
     attempt: int
     host: str
@@ -67,6 +74,8 @@ class AttemptItem(BaseModel):
     ended_at: float | None = None
     duration_s: float | None = None  # how long its job ran (so far, while it runs)
     pid: int | None = None  # its job's, on its first node, as its runner reported it
+    start: list[StartSegment] = Field(default_factory=list)  # its time to first step, in parts
+    to_first_step_s: float | None = None  # None: it reported no step
 
 
 class RunDetail(BaseModel):
@@ -74,6 +83,7 @@ class RunDetail(BaseModel):
     request: dict[str, Any]  # what was submitted (secrets by name only)
     attempts: list[AttemptItem]
     nodes: int  # of its latest attempt
+    goodput: float | None = None  # the share of its wall time spent stepping (None: no steps)
 
 
 class MetricPointItem(BaseModel):

@@ -12,6 +12,7 @@ from fastapi import HTTPException
 from starlette.requests import HTTPConnection
 
 from tcl.control.metricstore import MetricStore
+from tcl.control.phasestore import PhaseStore
 from tcl.control.service import Control
 from tcl.control.sweep.queue import SweepQueue
 from tcl.ui.feeds import Feeds
@@ -52,6 +53,7 @@ class Ui:
         self.start_scheduler = start_scheduler
         self.queue = SweepQueue(store)
         self.metrics = MetricStore(store)
+        self.phases = PhaseStore(store)
         self._pool: SshPool | None = None
         self.viewers = 0  # log WebSockets open now
         self.feeds = Feeds(self)  # one follow per run, shared by its viewers

@@ -10,9 +10,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from tcl.control.backends.table import attempt_places
+from tcl.control.goodput import StartTimes
 from tcl.control.states import AttemptCause, RunState
 from tcl.control.store import Attempt, Run
-from tcl.ui.api import AttemptItem, NodeItem, RunItem
+from tcl.ui.api import AttemptItem, NodeItem, RunItem, StartSegment
 
 # what tcl writes when a job exits (tcl.control.lifecycle.pull): "exit code 3: <its last
 # stderr line>", and a retry policy may add "; 3 attempts failed"
@@ -116,7 +117,9 @@ def run_item(
     )
 
 
-def attempt_item(a: Attempt) -> AttemptItem:
+def attempt_item(a: Attempt, start: StartTimes | None = None) -> AttemptItem:
+    """``start``: its time to first step, when it marked any phase."""
+    segments = start.segments if start is not None else []
     return AttemptItem(
         attempt=a.attempt,
         host=a.host,
@@ -129,4 +132,6 @@ def attempt_item(a: Attempt) -> AttemptItem:
         ended_at=a.ended_at,
         duration_s=a.duration_s,
         pid=a.pid,
+        start=[StartSegment(phase=g.name, seconds=g.seconds) for g in segments],
+        to_first_step_s=start.to_first_step_s if start is not None else None,
     )

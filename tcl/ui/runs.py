@@ -8,6 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, HTTPException, Query
 
 from tcl.control.errors import RunNotFoundError, TclError
+from tcl.control.goodput import goodput, start_times
 from tcl.control.metricstore import READ_LIMIT
 from tcl.control.states import RunState
 from tcl.control.store import Run
@@ -67,11 +68,14 @@ async def run_detail(ui: UiDep, run_id: str) -> RunDetail:
                 nodes = ctl.handle(attempts[-1]).node_count
         except (TclError, ValueError):  # an unknown backend, an old handle: one node shown
             nodes = 1
+    phases = ui.phases.of_runs([run.id]).get(run.id, {})
+    starts = {st.attempt: st for st in start_times(run, attempts, phases) if len(st.segments) > 1}
     return RunDetail(
         run=run_item(run, attempts),
         request=run.request.model_dump(mode="json"),
-        attempts=[attempt_item(a) for a in attempts],
+        attempts=[attempt_item(a, starts.get(a.attempt)) for a in attempts],
         nodes=nodes,
+        goodput=goodput(run, phases),
     )
 
 

@@ -124,6 +124,7 @@ async def pull(
     # The metric points go to the store too, for its other readers (`tcl metrics`, a team's
     # PostgreSQL); keyed by the cache's seq, so keeping them again changes nothing.
     ctl.metrics.add(run.id, fresh)
+    ctl.phases.add(run.id, fresh)  # the attempts' time to first step, their last steps
     pid = _job_pid(pages.get(0))
     ctl.store.update_attempt(run.id, att.attempt, log_cursor=cache.last_seq(), pid=pid)
     requeued = next((p.next_attempt for p in pages.values() if p.next_attempt), None)

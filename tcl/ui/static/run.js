@@ -9,12 +9,24 @@ import { LogBox } from "./logview.js";
 
 const NO_METRICS = "no metrics yet (a job prints TCL_METRIC {json} lines)";
 
-function metaHtml(r) {
+// an attempt's time to first step: a bar of its parts (waited, runner, env, job, JAX, state,
+// compile, first step), each as wide as its share, named in its tooltip
+function startBar(a) {
+  if (!a.start.length) return "";
+  const total = a.start.reduce((t, g) => t + g.seconds, 0) || 1;
+  const segs = a.start.map((g) => `<span class="seg seg-${esc(g.phase)}" data-phase="${esc(g.phase)}"`
+    + ` style="width:${(100 * g.seconds / total).toFixed(1)}%" title="${esc(g.phase)}: ${g.seconds.toFixed(2)} s"></span>`).join("");
+  const label = a.to_first_step_s == null ? "no step yet" : `${a.to_first_step_s.toFixed(1)} s`;
+  return `<span class="start-bar">${segs}</span> <span class="start-total">${esc(label)}</span>`;
+}
+
+function metaHtml(r, goodput) {
   const placed = r.nodes.length || r.host;
   const parts = [`<span>${esc(r.name)}</span>`, placed ? `<span class="nodes">${nodesHtml(r)}</span>` : "not placed"];
   if (r.backend) parts.push(`<span>${esc(r.backend)}</span>`);
   if (r.duration_s != null) parts.push(`<span title="from its first attempt's start">${r.live ? "running for" : "took"} ${duration(r.duration_s)}</span>`);
   if (r.cause) parts.push(`<span class="cause st-${esc(r.state)}">${esc(r.cause)}</span>`);
+  if (goodput != null) parts.push(`<span id="goodput" title="its wall time spent stepping, after each attempt's first step">goodput ${(100 * goodput).toFixed(1)}%</span>`);
   const tone = r.state === "failed" ? "error" : "reason";
   if (r.error) parts.push(`<span class="msg ${tone}" title="${esc(r.error)}">${esc(r.error)}</span>`);
   else if (r.live && r.message) parts.push(`<span class="msg reason">${esc(r.message)}</span>`);
@@ -28,7 +40,7 @@ function attemptRow(a) {
     + `<td>${esc(a.backend)}</td><td class="nodes">${esc(nodes)}</td>`
     + `<td class="state st-${esc(a.state)}">${esc(a.state)}</td><td class="cause">${esc(a.cause || "")}</td>`
     + `<td>${esc(a.pid ?? "")}</td><td>${esc(a.duration_s == null ? "" : duration(a.duration_s))}</td>`
-    + `<td>${esc(when(a.created_at))}</td></tr>`;
+    + `<td>${esc(when(a.created_at))}</td><td class="start">${startBar(a)}</td></tr>`;
 }
 
 export async function runView(g, runId) {
@@ -44,7 +56,7 @@ export async function runView(g, runId) {
       <section><h3>Logs</h3><div id="node-tabs"></div>
         <div id="log-box"><p id="log-empty" class="log-empty"></p><div id="run-logs"></div></div></section>
       <section><h3>Attempts</h3><table id="attempts"><thead><tr><th>attempt</th><th>host</th>
-        <th>backend</th><th>nodes [accelerators]</th><th>state</th><th>ended by</th><th>pid</th><th>ran</th><th>created</th></tr></thead><tbody></tbody></table></section>
+        <th>backend</th><th>nodes [accelerators]</th><th>state</th><th>ended by</th><th>pid</th><th>ran</th><th>created</th><th>to first step</th></tr></thead><tbody></tbody></table></section>
       <section><h3>Request</h3><pre id="run-spec"></pre></section>`;
   const stateEl = $("#run-state");
 
@@ -76,7 +88,7 @@ export async function runView(g, runId) {
 
   function renderDetail(d) {
     showState(d.run.state);
-    $("#run-meta").innerHTML = metaHtml(d.run);
+    $("#run-meta").innerHTML = metaHtml(d.run, d.goodput);
     $("#attempts tbody").innerHTML = d.attempts.map(attemptRow).join("");
     const spec = JSON.stringify(d.request, null, 2);
     if ($("#run-spec").textContent !== spec) $("#run-spec").textContent = spec;

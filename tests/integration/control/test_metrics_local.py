@@ -6,14 +6,17 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.integration.tclcli import stop_local_shim_and_tasks
 
 from .test_e2e_local import _local_env, _tcl
 
 JOB = """\
-import json, sys
+import json, sys, time
 print("starting", flush=True)
 for step in range(1, 5):
+    time.sleep(0.2)
     print("TCL_METRIC " + json.dumps({"step": step, "kind": "train", "loss": 1 / step}))
     print(f"step {step} done", flush=True)
 print("TCL_METRIC " + json.dumps({"step": 4, "kind": "val", "val_loss": 0.5, "acc": 0.75}))
@@ -61,5 +64,17 @@ def test_metric_lines_become_points_and_not_log_lines(tmp_path: Path) -> None:
             ["STEP", "KIND", "acc", "val_loss"],
             ["4", "val", "0.75", "0.5"],
         ]
+        # its start, phase by phase (a plain script: the phases its runner sees), and goodput:
+        # its steps took 0.6 s of a run of seconds
+        (run,) = json.loads(_tcl(env, work, "ps", "-a", "--json").stdout)
+        (attempt,) = run["attempts"]
+        phases = [g["phase"] for g in attempt["start"]]
+        assert phases == ["waited", "runner_ready", "job_started", "first_step"], attempt
+        took = [g["seconds"] for g in attempt["start"]]
+        assert all(s >= 0 for s in took) and attempt["to_first_step_s"] == pytest.approx(sum(took))
+        assert 0.01 < run["goodput"] < 0.6, run
+        res = _tcl(env, work, "metrics", run_id)
+        assert res.returncode == 0, res.stderr
+        assert f"time to first step (s); goodput {run['goodput']:.1%}" in res.stdout
     finally:
         stop_local_shim_and_tasks(home / "state" / "local-shim")

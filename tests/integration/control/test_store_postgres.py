@@ -10,6 +10,7 @@ from sqlalchemy import text
 from tcl.control.store import Store
 from tests.testbed import private_schema
 from tests.unit.control.test_metricstore import exercise_metricstore
+from tests.unit.control.test_phasestore import exercise_phasestore
 from tests.unit.control.test_store import exercise_migration, exercise_store
 
 
@@ -30,6 +31,15 @@ def test_postgres_metric_store(postgres_url: str) -> None:
     store = Store(private_schema(postgres_url, "tcl_metrics"))
     try:
         exercise_metricstore(store)
+        assert store.engine.dialect.name == "postgresql"
+    finally:
+        store.close()
+
+
+def test_postgres_phase_store(postgres_url: str) -> None:
+    store = Store(private_schema(postgres_url, "tcl_phases"))
+    try:
+        exercise_phasestore(store)
         assert store.engine.dialect.name == "postgresql"
     finally:
         store.close()

@@ -19,6 +19,7 @@ import pytest
 from tcl.control.config import Config, load_config_at
 from tcl.control.logcache import KeptEvent, LogCache
 from tcl.control.metricstore import MetricStore
+from tcl.control.phasestore import PhaseStore
 from tcl.control.runrequest import RunRequest
 from tcl.control.states import AttemptCause, RunState
 from tcl.control.store import Store
@@ -98,6 +99,22 @@ def seed(store: Store) -> None:
             _metric(4, 2, "val", val_loss=1.7),
             _metric(6, 3, "train", loss=1.2, lr=0.1),
         ],
+    )
+    t0 = store.attempts("ok-run")[0].created_at  # its attempt's start, phase by phase
+    PhaseStore(store).add(
+        "ok-run",
+        [
+            KeptEvent(seq=10 + i, ts=t0 + dt, kind=EventKind.PHASE, data=name)
+            for i, (name, dt) in enumerate(
+                [
+                    ("runner_ready", 0.5),
+                    ("job_started", 0.75),
+                    ("compiled", 3.0),
+                    ("first_step", 3.25),
+                ]
+            )
+        ]
+        + [KeptEvent(seq=20, ts=t0 + 9.0, kind=EventKind.METRIC, data='{"step":9,"loss":1.0}')],
     )
     cache = LogCache("ok-run")
     cache.append(

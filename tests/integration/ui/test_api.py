@@ -163,6 +163,18 @@ def test_run_detail_and_404(client: TestClient) -> None:
         (1, "farbox", "failed", "exit"),
     ]
     assert all(a["created_at"] > 0 for a in d["attempts"]) and d["nodes"] == 1
+    # no phase kept: no start to show, no goodput
+    assert [a["start"] for a in d["attempts"]] == [[], []] and d["goodput"] is None
+    ok = client.get("/api/runs/ok-run").json()
+    (att,) = ok["attempts"]
+    assert [(g["phase"], g["seconds"]) for g in att["start"]][1:] == [
+        ("runner_ready", 0.5),
+        ("job_started", 0.25),
+        ("compiled", 2.25),
+        ("first_step", 0.25),
+    ]
+    assert att["to_first_step_s"] == pytest.approx(sum(g["seconds"] for g in att["start"]))
+    assert 0 < ok["goodput"] <= 1
     r = client.get("/api/runs/no-such-run")
     assert r.status_code == 404 and "no-such-run" in r.json()["detail"]
 

@@ -66,6 +66,10 @@ def test_views_render_their_contract(page_url: str, tmp_path: Path, chromium_pat
     lines = re.findall(r'<div class="log-line[^"]*" data-node="0">([^<]*)</div>', run)
     assert lines == ["hello", "&lt;warn&gt;"]
     assert 'id="run-spec"' in run and "train.py" in run and 'id="attempts"' in run
+    # its attempt's time to first step, a bar of its phases, and its goodput
+    bar = re.findall(r'<span class="seg seg-[a-z_]+" data-phase="([a-z_]+)"', run)
+    assert bar == ["waited", "runner_ready", "job_started", "compiled", "first_step"], bar
+    assert re.search(r'id="goodput"[^>]*>goodput \d+\.\d%<', run)
     assert 'id="log-scale"' in run and 'id="overlay-run"' in run and 'id="overlay-add"' in run
 
     live = dom(page_url + "#/runs/live-run", tmp_path, chromium_path)

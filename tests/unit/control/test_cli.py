@@ -147,6 +147,7 @@ def test_ps_json_is_stable(home: Path) -> None:
         "updated_at",
         "unreachable_since",  # null unless the host cannot be reached (display state)
         "attempts",
+        "goodput",  # null until an attempt reported steps (tcl.control.goodput)
     }
     assert row["state"] == "succeeded" and row["argv"] == ["python", "t.py"]
     assert row["job"] is None and row["session"] is None

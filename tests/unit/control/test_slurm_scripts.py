@@ -141,12 +141,13 @@ def test_the_event_dir_is_the_runners(node: Runner) -> None:
 
 def test_events_after_a_seq_up_to_the_limit(squeue: Squeue, node: Runner) -> None:
     for i in range(5):
-        node.log.append_log(LogStream.STDOUT, f"line {i}\n")  # seq 2..6 (1: waiting_spec)
+        # seq 3..7 (1: waiting_spec, 2: the runner_ready phase)
+        node.log.append_log(LogStream.STDOUT, f"line {i}\n")
     squeue.row("42", "RUNNING")
-    got = run_events(squeue, node, after=2, limit=3)
+    got = run_events(squeue, node, after=3, limit=3)
     events = [Event.model_validate_json(line) for line in got["events"]]
-    assert [(e.seq, e.data) for e in events] == [(3, "line 1\n"), (4, "line 2\n"), (5, "line 3\n")]
-    assert got["last"] == 6 == node.log.last_seq
+    assert [(e.seq, e.data) for e in events] == [(4, "line 1\n"), (5, "line 2\n"), (6, "line 3\n")]
+    assert got["last"] == 7 == node.log.last_seq
     assert got["status"]["state"] == RunnerState.WAITING_SPEC and got["status"]["run_id"] == "r1"
     row = parse.parse_squeue(got["squeue"])["42"]
     assert (row.state, row.restarts, row.nodes) == ("RUNNING", 0, "node1")

@@ -215,7 +215,11 @@ async def test_healthcheck_metrics_events_validation(client: RunnerClient) -> No
     r = await client._http.get("/api/events", params={"after": -1})
     assert r.status_code == 422 and r.json()["detail"][0]["field"] == "query.after"
     page = await client.events(0)
-    assert [e.state for e in page.events] == [S.WAITING_SPEC] and page.next == 1 and not page.more
+    assert [(e.state, e.data) for e in page.events] == [
+        (S.WAITING_SPEC, None),
+        (None, "runner_ready"),
+    ]
+    assert page.next == 2 and not page.more
 
 
 async def test_long_poll_returns_when_an_event_arrives(client: RunnerClient) -> None:

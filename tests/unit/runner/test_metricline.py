@@ -12,9 +12,11 @@ from tcl.runner.metricline import (
     MAX_VALUES,
     PREFIX,
     MetricRecord,
+    Phase,
     format_line,
     parse_json,
     parse_line,
+    phase_line,
 )
 
 
@@ -90,3 +92,13 @@ def test_a_non_finite_value_is_dropped_the_rest_kept() -> None:
 def test_format_line_refuses_nan() -> None:
     with pytest.raises(ValueError):
         format_line({"loss": float("nan")})
+
+
+def test_a_phase_line_is_a_phase_and_nothing_else_is() -> None:
+    """What ``tcl.jobs.mark`` prints: a phase of the attempt's start; a line with more keys,
+    or a phase tcl does not know, is no phase (an unknown one stays a log line)."""
+    assert phase_line(Phase.COMPILED) == 'TCL_METRIC {"phase":"compiled"}'
+    assert parse_line(phase_line(Phase.COMPILED) + "\n") is Phase.COMPILED
+    assert parse_line('TCL_METRIC {"phase": "warmed_up"}') is None
+    assert parse_line('TCL_METRIC {"phase": "compiled", "step": 3}') == MetricRecord(3, "", {})
+    assert [p.value for p in Phase][:3] == ["runner_ready", "env_ready", "job_started"]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from tcl.runner.api import Event, EventKind, JobSpec, LogStream, RunnerState
 from tcl.runner.events import EventLog
-from tcl.runner.metricline import PREFIX, format_line
+from tcl.runner.metricline import PREFIX, Phase, format_line, phase_line
 from tcl.runner.output import StreamOutput
 from tcl.runner.service import Runner, RunnerConfig
 
@@ -28,12 +28,13 @@ def test_metric_lines_split_out_of_stdout_text_in_order(tmp_path: Path) -> None:
     events, _ = log.read(0)
     assert kinds(events) == [
         ("log", "a\nb\n"),
+        ("phase", "first_step"),  # the first metric with a step: the attempt's first step
         ("metric", '{"kind":"train","loss":2.5,"step":1}'),
         ("metric", '{"kind":"val","step":1,"val_loss":3.0}'),
         ("log", "c\n"),
         ("log", "no metric here\n"),
     ]
-    assert all(e.stream is LogStream.STDOUT for e in events)
+    assert all(e.stream is LogStream.STDOUT for e in events if e.kind is not EventKind.PHASE)
 
 
 def test_stderr_and_malformed_lines_stay_log_text(tmp_path: Path) -> None:
@@ -55,6 +56,7 @@ def test_only_a_whole_line_is_a_metric(tmp_path: Path) -> None:
     assert kinds(events) == [
         ("log", "progress 10%"),
         ("log", f"{M1}\n"),
+        ("phase", "first_step"),
         ("metric", '{"kind":"train","loss":2.5,"step":1}'),
     ]
 
@@ -105,3 +107,19 @@ def test_a_jobs_metric_lines_become_events_and_secrets_stay_masked(tmp_path: Pat
     assert text[LogStream.STDOUT] == "hello\nTCL_METRIC nope\ntok ***\n"
     assert text[LogStream.STDERR] == f"{M2}\n"
     runner.close()
+
+
+def test_phase_lines_are_phase_events_kept_once_and_a_job_s_first_step_wins(
+    tmp_path: Path,
+) -> None:
+    log = EventLog(tmp_path)
+    out = StreamOutput(log, LogStream.STDOUT)
+    out.write(f"{phase_line(Phase.JAX_READY)}\nstarting\n{phase_line(Phase.JAX_READY)}\n")
+    out.write(f"{phase_line(Phase.FIRST_STEP)}\n{M1}\n")  # the job marked it: the metric doesn't
+    events, _ = log.read(0)
+    assert kinds(events) == [
+        ("phase", "jax_ready"),
+        ("log", "starting\n"),
+        ("phase", "first_step"),
+        ("metric", '{"kind":"train","loss":2.5,"step":1}'),
+    ]
