@@ -101,7 +101,9 @@ def juicefs_requirements(cluster: ClusterConfig | None) -> list[str]:
 
 def out_dir_env(cluster: ClusterConfig | None) -> dict[str, str]:
     """A ``tcl.jobs`` job's out dir on the cluster's shared root (checkpoints, status, logs,
-    as seed 001 lays them out), so an attempt placed on another host of the cluster resumes."""
+    as seed 001 lays them out), and JAX's compilation cache beside it, so an attempt placed on
+    another host of the cluster (a recreated TPU VM) resumes without recompiling."""
     if cluster is None or not cluster.root:
         return {}
-    return {"TCL_OUT_DIR": cluster.root}
+    jax_cache = f"{cluster.root.rstrip('/')}/.tcl-jax-cache"
+    return {"TCL_OUT_DIR": cluster.root, "JAX_COMPILATION_CACHE_DIR": jax_cache}

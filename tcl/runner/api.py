@@ -219,6 +219,9 @@ class StopRequest(_Strict):
     that moment closer."""
 
     grace_s: float = Field(default=DEFAULT_GRACE_S, ge=0, le=MAX_GRACE_S, strict=True)
+    # SIGABRT rather than SIGTERM: Python dumps every thread's stack into the log (the job has
+    # PYTHONFAULTHANDLER), e.g. another node of the job was found hung (tcl.runner.hangwatch)
+    dump_stacks: bool = Field(default=False, strict=True)
 
 
 class Metrics(BaseModel):

@@ -19,6 +19,7 @@ own (404 unknown route, 405 wrong method) get the same shape.
 from __future__ import annotations
 
 import asyncio
+import signal
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -153,7 +154,8 @@ async def run(_: Request, runner: Runner) -> Response:
 
 async def stop(request: Request, runner: Runner) -> Response:
     body = _parse(StopRequest, await request.body(), "body")
-    return _state(runner, runner.stop(body.grace_s))
+    sig = signal.SIGABRT if body.dump_stacks else signal.SIGTERM
+    return _state(runner, runner.stop(body.grace_s, sig))
 
 
 async def events(request: Request, runner: Runner) -> Response:

@@ -138,8 +138,8 @@ class RunnerClient:
     async def run(self) -> StateInfo:
         return await self._call("POST", "/api/run", StateInfo)
 
-    async def stop(self, grace_s: float = 10.0) -> StateInfo:
-        body = StopRequest(grace_s=grace_s).model_dump()
+    async def stop(self, grace_s: float = 10.0, dump_stacks: bool = False) -> StateInfo:
+        body = StopRequest(grace_s=grace_s, dump_stacks=dump_stacks).model_dump()
         return await self._call("POST", "/api/stop", StateInfo, json=body)
 
     async def metrics(self) -> Metrics:

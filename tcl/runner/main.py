@@ -66,6 +66,14 @@ def _parser() -> argparse.ArgumentParser:
             "runners (default: $TCL_RUNNER_ENV_DIR, else <code-cache>/envs, else the state dir)",
         )
         sp.add_argument(
+            "--compile-cache-dir",
+            type=Path,
+            default=_env_path("TCL_RUNNER_COMPILE_CACHE_DIR"),
+            help="JAX's persistent compilation cache of the jobs, shared by this host's (or "
+            "cluster's) runners so a resumed attempt does not recompile (default: "
+            "$TCL_RUNNER_COMPILE_CACHE_DIR, else <code-cache>/jax, else none)",
+        )
+        sp.add_argument(
             "--premounted-code",
             metavar="SHA256",
             default=os.environ.get("TCL_RUNNER_PREMOUNTED_CODE") or None,
@@ -135,6 +143,14 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _compile_cache_dir(given: Path | None, code_cache: Path | None) -> Path | None:
+    """JAX's cache: as given; else beside the code trees (the code's garbage collector leaves
+    it to the shim's bound), on the host and mounted into a docker executor's containers."""
+    if given is not None:
+        return given.resolve()
+    return code_cache / COMPILE_CACHE if code_cache is not None else None
+
+
 def _config(args: argparse.Namespace) -> RunnerConfig:
     from tcl.runner.reaper import become_subreaper
     from tcl.runner.service import RunnerConfig
@@ -145,9 +161,7 @@ def _config(args: argparse.Namespace) -> RunnerConfig:
         state_dir=args.state_dir.resolve(),
         ssh_env_file=args.ssh_env_file,
         code_cache_dir=cache,
-        # beside the code trees (the code's garbage collector leaves it to JAX's own bound): on
-        # the host, and mounted into a docker executor's containers, like the code cache
-        compile_cache_dir=cache / COMPILE_CACHE if cache else None,
+        compile_cache_dir=_compile_cache_dir(args.compile_cache_dir, cache),
         # the jobs' project environments, shared by the host's runners like the code trees
         project_env_dir=(
             args.env_dir.resolve() if args.env_dir else cache / PROJECT_ENVS if cache else None

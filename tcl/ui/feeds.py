@@ -34,8 +34,9 @@ PLACEMENT_POLL_S = 1.0
 
 
 def event_message(e: KeptEvent) -> Message | None:
-    """The wire form of a kept event; None for those the log view does not show (metrics)."""
-    if e.kind is EventKind.METRIC:
+    """The wire form of a kept event; None for those the log view does not show (metrics,
+    phases: the run's detail has them)."""
+    if e.kind in (EventKind.METRIC, EventKind.PHASE):
         return None
     return {
         "seq": e.seq,

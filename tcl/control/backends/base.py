@@ -289,8 +289,10 @@ class Backend(abc.ABC):
         return out
 
     @abc.abstractmethod
-    async def stop(self, handle: Handle, grace_s: float) -> None:
-        """Ask every node's job to end (SIGTERM, SIGKILL after ``grace_s``)."""
+    async def stop(self, handle: Handle, grace_s: float, dump_stacks: bool = False) -> None:
+        """Ask every node's job to end (SIGTERM, SIGKILL after ``grace_s``). ``dump_stacks``:
+        SIGABRT rather than SIGTERM where the host's runner can send it (shim hosts), so each
+        node's Python stacks reach its log (another node was found hung)."""
 
     @abc.abstractmethod
     async def release(self, handle: Handle, state: RunState) -> None:

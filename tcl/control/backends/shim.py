@@ -441,7 +441,7 @@ class ShimBackend(Backend):
         state = worst_state([s for s, _ in nodes])
         return RunStatus(state, never_started=all(never for _, never in nodes))
 
-    async def stop(self, handle: BaseHandle, grace_s: float) -> None:
+    async def stop(self, handle: BaseHandle, grace_s: float, dump_stacks: bool = False) -> None:
         assert isinstance(handle, ShimHandle)
 
         async def one(n: ShimNode) -> None:
@@ -452,7 +452,7 @@ class ShimBackend(Backend):
             if isinstance(runner, TaskInfo):
                 return
             try:
-                await runner.stop(grace_s)
+                await runner.stop(grace_s, dump_stacks)
             except AgentError:
                 pass
             finally:

@@ -12,11 +12,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from tcl.control.backends.base import RUNNER_STATES, Backend, Handle, NodePage, worst_state
+from tcl.control.backends.base import Handle, NodePage, worst_state
 from tcl.control.backoff import backoff_s
 from tcl.control.errors import (
     AgentError,
@@ -24,6 +24,14 @@ from tcl.control.errors import (
     NoPlacementError,
     SshConnectError,
     TclError,
+)
+from tcl.control.lifecycle.nodepages import (
+    failed_node,
+    first_failed,
+    hung,
+    job_pid,
+    node_pages,
+    node_state,
 )
 from tcl.control.lifecycle.release import release_attempt
 from tcl.control.lifecycle.retry import (
@@ -42,9 +50,6 @@ if TYPE_CHECKING:
     from tcl.control.store import Attempt, Run
 
 STOP_GRACE_S = 10.0  # the watchdog's stop of a multi-node run's other nodes
-# A long-poll answered by one node: how long the others may still answer before their polls
-# are cancelled (their events come with the next pull).
-SIBLING_GRACE_S = 0.05
 # A dropped connection: a pull that failed with one of these may be tried again.
 RETRYABLE = (AgentUnreachableError, SshConnectError)
 
@@ -57,39 +62,6 @@ class PullResult:
     # False when nothing was asked (an attempt that named nothing on a host yet, a lost node
     # left to be placed again elsewhere): the answer comes at once, its caller paces its pulls
     waited: bool = True
-
-
-async def _pages(
-    backend: Backend, handle: Handle, att: Attempt, cache: LogCache, wait_s: float
-) -> dict[int, NodePage]:
-    """One page from each node that answers: the first answer ends every node's long-poll.
-
-    A node whose final state is kept has nothing more to say and answers at once: polled beside
-    live nodes it would win every race and cut their long-polls short, so their events would
-    starve. Such a node is asked again only once every node is settled, and then all are asked
-    at once and all answers are awaited (each comes at once): the backend's own final word."""
-    nodes = range(handle.node_count)
-    live = [n for n in nodes if cache.node_final(att.attempt, n) is None]
-    polls = {
-        asyncio.ensure_future(backend.events(handle, n, cache.node_last(att.attempt, n), wait_s)): n
-        for n in (live or nodes)
-    }
-    try:
-        if not live:
-            done, _ = await asyncio.wait(polls)
-        else:
-            done, pending = await asyncio.wait(polls, return_when=asyncio.FIRST_COMPLETED)
-            if pending and len(polls) > 1:
-                more_done, pending = await asyncio.wait(pending, timeout=SIBLING_GRACE_S)
-                done |= more_done
-    finally:
-        for t in polls:
-            if not t.done():
-                t.cancel()
-        await asyncio.gather(*polls, return_exceptions=True)
-    for t in done:
-        t.result()  # the first failure propagates
-    return {polls[t]: t.result() for t in done}
 
 
 async def pull(
@@ -115,7 +87,7 @@ async def pull(
     if handle.released and run.state.is_final:
         return PullResult([], run.state, False)  # every event is kept locally already
     cache = LogCache(run.id)
-    pages = await _pages(backend, handle, att, cache, wait_s)
+    pages = await node_pages(backend, handle, att, cache, wait_s)
     fresh: list[KeptEvent] = []
     for node in sorted(pages):
         fresh += cache.append(
@@ -125,7 +97,7 @@ async def pull(
     # PostgreSQL); keyed by the cache's seq, so keeping them again changes nothing.
     ctl.metrics.add(run.id, fresh)
     ctl.phases.add(run.id, fresh)  # the attempts' time to first step, their last steps
-    pid = _job_pid(pages.get(0))
+    pid = job_pid(pages.get(0))
     ctl.store.update_attempt(run.id, att.attempt, log_cursor=cache.last_seq(), pid=pid)
     requeued = next((p.next_attempt for p in pages.values() if p.next_attempt), None)
     if requeued is not None:
@@ -149,27 +121,15 @@ async def pull(
             return PullResult(fresh, RunState.WAITING_RETRY, True)
         await _relaunch(ctl, run, att, lost.message or "its host lost it")
         return PullResult(fresh, ctl.store.get_run(run.id).state, True)
-    states = [_node_state(pages, cache, att, n) for n in range(handle.node_count)]
-    failed = _failed_node(pages, states) if not run.state.is_final else None
+    states = [node_state(pages, cache, att, n) for n in range(handle.node_count)]
+    failed = failed_node(pages, states) if not run.state.is_final else None
     if failed is not None:
         # Watchdog: one node's job failed while others still run. A multi-host job cannot go
-        # on without it (the others would hang in their next collective): stop them now.
-        node, code = failed
-        await backend.stop(handle, grace_s=STOP_GRACE_S)
-        if move(att.state, RunState.FAILED) is Move.APPLY:
-            ctl.store.update_attempt(
-                run.id, att.attempt, state=RunState.FAILED, cause=AttemptCause.EXIT
-            )
-        noun = handle.node_noun
-        why = f"{noun} {node} failed" + (f" (exit code {code})" if code is not None else "")
-        ctl.store.set_state(
-            run.id,
-            RunState.FAILED,
-            exit_code=code,
-            message=f"{why}; the other {noun}s were stopped",
-        )
-        # their last events come with the next pulls, which find the run failed already and
-        # stop nothing twice
+        # on without it (the others would hang in their next collective): stop them now (a
+        # hung node's peers dump their stacks first). The attempt ends once they did, as any
+        # end does (its retry policy decides); their last events come with the next pulls,
+        # which poll only the nodes still live, so nothing is stopped twice.
+        await backend.stop(handle, grace_s=STOP_GRACE_S, dump_stacks=hung([pages[failed[0]]]))
         return PullResult(fresh, RunState.RUNNING, True)
     state = worst_state(states)
     if state.is_final and len(pages) < handle.node_count:
@@ -182,8 +142,16 @@ async def pull(
         why = next((p.message for p in pages.values() if p.message), "")
         preempted = any(p.preempted for p in pages.values())
         cause = AttemptCause.of_end(state, preempted)
-        if state is RunState.FAILED and _hung(pages.values()):
+        finals = [cache.node_final(att.attempt, n) for n in range(handle.node_count)]
+        if state is RunState.FAILED and any(f is not None and f.reason == "hung" for f in finals):
             cause = AttemptCause.HUNG
+        failed_first = first_failed(finals) if state is RunState.FAILED else None
+        if failed_first is not None and handle.node_count > 1:
+            node, code = failed_first[0], failed_first[1].exit_code
+            noun = handle.node_noun
+            why = f"{noun} {node} failed" + (f" (exit code {code})" if code is not None else "")
+            if any(f is not None and f.state is RunnerState.TERMINATED for f in finals):
+                why += f"; the other {noun}s were stopped"
         if state is RunState.FAILED and not why and code is not None:
             # what the researcher wants to read first: the job's own last word, not only a code
             said = cache.last_error_line(att.attempt)
@@ -210,42 +178,6 @@ async def _retry_when_due(ctl: Control, run: Run, wait_s: float, relaunch: bool)
     if relaunch and (waiting is None or waiting.due):
         await place_waiting(ctl, run.id)
     return PullResult([], ctl.store.get_run(run.id).state, True)
-
-
-def _hung(pages: Iterable[NodePage]) -> bool:
-    """Whether a node's runner ended its job as hung (its final state event says so)."""
-    return any(e.kind is EventKind.STATE and e.reason == "hung" for p in pages for e in p.events)
-
-
-def _job_pid(page: NodePage | None) -> int | None:
-    """The job's pid on the first node, when this page holds its ``running`` event."""
-    for e in page.events if page is not None else ():
-        if e.kind is EventKind.STATE and e.state is RunnerState.RUNNING and e.pid is not None:
-            return e.pid
-    return None
-
-
-def _node_state(pages: dict[int, NodePage], cache: LogCache, att: Attempt, node: int) -> RunState:
-    """A node's state as this pull knows it: its page's; else its kept final state; else (its
-    poll was cut short) still live."""
-    if node in pages:
-        return pages[node].state
-    final = cache.node_final(att.attempt, node)
-    if final is not None and final.state is not None:
-        return RUNNER_STATES[final.state]
-    return RunState.RUNNING
-
-
-def _failed_node(
-    pages: dict[int, NodePage], states: list[RunState]
-) -> tuple[int, int | None] | None:
-    """The first node whose job failed while another node is still live, if any."""
-    if len(states) < 2 or all(s.is_final for s in states):
-        return None
-    for n in sorted(pages):
-        if pages[n].state is RunState.FAILED:
-            return n, pages[n].exit_code
-    return None
 
 
 async def _lost(ctl: Control, run: Run, att: Attempt) -> None:

@@ -161,8 +161,8 @@ class HttpRunner:
     async def events(self, after: int, wait_s: float = 0.0, limit: int = 1000) -> EventsPage:
         return await self._call(self._client.events(after, wait_s, limit))
 
-    async def stop(self, grace_s: float = 10.0) -> None:
-        await self._call(self._client.stop(grace_s))
+    async def stop(self, grace_s: float = 10.0, dump_stacks: bool = False) -> None:
+        await self._call(self._client.stop(grace_s, dump_stacks))
 
     async def session(self) -> SessionInfo:
         return await self._call(self._client.session())

@@ -34,6 +34,7 @@ PY = sys.executable
 PSUM = """
 import os, jax, jax.numpy as jnp
 jax.config.update("jax_num_cpu_devices", 1)
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)  # cache even this one
 jax.distributed.initialize(coordinator_address=os.environ["TCL_COORDINATOR"],
                            num_processes=int(os.environ["TCL_NODES"]),
                            process_id=int(os.environ["TCL_NODE_RANK"]), initialization_timeout=60)
@@ -41,6 +42,8 @@ rank = jax.process_index()
 f = jax.pmap(lambda x: jax.lax.psum(x, "i"), axis_name="i")
 print(f"rank {rank}/{jax.process_count()} psum={float(f(jnp.array([float(rank + 1)]))[0])}",
       flush=True)
+cache = os.environ["JAX_COMPILATION_CACHE_DIR"]
+print(f"cache {cache} holds {len(os.listdir(cache))}", flush=True)
 jax.distributed.shutdown()
 """
 
@@ -102,6 +105,11 @@ def test_two_nodes_one_jax_job_psum(e2e: Env) -> None:
     proc = e2e.tcl("submit", "--chip", "h100", "-n", "8", "--", PY, "psum.py", timeout=240)
     out = proc.stdout + proc.stderr
     assert "rank 0/2 psum=3.0" in out and "rank 1/2 psum=3.0" in out, out
+    # JAX's compilation cache is the cluster's, in its shared work dir: a requeued attempt
+    # on any node finds what this one compiled (issue 33)
+    caches = re.findall(r"cache (\S+) holds (\d+)", out)
+    assert len(caches) == 2 and len({c for c, _ in caches}) == 1, out
+    assert caches[0][0].endswith("/tcl/jax") and all(int(n) > 0 for _, n in caches), out
     runs = e2e.tcl_json("ps", "-a")
     assert runs[0]["state"] == "succeeded", runs[0]
     logs = e2e.tcl("logs", runs[0]["run_id"]).stdout

@@ -230,7 +230,12 @@ def test_slurm_spec_file_carries_the_mount_and_the_out_dir(tmp_path: Path) -> No
     assert loaded.cluster_fs == cluster_fs(MOUNTED)
     assert loaded.cluster_fs is not None and loaded.cluster_fs.meta_password == "pw-s3cret"
     assert loaded.cluster_fs.meta_url == "redis://meta:6379/1"
-    assert loaded.spec.env == {"TCL_OUT_DIR": "/cluster", "A": "1"}
+    # checkpoints and JAX's compiled programs on the cluster's root: any node resumes from them
+    assert loaded.spec.env == {
+        "TCL_OUT_DIR": "/cluster",
+        "JAX_COMPILATION_CACHE_DIR": "/cluster/.tcl-jax-cache",
+        "A": "1",
+    }
     for argv in pool.argvs:  # the password is in the spec file only
         assert "pw-s3cret" not in " ".join(argv)
     (check,) = [a for a in pool.argvs if a[0] == "test"]

@@ -27,6 +27,7 @@ from tcl.control.backends.base import (
 from tcl.control.backends.table import BACKENDS
 from tcl.control.config import default_config
 from tcl.control.lifecycle.pull import pull
+from tcl.control.lifecycle.retry_policy import RetryPolicy
 from tcl.control.logcache import LogCache
 from tcl.control.paths import cache_dir
 from tcl.control.runrequest import RunRequest
@@ -55,6 +56,7 @@ class Scripted(Backend):
     stops: ClassVar[list[int]] = []
     launched: ClassVar[list[JobSpec]] = []
     released: ClassVar[list[int]] = []
+    dumps: ClassVar[list[bool]] = []  # each stop's dump_stacks
 
     async def offers(self, req: Request, hosts: Sequence[str]) -> Offers:
         return Offers(
@@ -90,9 +92,10 @@ class Scripted(Backend):
     async def status(self, handle: Handle) -> RunStatus:
         return RunStatus(RunState.RUNNING)
 
-    async def stop(self, handle: Handle, grace_s: float) -> None:
+    async def stop(self, handle: Handle, grace_s: float, dump_stacks: bool = False) -> None:
         assert isinstance(handle, TwoNodes)
         self.stops.append(handle.gen)
+        self.dumps.append(dump_stacks)
 
     async def release(self, handle: Handle, state: RunState) -> None:
         assert isinstance(handle, TwoNodes)
@@ -107,6 +110,7 @@ def ctl(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Control:
     monkeypatch.setenv("TCL_STATE_DIR", str(tmp_path))
     monkeypatch.setitem(BACKENDS, "local", Scripted)
     Scripted.pages, Scripted.stops, Scripted.launched, Scripted.released = {}, [], [], []
+    Scripted.dumps = []
     (cache_dir() / f"{'a' * 64}.tar.gz").write_bytes(b"code")
     c = Control(default_config(), Store(f"sqlite:///{tmp_path / 'tcl.db'}"))
     c.store.create_run(
@@ -120,16 +124,47 @@ def ctl(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Control:
 
 
 async def test_a_failed_node_stops_the_others_and_the_run_names_it(ctl: Control) -> None:
-    Scripted.pages = {
-        0: NodePage([], RunState.RUNNING),
-        1: NodePage([], RunState.FAILED, exit_code=3),
-    }
+    Scripted.pages = {0: NodePage([], RunState.RUNNING), 1: _ended(3)}
     await pull(ctl, ctl.store.get_run("r-1"))
-    assert Scripted.stops == [0]
+    assert Scripted.stops == [0] and Scripted.dumps == [False]
+    # the attempt ends once the others did: their last lines are pulled first
+    assert ctl.store.get_run("r-1").state is RunState.RUNNING
+    Scripted.pages[0] = _ended(143, RunnerState.TERMINATED)
+    for _ in range(3):  # node 0's end, then every node asked once more for the final word
+        if (await pull(ctl, ctl.store.get_run("r-1"))).state.is_final:
+            break
+    assert Scripted.stops == [0]  # node 1's end was kept: nothing stopped twice
     run = ctl.store.get_run("r-1")
-    assert run.state is RunState.FAILED and run.exit_code == 3
+    assert run.state is RunState.FAILED and run.exit_code == 3, run
     assert run.message == "node 1 failed (exit code 3); the other nodes were stopped"
-    await pull(ctl, ctl.store.get_run("r-1"))  # node 0 still ending: no second stop
+    (att,) = ctl.store.attempts("r-1")
+    assert (att.state, att.cause) == (RunState.FAILED, AttemptCause.EXIT)
+
+
+async def test_a_hung_node_s_peers_dump_their_stacks_and_its_retry_policy_places_it_again(
+    ctl: Control,
+) -> None:
+    """One node found hung (its runner dumped its stacks and ended it): the others are stopped
+    with SIGABRT so their stacks reach the log too, and the attempt ends ``hung`` through the
+    run's retry policy (before: failed at once, whatever the policy), to resume elsewhere."""
+    retry = RetryPolicy(max_attempts=3, backoff_s=0)
+    ctl.store.create_run("r-2", "", RunRequest(argv=["train"], chips=0, retry=retry))
+    ctl.store.set_state("r-2", RunState.PROVISIONING)
+    ctl.store.set_placement("r-2", "local", "local", "a" * 64)
+    ctl.store.add_attempt("r-2", "local", "local", {"kind": "local", "gen": 0})
+    ctl.store.set_state("r-2", RunState.RUNNING)
+    Scripted.pages = {0: _ended(134, reason="hung"), 1: NodePage([], RunState.RUNNING)}
+    await pull(ctl, ctl.store.get_run("r-2"))
+    assert Scripted.stops == [0] and Scripted.dumps == [True]
+    Scripted.pages[1] = _ended(134, RunnerState.TERMINATED)
+    for _ in range(3):
+        res = await pull(ctl, ctl.store.get_run("r-2"), relaunch=False)
+        if res.state is not RunState.RUNNING:
+            break
+    run = ctl.store.get_run("r-2")
+    assert run.state is RunState.WAITING_RETRY, run
+    (att,) = ctl.store.attempts("r-2")
+    assert (att.state, att.cause) == (RunState.FAILED, AttemptCause.HUNG)
     assert Scripted.stops == [0]
 
 
@@ -221,9 +256,12 @@ class SlowNode1(Scripted):
         return dataclasses.replace(page, events=[e for e in page.events if e.seq > after])
 
 
-def _ended(code: int) -> NodePage:
-    state = RunnerState.SUCCEEDED if code == 0 else RunnerState.FAILED
-    end = Event(seq=1, ts=0.0, kind=EventKind.STATE, state=state, exit_code=code)
+def _ended(code: int, state: RunnerState | None = None, reason: str | None = None) -> NodePage:
+    """A node whose runner ended: its final state event (its state from its exit code unless
+    given) and the page it answers."""
+    if state is None:
+        state = RunnerState.SUCCEEDED if code == 0 else RunnerState.FAILED
+    end = Event(seq=1, ts=0.0, kind=EventKind.STATE, state=state, exit_code=code, reason=reason)
     return NodePage([end], RUNNER_STATES[state], exit_code=code)
 
 

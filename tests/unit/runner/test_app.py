@@ -183,6 +183,25 @@ async def test_stop_a_job_that_ignores_sigterm(client: RunnerClient) -> None:
     assert states[-1] is S.TERMINATED and exit_code == 128 + 9
 
 
+async def test_a_stop_that_dumps_stacks_leaves_them_in_the_log(client: RunnerClient) -> None:
+    """What the controller asks of a hung node's peers: SIGABRT, so Python dumps its threads'
+    stacks into the job's log (PYTHONFAULTHANDLER, set for every job that can be judged hung),
+    then the job ends terminated (stopped, not failed)."""
+    prog = "import time\ndef waiting_in_a_collective():\n    time.sleep(60)\n"
+    prog += "print('ready', flush=True)\nwaiting_in_a_collective()\n"
+    await client.submit(JobSpec(run_id="r", argv=[PY, "-c", prog]))
+    await client.run()
+    async for e in client.poll(0, wait_s=1):
+        if e.data == "ready\n":
+            break
+    await client.stop(grace_s=10, dump_stacks=True)
+    text, states, exit_code = await collect(client)
+    assert states[-1] is S.TERMINATED and exit_code == 128 + 6, (states, exit_code)
+    assert "Fatal Python error: Aborted" in text[LogStream.STDERR], text
+    assert "in waiting_in_a_collective" in text[LogStream.STDERR], text
+    assert "SIGABRT to the process group" in text[LogStream.RUNNER]
+
+
 async def test_stop_before_run_terminates(client: RunnerClient) -> None:
     await client.submit(JobSpec(run_id="r", argv=["true"]))
     assert (await client.stop(0)).state is S.TERMINATED

@@ -334,7 +334,8 @@ class SlurmBackend(Backend):
         await asyncio.gather(*(host(ix) for ix in by_host.values()))
         return out
 
-    async def stop(self, handle: BaseHandle, grace_s: float) -> None:
+    async def stop(self, handle: BaseHandle, grace_s: float, dump_stacks: bool = False) -> None:
+        # dump_stacks: not here (the scheduler signals the job's processes, not its runner)
         """``scancel``: SLURM sends SIGTERM to every task, SIGKILL after its ``KillWait`` (the
         cluster's grace, not ``grace_s``); each runner forwards TERM to its job."""
         assert isinstance(handle, SlurmHandle)

@@ -145,8 +145,10 @@ def render(s: BatchScript) -> str:
     if s.code:
         runner += ["--code", inside(s, s.code)]
     runner += ["--spec", inside(s, s.spec)]
-    if s.work:  # the jobs' project environments, built once for every node and later run
+    if s.work:  # the jobs' project environments, built once for every node and later run;
+        # JAX's compilation cache, which a requeued attempt finds on any node
         runner += ["--env-dir", inside(s, f"{s.work}/tcl/envs")]
+        runner += ["--compile-cache-dir", inside(s, f"{s.work}/tcl/jax")]
     binds = [(s.work, CONTAINER_MOUNT)] if s.container == "charliecloud" and s.work else []
     if s.container in ("pyxis", "apptainer") and s.work:
         binds = [(s.work, s.work)]

@@ -207,10 +207,12 @@ class VolcanoBackend(Backend):
         return handle, vcjob, helper
 
     def _job_env(self, host: str, job: JobSpec) -> dict[str, str]:
-        """A ``tcl.jobs`` job keeps its checkpoints on the PVC (a restarted Job's pods find
-        them there); the host's ``env:`` and the run's ``--env`` win."""
+        """A ``tcl.jobs`` job keeps its checkpoints on the PVC, and JAX its compiled programs
+        (a restarted Job's pods find them there); the host's ``env:`` and the run's ``--env``
+        win."""
         cfg = self._cfg(host)
-        out = {"TCL_OUT_DIR": f"{cfg.pvc_mount_path.rstrip('/')}/tcl/out"}
+        pvc = cfg.pvc_mount_path.rstrip("/")
+        out = {"TCL_OUT_DIR": f"{pvc}/tcl/out", "JAX_COMPILATION_CACHE_DIR": f"{pvc}/tcl/jax"}
         return {**out, **cfg.env, **job.env}
 
     def dry_run(self, plan: Offer, job: JobSpec, image: str | None) -> str:
@@ -377,7 +379,8 @@ class VolcanoBackend(Backend):
         states = await asyncio.gather(*(one(n) for n in range(handle.nodes)))
         return RunStatus(worst_state(list(states)))
 
-    async def stop(self, handle: BaseHandle, grace_s: float) -> None:
+    async def stop(self, handle: BaseHandle, grace_s: float, dump_stacks: bool = False) -> None:
+        # dump_stacks: not here (the scheduler signals the job's processes, not its runner)
         """Each runner stops its job (its signal, its grace, its last events); a Job whose pods
         do not run yet is deleted at once."""
         assert isinstance(handle, VolcanoHandle)
