@@ -85,7 +85,7 @@ class FakeRunner:
             exit_code=0 if done else None,
         )
 
-    async def stop(self, grace_s: float = 10.0) -> None:
+    async def stop(self, grace_s: float = 10.0, dump_stacks: bool = False) -> None:
         self.stopped = True
 
     async def aclose(self) -> None: ...
