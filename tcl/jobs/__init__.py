@@ -14,9 +14,9 @@ def heartbeat(step: int) -> None:
 
 def mark(phase: str) -> None:
     """Report that the attempt reached ``phase`` (one of ``tcl.runner.metricline.Phase``:
-    ``jax_ready``, ``state_ready``, ``compiled``, ``first_step``): its time-to-first-step
-    breakdown (``tcl ps --json``, ``tcl metrics``, ``tcl ui``). A ``tcl.jobs`` trainer marks
-    them itself; the runner marks the phases it sees (runner, environment, job started)."""
+    ``jax_ready``, ``state_ready``, ``traced``, ``compiled``, ``first_step``): its time to
+    first step, by phase (``tcl ps --json``, ``tcl metrics``, ``tcl ui``). A ``tcl.jobs``
+    trainer marks them itself; the runner marks those it sees (runner, environment, job)."""
     from tcl.runner.metricline import Phase, phase_line
 
     print(phase_line(Phase(phase)), flush=True)

@@ -336,7 +336,9 @@ class BaseTrainer(RestoreableJob[C], Generic[C, M]):
         step = self.global_step_counter_
         if step >= total_steps:
             return
-        self._train_step.lower(self.state, self.batch(step), self.rng_key).compile()
+        lowered = self._train_step.lower(self.state, self.batch(step), self.rng_key)
+        mark(Phase.TRACED)  # what JAX's cache cannot save: tracing, lowering (its key)
+        lowered.compile()
         mark(Phase.COMPILED)
 
     def _stop_agreed(self, step: int) -> bool:

@@ -54,7 +54,8 @@ class Phase(enum.StrEnum):
     JOB_STARTED = "job_started"  # the job's process started
     JAX_READY = "jax_ready"  # JAX is initialised, distributed too (tcl.jobs)
     STATE_READY = "state_ready"  # the model's state is initialised or restored (tcl.jobs)
-    COMPILED = "compiled"  # the first step's program is compiled (tcl.jobs)
+    TRACED = "traced"  # the first step's program is traced and lowered (tcl.jobs)
+    COMPILED = "compiled"  # ... and compiled, or found in JAX's cache (tcl.jobs)
     FIRST_STEP = "first_step"  # the first step was reported (a metric line with a step)
 
 
