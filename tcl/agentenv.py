@@ -54,6 +54,8 @@ TCL_SETTINGS = frozenset(
         "TCL_SERVE",
         "TCL_SERVE_IDLE_EXIT_S",
         "TCL_SERVE_LEASE_S",
+        "TCL_SERVE_ORPHANS_EVERY_S",
+        "TCL_SERVE_IDLE_HOSTS_EVERY_S",
         "TCL_TRACE",
         "TCL_TPU_API_ENDPOINT",
         "TCL_TPU_CREDENTIALS",

@@ -9,12 +9,13 @@ import typer
 from tcl.cli._common import err, fail, out, print_json, with_control
 
 if TYPE_CHECKING:
+    from tcl.control.lifecycle.idlehosts import IdleNode
     from tcl.control.service import Control, HostStatus
 
 host_app = typer.Typer(help="Install the shim on a host.", no_args_is_help=True)
 
 
-def status_json(s: HostStatus) -> dict[str, object]:
+def status_json(s: HostStatus, idle: IdleNode | None = None) -> dict[str, object]:
     """The stable JSON form of a host (documented in docs/cli.md)."""
     accs = []
     if s.info is not None:
@@ -35,7 +36,25 @@ def status_json(s: HostStatus) -> dict[str, object]:
         "reachable": s.reachable,
         "detail": s.detail,
         "accelerators": accs,
+        # a node with idle_timeout_s: seconds until the daemon deletes it (null: busy)
+        **({"idle_delete_in_s": _left(idle)} if idle is not None else {}),
     }
+
+
+def _left(idle: IdleNode) -> float | None:
+    import time
+
+    left = idle.left_s(time.time())
+    return round(left, 1) if left is not None else None
+
+
+def _idle_text(idle: IdleNode | None) -> str:
+    if idle is None:
+        return ""
+    left = _left(idle)
+    if left is None:
+        return f" · busy (node deleted {idle.timeout_s:g} s after its last run)"
+    return f" · idle: node deleted in {left:.0f} s"
 
 
 def cmd_hosts(
@@ -44,9 +63,16 @@ def cmd_hosts(
     as_json: Annotated[bool, typer.Option("--json", help="JSON list (stable).")] = False,
 ) -> None:
     """List the configured hosts in solver order (with --check: what each offers now)."""
-    statuses = with_control(ctx, lambda ctl: ctl.host_statuses(check))
+
+    async def body(ctl: Control) -> tuple[list[HostStatus], dict[str, IdleNode]]:
+        from tcl.control.lifecycle.idlehosts import idle_nodes
+
+        statuses = await ctl.host_statuses(check)
+        return statuses, await idle_nodes(ctl) if check else {}
+
+    statuses, idle = with_control(ctx, body)
     if as_json:
-        print_json([status_json(s) for s in statuses])
+        print_json([status_json(s, idle.get(s.name)) for s in statuses])
         return
     from rich.table import Table
 
@@ -56,7 +82,7 @@ def cmd_hosts(
     for s in statuses:
         row = [s.name, s.type, s.address]
         if check:
-            row += ["ok" if s.reachable else "unreachable", s.detail]
+            row += ["ok" if s.reachable else "unreachable", s.detail + _idle_text(idle.get(s.name))]
         t.add_row(*row)
     out.print(t)
 

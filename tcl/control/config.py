@@ -219,6 +219,9 @@ class TpuHost(_HostBase):
     executor: Literal["process", "docker"] = "process"
     fake_accelerators: str | None = None  # tests: CPU workers pretending to hold TPU chips
     boot_timeout_s: float = Field(default=900.0, gt=0)  # create → every worker's shim answers
+    # delete the node once no run has used it for this long (None: never; the daemon does it,
+    # tcl.control.lifecycle.idlehosts; `tcl hosts` shows the countdown)
+    idle_timeout_s: float | None = Field(default=None, gt=0)
 
 
 class Toleration(_Model):

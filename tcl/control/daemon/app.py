@@ -36,6 +36,7 @@ from tcl.control.daemon.api import (
 from tcl.control.daemon.supervisor import Supervisor
 from tcl.control.errors import StoreError, SubmitCancelled, TclError
 from tcl.control.lifecycle.follow import follow
+from tcl.control.lifecycle.idlehosts import IdleHosts
 from tcl.control.lifecycle.ownership import run_config
 from tcl.control.lifecycle.reconcile import RunController
 from tcl.control.lifecycle.submit import submission_from, submit
@@ -67,6 +68,8 @@ class Daemon:
         self._work: set[asyncio.Task[None]] = set()
         self.scheduler: Scheduler | None = None  # set by the server when it schedules sweeps
         self.controller: RunController | None = None  # set by the server: it owns live runs
+        # idle cloud nodes counting down to their deletion keep it (set by the server)
+        self.idle_hosts: IdleHosts | None = None
         # its long-running loops (the scheduler): restarted when they die (set by the server)
         self.supervisor = Supervisor(asyncio.Event())
         self._sched_controls: dict[str, Control] = {}
@@ -94,6 +97,8 @@ class Daemon:
             return False
         if self.controller is not None and self.controller.busy():
             return False  # it owns live runs: their logs and retries need it
+        if self.idle_hosts is not None and self.idle_hosts.pending:
+            return False  # nodes wait for it to delete them once their idle time is up
         # a sweep in progress keeps it: queued entries wait for it
         if self.scheduler is None:
             return True

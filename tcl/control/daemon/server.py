@@ -24,6 +24,7 @@ import uvicorn
 from tcl.control.daemon.app import Daemon, create_app
 from tcl.control.daemon.identity import current_identity, daemon_dir
 from tcl.control.daemon.supervisor import Supervisor
+from tcl.control.lifecycle.idlehosts import IdleHosts, IdleSettings
 from tcl.control.lifecycle.orphans import OrphanSettings, OrphanSweep
 from tcl.control.lifecycle.ownership import ControllerSettings, default_lease_s
 from tcl.control.lifecycle.reconcile import RunController
@@ -66,6 +67,7 @@ async def serve(
     sched: SchedulerSettings | None,
     runs: ControllerSettings | None = None,
     orphans: OrphanSettings | None = None,
+    idle_hosts: IdleSettings | None = None,
 ) -> None:
     # Listening already: a client may connect before uvicorn accepts.
     sock = listen_unix(base / SOCKET)
@@ -96,6 +98,13 @@ async def serve(
         on_error=lambda e: d.supervisor.note_error("orphans", e),
     )
     d.supervisor.start("orphans", sweep.run)
+    d.idle_hosts = IdleHosts(
+        d.store,
+        d.scheduler_control,
+        idle_hosts,
+        on_error=lambda e: d.supervisor.note_error("idle-hosts", e),
+    )
+    d.supervisor.start("idle-hosts", d.idle_hosts.run)
     config = uvicorn.Config(
         create_app(d), log_level="warning", lifespan="off", timeout_graceful_shutdown=5
     )
@@ -148,6 +157,13 @@ def main(argv: list[str] | None = None) -> int:
         "this machine's hostname)",
     )
     ap.add_argument(
+        "--idle-hosts-every-s",
+        type=float,
+        default=float(os.environ.get("TCL_SERVE_IDLE_HOSTS_EVERY_S") or 30.0),
+        help="how often it deletes the nodes of hosts idle past their idle_timeout_s "
+        "(default: $TCL_SERVE_IDLE_HOSTS_EVERY_S or 30)",
+    )
+    ap.add_argument(
         "--orphans-every-s",
         type=float,
         default=float(os.environ.get("TCL_SERVE_ORPHANS_EVERY_S") or 60.0),
@@ -171,6 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     runs = ControllerSettings(lease_s=args.lease_s, heartbeat_s=args.heartbeat_s)
     orphans = OrphanSettings(every_s=max(0.1, args.orphans_every_s), min_age_s=2 * args.lease_s)
+    idle_hosts = IdleSettings(every_s=max(0.1, args.idle_hosts_every_s))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     for noisy in ("httpx", "asyncssh"):  # a line per request, per channel
         logging.getLogger(noisy).setLevel(logging.WARNING)
@@ -181,5 +198,5 @@ def main(argv: list[str] | None = None) -> int:
     except AlreadyRunning as e:
         print(f"tcl serve: {e}", file=sys.stderr)
         return 1
-    asyncio.run(serve(base, args.idle_exit_s, sched, runs, orphans))
+    asyncio.run(serve(base, args.idle_exit_s, sched, runs, orphans, idle_hosts))
     return 0

@@ -57,6 +57,7 @@ if rank == 1:
     sys.exit(3)
 time.sleep(600)
 """
+IDLE_NODE = "tcl-ipod"
 SLEEP = "import os, time; print('up', os.environ['TCL_NODE_RANK'], flush=True); time.sleep(600)"
 
 
@@ -118,11 +119,14 @@ def _config(emu: TpuEmulator, tb: SshTestbed, root: Path) -> str:
     )
     # the same slice, asked for through a queued resource
     qpod = _host(emu, tb, "tcl-qpod", "\n    queued_resource: true")
+    # the same slice again, deleted once idle for 4 s
+    ipod = _host(emu, tb, IDLE_NODE, "\n    idle_timeout_s: 4")
     return f"""
 clusters: {{pod: {{root: {root}}}}}
 hosts:
   pod:{pod}
   qpod:{qpod}
+  ipod:{ipod}
 """
 
 
@@ -343,6 +347,54 @@ def test_down_deletes_the_node_when_the_run_ends(pod: Pod) -> None:
     assert "[worker 2] rank 2 of 3 psum 6.0" in res.stdout, res.stdout + res.stderr
     assert pod.node_state() is None
     assert "not created" in env.tcl("hosts", "--check").stdout
+
+
+def test_an_idle_node_is_deleted_after_its_idle_timeout_and_hosts_counts_down(
+    pod: Pod, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 32: a node with idle_timeout_s stays while a run uses it, then the daemon deletes
+    it once no run has used it for that long (nobody left billed); `tcl hosts --check` shows
+    the countdown."""
+    env, emu = pod.env, pod.emu
+    env.tcl("serve", "--stop", check=False)  # the next daemon looks every 0.5 s
+    monkeypatch.setenv("TCL_SERVE_IDLE_HOSTS_EVERY_S", "0.5")
+    run_id = env.tcl_json(
+        "submit",
+        "-d",
+        "--yes",
+        "--host",
+        "ipod",
+        "--chip",
+        "tpu-v5p",
+        "-n",
+        "12",
+        "--",
+        PY,
+        "sleep.py",
+    )["run_id"]
+    pod.wait_state(run_id, {"running"}, timeout_s=300)
+    time.sleep(5)  # longer than the timeout: a node in use stays
+    assert emu.node_info(IDLE_NODE)["node"]["state"] == "READY"
+    (busy,) = [h for h in env.tcl_json("hosts", "--check") if h["name"] == "ipod"]
+    assert busy["idle_delete_in_s"] is None, busy
+    env.tcl("stop", run_id)
+    pod.wait_state(run_id, {"terminated"})
+    (idle,) = [h for h in env.tcl_json("hosts", "--check") if h["name"] == "ipod"]
+    assert 0 <= idle["idle_delete_in_s"] <= 4, idle
+    assert "idle: node deleted in" in env.tcl("hosts", "--check").stdout
+    deadline = time.monotonic() + 30
+    while _node_exists(emu, IDLE_NODE):
+        assert time.monotonic() < deadline, "the idle node was not deleted"
+        time.sleep(0.3)
+    assert "not created" in env.tcl("hosts", "--check").stdout
+
+
+def _node_exists(emu: TpuEmulator, node_id: str) -> bool:
+    try:
+        emu.node_info(node_id)
+    except Exception:
+        return False
+    return True
 
 
 def _latest(out: Path) -> str | None:

@@ -73,6 +73,7 @@ class TpuNode:
     spot: bool = False
     preemptible: bool = False
     labels: Mapping[str, str] = field(default_factory=dict)
+    created_at: float | None = None  # unix seconds (None: the API did not say)
 
     @property
     def node_id(self) -> str:
@@ -310,6 +311,7 @@ class TpuApi:
             spot=bool(sched and sched.spot),
             preemptible=bool(sched and sched.preemptible),
             labels=dict(raw.labels),
+            created_at=raw.create_time.timestamp() if raw.create_time else None,
         )
 
 
