@@ -138,6 +138,9 @@ class SlurmPartition(_Model):
     default: bool = False
 
 
+DEFAULT_RUN_DIR_RETENTION_S = 7 * 86400.0
+
+
 class SlurmHost(SshOptions):
     """A SLURM cluster reached over SSH to its login node (``ssh``: the login node).
 
@@ -163,6 +166,9 @@ class SlurmHost(SshOptions):
     # An existing venv on the shared filesystem with tcl installed: used instead of making one.
     # With a container neither is used: the runner is the image's /opt/tcl/bin/tcl-runner.
     runner_venv: str | None = None
+    # A run's dir on the cluster (spec, script, event logs: all kept on the workstation by
+    # then) is removed this long after the run ended (0: at once)
+    run_dir_retention_s: float = Field(default=DEFAULT_RUN_DIR_RETENTION_S, ge=0)
 
     @model_validator(mode="after")
     def _check_container(self) -> SlurmHost:

@@ -133,6 +133,28 @@ def test_a_uv_project_s_two_nodes_share_one_environment_built_once(
     assert out.count("(built in") == 1 and out.count("(reused)") == 1, out
 
 
+def test_a_run_s_dir_on_the_cluster_goes_once_its_logs_are_kept(e2e: Env) -> None:
+    """Issue 32's cluster hygiene: with `run_dir_retention_s: 0` the release removes the
+    attempt's dir (spec, script, event logs) from the shared `work`; its logs stay readable
+    from the workstation's cache."""
+    pruned = e2e.config.with_name("pruned.yaml")
+    text = e2e.config.read_text()
+    retention = "    run_dir_retention_s: 0\n    partitions:"
+    pruned.write_text(text.replace("    partitions:", retention))
+    env = {**e2e.env(), "TCL_CONFIG": str(pruned)}
+    res = run_tcl(["submit", "--", "python3", "hello.py", "pruned"], env, e2e.repo, timeout=240)
+    assert "hello from slurm ['pruned']" in res.stdout, res.stdout + res.stderr
+    (run,) = [r for r in e2e.tcl_json("ps", "-a") if r["argv"][-1] == "pruned"]
+    work = Path(re.findall(r"work: ([^}\s]+)", text)[0])
+    attempt_dir = work / "tcl" / "runs" / run["run_id"] / "0"
+    deadline = time.monotonic() + 60
+    while attempt_dir.exists():  # the daemon's controller releases it once all is kept
+        assert time.monotonic() < deadline, sorted(p.name for p in attempt_dir.iterdir())
+        time.sleep(0.3)
+    logs = run_tcl(["logs", run["run_id"]], env, e2e.repo)
+    assert "hello from slurm ['pruned']" in logs.stdout, logs
+
+
 def test_bad_partition_or_gres_is_one_clear_error_and_no_job(e2e: Env) -> None:
     before = e2e.squeue()
     proc = e2e.tcl("submit", "--chip", "a100", "-n", "1", "--", "true", check=False)

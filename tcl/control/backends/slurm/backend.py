@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import posixpath
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -36,7 +37,7 @@ from tcl.control.backends.slurm.jobnames import job_name, read_job_name
 from tcl.control.backends.slurm.script import BatchScript, render
 from tcl.control.backends.slurm.venv import IMAGE_JOB_TCL_PATH, ensure_runner, runner_program
 from tcl.control.clusterfs import JUICEFS_REQUIREMENT, cluster_fs, out_dir_env
-from tcl.control.config import SlurmHost
+from tcl.control.config import DEFAULT_RUN_DIR_RETENTION_S, SlurmHost
 from tcl.control.errors import AgentError, ConfigError, TclError
 from tcl.control.shipping import Snapshot
 from tcl.control.solver import Request
@@ -47,6 +48,7 @@ from tcl.runner.batch import CLUSTER_FS_KEY
 from tcl.runner.jobenv import JOB_TCL_PATH_VAR
 from tcl.shim.api import ClusterFs
 
+log = logging.getLogger(__name__)
 PAGE_LIMIT = 5000
 
 
@@ -344,8 +346,22 @@ class SlurmBackend(Backend):
         )
 
     async def release(self, handle: BaseHandle, state: RunState) -> None:
-        """Nothing to free: SLURM ended the job; the run dir (logs) stays on the cluster."""
-        return None
+        """SLURM ended the job; every event of it is kept on the workstation. Its dir on the
+        cluster (spec, script, event logs) is marked ended and removed once the host's
+        ``run_dir_retention_s`` passed (with those of earlier runs past theirs)."""
+        assert isinstance(handle, SlurmHandle)
+        cfg = self.inputs.hosts.get(handle.host)
+        retention = (
+            cfg.run_dir_retention_s if isinstance(cfg, SlurmHost) else DEFAULT_RUN_DIR_RETENTION_S
+        )
+        argv = [handle.login.python, "-c", remote.PRUNE_PY, handle.run_dir, f"{retention:g}"]
+        res = await self.inputs.ssh_pool().run(self._handle_target(handle), argv, check=False)
+        try:
+            answer = json.loads(res.stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            answer = {"error": (res.stderr or res.stdout).strip()[-500:]}
+        if answer.get("error"):
+            log.warning("%s: pruning run dirs: %s", handle.host, answer["error"])
 
     async def host_tasks(self, host: str) -> list[HostTask]:
         """This user's pending and running jobs on ``host`` named by tcl (``job_name``)."""

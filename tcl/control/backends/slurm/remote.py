@@ -23,3 +23,7 @@ STATUSES_PY = _SCRIPTS.joinpath("statuses.py").read_text(encoding="utf-8")
 
 # argv: none; stdin: none (the orphan sweep: this user's jobs named by tcl, with their ages)
 TASKS_PY = _SCRIPTS.joinpath("tasks.py").read_text(encoding="utf-8")
+
+# argv: ATTEMPT_DIR RETENTION_S (the release: this attempt's dir marked ended, the ended ones
+# past the retention removed)
+PRUNE_PY = _SCRIPTS.joinpath("prune.py").read_text(encoding="utf-8")
