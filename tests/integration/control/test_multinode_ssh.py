@@ -29,7 +29,8 @@ from tests.testbed import SshTestbed
 
 pytestmark = pytest.mark.integration
 
-PSUM = """
+# Each node's process joins the job (its coordinator and rank from tcl's env).
+JOIN = """
 import os
 import jax
 jax.config.update("jax_num_cpu_devices", 1)
@@ -39,27 +40,26 @@ jax.distributed.initialize(
     process_id=int(os.environ["TCL_NODE_RANK"]),
     initialization_timeout=60,
 )
+"""
+PSUM = (
+    JOIN
+    + """
 import jax.numpy as jnp
 rank = jax.process_index()
 total = jax.pmap(lambda x: jax.lax.psum(x, "i"), axis_name="i")(jnp.array([rank + 1.0]))
 print(f"rank {rank} of {jax.process_count()} psum {float(total[0])}", flush=True)
 jax.distributed.shutdown()
 """
+)
 
 
 # One of two processes stops stepping (a planted hang, attempt 0 only); the other blocks in its
 # next collective. Each reports its steps (tcl.jobs.heartbeat); rank 0 keeps a "checkpoint" (a
 # step number on the disk both hosts share) that the next attempt resumes from.
-HANG = """
-import os, pathlib, time
-import jax
-jax.config.update("jax_num_cpu_devices", 1)
-jax.distributed.initialize(
-    coordinator_address=os.environ["TCL_COORDINATOR"],
-    num_processes=int(os.environ["TCL_NODES"]),
-    process_id=int(os.environ["TCL_NODE_RANK"]),
-    initialization_timeout=60,
-)
+HANG = (
+    JOIN
+    + """
+import pathlib, time
 import jax.numpy as jnp
 import tcl.jobs
 rank, attempt = jax.process_index(), int(os.environ["TCL_ATTEMPT"])
@@ -82,6 +82,7 @@ for step in range(start, 30):
 print(f"rank {rank} done", flush=True)
 jax.distributed.shutdown()
 """
+)
 
 
 @pytest.fixture(scope="module")

@@ -120,13 +120,8 @@ async def test_a_forked_runner_leads_its_session_when_its_pid_is_answered(tmp_pa
     """The pid the shim gets names a session at once: a stop sent to it right away ends the
     task (CI42: a kill sent before the wrapper's ``setsid`` reached nobody; the stop waited for
     ever)."""
-    instance = f"fork-{os.getpid()}-{time.monotonic_ns()}"
+    instance, server, ex = _forking_executor(tmp_path)
     tasks = tmp_path / "tasks"
-    argv = default_runner_argv(None)
-    server = RunnerForkServer(argv, instance, tmp_path / "forkserver.log")
-    ex = ProcessExecutor(
-        argv, instance, tasks, processes=TaskProcesses(instance, None), forkserver=server
-    )
     try:
         await ex.open()
         for i in range(30):
@@ -145,6 +140,17 @@ async def test_a_forked_runner_leads_its_session_when_its_pid_is_answered(tmp_pa
     finally:
         await ex.close()
         cleanup_processes(instance)
+
+
+def _forking_executor(tmp_path: Path) -> tuple[str, RunnerForkServer, ProcessExecutor]:
+    """A process executor of a shim instance of its own (tasks in ``tmp_path/tasks``) that forks
+    its runners from a fork server."""
+    instance = f"fork-{os.getpid()}-{time.monotonic_ns()}"
+    argv = default_runner_argv(None)
+    server = RunnerForkServer(argv, instance, tmp_path / "forkserver.log")
+    processes = TaskProcesses(instance, None)
+    ex = ProcessExecutor(argv, instance, tmp_path / "tasks", processes=processes, forkserver=server)
+    return instance, server, ex
 
 
 def _zombie(pid: int) -> bool:
@@ -179,13 +185,8 @@ async def test_a_forked_runner_whose_handle_was_never_recorded_is_found_and_a_de
     the runner through its record (adopted if the task is known, else an orphan, even once the
     task's dir is gone). A server
     that died: that task starts cold, the next is forked from a new server."""
-    instance = f"fork-{os.getpid()}-{time.monotonic_ns()}"
+    instance, server, ex = _forking_executor(tmp_path)
     tasks = tmp_path / "tasks"
-    argv = default_runner_argv(None)
-    server = RunnerForkServer(argv, instance, tmp_path / "forkserver.log")
-    ex = ProcessExecutor(
-        argv, instance, tasks, processes=TaskProcesses(instance, None), forkserver=server
-    )
 
     async def start(task_id: str) -> int:
         task_dir = tasks / task_id

@@ -147,12 +147,7 @@ async def test_a_hung_node_s_peers_dump_their_stacks_and_its_retry_policy_places
     """One node found hung (its runner dumped its stacks and ended it): the others are stopped
     with SIGABRT so their stacks reach the log too, and the attempt ends ``hung`` through the
     run's retry policy (before: failed at once, whatever the policy), to resume elsewhere."""
-    retry = RetryPolicy(max_attempts=3, backoff_s=0)
-    ctl.store.create_run("r-2", "", RunRequest(argv=["train"], chips=0, retry=retry))
-    ctl.store.set_state("r-2", RunState.PROVISIONING)
-    ctl.store.set_placement("r-2", "local", "local", "a" * 64)
-    ctl.store.add_attempt("r-2", "local", "local", {"kind": "local", "gen": 0})
-    ctl.store.set_state("r-2", RunState.RUNNING)
+    running_with_retries(ctl, "r-2", gen=0)
     Scripted.pages = {0: _ended(134, reason="hung"), 1: NodePage([], RunState.RUNNING)}
     await pull(ctl, ctl.store.get_run("r-2"))
     assert Scripted.stops == [0] and Scripted.dumps == [True]
@@ -254,6 +249,16 @@ class SlowNode1(Scripted):
             await asyncio.sleep(0.3)
         page = self.pages[node]
         return dataclasses.replace(page, events=[e for e in page.events if e.seq > after])
+
+
+def running_with_retries(ctl: Control, run_id: str, gen: int) -> None:
+    """A run with a retry policy (3 attempts, no backoff), running on the two nodes."""
+    policy = RetryPolicy(max_attempts=3, backoff_s=0.0)
+    ctl.store.create_run(run_id, "", RunRequest(argv=["train"], chips=0, retry=policy))
+    ctl.store.set_state(run_id, RunState.PROVISIONING)
+    ctl.store.set_placement(run_id, "local", "local", "a" * 64)
+    ctl.store.add_attempt(run_id, "local", "local", {"kind": "local", "gen": gen})
+    ctl.store.set_state(run_id, RunState.RUNNING)
 
 
 def _ended(code: int, state: RunnerState | None = None, reason: str | None = None) -> NodePage:

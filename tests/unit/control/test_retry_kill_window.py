@@ -12,11 +12,9 @@ import pytest
 
 from tcl.control.errors import StoreError
 from tcl.control.lifecycle.retry import retry_after_end
-from tcl.control.lifecycle.retry_policy import RetryPolicy
-from tcl.control.runrequest import RunRequest
 from tcl.control.service import Control
 from tcl.control.states import AttemptCause, RunState
-from tests.unit.control.test_multinode_watchdog import Scripted, ctl
+from tests.unit.control.test_multinode_watchdog import Scripted, ctl, running_with_retries
 
 __all__ = ["ctl"]  # the fixture: a real store, the scripted two-node backend
 
@@ -24,12 +22,7 @@ __all__ = ["ctl"]  # the fixture: a real store, the scripted two-node backend
 async def test_a_retry_cut_short_by_a_kill_is_carried_out_once_and_frees_the_task_last(
     ctl: Control, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    policy = RetryPolicy(max_attempts=3, backoff_s=0.0)
-    ctl.store.create_run("r-2", "", RunRequest(argv=["train"], chips=0, retry=policy))
-    ctl.store.set_state("r-2", RunState.PROVISIONING)
-    ctl.store.set_placement("r-2", "local", "local", "a" * 64)
-    ctl.store.add_attempt("r-2", "local", "local", {"kind": "local", "gen": 7})
-    ctl.store.set_state("r-2", RunState.RUNNING)
+    running_with_retries(ctl, "r-2", gen=7)
     real = ctl.store.set_state
 
     def killed(run_id: str, state: RunState, **kw: object) -> bool:
