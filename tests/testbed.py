@@ -268,7 +268,7 @@ class SlurmCluster:
     host: str  # "slurm-login"
     slurm_conf: Path
     base: Path  # the cluster dir (config, logs, keys); ``base / "jobs"`` is free for tests
-    partitions: tuple[str, ...]  # ("gpu", "preempt", "urgent"); gpu is the default
+    partitions: tuple[str, ...]  # ("gpu", "preempt", "spot", "urgent"); gpu is the default
     nodes: tuple[str, ...]  # ("node1", "node2")
     gres: str  # per node: "gpu:h100:4"
     login_port: int

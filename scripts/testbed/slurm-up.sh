@@ -5,6 +5,8 @@
 #   Gres=gpu:h100:4 on fake char devices, major 195), partitions
 #     gpu     Default=YES, never preempted
 #     preempt PreemptMode=REQUEUE: jobs here are requeued when an `urgent` job needs their nodes
+#     spot    PreemptMode=CANCEL: jobs here are cancelled (state PREEMPTED) when `urgent` needs
+#             their nodes; a resubmit is tcl's
 #     urgent  higher PriorityTier, preempts `preempt` (PreemptType=preempt/partition_prio)
 #   and an sshd "login node" on 127.0.0.1:$LOGIN_PORT in the root network namespace, so it shares
 #   this machine's filesystem: that is the cluster's shared filesystem.
@@ -116,6 +118,7 @@ done
 cat >>"$S/slurm.conf" <<CONF
 PartitionName=gpu     Nodes=ALL Default=YES MaxTime=INFINITE State=UP PriorityTier=1  PreemptMode=OFF
 PartitionName=preempt Nodes=ALL MaxTime=INFINITE State=UP PriorityTier=1  PreemptMode=REQUEUE
+PartitionName=spot    Nodes=ALL MaxTime=INFINITE State=UP PriorityTier=1  PreemptMode=CANCEL
 PartitionName=urgent  Nodes=ALL MaxTime=INFINITE State=UP PriorityTier=10 PreemptMode=OFF
 CONF
 cat >"$S/gres.conf" <<CONF

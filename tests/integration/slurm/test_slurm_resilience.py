@@ -1,5 +1,6 @@
-"""SLURM runs through trouble: the login node's SSH connection cut mid-follow, and a preempted
-(requeued) `tcl.jobs` trainer that resumes from its checkpoint as attempt 1 of the same run.
+"""SLURM runs through trouble: the login node's SSH connection cut mid-follow, a preempted
+(requeued) `tcl.jobs` trainer that resumes from its checkpoint as attempt 1 of the same run, and
+a job SLURM cancels for an `urgent` one (PreemptMode=CANCEL) resubmitted by tcl.
 
 Same setup as test_e2e_slurm.py (the `slurm_cluster` testbed, the real `tcl` command), with a
 host whose only partition is `preempt` (PreemptMode=REQUEUE).
@@ -110,6 +111,73 @@ def test_logs_follow_through_a_cut_login_connection(env: Env) -> None:
     lines = [m.group(1) for s in seen if (m := re.search(r"(line \d+)$", s))]
     assert lines == [f"line {i}" for i in range(N_LINES)], (seen, err)  # none lost or repeated
     assert env.wait_state(run_id, {"succeeded"})["state"] == "succeeded"
+
+
+# Counts to 40 in 0.25 s steps, keeping its count in a file (its "checkpoint"): an attempt
+# resumes where the last one stopped.
+COUNT = """
+import os, pathlib, time
+ckpt = pathlib.Path(os.environ["CKPT"])
+start = int(ckpt.read_text()) if ckpt.exists() else 0
+print(f"attempt {os.environ['TCL_ATTEMPT']} resumes at {start}", flush=True)
+for i in range(start, 40):
+    ckpt.write_text(str(i))
+    time.sleep(0.25)
+print("counted to 40", flush=True)
+"""
+
+
+def test_a_job_slurm_cancels_for_an_urgent_one_is_resubmitted_and_resumes(env: Env) -> None:
+    """Issue 32: a `spot` partition (PreemptMode=CANCEL): SLURM cancels the job when an `urgent`
+    job needs its node and does not requeue it. With --retry, tcl places it again as attempt 1
+    of the same run (a preemption: no attempt counted), once the node is free again."""
+    ckpt = env.cluster.base / "jobs" / f"ckpt-{uuid.uuid4().hex[:8]}"
+    (env.repo / "count.py").write_text(COUNT)
+    spot = env.config.with_name("spot.yaml")
+    spot.write_text(env.config.read_text().replace("{name: preempt,", "{name: spot,"))
+    tcl_env = {**env.env(), "TCL_CONFIG": str(spot)}
+    argv = ["submit", "-d", "--json", "--retry", "2", "--chip", "h100", "-n", "4"]
+    res = subprocess.run(
+        [TCL, *argv, "--env", f"CKPT={ckpt}", "--", "python3", "count.py"],
+        cwd=env.repo,
+        env=tcl_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert res.returncode == 0, res.stderr
+    run_id = json.loads(res.stdout)["run_id"]
+    wait_until(
+        lambda: int(ckpt.read_text()) if ckpt.exists() else 0,
+        120,
+        "its count",
+        done=lambda n: n >= 5,
+        ignore=(ValueError,),  # read while it is written
+    )
+    job_id = _job_id(env, run_id)
+    # every GPU of both nodes, for 3 s: the spot job's node is taken back
+    urgent = env.cluster.ssh("sbatch -p urgent -N 2 --gres=gpu:h100:4 --wrap 'sleep 3' --parsable")
+    assert urgent.returncode == 0, urgent.stderr
+    wait_until(lambda: _job_state(env, job_id), 60, "the cancel", done="PREEMPTED".__eq__)
+    store = Store(f"sqlite:///{env.home / 'state' / 'tcl.db'}")
+    try:
+        run = wait_until(
+            lambda: store.get_run(run_id), 180, "its end", done=lambda r: r.state.is_final
+        )
+        attempts = store.attempts(run_id)
+    finally:
+        store.close()
+    logs = subprocess.run(
+        [TCL, "logs", run_id], cwd=env.repo, env=tcl_env, capture_output=True, text=True
+    ).stdout
+    assert run.state.value == "succeeded", (run, logs[-3000:])
+    assert [(a.attempt, a.cause.value if a.cause else None) for a in attempts] == [
+        (0, "preempted"),
+        (1, "exit"),
+    ], attempts
+    assert attempts[1].handle["job_id"] != job_id  # a new job: SLURM did not requeue it
+    resumed = re.findall(r"attempt 1 resumes at (\d+)", logs)
+    assert resumed and int(resumed[0]) >= 5 and "counted to 40" in logs, logs[-3000:]
 
 
 def _job_id(env: Env, run_id: str) -> str:

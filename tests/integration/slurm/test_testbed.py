@@ -28,7 +28,7 @@ def ok(cluster: SlurmCluster, command: str) -> str:
 def test_login_node_and_cluster_layout(slurm_cluster: SlurmCluster) -> None:
     c = slurm_cluster
     assert (c.host, c.nodes, c.gres) == ("slurm-login", ("node1", "node2"), "gpu:h100:4")
-    assert c.partitions == ("gpu", "preempt", "urgent")
+    assert c.partitions == ("gpu", "preempt", "spot", "urgent")
     out = ok(c, "sinfo -h -N -o '%N %R %G %T'")
     rows = {tuple(line.split()) for line in out.splitlines()}
     assert rows == {

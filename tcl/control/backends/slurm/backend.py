@@ -287,7 +287,11 @@ class SlurmBackend(Backend):
             why = f"requeued by SLURM (restart {row.restarts}): {row.reason}"
             return NodePage([], RunState.QUEUED, False, None, why, next_attempt=nxt)
         state, code, msg = _node_state(handle, node, row, answer["status"])
-        return NodePage(events, state, more, code, msg)
+        # SLURM took the job back without requeueing it (a preemption in CANCEL mode, its time
+        # limit, a node that failed): the run's retry policy places it again as attempt + 1,
+        # not counted as a failure (a `tcl.jobs` trainer resumes from its checkpoint)
+        taken_back = state.is_final and row is not None and row.state in _TAKEN_BACK
+        return NodePage(events, state, more, code, msg, preempted=taken_back)
 
     async def status(self, handle: BaseHandle) -> RunStatus:
         (one,) = await self.statuses([handle])
@@ -472,6 +476,7 @@ def summary(rows: list[parse.NodeRow]) -> str:
 
 
 _STOPPED = {"CANCELLED", "PREEMPTED", "TIMEOUT", "DEADLINE", "COMPLETING", "REQUEUED"}
+_TAKEN_BACK = {"PREEMPTED", "TIMEOUT", "NODE_FAIL", "BOOT_FAIL"}
 
 
 def _node_state(
@@ -492,6 +497,11 @@ def _node_state(
         code = status.get("exit_code")
     if rstate is not None and rstate.is_final:
         ended = row.state if row is not None else ""
+        signalled = rstate is RunState.TERMINATED or code == 143
+        if signalled and ended in parse.LIVE:
+            # SLURM's SIGTERM ended the job and SLURM has not said why yet (COMPLETING): a
+            # preemption, a time limit and a scancel differ only in its final word
+            return RunState.RUNNING, None, f"SLURM job {h.job_id} ending"
         stopped = ended in _STOPPED and (ended != "COMPLETING" or code == 143)
         if rstate is RunState.FAILED and stopped:
             # scancel, preemption, time limit: SLURM's SIGTERM ended the job (the runner

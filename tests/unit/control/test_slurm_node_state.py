@@ -1,0 +1,34 @@
+"""A SLURM node's state from its runner's status and SLURM's row: a job SLURM's SIGTERM ended
+waits for SLURM's own word (why it ended), which says whether tcl places it again."""
+
+from __future__ import annotations
+
+from tcl.control.backends.slurm.backend import _node_state
+from tcl.control.backends.slurm.handle import SlurmHandle, SlurmLogin
+from tcl.control.backends.slurm.parse import JobRow
+from tcl.control.states import RunState
+
+H = SlurmHandle(host="hpc", login=SlurmLogin(ssh="login"), job_id="7", run_dir="/w/tcl/runs/r/0")
+
+
+def _row(state: str) -> JobRow:
+    return JobRow("7", state, "None", 0, "node1")
+
+
+def test_a_signalled_job_waits_for_slurm_s_final_word() -> None:
+    stopped = {"state": "terminated", "exit_code": 143}
+    # the runner ended (SIGTERM), SLURM still completing it: not final yet (a preemption in
+    # CANCEL mode, a time limit and a scancel differ only in what SLURM says next)
+    state, code, why = _node_state(H, 0, _row("COMPLETING"), stopped)
+    assert (state, code) == (RunState.RUNNING, None) and "ending" in why
+    for final in ("PREEMPTED", "CANCELLED", "TIMEOUT"):
+        assert _node_state(H, 0, _row(final), stopped)[0] is RunState.TERMINATED
+    # SLURM forgot the job: the runner's word stands
+    assert _node_state(H, 0, None, stopped)[0] is RunState.TERMINATED
+
+
+def test_a_job_that_exited_by_itself_ends_at_once() -> None:
+    done = {"state": "succeeded", "exit_code": 0}
+    assert _node_state(H, 0, _row("COMPLETING"), done) == (RunState.SUCCEEDED, 0, "")
+    failed = {"state": "failed", "exit_code": 3}
+    assert _node_state(H, 0, _row("COMPLETING"), failed) == (RunState.FAILED, 3, "")
