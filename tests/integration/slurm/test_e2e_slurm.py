@@ -171,7 +171,7 @@ def test_bad_partition_or_gres_is_one_clear_error_and_no_job(e2e: Env) -> None:
         check=False,
     )
     assert proc.returncode != 0
-    assert "partition gpu x not on this cluster (it has: gpu, preempt, urgent)" in proc.stderr
+    assert "partition gpu x not on this cluster (it has: gpu, preempt, spot, urgent)" in proc.stderr
     assert e2e.squeue() == before
 
 
