@@ -71,7 +71,9 @@ def test_metric_lines_become_points_and_not_log_lines(tmp_path: Path) -> None:
         phases = [g["phase"] for g in attempt["start"]]
         assert phases == ["waited", "runner_ready", "job_started", "first_step"], attempt
         took = [g["seconds"] for g in attempt["start"]]
-        assert all(s >= 0 for s in took) and attempt["to_first_step_s"] == pytest.approx(sum(took))
+        assert all(s >= 0 for s in took) and attempt["to_first_step_s"] == pytest.approx(
+            sum(took), abs=0.01
+        )
         assert 0.01 < run["goodput"] < 0.6, run
         res = _tcl(env, work, "metrics", run_id)
         assert res.returncode == 0, res.stderr
