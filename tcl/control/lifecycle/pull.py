@@ -149,7 +149,8 @@ async def pull(
         if failed_first is not None and handle.node_count > 1:
             node, code = failed_first[0], failed_first[1].exit_code
             noun = handle.node_noun
-            why = f"{noun} {node} failed" + (f" (exit code {code})" if code is not None else "")
+            how = "was found hung" if failed_first[1].reason == "hung" else "failed"
+            why = f"{noun} {node} {how}" + (f" (exit code {code})" if code is not None else "")
             if any(f is not None and f.state is RunnerState.TERMINATED for f in finals):
                 why += f"; the other {noun}s were stopped"
         if state is RunState.FAILED and not why and code is not None:

@@ -119,8 +119,8 @@ def _config(emu: TpuEmulator, tb: SshTestbed, root: Path) -> str:
     )
     # the same slice, asked for through a queued resource
     qpod = _host(emu, tb, "tcl-qpod", "\n    queued_resource: true")
-    # the same slice again, deleted once idle for 10 s
-    ipod = _host(emu, tb, IDLE_NODE, "\n    idle_timeout_s: 10")
+    # the same slice again, deleted once idle for 15 s
+    ipod = _host(emu, tb, IDLE_NODE, "\n    idle_timeout_s: 15")
     return f"""
 clusters: {{pod: {{root: {root}}}}}
 hosts:
@@ -373,16 +373,18 @@ def test_an_idle_node_is_deleted_after_its_idle_timeout_and_hosts_counts_down(
         "sleep.py",
     )["run_id"]
     pod.wait_state(run_id, {"running"}, timeout_s=300)
-    time.sleep(11)  # longer than the timeout: a node in use stays
+    time.sleep(16)  # longer than the timeout: a node in use stays
     assert emu.node_info(IDLE_NODE)["node"]["state"] == "READY"
     (busy,) = [h for h in env.tcl_json("hosts", "--check") if h["name"] == "ipod"]
     assert busy["idle_delete_in_s"] is None, busy
     env.tcl("stop", run_id)
     pod.wait_state(run_id, {"terminated"})
     (idle,) = [h for h in env.tcl_json("hosts", "--check") if h["name"] == "ipod"]
-    assert 0 <= idle["idle_delete_in_s"] <= 10, idle
-    table = env.tcl("hosts", "--check").stdout
-    assert "idle: node deleted in" in table or not _node_exists(emu, IDLE_NODE), table
+    # counting down; or (a machine so loaded that asking took longer) deleted already
+    if "idle_delete_in_s" in idle or _node_exists(emu, IDLE_NODE):
+        assert 0 <= idle["idle_delete_in_s"] <= 15, idle
+        table = env.tcl("hosts", "--check").stdout
+        assert "idle: node deleted in" in table or not _node_exists(emu, IDLE_NODE), table
     deadline = time.monotonic() + 30
     while _node_exists(emu, IDLE_NODE):
         assert time.monotonic() < deadline, "the idle node was not deleted"

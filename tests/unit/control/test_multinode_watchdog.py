@@ -158,6 +158,7 @@ async def test_a_hung_node_s_peers_dump_their_stacks_and_its_retry_policy_places
             break
     run = ctl.store.get_run("r-2")
     assert run.state is RunState.WAITING_RETRY, run
+    assert "(node 0 was found hung (exit code 134); the other nodes were stopped)" in run.message
     (att,) = ctl.store.attempts("r-2")
     assert (att.state, att.cause) == (RunState.FAILED, AttemptCause.HUNG)
     assert Scripted.stops == [0]
