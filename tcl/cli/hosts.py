@@ -65,10 +65,12 @@ def cmd_hosts(
     """List the configured hosts in solver order (with --check: what each offers now)."""
 
     async def body(ctl: Control) -> tuple[list[HostStatus], dict[str, IdleNode]]:
-        from tcl.control.lifecycle.idlehosts import idle_nodes
+        from tcl.control.lifecycle.idlehosts import idle_nodes, recent_runs
 
         statuses = await ctl.host_statuses(check)
-        return statuses, await idle_nodes(ctl) if check else {}
+        if not check:
+            return statuses, {}
+        return statuses, await idle_nodes(ctl, *await recent_runs(ctl.store, 500))
 
     statuses, idle = with_control(ctx, body)
     if as_json:

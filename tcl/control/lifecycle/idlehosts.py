@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from tcl.control.config import TpuHost
 from tcl.control.errors import StoreError, TclError
 from tcl.control.lifecycle.ownership import run_config
 from tcl.control.paths import config_path
@@ -76,8 +77,7 @@ async def idle_node(
     from tcl.control.backends.tpu.backend import TpuBackend
 
     cfg = ctl.cfg.hosts.get(host)
-    timeout = getattr(cfg, "idle_timeout_s", None)
-    if timeout is None:
+    if not isinstance(cfg, TpuHost) or cfg.idle_timeout_s is None:
         return None
     backend = ctl.backend_of(host)
     if not isinstance(backend, TpuBackend):
@@ -86,18 +86,30 @@ async def idle_node(
     if node is None or node.state not in USABLE:
         return None
     since = idle_since(host, runs, attempts, node.created_at)
-    return IdleNode(host, node.node_id, float(timeout), since)
+    return IdleNode(host, node.node_id, cfg.idle_timeout_s, since)
 
 
-async def idle_nodes(ctl: Control, recent_runs: int = 500) -> dict[str, IdleNode]:
-    """The nodes of this config's hosts with a timeout, by host (``tcl hosts --check``)."""
-    runs = await asyncio.to_thread(ctl.store.list_runs, True, recent_runs)
-    attempts = await asyncio.to_thread(ctl.store.attempts_of, [r.id for r in runs])
+async def recent_runs(store: Store, limit: int) -> tuple[list[Run], dict[str, list[Attempt]]]:
+    runs = await asyncio.to_thread(store.list_runs, True, limit)
+    return runs, await asyncio.to_thread(store.attempts_of, [r.id for r in runs])
+
+
+async def idle_nodes(
+    ctl: Control,
+    runs: list[Run],
+    attempts: dict[str, list[Attempt]],
+    skip: Iterable[str] = (),
+) -> dict[str, IdleNode]:
+    """The nodes of this config's hosts with a timeout (but those in ``skip``), by host; a host
+    whose API does not answer is left out (its check says so; the daemon looks again)."""
     found: dict[str, IdleNode] = {}
     for host in ctl.cfg.hosts:
+        if host in skip:
+            continue
         try:
             node = await idle_node(ctl, host, runs, attempts)
-        except TclError:  # the API did not answer: its check says so
+        except TclError as e:
+            log.info("idle hosts: %s: %s", host, e)
             continue
         if node is not None:
             found[host] = node
@@ -133,11 +145,9 @@ class IdleHosts:
 
     async def sweep(self, now: float | None = None) -> list[str]:
         """One look; the hosts whose node it deleted."""
-        runs = await asyncio.to_thread(self.store.list_runs, True, self.settings.recent_runs)
-        attempts = await asyncio.to_thread(self.store.attempts_of, [r.id for r in runs])
-        configs = {run_config(r) for r in runs}
+        runs, attempts = await recent_runs(self.store, self.settings.recent_runs)
         default, named = config_path()
-        configs.add((str(default), named))
+        configs = {run_config(r) for r in runs} | {(str(default), named)}
         deleted: list[str] = []
         pending = 0
         seen: set[str] = set()
@@ -147,19 +157,11 @@ class IdleHosts:
             except TclError as e:  # a config gone or broken since: its hosts are not looked at
                 log.info("idle hosts: config %s: %s", path, e)
                 continue
-            for host in ctl.cfg.hosts:
-                if host in seen:
-                    continue
-                seen.add(host)
-                try:
-                    node = await idle_node(ctl, host, runs, attempts)
-                except TclError as e:  # the API did not answer: next time
-                    log.info("idle hosts: %s: %s", host, e)
-                    continue
-                if node is None:
-                    continue
+            nodes = await idle_nodes(ctl, runs, attempts, skip=seen)
+            seen.update(ctl.cfg.hosts)
+            for host, node in nodes.items():
                 left = node.left_s(now if now is not None else time.time())
-                if left is None or left > 0:
+                if left is None or left > 0 or not await self._still_idle(host, node):
                     pending += 1
                     continue
                 log.info("idle hosts: %s idle for %.0f s: deleting its node", host, node.timeout_s)
@@ -167,3 +169,8 @@ class IdleHosts:
                 deleted.append(host)
         self.pending = pending
         return deleted
+
+    async def _still_idle(self, host: str, node: IdleNode) -> bool:
+        """Asked again just before the node goes: a run placed on it since the look keeps it."""
+        runs, attempts = await recent_runs(self.store, self.settings.recent_runs)
+        return idle_since(host, runs, attempts, node.idle_since) is not None
