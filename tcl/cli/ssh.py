@@ -48,9 +48,9 @@ async def _target(ctl: Control, run_ref: str, node: int) -> tuple[str, Path | Ss
     if ep is None:
         raise TclError(
             f"run {run.id} has no ssh endpoint (only docker tasks on ssh hosts run an sshd, "
-            "and SLURM jobs once they run)"
+            "and SLURM jobs and Volcano pods once they run)"
         )
-    if ep.remote_argv or ep.local_env_file:
+    if ep.remote_argv or ep.local_env_file or ep.session:
         return run.id, ep
     name = run.id if node == 0 else f"{run.id}-node{node}"
     entries: dict[str, tuple[str, SshEndpoint]] = {name: (run.host or "", ep)}
@@ -127,6 +127,14 @@ def cmd_ssh(
         if print_config:
             raise fail(f"run {name} runs on this machine: `tcl ssh {name}` opens a shell here")
         raise typer.Exit(_shell_here(name, Path(target.local_env_file), command))
+    if not isinstance(target, Path) and target.session is not None:
+        if print_config:
+            raise fail(f"run {name} is reached through its cluster's API, not an ssh config")
+        try:
+            code = target.session(command)
+        except TclError as e:
+            raise fail(str(e)) from None
+        raise typer.Exit(code)
     ssh = shutil.which("ssh")
     if isinstance(target, Path):
         if print_config:

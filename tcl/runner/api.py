@@ -160,6 +160,29 @@ class Event(BaseModel):
     reason: str | None = None
 
 
+# ``tcl-runner batch --echo-events``: each event is also written to the runner's stdout as this
+# prefix and the event's JSON line. A cluster that keeps a container's output (Kubernetes' pod
+# log) then keeps every event, and the control plane reads the ones a dead runner can no longer
+# serve from there (:func:`echoed_events`).
+ECHO_PREFIX = "TCL_EVENT "
+
+
+def echoed_events(text: str, after: int) -> list[Event]:
+    """The events echoed in ``text`` (a container's output) with ``seq > after``, in order;
+    other lines (the runner's own messages, a torn last line) are skipped."""
+    out: list[Event] = []
+    for line in text.splitlines():
+        if not line.startswith(ECHO_PREFIX):
+            continue
+        try:
+            ev = Event.model_validate_json(line[len(ECHO_PREFIX) :])
+        except ValueError:  # pydantic's ValidationError: torn or foreign
+            continue
+        if ev.seq > max(after, out[-1].seq if out else 0):
+            out.append(ev)
+    return out
+
+
 class EventsQuery(_Strict):
     """Query of ``GET /api/events``: events with ``seq > after``; ``wait`` long-polls.
 

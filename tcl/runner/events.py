@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from tcl.runner.api import Event, EventKind, LogStream, RunnerState
+from tcl.runner.api import ECHO_PREFIX, Event, EventKind, LogStream, RunnerState
 from tcl.runner.metricline import Phase
 
 EVENTS_FILE = "events.jsonl"
@@ -52,7 +52,14 @@ def _write_all(fd: int, data: bytes) -> None:
 class EventLog:
     """Append-only event file plus offset index; thread-safe; async and sync waiters."""
 
-    def __init__(self, directory: Path, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        clock: Callable[[], float] = time.time,
+        echo_fd: int | None = None,
+    ) -> None:
+        """``echo_fd``: each event is also written there (``ECHO_PREFIX`` and its line) while
+        it can be; a write that fails stops the echo, never the log."""
         directory.mkdir(parents=True, exist_ok=True)
         self.directory = directory
         self._clock = clock
@@ -74,6 +81,7 @@ class EventLog:
                 self._last -= 1
                 os.ftruncate(self._idx_fd, self._last * _ENTRY.size)
             os.ftruncate(self._data_fd, self._size)
+        self._echo_fd = echo_fd
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._finished = False
@@ -146,6 +154,11 @@ class EventLog:
             _write_all(self._idx_fd, _ENTRY.pack(self._size))
             self._size += len(line)
             self._last = seq
+            if self._echo_fd is not None:
+                try:
+                    _write_all(self._echo_fd, ECHO_PREFIX.encode() + line)
+                except OSError:  # the output is gone (closed, full): the log goes on
+                    self._echo_fd = None
             self._wake_locked()
         return seq
 

@@ -131,6 +131,12 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument(
         "--linger-s", type=float, default=0.0, help="with --serve: keep serving after the end"
     )
+    b.add_argument(
+        "--echo-events",
+        action="store_true",
+        help="also write each event to stdout (a line: TCL_EVENT and its JSON), for a cluster "
+        "that keeps a container's output after the runner is gone (a Kubernetes pod's log)",
+    )
     common(b)
 
     sub.add_parser("openapi", help="print the OpenAPI spec (JSON)")
@@ -169,6 +175,7 @@ def _config(args: argparse.Namespace) -> RunnerConfig:
         premounted_code=args.premounted_code,
         end_orphans=become_subreaper(),
         stop_grace_s=args.stop_grace_s,
+        echo_events_fd=sys.stdout.fileno() if getattr(args, "echo_events", False) else None,
         **extra,
     )
 

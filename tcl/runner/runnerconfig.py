@@ -34,3 +34,6 @@ class RunnerConfig:
     # How long a job may take to exit after the runner forwards it a stop signal, and after
     # its max_duration_s, before SIGKILL (``--stop-grace-s``).
     stop_grace_s: float = DEFAULT_GRACE_S
+    # Each event also goes to this fd (batch ``--echo-events``: stdout, which a Kubernetes pod's
+    # log keeps after its runner is gone; ``tcl.runner.api.echoed_events`` reads it back).
+    echo_events_fd: int | None = None

@@ -61,7 +61,7 @@ class Runner(CodeInstall):
     def __init__(self, config: RunnerConfig, clock: Callable[[], float] = time.time) -> None:
         self.config = config
         config.state_dir.mkdir(parents=True, exist_ok=True)
-        self.log = EventLog(config.state_dir / "events", clock=clock)
+        self.log = EventLog(config.state_dir / "events", clock=clock, echo_fd=config.echo_events_fd)
         self._hooks: list[StateHook] = []
         self.machine = StateMachine(on_change=self._on_state)
         self.spec: JobSpec | None = None

@@ -211,7 +211,8 @@ class RunStatus:
 class SshEndpoint:
     """Where ``tcl ssh`` lands: the container sshd, reached through the host as ProxyJump;
     or, with ``remote_argv``, a command run on the host that opens the shell (``srun --pty``);
-    or, with ``local_env_file``, a shell on this machine."""
+    or, with ``local_env_file``, a shell on this machine; or, with ``session``, a stream this
+    process relays (a pod's ``pods/exec``)."""
 
     host: str  # HostName of the jump host
     port: int | None
@@ -227,6 +228,9 @@ class SshEndpoint:
     # a task on this machine (the local default's process executor): no ssh at all, a shell
     # here that sources this file (the job's dir and env, written by its runner)
     local_env_file: str | None = None
+    # a session this process runs itself (a Kubernetes pod's exec stream): called with the
+    # command (empty: a shell), it relays this terminal and returns the exit code
+    session: Callable[[list[str]], int] | None = None
 
 
 @dataclass(frozen=True)

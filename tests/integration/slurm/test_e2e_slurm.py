@@ -10,6 +10,7 @@ node's PATH, never inside the runner's venv.
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -142,10 +143,16 @@ def test_a_run_s_dir_on_the_cluster_goes_once_its_logs_are_kept(e2e: Env) -> Non
     retention = "    run_dir_retention_s: 0\n    partitions:"
     pruned.write_text(text.replace("    partitions:", retention))
     env = {**e2e.env(), "TCL_CONFIG": str(pruned)}
+    work = Path(re.findall(r"work: ([^}\s]+)", text)[0])
+    # code no run names, shipped two days ago: evicted by the same release
+    stale = work / "tcl" / "code" / f"{'0' * 64}.tar.gz"
+    stale.parent.mkdir(parents=True, exist_ok=True)
+    stale.write_bytes(b"old code")
+    two_days_ago = time.time() - 2 * 86400
+    os.utime(stale, (two_days_ago, two_days_ago))
     res = run_tcl(["submit", "--", "python3", "hello.py", "pruned"], env, e2e.repo, timeout=240)
     assert "hello from slurm ['pruned']" in res.stdout, res.stdout + res.stderr
     (run,) = [r for r in e2e.tcl_json("ps", "-a") if r["argv"][-1] == "pruned"]
-    work = Path(re.findall(r"work: ([^}\s]+)", text)[0])
     attempt_dir = work / "tcl" / "runs" / run["run_id"] / "0"
     deadline = time.monotonic() + 60
     while attempt_dir.exists():  # the daemon's controller releases it once all is kept
@@ -153,6 +160,8 @@ def test_a_run_s_dir_on_the_cluster_goes_once_its_logs_are_kept(e2e: Env) -> Non
         time.sleep(0.3)
     logs = run_tcl(["logs", run["run_id"]], env, e2e.repo)
     assert "hello from slurm ['pruned']" in logs.stdout, logs
+    assert not stale.exists()
+    assert list((work / "tcl" / "code").glob("*.tar.gz"))  # this run's: shipped a moment ago
 
 
 def test_bad_partition_or_gres_is_one_clear_error_and_no_job(e2e: Env) -> None:

@@ -24,7 +24,7 @@ from kubernetes import client
 from tests.integration.control.test_multinode_ssh import PSUM
 from tests.integration.jobs.helpers import resumable_gpt_yaml
 from tests.integration.orphansweep import sweep_given_up
-from tests.integration.tclcli import TclEnv
+from tests.integration.tclcli import TclEnv, run_tcl
 from tests.k8semu.config import QueueSpec
 from tests.k8semu.fixtures import GPU, Factory, new_client
 from tests.k8semu.server import K8sEmulator
@@ -291,3 +291,86 @@ def test_the_orphan_sweep_deletes_the_vcjobs_no_live_attempt_names(
     _, ended = sweep_given_up(c.env.home, c.env.config, given_up, "volcano", "k8s", monkeypatch)
     assert ended == [vcjob_name(given_up, 0)]
     assert c.vcjobs() == [] and not c.secret(given_up)
+
+
+def test_tcl_ssh_reaches_each_pod_through_the_exec_stream(cluster: Cluster) -> None:
+    """Issue 32: `tcl ssh RUN [--node N] [-- CMD]` on Volcano, through the API server's
+    pods/exec (no kubectl, no sshd in the pod): in the job's dir with its env, stdin relayed,
+    the command's exit code, no terminal noise without a terminal."""
+    from tcl.control.backends.volcano.manifest import vcjob_name
+
+    c = cluster
+    submit = ["submit", "-d", "--chip", "h100", "-n", "16", "--env", "FOO=bar"]
+    run_id = c.env.tcl_json(*submit, "--", PY, "loop.py")["run_id"]
+    wait_until(
+        lambda: c.env.tcl("logs", run_id).stdout,
+        120,
+        "both pods' ticks",
+        done=lambda out: "[pod 0] tick 1" in out and "[pod 1] tick 1" in out,
+    )
+    res = c.env.tcl("ssh", run_id, "--node", "1", "--", "hostname")
+    assert (res.stdout, res.stderr) == (f"{vcjob_name(run_id, 0)}-worker-1\n", "")
+    probe = 'echo "$FOO" "$(pwd)"; ls; echo oops >&2; exit 3'
+    res = c.env.tcl("ssh", run_id, "--", "sh", "-c", probe, check=False)
+    assert res.returncode == 3, res.stderr
+    first, *listing = res.stdout.splitlines()
+    assert first.startswith("bar /") and "loop.py" in listing, res.stdout
+    assert res.stderr == "oops\n"
+    res = run_tcl(["ssh", run_id, "--", "cat"], c.env.env(), c.env.repo, input="via stdin\n")
+    assert res.stdout == "via stdin\n"
+    c.env.tcl("stop", "--grace", "1", run_id)
+    res = c.env.tcl("ssh", run_id, "--", "true", check=False)
+    assert res.returncode == 1 and "terminated" in res.stderr, res.stderr
+
+
+# Waits for the test's word (a file on the PVC), then prints its lines at once and ends.
+LATE = """
+import os, sys, time
+while not os.path.exists(os.environ["GO"]):
+    time.sleep(0.1)
+for i in range(200):
+    print("late", i, flush=True)
+"""
+
+
+def test_lines_a_gone_runner_never_served_are_read_from_the_pod_log(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 32: the pod log is the fallback. The daemon is killed while the job runs, the job
+    prints its lines and ends, and its runner dies before anyone fetched them: the next
+    daemon reads them (and the job's end) from the pod's log, each line once, in order."""
+    import os
+    import signal
+
+    c = cluster
+    monkeypatch.setenv("TCL_SERVE_LEASE_S", "3")  # the next daemon takes over soon
+    (c.env.repo / "late.py").write_text(LATE)
+    go = c.pvc() / f"go-{time.monotonic_ns()}"
+    submit = ["submit", "-d", "--chip", "h100", "-n", "8", "--env", f"GO=/workspace/{go.name}"]
+    run_id = c.env.tcl_json(*submit, "--", PY, "late.py")["run_id"]
+    c.wait(run_id, {"running"})
+    os.kill(_daemon_pid(c.env.home), signal.SIGKILL)
+    go.write_text("")
+    (pod,) = c.pods(run_id)
+    name = pod.metadata.name
+    core = client.CoreV1Api(c.api)
+    wait_until(
+        lambda: core.read_namespaced_pod_log(name, NS),
+        60,
+        "the job's end in its log",
+        done=lambda log: '"state":"succeeded"' in log,
+    )
+    os.kill(c.emu.pod_info(NS, name)["pid"], signal.SIGKILL)  # its runner, before its linger
+    run = c.wait(run_id, {"succeeded", "failed"})
+    assert run["state"] == "succeeded", run
+    out = c.env.tcl("logs", run_id).stdout
+    late = [line for line in out.splitlines() if "late" in line]
+    assert late == [f"late {i}" for i in range(200)], out[-2000:]
+
+
+def _daemon_pid(home: Path) -> int:
+    import httpx
+
+    sock = home / "state" / "serve" / "daemon.sock"
+    with httpx.Client(transport=httpx.HTTPTransport(uds=str(sock)), timeout=10) as h:
+        return int(h.get("http://localhost/api/healthcheck").json()["pid"])

@@ -37,12 +37,12 @@ def test_ended_attempt_dirs_go_after_their_retention_and_nothing_else(tmp_path: 
     beside = tmp_path / "work" / "tcl" / "code.tar.gz"  # not a run dir: never touched
     beside.write_text("x")
 
-    assert prune(mine, 86400) == {"removed": 1, "error": ""}
+    assert prune(mine, 86400) == {"removed": 1, "evicted": 0, "error": ""}
     assert not (runs / "r-old").exists()  # ended 2 days ago: gone, its empty run dir too
     assert (mine / ENDED).exists() and (mine / "spec.json").exists()  # ended now: kept a day
     assert (live / "spec.json").exists() and beside.exists()  # not released: left alone
 
-    assert prune(mine, 0) == {"removed": 1, "error": ""}  # no retention: at once
+    assert prune(mine, 0) == {"removed": 1, "evicted": 0, "error": ""}  # no retention: at once
     assert not (runs / "r-mine").exists() and (live / "spec.json").exists()
 
 
@@ -52,3 +52,31 @@ def test_a_dir_that_is_not_an_attempt_dir_is_refused(tmp_path: Path) -> None:
     answer = prune(elsewhere, 0)
     assert answer["removed"] == 0 and "not an attempt dir" in str(answer["error"])
     assert elsewhere.exists() and not (elsewhere / ENDED).exists()
+
+
+def test_code_no_run_names_goes_once_older_than_the_retention(tmp_path: Path) -> None:
+    """Issue 32: the content-addressed code tarballs are evicted too: those no attempt dir left
+    names (its spec's code.sha256), once older than the retention and than an hour (a tarball
+    shipped just before its run's dir is written is never taken)."""
+    tcl = tmp_path / "work" / "tcl"
+    runs, code = tcl / "runs", tcl / "code"
+    code.mkdir(parents=True)
+    mine, live = runs / "r-mine" / "0", runs / "r-live" / "0"
+    for d, sha in ((mine, "a" * 64), (live, "b" * 64)):
+        d.mkdir(parents=True)
+        (d / "spec.json").write_text(json.dumps({"run_id": d.parent.name, "code": {"sha256": sha}}))
+    two_days_ago = time.time() - 2 * 86400
+    tarballs = {}
+    for sha in ("a", "b", "c", "d"):
+        tarballs[sha] = code / f"{sha * 64}.tar.gz"
+        tarballs[sha].write_bytes(b"code")
+        os.utime(tarballs[sha], (two_days_ago, two_days_ago))
+    os.utime(tarballs["d"])  # shipped a moment ago, its run not written yet
+    other = code / "notes.txt"  # not a tarball: never touched
+    other.write_text("x")
+    os.utime(other, (two_days_ago, two_days_ago))
+
+    answer = prune(mine, 0)  # r-mine's dir goes, and with it the last name of "a"
+    assert answer == {"removed": 1, "evicted": 2, "error": ""}
+    assert sorted(p.name[0] for p in code.glob("*.tar.gz")) == ["b", "d"] and other.exists()
+    assert prune(live, 3 * 86400)["evicted"] == 0  # "b" is named; the retention keeps the rest

@@ -206,7 +206,8 @@ def test_runner_command_and_env() -> None:
         "--serve",
         "0.0.0.0:10991",
         "--linger-s",
-        "300",
+        "60",
+        "--echo-events",
         "--state-dir",
         "/workspace/tcl/runs/gpt-small-a1b2c3/0/r$(TCL_RESTART_COUNT)/$(POD_NAME)",
     ]
@@ -221,6 +222,9 @@ def test_runner_command_and_env() -> None:
         "TCL_RESTART_COUNT": {
             "fieldRef": {"fieldPath": "metadata.annotations['volcano.sh/job-retry-count']"}
         },
+        "TCL_RUNNER_SSH_ENV_FILE": (
+            "/workspace/tcl/runs/gpt-small-a1b2c3/0/r$(TCL_RESTART_COUNT)/$(POD_NAME)/shell-env.sh"
+        ),
     }
 
 

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import threading
 from pathlib import Path
 
 import pytest
 
-from tcl.runner.api import EventKind, LogStream, RunnerState
+from tcl.runner.api import ECHO_PREFIX, EventKind, LogStream, RunnerState, echoed_events
 from tcl.runner.events import EVENTS_FILE, INDEX_FILE, EventLog
 
 
@@ -114,3 +115,34 @@ def test_reopen_continues_numbering_and_cuts_a_torn_tail(tmp_path: Path) -> None
     events, _ = log.read(9)
     assert [e.seq for e in events] == [10, 11] and events[1].data == "after\n"
     assert (tmp_path / INDEX_FILE).stat().st_size == 11 * 8
+
+
+def test_echoed_events_read_back_from_a_container_log_past_a_cursor(tmp_path: Path) -> None:
+    """``--echo-events``: every event also goes to the echo fd; ``echoed_events`` reads those
+    after a cursor out of output mixed with other lines and a torn last one (a pod's log)."""
+    r, w = os.pipe()
+    log = EventLog(tmp_path / "ev", echo_fd=w)
+    log.append_log(LogStream.STDOUT, "one\n")
+    log.append_log(LogStream.STDERR, "two TCL_EVENT {}\n")
+    log.append_state(RunnerState.SUCCEEDED, exit_code=0)
+    os.close(w)
+    echoed = b""
+    while chunk := os.read(r, 65536):
+        echoed += chunk
+    os.close(r)
+    text = "runner: starting\n" + echoed.decode() + f'{ECHO_PREFIX}{{"seq": 4, "ts"'
+    assert [e.seq for e in echoed_events(text, 0)] == [1, 2, 3]
+    rest = echoed_events(text, 1)
+    assert [(e.data, e.state) for e in rest] == [("two TCL_EVENT {}\n", None), (None, "succeeded")]
+    assert rest == log.read(1)[0]  # the same events the runner serves
+    log.close()
+
+
+def test_an_echo_that_fails_stops_the_echo_never_the_log(tmp_path: Path) -> None:
+    r, w = os.pipe()
+    os.close(r)  # nobody reads: a write raises BrokenPipeError
+    log = EventLog(tmp_path / "ev", echo_fd=w)
+    assert log.append_log(LogStream.STDOUT, "a\n") == 1
+    assert log.append_log(LogStream.STDOUT, "b\n") == 2
+    os.close(w)
+    log.close()

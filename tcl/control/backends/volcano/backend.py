@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import time
 from collections.abc import Callable, Sequence
@@ -28,19 +29,21 @@ from tcl.control.backends.base import (
     HostCheck,
     HostTask,
     Launched,
-    NodeOffer,
     NodePage,
     Observer,
     Offer,
     Offers,
     RunStatus,
+    SshEndpoint,
     worst_state,
 )
 from tcl.control.backends.base import Handle as BaseHandle
 from tcl.control.backends.volcano import jobtasks, manifest
 from tcl.control.backends.volcano.handle import KubeTarget, VolcanoHandle
 from tcl.control.backends.volcano.kube import KubeClient, PortForward
-from tcl.control.backends.volcano.offers import queue_free, shape
+from tcl.control.backends.volcano.offers import host_offer, queue_free
+from tcl.control.backends.volcano.podshell import run_session
+from tcl.control.backends.volcano.podstates import PHASES, ended_pod_page, final, phase_reason
 from tcl.control.backends.volcano.pvccode import pending_reason, ship_code
 from tcl.control.config import VolcanoHost
 from tcl.control.errors import AgentUnreachableError, ConfigError, TclError
@@ -48,24 +51,12 @@ from tcl.control.shipping import Snapshot
 from tcl.control.solver import Request
 from tcl.control.states import RunState
 from tcl.control.transport.httpagents import HttpRunner
-from tcl.runner.api import Event, JobSpec
+from tcl.runner.api import Event, JobSpec, echoed_events
 from tcl.runner.batch import TOKEN_KEY
 from tcl.tokenfile import new_token
 
 SPEC_KEY = "spec.json"
 OPT_IMAGE, OPT_NAMESPACE = "volcano.image", "volcano.namespace"  # tcl submit --volcano-*
-_PHASES = {
-    "Pending": RunState.QUEUED,
-    "Restarting": RunState.QUEUED,
-    "Running": RunState.RUNNING,
-    "Completing": RunState.RUNNING,
-    "Completed": RunState.SUCCEEDED,
-    "Aborting": RunState.TERMINATED,
-    "Aborted": RunState.TERMINATED,
-    "Terminating": RunState.TERMINATED,
-    "Terminated": RunState.TERMINATED,
-    "Failed": RunState.FAILED,
-}
 
 
 class VolcanoBackend(Backend):
@@ -111,46 +102,14 @@ class VolcanoBackend(Backend):
         out = Offers()
         for name in hosts:
             cfg = self._cfg(name)
-            got_shape = shape(cfg, req)
-            if isinstance(got_shape, str):
-                out.refused.append((name, got_shape))
-                continue
-            nodes, per_node = got_shape
             namespace = req.options.get(OPT_NAMESPACE) or cfg.namespace
-            starts_now, reason, free = True, "", 0
-            if cfg.check_availability and per_node:
-                try:
-                    got = await self._free(name, cfg, namespace)
-                except TclError as e:
-                    out.refused.append((name, str(e).splitlines()[0]))
-                    continue
-                if isinstance(got, str):
-                    out.refused.append((name, got))
-                    continue
-                free, capacity = got
-                need = nodes * per_node
-                starts_now = free >= need
-                if not starts_now:
-                    reason = (
-                        f"queue {cfg.queue or 'default'}: {free} of {capacity} "
-                        f"{cfg.gpu_resource_key} free, {need} needed"
-                    )
-            params = {"namespace": namespace}
-            if req.options.get(OPT_IMAGE):
-                params["image"] = req.options[OPT_IMAGE]
-            out.offers.append(
-                Offer(
-                    backend=self.kind,
-                    host=name,
-                    nodes=tuple(NodeOffer(name) for _ in range(nodes)),
-                    chip=req.chip if per_node else None,
-                    chips_per_node=per_node,
-                    starts_now=starts_now,
-                    queue_reason=reason,
-                    free=free,
-                    params=params,
-                )
+            got = await host_offer(
+                name, cfg, req, namespace, req.options.get(OPT_IMAGE), self._free
             )
+            if isinstance(got, str):
+                out.refused.append((name, got))
+            else:
+                out.offers.append(got)
         return out
 
     async def _free(self, host: str, cfg: VolcanoHost, namespace: str) -> tuple[int, int] | str:
@@ -293,7 +252,7 @@ class VolcanoBackend(Backend):
         retry = int(status.get("retryCount") or 0)
         if retry > handle.retry:
             nxt = handle.model_copy(update={"retry": retry})
-            why = f"Volcano restarted the job (retry {retry}): {_phase_reason(status)}"
+            why = f"Volcano restarted the job (retry {retry}): {phase_reason(status)}"
             return NodePage([], RunState.QUEUED, message=why, next_attempt=nxt)
         kube = await self._kube(handle.kube)
         pod = await asyncio.to_thread(kube.get_pod, handle.pod(node))
@@ -302,7 +261,7 @@ class VolcanoBackend(Backend):
             # no reason of its own (not created yet, no condition yet): "" keeps what the run
             # says (the solver's, another pod's Unschedulable) rather than flipping it to a
             # vaguer word from one pull to the next
-            why = pending_reason(pod) or _phase_reason(status)
+            why = pending_reason(pod) or phase_reason(status)
             await asyncio.sleep(min(wait_s, 1.0))
             return NodePage([], RunState.QUEUED, message=why)
         runner = await self._runner(handle, node)
@@ -314,14 +273,15 @@ class VolcanoBackend(Backend):
                 return NodePage([], RunState.PROVISIONING)
             if await self._evicted(handle, node):
                 return await self._held([], handle, node, wait_s)
-            return _ended_pod_page(pod)
+            log = await asyncio.to_thread(kube.pod_log, handle.pod(node))
+            return ended_pod_page(pod, echoed_events(log, after))
         finally:
             await runner.aclose()
         state = RUNNER_STATES[page.state]
         if (
             state.is_final
             and not page.more
-            and (await self._evicted(handle, node) or (page.signalled and not _final(status)))
+            and (await self._evicted(handle, node) or (page.signalled and not final(status)))
         ):
             # A signal ended the job because the pod is going (its phase may not say so yet:
             # the runner's last page comes before the kubelet marks the pod): Volcano restarts
@@ -342,7 +302,7 @@ class VolcanoBackend(Backend):
         """The pod was evicted (or is being deleted) while its Job still stands."""
         kube = await self._kube(h.kube)
         vcjob = await asyncio.to_thread(kube.get_vcjob, h.job)
-        if vcjob is None or _final(vcjob.get("status") or {}):
+        if vcjob is None or final(vcjob.get("status") or {}):
             return False
         if int(((vcjob.get("status") or {}).get("retryCount")) or 0) > h.retry:
             return True
@@ -360,9 +320,9 @@ class VolcanoBackend(Backend):
             return RunStatus(RunState.TERMINATED, message="its Volcano job was deleted")
         status = vcjob.get("status") or {}
         phase = (status.get("state") or {}).get("phase") or "Pending"
-        state = _PHASES.get(phase, RunState.QUEUED)
+        state = PHASES.get(phase, RunState.QUEUED)
         if state is not RunState.RUNNING:
-            return RunStatus(state, message=_phase_reason(status))
+            return RunStatus(state, message=phase_reason(status))
 
         async def one(node: int) -> RunState:
             runner = await self._runner(handle, node)
@@ -413,6 +373,21 @@ class VolcanoBackend(Backend):
         await _delete_job(kube, handle.job, handle.secret)
         self._tokens.pop(handle.secret, None)
 
+    def ssh_endpoint(self, handle: BaseHandle, node: int) -> SshEndpoint | None:
+        """A session through the API server's exec stream into the node's pod (no sshd, no
+        ``kubectl``): ``tcl.control.backends.volcano.podshell``."""
+        assert isinstance(handle, VolcanoHandle)
+        pod = handle.pod(node)
+        return SshEndpoint(
+            host=pod,
+            port=None,
+            user=None,
+            identity_file=None,
+            known_hosts=None,
+            proxy_jump=None,
+            session=functools.partial(run_session, handle.kube, pod),
+        )
+
     async def host_tasks(self, host: str) -> list[HostTask]:
         """tcl's Volcano jobs in the host's namespace (labelled with their run and attempt)."""
         kube = await self._kube(self._target(host))
@@ -438,29 +413,3 @@ async def _delete_job(kube: KubeClient, job: str, secret: str) -> None:
     """The vcjob (Volcano deletes its pods) and its spec Secret."""
     await asyncio.to_thread(kube.delete_vcjob, job)
     await asyncio.to_thread(kube.delete_secret, secret)
-
-
-def _final(status: dict[str, Any]) -> bool:
-    """The vcjob's phase is an end (Volcano restarts it no more)."""
-    phase = (status.get("state") or {}).get("phase") or ""
-    return _PHASES.get(phase, RunState.QUEUED).is_final
-
-
-def _phase_reason(status: dict[str, Any]) -> str:
-    state = status.get("state") or {}
-    parts = [str(state.get(k)) for k in ("reason", "message") if state.get(k)]
-    return ": ".join(parts)
-
-
-def _ended_pod_page(pod: Any) -> NodePage:
-    """A pod whose runner is gone: its end as the kubelet kept it."""
-    code = None
-    for cs in (pod.status.container_statuses or []) if pod.status else []:
-        term = cs.state.terminated if cs.state else None
-        if term is not None:
-            code = term.exit_code
-    state = RunState.SUCCEEDED if pod.status.phase == "Succeeded" else RunState.FAILED
-    reason = getattr(pod.status, "reason", None) or ""
-    msg = f"pod {pod.metadata.name} {pod.status.phase.lower()}"
-    msg += f" ({reason})" if reason else ""
-    return NodePage([], state, False, code, f"{msg}; logs not fetched before its runner ended")

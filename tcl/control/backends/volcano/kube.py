@@ -202,6 +202,25 @@ class KubeClient:
 
     # streams ---------------------------------------------------------------------------------
 
+    def open_exec(self, pod: str, argv: list[str], stdin: bool, tty: bool = False) -> Any:
+        """The ``pods/exec`` stream of ``argv`` in ``pod`` (``kubernetes.stream.WSClient``,
+        bytes on every channel; with ``tty`` a terminal: no stderr channel, as kubectl's -t)."""
+        from kubernetes.stream import stream
+
+        with translated("create pods/exec", self.namespace):
+            return stream(
+                self._stream_core().connect_get_namespaced_pod_exec,
+                pod,
+                self.namespace,
+                command=argv,
+                stdin=stdin,
+                stdout=True,
+                stderr=not tty,
+                tty=tty,
+                _preload_content=False,
+                binary=True,
+            )
+
     def exec(
         self,
         pod: str,
@@ -212,21 +231,7 @@ class KubeClient:
     ) -> ExecResult:
         """Run ``argv`` in ``pod``, its stdin the file ``stdin`` (closed at its end), and wait
         for its exit code."""
-        from kubernetes.stream import stream
-
-        with translated("create pods/exec", self.namespace):
-            ws = stream(
-                self._stream_core().connect_get_namespaced_pod_exec,
-                pod,
-                self.namespace,
-                command=argv,
-                stdin=stdin is not None,
-                stdout=True,
-                stderr=True,
-                tty=False,
-                _preload_content=False,
-                binary=True,
-            )
+        ws = self.open_exec(pod, argv, stdin=stdin is not None)
         out, err = bytearray(), bytearray()
         try:
             if stdin is not None:

@@ -53,8 +53,9 @@ SHM_PATH = "/dev/shm"  # noqa: S108 (a mount point inside the pod, not a temp fi
 COORDINATOR_PORT = COORDINATOR_PORT_BASE  # each pod has its own network namespace
 HELPER_SLEEP_S = 3600
 # A runner serves its job's last events this long after the job ended; tcl deletes the Job as
-# soon as it kept them (release), so this bounds only what a run nobody follows holds
-RUNNER_LINGER_S = 300.0
+# soon as it kept them (release), so this bounds only what a run nobody follows holds. Events
+# nobody fetched by then are read from the pod's log (the runner echoes them there).
+RUNNER_LINGER_S = 60.0
 LABEL_RUN_ID = "tcl.run-id"
 LABEL_ATTEMPT = "tcl.attempt"
 LABEL_HELPER = "tcl.helper"
@@ -66,6 +67,10 @@ POD_IP_ENV = "POD_IP"
 # it (tcl.runner.cluster) and each restart's runner state goes to a dir of its own
 RESTART_COUNT_ENV = "TCL_RESTART_COUNT"
 RETRY_COUNT_ANNOTATION = "volcano.sh/job-retry-count"
+# Where the runner writes the job's working dir and env for `tcl ssh` sessions (the runner reads
+# this variable; an exec session sources the file): in the pod's state dir on the PVC
+SHELL_ENV_ENV = "TCL_RUNNER_SSH_ENV_FILE"
+SHELL_ENV_FILE = "shell-env.sh"
 
 # A pod's hostname is its name (svc plugin) and must be a DNS label (<= 63): "<job>-worker-<i>"
 # leaves the job name 63 - len("-worker-") - 7 index digits.
@@ -275,6 +280,7 @@ def _runner_argv(host: VolcanoHost, run: VolcanoRun) -> list[str]:
     argv = [RUNNER_ARGV0, "batch", "--spec", f"{SPEC_DIR}/{SPEC_KEY}"]
     argv += ["--code", code_path(host, run.code_sha256)]
     argv += ["--serve", f"0.0.0.0:{host.runner_port}", "--linger-s", f"{RUNNER_LINGER_S:g}"]
+    argv.append("--echo-events")  # the pod log keeps what a gone runner can no longer serve
     return [*argv, "--state-dir", state_dir(host, run.run_id, run.attempt)]
 
 
@@ -301,8 +307,9 @@ def _env(host: VolcanoHost, plan: PodPlan, run: VolcanoRun, job: str) -> list[k8
             COORDINATOR: f"{job}-{TASK_NAME}-0.{job}:{COORDINATOR_PORT}",
         }
     )
-    for name in (POD_IP_ENV, POD_NAME_ENV, RESTART_COUNT_ENV):
+    for name in (POD_IP_ENV, POD_NAME_ENV, RESTART_COUNT_ENV, SHELL_ENV_ENV):
         values.pop(name, None)
+    shell_env = f"{state_dir(host, run.run_id, run.attempt)}/{SHELL_ENV_FILE}"
     return [
         *(k8s.EnvVar(name=k, value=v) for k, v in values.items()),
         k8s.EnvVar.from_field(POD_IP_ENV, "status.podIP"),
@@ -310,6 +317,8 @@ def _env(host: VolcanoHost, plan: PodPlan, run: VolcanoRun, job: str) -> list[k8
         k8s.EnvVar.from_field(
             RESTART_COUNT_ENV, f"metadata.annotations['{RETRY_COUNT_ANNOTATION}']"
         ),
+        # after the two it names: Kubernetes expands $(VAR) from the variables before it
+        k8s.EnvVar(name=SHELL_ENV_ENV, value=shell_env),
     ]
 
 

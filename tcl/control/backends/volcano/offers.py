@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import math
+from collections.abc import Awaitable, Callable
 from typing import Any
 
+from tcl.control.backends.base import NodeOffer, Offer
 from tcl.control.backends.volcano.kube import KubeClient
 from tcl.control.config import VolcanoHost
+from tcl.control.errors import TclError
 from tcl.control.solver import Request
 
 
@@ -57,3 +60,52 @@ def quantity(value: Any) -> int:
     if text.endswith("m"):
         return int(float(text[:-1]) / 1000)
     return int(float(text))
+
+
+FreeOf = Callable[[str, VolcanoHost, str], Awaitable[tuple[int, int] | str]]
+
+
+async def host_offer(
+    name: str,
+    cfg: VolcanoHost,
+    req: Request,
+    namespace: str,
+    image: str | None,
+    free_of: FreeOf,
+) -> Offer | str:
+    """What host ``name`` offers for ``req`` (its queue's room asked with ``free_of`` when it
+    checks availability), or why it cannot take it."""
+    got_shape = shape(cfg, req)
+    if isinstance(got_shape, str):
+        return got_shape
+    nodes, per_node = got_shape
+    starts_now, reason, free = True, "", 0
+    if cfg.check_availability and per_node:
+        try:
+            got = await free_of(name, cfg, namespace)
+        except TclError as e:
+            return str(e).splitlines()[0]
+        if isinstance(got, str):
+            return got
+        free, capacity = got
+        need = nodes * per_node
+        starts_now = free >= need
+        if not starts_now:
+            reason = (
+                f"queue {cfg.queue or 'default'}: {free} of {capacity} "
+                f"{cfg.gpu_resource_key} free, {need} needed"
+            )
+    params = {"namespace": namespace}
+    if image:
+        params["image"] = image
+    return Offer(
+        backend="volcano",
+        host=name,
+        nodes=tuple(NodeOffer(name) for _ in range(nodes)),
+        chip=req.chip if per_node else None,
+        chips_per_node=per_node,
+        starts_now=starts_now,
+        queue_reason=reason,
+        free=free,
+        params=params,
+    )

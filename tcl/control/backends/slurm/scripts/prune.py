@@ -4,9 +4,13 @@
 argv: ATTEMPT_DIR RETENTION_S. ``ATTEMPT_DIR`` is ``<work>/tcl/runs/<run id>/<attempt>``; its
 ``.ended`` is touched, then every attempt dir under the same ``runs`` dir whose ``.ended`` is
 older than ``RETENTION_S`` is removed (this one at once when it is 0), and run dirs left empty
-with them. Nothing outside that ``runs`` dir is touched, and an attempt dir without ``.ended``
-(a run not released: still running, or released by an older tcl) is left. stdout: one JSON line
-``{"removed": N, "error": ""}``.
+with them. An attempt dir without ``.ended`` (a run not released: still running, or released
+by an older tcl) is left.
+
+Then the code tarballs beside ``runs`` (``<work>/tcl/code/<sha256>.tar.gz``) that no attempt
+dir left names (its ``spec.json``'s ``code.sha256``) and that are older than the retention (and
+than ``CODE_MIN_AGE_S``: a tarball shipped for a run whose dir is not written yet) are evicted.
+Nothing else is touched. stdout: one JSON line ``{"removed": N, "evicted": M, "error": ""}``.
 
 Standard library only, and nothing past Python 3.7 at run time: the login node's interpreter
 runs it, where tcl is not installed.
@@ -22,13 +26,17 @@ import sys
 import time
 
 ENDED = ".ended"
+SPEC = "spec.json"
+CODE_SUFFIX = ".tar.gz"
+CODE_MIN_AGE_S = 3600.0
 
 
 def main(argv: list[str]) -> int:
     attempt_dir, retention_s = os.path.realpath(argv[0]), float(argv[1])
     runs = os.path.dirname(os.path.dirname(attempt_dir))
     if os.path.basename(runs) != "runs" or not os.path.isdir(attempt_dir):
-        print(json.dumps({"removed": 0, "error": f"not an attempt dir: {attempt_dir}"}))
+        answer = {"removed": 0, "evicted": 0, "error": f"not an attempt dir: {attempt_dir}"}
+        print(json.dumps(answer))
         return 0
     with open(os.path.join(attempt_dir, ENDED), "a"):
         os.utime(os.path.join(attempt_dir, ENDED))
@@ -52,8 +60,49 @@ def main(argv: list[str]) -> int:
                     errors.append(str(e))
         with contextlib.suppress(OSError):
             os.rmdir(run.path)  # empty once its attempts went
-    print(json.dumps({"removed": removed, "error": "; ".join(errors)[:2000]}))
+    code = os.path.join(os.path.dirname(runs), "code")
+    evicted = _evict_code(code, _named_code(runs), max(retention_s, CODE_MIN_AGE_S), now, errors)
+    answer = {"removed": removed, "evicted": evicted, "error": "; ".join(errors)[:2000]}
+    print(json.dumps(answer))
     return 0
+
+
+def _named_code(runs: str) -> set[str]:
+    """The sha256 of the code every attempt dir under ``runs`` names (its spec.json)."""
+    named: set[str] = set()
+    for run in os.scandir(runs):
+        if not run.is_dir(follow_symlinks=False):
+            continue
+        for attempt in os.scandir(run.path):
+            try:
+                with open(os.path.join(attempt.path, SPEC), encoding="utf-8") as f:
+                    spec = json.loads(f.readline() or "{}")
+            except (OSError, ValueError):
+                continue
+            sha = (spec.get("code") or {}).get("sha256") if isinstance(spec, dict) else None
+            if isinstance(sha, str):
+                named.add(sha)
+    return named
+
+
+def _evict_code(code: str, named: set[str], min_age_s: float, now: float, errors: list[str]) -> int:
+    """Remove the tarballs in ``code`` that no run names and older than ``min_age_s``."""
+    evicted = 0
+    try:
+        entries = list(os.scandir(code))
+    except OSError:
+        return 0  # no code shipped yet
+    for e in entries:
+        if not e.name.endswith(CODE_SUFFIX) or e.name[: -len(CODE_SUFFIX)] in named:
+            continue
+        try:
+            if not e.is_file(follow_symlinks=False) or now - e.stat().st_mtime < min_age_s:
+                continue
+            os.unlink(e.path)
+            evicted += 1
+        except OSError as err:
+            errors.append(str(err))
+    return evicted
 
 
 if __name__ == "__main__":
