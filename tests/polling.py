@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import resource
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar, overload
@@ -34,12 +35,23 @@ class _Deadline:
         self.end = time.monotonic() + timeout_s
         self.pause_s = _FIRST_INTERVAL_S
 
-    def pause(self, seen: str) -> float:
-        """The next pause; AssertionError naming what was awaited once the deadline passed."""
+    def pause(self, seen: str, spent_s: float = 0.0) -> float:
+        """The next pause, never shorter than the CPU time the look cost (``spent_s``,
+        :func:`cpu_s`): a look that runs the `tcl` CLI costs most of a core for most of a
+        second, and back-to-back looks would take that core from every other test (the suite
+        is CPU-bound on 2 cores). AssertionError naming what was awaited once the deadline
+        passed."""
         if time.monotonic() >= self.end:
             raise AssertionError(f"waited {self.timeout_s:g} s for {self.what}: {seen}")
         pause, self.pause_s = self.pause_s, min(self.pause_s * 2, _MAX_INTERVAL_S)
-        return pause
+        return max(pause, spent_s)
+
+
+def cpu_s() -> float:
+    """CPU seconds of this process and of the children it waited for (a `tcl` command run to
+    its end), so far."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
 
 
 def wait_until(
@@ -59,6 +71,7 @@ def wait_until(
     """
     deadline = _Deadline(timeout_s, what)
     while True:
+        began = cpu_s()
         try:
             value = predicate()
         except ignore as e:
@@ -67,7 +80,7 @@ def wait_until(
             if done(value):
                 return value
             seen = f"last value {value!r}"
-        time.sleep(deadline.pause(seen))
+        time.sleep(deadline.pause(seen, cpu_s() - began))
 
 
 @overload
@@ -102,6 +115,7 @@ async def await_until(
     """
     deadline = _Deadline(timeout_s, what)
     while True:
+        began = cpu_s()
         try:
             value = predicate()
             if inspect.isawaitable(value):
@@ -112,4 +126,4 @@ async def await_until(
             if done(value):
                 return value
             seen = f"last value {value!r}"
-        await asyncio.sleep(deadline.pause(seen))
+        await asyncio.sleep(deadline.pause(seen, cpu_s() - began))

@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 from tests.integration.tclcli import TCL, TclEnv, run_tcl
+from tests.polling import wait_until
 from tests.testbed import SlurmCluster
 from tests.uvproject import GROUP, GROUP_DEP, make_project
 
@@ -58,13 +59,11 @@ class Env(TclEnv):
         return [line for line in out.splitlines() if line.strip()]
 
     def wait_state(self, run_id: str, states: set[str], timeout_s: float = 60) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout_s
-        while True:
+        def run() -> dict[str, Any]:
             runs: dict[str, dict[str, Any]] = {r["run_id"]: r for r in self.tcl_json("ps", "-a")}
-            if runs[run_id]["state"] in states or time.monotonic() > deadline:
-                assert runs[run_id]["state"] in states, runs[run_id]
-                return runs[run_id]
-            time.sleep(0.5)
+            return runs[run_id]
+
+        return wait_until(run, timeout_s, f"{run_id} {states}", done=lambda r: r["state"] in states)
 
 
 def _config(c: SlurmCluster, work: Path, extra: str = "") -> str:

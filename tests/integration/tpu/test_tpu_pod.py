@@ -27,6 +27,7 @@ import pytest
 from tests.integration.jobs.helpers import resumable_gpt_yaml
 from tests.integration.orphansweep import sweep_given_up
 from tests.integration.tclcli import TCL, TclEnv
+from tests.polling import wait_until
 from tests.testbed import SshTestbed
 from tests.tpuemu import TpuEmulator
 from tests.tpuemu.workers import hosts_of_testbed
@@ -78,13 +79,12 @@ class Pod:
         return {r["run_id"]: r for r in self.env.tcl_json("ps", "-a")}
 
     def wait_state(self, run_id: str, states: set[str], timeout_s: float = 180) -> Any:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            run = self.runs()[run_id]
-            if run["state"] in states:
-                return run
-            assert time.monotonic() < deadline, run
-            time.sleep(0.5)
+        return wait_until(
+            lambda: self.runs()[run_id],
+            timeout_s,
+            f"{run_id} {states}",
+            done=lambda run: run["state"] in states,
+        )
 
 
 def _host(emu: TpuEmulator, tb: SshTestbed, node_id: str, extra: str) -> str:

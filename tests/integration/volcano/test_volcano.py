@@ -74,13 +74,12 @@ class Cluster:
         return runs[run_id]
 
     def wait(self, run_id: str, states: set[str], timeout_s: float = 120) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            run = self.run(run_id)
-            if run["state"] in states or time.monotonic() > deadline:
-                assert run["state"] in states, run
-                return run
-            time.sleep(0.5)
+        return wait_until(
+            lambda: self.run(run_id),
+            timeout_s,
+            f"{run_id} {states}",
+            done=lambda run: run["state"] in states,
+        )
 
     def pvc(self) -> Path:
         return Path(self.emu.config.pvcs[(NS, "workspace")])
@@ -150,10 +149,9 @@ def test_stop_deletes_the_job_and_its_pods(cluster: Cluster) -> None:
     run_id = c.env.tcl_json("submit", "-d", "--chip", "h100", "-n", "16", "--", PY, "loop.py")[
         "run_id"
     ]
-    deadline = time.monotonic() + 120
-    while "tick 2" not in c.env.tcl("logs", run_id).stdout:
-        assert time.monotonic() < deadline, c.run(run_id)
-        time.sleep(0.5)
+    wait_until(
+        lambda: c.env.tcl("logs", run_id).stdout, 120, "tick 2", done=lambda o: "tick 2" in o
+    )
     assert len(c.pods(run_id)) == 2 and len(c.vcjobs()) == 1
     c.env.tcl("stop", "--grace", "2", run_id)
     assert c.run(run_id)["state"] == "terminated"
