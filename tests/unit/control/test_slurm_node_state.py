@@ -21,8 +21,11 @@ def test_a_signalled_job_waits_for_slurm_s_final_word() -> None:
     # CANCEL mode, a time limit and a scancel differ only in what SLURM says next)
     state, code, why = _node_state(H, 0, _row("COMPLETING"), stopped)
     assert (state, code) == (RunState.RUNNING, None) and "ending" in why
-    for final in ("PREEMPTED", "CANCELLED", "TIMEOUT"):
+    for final in ("PREEMPTED", "CANCELLED"):
         assert _node_state(H, 0, _row(final), stopped)[0] is RunState.TERMINATED
+    # a time limit is the job's own end: a failure (--retry counts it; bounded resubmits)
+    state, code, why = _node_state(H, 0, _row("TIMEOUT"), stopped)
+    assert (state, code) == (RunState.FAILED, 143) and "time limit" in why
     # SLURM forgot the job: the runner's word stands
     assert _node_state(H, 0, None, stopped)[0] is RunState.TERMINATED
 

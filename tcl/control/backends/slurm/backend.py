@@ -476,7 +476,11 @@ def summary(rows: list[parse.NodeRow]) -> str:
 
 
 _STOPPED = {"CANCELLED", "PREEMPTED", "TIMEOUT", "DEADLINE", "COMPLETING", "REQUEUED"}
-_TAKEN_BACK = {"PREEMPTED", "TIMEOUT", "NODE_FAIL", "BOOT_FAIL"}
+# SLURM took the nodes back (not the job's doing): placed again with --retry, not counted. A
+# time limit is the job's own: a failure, retried while --retry has attempts left (bounded: a
+# job that never checkpoints is not resubmitted without end)
+_TAKEN_BACK = {"PREEMPTED", "NODE_FAIL", "BOOT_FAIL"}
+_TIME_LIMIT = "TIMEOUT"
 
 
 def _node_state(
@@ -503,6 +507,8 @@ def _node_state(
             # preemption, a time limit and a scancel differ only in its final word
             return RunState.RUNNING, None, f"SLURM job {h.job_id} ending"
         stopped = ended in _STOPPED and (ended != "COMPLETING" or code == 143)
+        if ended == _TIME_LIMIT:
+            return RunState.FAILED, code, f"SLURM job {h.job_id} reached its time limit"
         if rstate is RunState.FAILED and stopped:
             # scancel, preemption, time limit: SLURM's SIGTERM ended the job (the runner
             # reports the job's 143 as a failure)
