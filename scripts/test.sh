@@ -9,13 +9,21 @@ lap() { phases+=("$(printf '%-10s %5ss' "$1" "$((SECONDS - t))")"); t=$SECONDS; 
 bash scripts/setup.sh
 command -v uv >/dev/null || PATH="$(dirname "$(bash scripts/uv.sh)"):$PATH"  # scripts/uv.sh put it
 lap setup
-bash scripts/testbed/dockerd-up.sh
-bash scripts/testbed/base-image.sh
-lap services
-uv run --locked ruff check .
-uv run --locked ruff format --check .
-uv run --locked mypy
+# the services start while lint runs (the image build waits on dockerd and the disk, lint on a
+# core): their output is shown once both are done
+services_log=$(mktemp /tmp/tcl-services.XXXXXX)
+(bash scripts/testbed/dockerd-up.sh && bash scripts/testbed/base-image.sh) >"$services_log" 2>&1 &
+services=$!
+lint_rc=0
+{ uv run --locked ruff check . && uv run --locked ruff format --check . && uv run --locked mypy; } ||
+  lint_rc=$?
 lap lint
+services_rc=0
+wait "$services" || services_rc=$?
+cat "$services_log" && rm -f "$services_log"
+lap services
+if [ "$lint_rc" != 0 ]; then echo "lint failed"; exit "$lint_rc"; fi
+if [ "$services_rc" != 0 ]; then echo "the test services did not start"; exit "$services_rc"; fi
 log=$(mktemp /tmp/tcl-pytest.XXXXXX)
 set +e
 # Tests wait on real services most of the time (one process: ~0.7 of 2 cores busy): workers
