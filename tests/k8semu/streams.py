@@ -17,9 +17,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import fcntl
 import json
 import os
 import socket
+import struct
+import subprocess
+import termios
 import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -102,6 +106,9 @@ async def exec_ws(api: Api, ws: WebSocket) -> None:
     protocol = _pick(ws, EXEC_PROTOCOLS)
     await ws.accept(subprotocol=protocol)
     want_stdin = q.get("stdin") in ("true", "1")
+    if q.get("tty") in ("true", "1"):
+        await _exec_tty(ws, proc, argv)
+        return
     child = await asyncio.create_subprocess_exec(
         *kubelet.exec_argv(proc, argv),
         stdin=asyncio.subprocess.PIPE if want_stdin else asyncio.subprocess.DEVNULL,
@@ -139,6 +146,53 @@ async def exec_ws(api: Api, ws: WebSocket) -> None:
     await asyncio.gather(pump(child.stdout, 1), pump(child.stderr, 2))
     code = await child.wait()
     feeder.cancel()
+    with contextlib.suppress(Exception):
+        await ws.send_bytes(_status(128 - code if code < 0 else code, argv))
+        await ws.close()
+
+
+async def _exec_tty(ws: WebSocket, proc: kubelet.PodProcess, argv: list[str]) -> None:
+    """``tty=true``: the command on a pseudo-terminal (its controlling terminal), stdout and
+    stderr merged on channel 1 as the kubelet does, channel 4's ``{"Width", "Height"}`` setting
+    the terminal's size."""
+    master, slave = os.openpty()
+    child = subprocess.Popen(  # setsid -c: a session of its own, the pty its terminal
+        ["setsid", "-c", "-w", *kubelet.exec_argv(proc, argv)],
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        env=proc.env,
+    )
+    os.close(slave)
+    loop = asyncio.get_running_loop()
+
+    def read() -> bytes:
+        try:
+            return os.read(master, 65536)
+        except OSError:  # EIO: every process holding the terminal is gone
+            return b""
+
+    async def pump() -> None:
+        while chunk := await loop.run_in_executor(None, read):
+            await ws.send_bytes(bytes([1]) + chunk)
+
+    async def feed() -> None:
+        with contextlib.suppress(WebSocketDisconnect, ConnectionError, RuntimeError, OSError):
+            while (data := _frame(await ws.receive())) is not None:
+                if data[:1] == b"\x00" and len(data) > 1:
+                    os.write(master, data[1:])
+                elif data[:1] == b"\x04":
+                    size = json.loads(data[1:])
+                    packed = struct.pack("HHHH", int(size["Height"]), int(size["Width"]), 0, 0)
+                    fcntl.ioctl(master, termios.TIOCSWINSZ, packed)
+        with contextlib.suppress(ProcessLookupError):
+            child.kill()
+
+    feeder = asyncio.create_task(feed())
+    await pump()
+    code = await asyncio.to_thread(child.wait)
+    feeder.cancel()
+    os.close(master)
     with contextlib.suppress(Exception):
         await ws.send_bytes(_status(128 - code if code < 0 else code, argv))
         await ws.close()

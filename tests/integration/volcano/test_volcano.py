@@ -316,9 +316,63 @@ def test_tcl_ssh_reaches_each_pod_through_the_exec_stream(cluster: Cluster) -> N
     assert res.stderr == "oops\n"
     res = run_tcl(["ssh", run_id, "--", "cat"], c.env.env(), c.env.repo, input="via stdin\n")
     assert res.stdout == "via stdin\n"
+    # a shell with a terminal: keys relayed raw, the window's size is the pod terminal's
+    out, code = _terminal_session(c, run_id, b'stty size; echo "X$FOO"; exit 7\n', (33, 97))
+    assert code == 7 and b"33 97" in out and b"Xbar" in out, out
     c.env.tcl("stop", "--grace", "1", run_id)
     res = c.env.tcl("ssh", run_id, "--", "true", check=False)
     assert res.returncode == 1 and "terminated" in res.stderr, res.stderr
+
+
+def _terminal_session(
+    c: Cluster, run_id: str, keys: bytes, size: tuple[int, int]
+) -> tuple[bytes, int]:
+    """`tcl ssh RUN` on a terminal of ``size`` (rows, columns) that types ``keys``: what the
+    terminal showed and the exit code."""
+    import fcntl
+    import os
+    import select
+    import struct
+    import subprocess
+    import termios
+
+    from tests.integration.tclcli import TCL
+
+    master, slave = os.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", *size, 0, 0))
+    shell = subprocess.Popen(
+        [TCL, "ssh", run_id],
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        env=c.env.env(),
+        cwd=c.env.repo,
+    )
+    os.close(slave)
+    os.write(master, keys)
+    out = b""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([master], [], [], 1.0)
+        if not ready:
+            if shell.poll() is not None:
+                break
+            continue
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # EIO: the session ended and closed the terminal
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(master)
+    try:
+        return out, shell.wait(30)
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f"the session did not end; the terminal showed {out!r}") from None
+    finally:
+        if shell.poll() is None:
+            shell.kill()
 
 
 # Waits for the test's word (a file on the PVC), then prints its lines at once and ends.

@@ -131,7 +131,7 @@ def _raw_terminal(ws: Any) -> Iterator[None]:
 
     old = signal.signal(signal.SIGWINCH, resize)
     try:
-        tty.setraw(fd)
+        tty.setraw(fd, termios.TCSADRAIN)  # as ssh: keys typed ahead are kept, not flushed
         resize()
         yield
     finally:
