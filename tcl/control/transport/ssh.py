@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import posixpath
 import secrets
@@ -391,7 +392,9 @@ class SshPool:
         progress: Callable[[int, int], None] | None = None,
     ) -> bool:
         """Upload ``local`` to ``remote`` unless it exists (one SFTP session, parent made as
-        needed, atomic like :meth:`put_file`); return whether it was uploaded."""
+        needed, atomic like :meth:`put_file`); return whether it was uploaded. A file found is
+        touched: its mtime says when it was last used (the SLURM release's code eviction spares
+        a tarball a starting run just found)."""
         return await self._upload(target, local, remote, progress, only_if_missing=True)
 
     async def _upload(
@@ -419,6 +422,8 @@ class SshPool:
                 async with conn.start_sftp_client() as sftp:
                     if only_if_missing:
                         if await sftp.exists(remote):
+                            with contextlib.suppress(asyncssh.SFTPError):  # not ours to touch
+                                await sftp.utime(remote)
                             return False
                         await sftp.makedirs(posixpath.dirname(remote), exist_ok=True)
                     try:

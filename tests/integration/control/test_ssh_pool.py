@@ -173,7 +173,11 @@ async def test_ensure_file_uploads_once(ssh_testbed: SshTestbed, tmp_path: Path)
         assert await pool.ensure_file(lo, local, remote, lambda d, t: seen.append((d, t)))
         assert Path(remote).read_bytes() == local.read_bytes()  # sshd on this machine
         assert seen and seen[-1] == (70_000, 70_000)
+        two_days_ago = time.time() - 2 * 86400
+        os.utime(remote, (two_days_ago, two_days_ago))
         assert not await pool.ensure_file(lo, local, remote)  # there already: nothing sent
+        # but touched: its mtime says it was used now (the SLURM code eviction goes by it)
+        assert time.time() - Path(remote).stat().st_mtime < 3600
         assert not list(Path(remote).parent.glob("*.part-*"))
     finally:
         await pool.close()
