@@ -4,6 +4,8 @@ and tests/browser.py (headless chromium)."""
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -62,6 +64,23 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 # state dir, so one per test's HOME). In tests they go soon after their last request, and
 # whatever is left when the session ends is stopped here.
 os.environ.setdefault("TCL_SERVE_IDLE_EXIT_S", "20")
+
+# One JAX compilation cache for the session: a job that inherits the tests' environment (the
+# local default's jobs, tcl.jobs run by the tests themselves) finds what an earlier test compiled
+# (a tiny training job: 11 CPU-s cold, 5 warm). Every program is cached, not only those that
+# took over 1 s (JAX's default), so a hit does not depend on the load. The workers inherit the
+# controller's. A test of the host's own cache drops both (test_compile_cache_local.py).
+SESSION_JAX_CACHE = ("JAX_COMPILATION_CACHE_DIR", "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS")
+if "PYTEST_XDIST_WORKER" not in os.environ and SESSION_JAX_CACHE[0] not in os.environ:
+    os.environ[SESSION_JAX_CACHE[0]] = tempfile.mkdtemp(prefix="tcl-test-jax-cache-")
+    os.environ.setdefault(SESSION_JAX_CACHE[1], "0")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput"):  # the controller made it
+        cache = os.environ.get(SESSION_JAX_CACHE[0], "")
+        if Path(cache).name.startswith("tcl-test-jax-cache-"):
+            shutil.rmtree(cache, ignore_errors=True)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -4,6 +4,8 @@ spent in setup, call and teardown of each tier's tests, by folder (``unit/contro
 
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -48,9 +50,21 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         tier.slowest = (spent, report.nodeid.split("::", 1)[-1].split("@", 1)[0])
 
 
+def _write_durations() -> None:
+    """Every test's seconds, slowest first, to ``$TCL_TEST_DURATIONS`` (scripts/test.sh names
+    ``test-artefacts/durations.json``): where the suite's time goes, file by file."""
+    path = os.environ.get("TCL_TEST_DURATIONS")
+    if not path or not _per_test:
+        return
+    ranked = sorted(_per_test.items(), key=lambda kv: -kv[1])
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps({"version": 1, "seconds": dict(ranked)}, indent=0) + "\n")
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if not _tiers:
         return
+    _write_durations()
     tr = terminalreporter
     tr.section("time per tier (setup + call + teardown)")
     tr.write_line(f"{'tier':<24} {'tests':>6} {'seconds':>9}  slowest")

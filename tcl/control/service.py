@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -36,12 +37,18 @@ class Control:
         self,
         cfg: Config,
         store: Store | None = None,
-        pool: SshPool | None = None,
+        pool: SshPool | Callable[[], SshPool] | None = None,
         shared: bool = False,
     ) -> None:
         self.cfg = cfg
         self._store = store
-        self._pool = pool
+        # a pool, or its owner's accessor (the daemon makes its pool on first use)
+        self._pool: SshPool | None = None
+        self._pool_of: Callable[[], SshPool] | None = None
+        if callable(pool):
+            self._pool_of = pool
+        else:
+            self._pool = pool
         # shared: the store and pool belong to a longer-lived owner (the `tcl serve` daemon,
         # one Control per request): :meth:`aclose` leaves them open
         self._shared = shared
@@ -92,9 +99,12 @@ class Control:
     def pool(self) -> SshPool:
         """The SSH pool, made on first use (asyncssh is imported only then)."""
         if self._pool is None:
-            from tcl.control.transport.ssh import SshPool
+            if self._pool_of is not None:
+                self._pool = self._pool_of()
+            else:
+                from tcl.control.transport.ssh import SshPool
 
-            self._pool = SshPool()
+                self._pool = SshPool()
         return self._pool
 
     def _backend_of_class(self, cls: type[Backend]) -> Backend:

@@ -16,6 +16,7 @@ import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fastapi import FastAPI, HTTPException
 from fastapi.responses import Response, StreamingResponse
@@ -44,7 +45,9 @@ from tcl.control.logcache import KeptEvent
 from tcl.control.service import Control
 from tcl.control.store import Run, Store
 from tcl.control.sweep.scheduler import Scheduler
-from tcl.control.transport.ssh import SshPool
+
+if TYPE_CHECKING:
+    from tcl.control.transport.ssh import SshPool
 
 log = logging.getLogger("tcl.serve")
 NDJSON = "application/x-ndjson"
@@ -57,7 +60,7 @@ class Daemon:
     def __init__(self, identity: Identity, store: Store, idle_exit_s: float) -> None:
         self.identity = identity
         self.store = store
-        self.pool = SshPool()
+        self._pool: SshPool | None = None  # made on first use: asyncssh is imported only then
         self.idle_exit_s = idle_exit_s
         self.started = time.monotonic()
         self.last_active = time.monotonic()
@@ -74,9 +77,28 @@ class Daemon:
         self.supervisor = Supervisor(asyncio.Event())
         self._sched_controls: dict[str, Control] = {}
 
+    @property
+    def pool(self) -> SshPool:
+        """The SSH pool every request shares, made when a request first needs it (the local
+        default never does: its daemon does not import asyncssh)."""
+        if self._pool is None:
+            from tcl.control.transport.ssh import SshPool
+
+            self._pool = SshPool()
+        return self._pool
+
+    def ssh_connects(self) -> int:
+        """How many SSH connections the daemon opened (0 when it never made its pool)."""
+        return 0 if self._pool is None else self._pool.connects
+
+    def forget_facts(self, host: str) -> None:
+        """What the pool learned of ``host`` (its shim dir and token), forgotten."""
+        if self._pool is not None:
+            self._pool.forget_facts(host)
+
     def control(self, config_path: str, config_named: bool) -> Control:
         cfg = load_config_at(Path(config_path), config_named)  # read anew: the user may edit it
-        return Control(cfg, self.store, self.pool, shared=True)
+        return Control(cfg, self.store, lambda: self.pool, shared=True)
 
     def scheduler_control(self, config_path: str, config_named: bool) -> Control:
         """The Control a matrix's runs are placed and followed with: one per config file for
@@ -120,7 +142,8 @@ class Daemon:
             await asyncio.wait(self._work, timeout=30.0)
         for ctl in self._sched_controls.values():
             await ctl.aclose()
-        await self.pool.close()
+        if self._pool is not None:
+            await self._pool.close()
         self.store.close()
 
 
@@ -226,7 +249,7 @@ def create_app(d: Daemon) -> ASGIApp:
         return Status(
             pid=os.getpid(),
             uptime_s=time.monotonic() - d.started,
-            ssh_connects=d.pool.connects,
+            ssh_connects=d.ssh_connects(),
             streams=d.streams,
             submits=d.submits,
             scheduler=sched.owner if sched else None,
@@ -292,7 +315,7 @@ def create_app(d: Daemon) -> ASGIApp:
 
     @app.post("/api/hosts/{name}/forget", status_code=204)
     async def forget(name: str) -> Response:
-        d.pool.forget_facts(name)
+        d.forget_facts(name)
         return Response(status_code=204)
 
     @app.post("/api/shutdown", status_code=204)

@@ -73,12 +73,12 @@ async def idle_node(
     ctl: Control, host: str, runs: list[Run], attempts: dict[str, list[Attempt]]
 ) -> IdleNode | None:
     """The host's node with its idle time, when the host has a timeout and a usable node."""
+    cfg = ctl.cfg.hosts.get(host)
+    if not isinstance(cfg, TpuHost) or cfg.idle_timeout_s is None:
+        return None  # asked of every host each pass: the TPU backend is imported only past here
     from tcl.control.backends.tpu.api import USABLE
     from tcl.control.backends.tpu.backend import TpuBackend
 
-    cfg = ctl.cfg.hosts.get(host)
-    if not isinstance(cfg, TpuHost) or cfg.idle_timeout_s is None:
-        return None
     backend = ctl.backend_of(host)
     if not isinstance(backend, TpuBackend):
         return None

@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+from tests.conftest import SESSION_JAX_CACHE
 from tests.integration.tclcli import run_tcl, stop_local_shim_and_tasks, user_env
 
 PROGRAM = """
@@ -36,7 +37,7 @@ def test_a_second_run_finds_its_compiled_program_in_the_hosts_cache(tmp_path: Pa
     home.mkdir()
     work.mkdir()
     (work / "prog.py").write_text(PROGRAM)
-    env = user_env(home, drop=("TCL_CONFIG", "TCL_DB_URL"))
+    env = user_env(home, drop=("TCL_CONFIG", "TCL_DB_URL", *SESSION_JAX_CACHE))
     # cache even this small program (JAX's default: compiles over 1 s only)
     argv = ["submit", "--env", "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0", "--"]
     try:
