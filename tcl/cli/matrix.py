@@ -63,7 +63,10 @@ def cmd_add(
     cluster: ClusterOpt = None,
     avoid_cluster: AvoidClusterOpt = None,
     image: Annotated[str | None, typer.Option("--image", help="Container image.")] = None,
-    env: Annotated[list[str] | None, typer.Option("--env", help="KEY=VALUE (repeatable).")] = None,
+    env: Annotated[
+        list[str] | None,
+        typer.Option("--env", help="KEY=VALUE, or KEY: this shell's value (repeatable)."),
+    ] = None,
     priority: Annotated[
         int, typer.Option("--priority", help="Higher runs first (across matrices).")
     ] = 0,

@@ -11,7 +11,10 @@ ChipOpt = Annotated[str | None, typer.Option("--chip", help="Chip type, e.g. h10
 ChipsOpt = Annotated[int, typer.Option("-n", "--chips", min=0, help="How many chips (in all).")]
 HostOpt = Annotated[str | None, typer.Option("--host", help="Only this host.")]
 ImageOpt = Annotated[str | None, typer.Option("--image", help="Container image.")]
-EnvOpt = Annotated[list[str] | None, typer.Option("--env", help="KEY=VALUE (repeatable).")]
+EnvOpt = Annotated[
+    list[str] | None,
+    typer.Option("--env", help="KEY=VALUE, or KEY: this shell's value (repeatable)."),
+]
 SecretOpt = Annotated[
     list[str] | None,
     typer.Option("--secret", help="NAME of an env var to pass as a masked secret."),

@@ -13,12 +13,21 @@ from tcl.runner.api import JobRef
 
 
 def pairs(values: list[str]) -> dict[str, str]:
-    env = {}
+    """``--env KEY=VALUE``, or ``--env KEY``: its value in this shell (as ``docker run -e``).
+    Nothing else of the submitting shell reaches the job: a variable travels when named. Every
+    bad one is reported at once."""
+    env: dict[str, str] = {}
+    bad: list[str] = []
     for v in values:
         key, sep, value = v.partition("=")
-        if not sep or not key:
-            raise fail(f"--env {v!r}: expected KEY=VALUE")
-        env[key] = value
+        if not key or not (sep or key.isidentifier()):
+            bad.append(f"--env {v!r}: expected KEY=VALUE, or KEY to pass this shell's value")
+        elif not sep and key not in os.environ:
+            bad.append(f"--env {key}: not set in this shell's environment (give {key}=VALUE)")
+        else:
+            env[key] = value if sep else os.environ[key]
+    if bad:
+        raise fail("\n".join(bad))
     return env
 
 

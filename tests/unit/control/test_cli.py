@@ -52,12 +52,25 @@ def test_hosts_json_default_is_local(home: Path) -> None:
 
 
 def test_submit_usage_errors(home: Path) -> None:
-    res = runner.invoke(app, ["submit", "--env", "NOEQUALS", "--", "true"])
-    assert res.exit_code == 1 and "--env 'NOEQUALS': expected KEY=VALUE" in res.stderr
+    res = runner.invoke(app, ["submit", "--env", "NO-EQUALS", "--env", "=x", "--", "true"])
+    assert res.exit_code == 1
+    assert "--env 'NO-EQUALS': expected KEY=VALUE, or KEY" in res.stderr  # both, at once
+    assert "--env '=x': expected KEY=VALUE" in res.stderr
+    res = runner.invoke(app, ["submit", "--env", "TCL_TEST_UNSET_VAR", "--", "true"])
+    assert res.exit_code == 1
+    assert "--env TCL_TEST_UNSET_VAR: not set in this shell's environment" in res.stderr
     res = runner.invoke(app, ["submit", "--secret", "TCL_TEST_UNSET_SECRET", "--", "true"])
     assert res.exit_code == 1 and "not set in this shell's environment" in res.stderr
     res = runner.invoke(app, ["submit", "--host", "nope", "--", "true"])
     assert res.exit_code == 1 and "no host named 'nope'" in res.stderr
+
+
+def test_env_key_alone_takes_this_shell_s_value(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tcl.cli.submitargs import pairs
+
+    monkeypatch.setenv("TCL_TEST_FROM_SHELL", "a=b c")
+    got = pairs(["TCL_TEST_FROM_SHELL", "X=1", "EMPTY=", "Y=p=q"])
+    assert got == {"TCL_TEST_FROM_SHELL": "a=b c", "X": "1", "EMPTY": "", "Y": "p=q"}
 
 
 def _seed_run(home: Path) -> str:
