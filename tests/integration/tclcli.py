@@ -21,6 +21,8 @@ from typing import IO, Any
 import httpx
 import pytest
 
+from tests.polling import wait_until
+
 TCL = str(Path(sys.executable).parent / "tcl")
 
 # What a user of the local default has not set: no config file, no team database, and
@@ -122,6 +124,72 @@ class TclEnv:
         # --json is an option of the command: it goes before a `--` that starts a job's argv
         cut = args.index("--") if "--" in args else len(args)
         return json.loads(self.tcl(*args[:cut], "--json", *args[cut:]).stdout)
+
+    def ps_row(self, run_id: str) -> dict[str, Any]:
+        """The run's row of `tcl ps -a --json`."""
+        rows: dict[str, dict[str, Any]] = {r["run_id"]: r for r in self.tcl_json("ps", "-a")}
+        return rows[run_id]
+
+    def wait_state(self, run_id: str, states: set[str], timeout_s: float) -> dict[str, Any]:
+        """Wait until the run's owner (the `tcl serve` daemon's controller) has stored one of
+        ``states``, then return the run's `tcl ps -a --json` row, which must agree. The looks
+        read the store in this process: a `tcl ps` process per look costs most of a core for
+        most of a second, on a CPU-bound suite."""
+        wait_until(
+            lambda: stored_state(self.env(), run_id),
+            timeout_s,
+            f"{run_id} {states}",
+            done=lambda state: state in states,
+        )
+        row = self.ps_row(run_id)
+        assert row["state"] in states, row
+        return row
+
+    def stored_log(self, run_id: str) -> str:
+        """The run's log lines its owner kept so far, both streams (what `tcl logs RUN` prints
+        of them), read in this process: for waits that look often (see :meth:`wait_state`)."""
+        from tcl.control.logcache import LogCache
+        from tcl.runner.api import EventKind
+
+        cache = LogCache(run_id, Path(self.env()["TCL_STATE_DIR"]) / "logs")
+        return "".join(e.data or "" for e in cache.read(kind=EventKind.LOG))
+
+
+def _store_url(env: Mapping[str, str]) -> str:
+    return env.get("TCL_DB_URL") or f"sqlite:///{Path(env['TCL_STATE_DIR']) / 'tcl.db'}"
+
+
+def stored_matrix_status(env: Mapping[str, str], name: str) -> dict[str, Any]:
+    """What `tcl matrix status NAME --json` prints, read from the store of ``env`` in this
+    process (for waits that look often: see :meth:`TclEnv.wait_state`)."""
+    from tcl.control.store import Store
+    from tcl.control.sweep.progress import summary
+    from tcl.control.sweep.queue import SweepQueue
+
+    store = Store(_store_url(env))
+    try:
+        queue = SweepQueue(store)
+        try:
+            return dict(json.loads(json.dumps(summary(queue, name).to_json())))
+        finally:
+            queue.close()
+    finally:
+        store.close()
+
+
+def stored_state(env: Mapping[str, str], run_id: str) -> str | None:
+    """The run's state as the store of ``env`` (its TCL_DB_URL, else its state dir's SQLite
+    file) holds it; None while there is no such run."""
+    from tcl.control.errors import RunNotFoundError
+    from tcl.control.store import Store
+
+    store = Store(_store_url(env))
+    try:
+        return store.get_run(run_id).state.value
+    except RunNotFoundError:
+        return None
+    finally:
+        store.close()
 
 
 def local_shim_client(state_dir: Path) -> httpx.Client:

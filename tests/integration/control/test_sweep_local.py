@@ -4,6 +4,7 @@ jobs themselves wrote (one line each, appended to a file), not only from tcl's t
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import subprocess
@@ -15,7 +16,14 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.integration.tclcli import local_shim_client, run_tcl, stop_local_shim_and_tasks, user_env
+from tcl.control.errors import StoreError
+from tests.integration.tclcli import (
+    local_shim_client,
+    run_tcl,
+    stop_local_shim_and_tasks,
+    stored_matrix_status,
+    user_env,
+)
 from tests.polling import cpu_s, wait_until
 
 USER_REPO = Path(__file__).resolve().parents[2] / "fixtures" / "userrepo"
@@ -89,12 +97,15 @@ class Sweep:
         return dict(json.loads(self.tcl("matrix", "status", name, "--json").stdout))
 
     def wait(self, name: str, until: Callable[[dict[str, Any]], bool], timeout_s: float) -> None:
+        """Until ``until`` holds for the matrix's status, read from the store in this process
+        (a `tcl matrix status` per look would cost most of a core; the caller's assertions
+        read the CLI's)."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             began = cpu_s()
-            st = self.status(name)
-            if until(st):
-                return
+            with contextlib.suppress(StoreError):  # the daemon may be migrating it
+                if until(stored_matrix_status(self.env(), name)):
+                    return
             time.sleep(max(0.5, cpu_s() - began))  # tests/polling.py: never back to back
         pytest.fail(f"matrix {name} did not get there: {self.status(name)}\n{self.diagnosis(name)}")
 

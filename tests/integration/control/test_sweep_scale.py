@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 
 from tests.integration.control.test_e2e_ssh import VENV, _free_port, stop_shims
-from tests.integration.tclcli import TCL, stop_local_shim_and_tasks
+from tests.integration.tclcli import TCL, stop_local_shim_and_tasks, stored_matrix_status
 from tests.testbed import SshTestbed, postgres_outage, private_schema
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -145,14 +145,14 @@ class Cluster:
     def wait_done(self, env: dict[str, str], name: str, timeout_s: float) -> dict[str, Any]:
         deadline = time.monotonic() + timeout_s
         while True:
-            st = self.status(env, name)
+            st = stored_matrix_status(env, name)  # looks in this process: see tclcli.py
             c = st["counts"]
             if c["queued"] + c["claimed"] + c["running"] == 0:
-                return st
+                return self.status(env, name)  # what the CLI says, once
             dead = [p.args for p in self.serves if p.poll() not in (None, -signal.SIGKILL)]
             if time.monotonic() > deadline or dead:
                 pytest.fail(f"matrix {name} not finished: {st}\n{self.logs()}")
-            time.sleep(2.0)
+            time.sleep(0.5)  # a look costs milliseconds
 
     def logs(self) -> str:
         """The schedulers' warnings (their last 4,000 characters each)."""

@@ -24,7 +24,6 @@ from typing import Any
 import pytest
 
 from tests.integration.tclcli import TCL, TclEnv, run_tcl
-from tests.polling import wait_until
 from tests.testbed import SlurmCluster
 from tests.uvproject import GROUP, GROUP_DEP, make_project
 
@@ -59,11 +58,7 @@ class Env(TclEnv):
         return [line for line in out.splitlines() if line.strip()]
 
     def wait_state(self, run_id: str, states: set[str], timeout_s: float = 60) -> dict[str, Any]:
-        def run() -> dict[str, Any]:
-            runs: dict[str, dict[str, Any]] = {r["run_id"]: r for r in self.tcl_json("ps", "-a")}
-            return runs[run_id]
-
-        return wait_until(run, timeout_s, f"{run_id} {states}", done=lambda r: r["state"] in states)
+        return super().wait_state(run_id, states, timeout_s)
 
 
 def _config(c: SlurmCluster, work: Path, extra: str = "") -> str:

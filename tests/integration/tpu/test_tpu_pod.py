@@ -27,7 +27,6 @@ import pytest
 from tests.integration.jobs.helpers import resumable_gpt_yaml
 from tests.integration.orphansweep import sweep_given_up
 from tests.integration.tclcli import TCL, TclEnv
-from tests.polling import wait_until
 from tests.testbed import SshTestbed
 from tests.tpuemu import TpuEmulator
 from tests.tpuemu.workers import hosts_of_testbed
@@ -79,12 +78,7 @@ class Pod:
         return {r["run_id"]: r for r in self.env.tcl_json("ps", "-a")}
 
     def wait_state(self, run_id: str, states: set[str], timeout_s: float = 180) -> Any:
-        return wait_until(
-            lambda: self.runs()[run_id],
-            timeout_s,
-            f"{run_id} {states}",
-            done=lambda run: run["state"] in states,
-        )
+        return self.env.wait_state(run_id, states, timeout_s)
 
 
 def _host(emu: TpuEmulator, tb: SshTestbed, node_id: str, extra: str) -> str:
@@ -244,7 +238,7 @@ def test_create_on_demand_psum_on_every_worker_logs_and_stop(pod: Pod) -> None:
     # it on every worker and frees every chip
     res = env.tcl_json("submit", "-d", "--chip", "tpu-v5p", "-n", "12", "--", PY, "sleep.py")
     deadline = time.monotonic() + 120
-    while sum(f"up {r}" in env.tcl("logs", res["run_id"]).stdout for r in range(3)) < 3:
+    while sum(f"up {r}" in env.stored_log(res["run_id"]) for r in range(3)) < 3:
         assert time.monotonic() < deadline, env.tcl("logs", res["run_id"]).stdout
         time.sleep(0.5)
     assert len(_creates(emu)) == 1
@@ -291,7 +285,7 @@ def test_the_orphan_sweep_ends_the_worker_tasks_no_live_attempt_names(
     submit = ("submit", "-d", "--yes", "--chip", "tpu-v5p", "-n", "12", "--", PY, "sleep.py")
     run_id = env.tcl_json(*submit)["run_id"]  # (--yes: the node is made if it is not there)
     deadline = time.monotonic() + 120
-    while sum(f"up {r}" in env.tcl("logs", run_id).stdout for r in range(3)) < 3:
+    while sum(f"up {r}" in env.stored_log(run_id) for r in range(3)) < 3:
         assert time.monotonic() < deadline, env.tcl("logs", run_id).stdout
         time.sleep(0.5)
     env.tcl("serve", "--stop")  # its controller would release what the sweep should find

@@ -70,16 +70,10 @@ class Cluster:
         return True
 
     def run(self, run_id: str) -> dict[str, Any]:
-        runs: dict[str, dict[str, Any]] = {r["run_id"]: r for r in self.env.tcl_json("ps", "-a")}
-        return runs[run_id]
+        return self.env.ps_row(run_id)
 
     def wait(self, run_id: str, states: set[str], timeout_s: float = 120) -> dict[str, Any]:
-        return wait_until(
-            lambda: self.run(run_id),
-            timeout_s,
-            f"{run_id} {states}",
-            done=lambda run: run["state"] in states,
-        )
+        return self.env.wait_state(run_id, states, timeout_s)
 
     def pvc(self) -> Path:
         return Path(self.emu.config.pvcs[(NS, "workspace")])
@@ -149,9 +143,7 @@ def test_stop_deletes_the_job_and_its_pods(cluster: Cluster) -> None:
     run_id = c.env.tcl_json("submit", "-d", "--chip", "h100", "-n", "16", "--", PY, "loop.py")[
         "run_id"
     ]
-    wait_until(
-        lambda: c.env.tcl("logs", run_id).stdout, 120, "tick 2", done=lambda o: "tick 2" in o
-    )
+    wait_until(lambda: c.env.stored_log(run_id), 120, "tick 2", done=lambda o: "tick 2" in o)
     assert len(c.pods(run_id)) == 2 and len(c.vcjobs()) == 1
     c.env.tcl("stop", "--grace", "2", run_id)
     assert c.run(run_id)["state"] == "terminated"
@@ -390,7 +382,8 @@ def test_lines_a_gone_runner_never_served_are_read_from_the_pod_log(
 ) -> None:
     """Issue 32: the pod log is the fallback. The daemon is killed while the job runs, the job
     prints its lines and ends, and its runner dies before anyone fetched them: the next
-    daemon reads them (and the job's end) from the pod's log, each line once, in order."""
+    look (`tcl ps`, the run's lease lapsed) reads them (and the job's end) from the pod's log,
+    each line once, in order."""
     import os
     import signal
 
@@ -413,7 +406,14 @@ def test_lines_a_gone_runner_never_served_are_read_from_the_pod_log(
         done=lambda log: '"state":"succeeded"' in log,
     )
     os.kill(c.emu.pod_info(NS, name)["pid"], signal.SIGKILL)  # its runner, before its linger
-    run = c.wait(run_id, {"succeeded", "failed"})
+    # no daemon owns the run now: `tcl ps` looks at it itself (its lease lapsed), so this wait
+    # asks the CLI, not the store
+    run = wait_until(
+        lambda: c.run(run_id),
+        120,
+        f"{run_id} ended",
+        done=lambda run: run["state"] in ("succeeded", "failed"),
+    )
     assert run["state"] == "succeeded", run
     out = c.env.tcl("logs", run_id).stdout
     late = [line for line in out.splitlines() if "late" in line]
