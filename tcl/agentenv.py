@@ -14,7 +14,9 @@ it to every later job. Now:
   shim's environment (plus ``LD_LIBRARY_PATH``, ``CUDA_HOME``: where a host's GPU libraries
   are; ``TPU_*``: what a TPU VM image says of its chips), then tcl's variables, the submit's
   ``--env`` and its own ``--secret`` values (``tcl.runner.jobenv``). On the docker executor
-  the base is the image's environment.
+  the base is the image's environment. On this machine (the local default) the submitting
+  shell's :data:`BASE` variables (``PATH``...) win over the shim's: each submit carries them
+  (:func:`submitter_env`), so a job runs with its submitter's ``PATH``, not the daemon's.
 
 Standard library only (the CLI's path to the daemon imports it).
 """
@@ -108,3 +110,10 @@ def shim_env(env: Mapping[str, str]) -> dict[str, str]:
 
 def job_base_env(env: Mapping[str, str]) -> dict[str, str]:
     return allowed(env, JOB, JOB_PREFIXES)
+
+
+def submitter_env(env: Mapping[str, str]) -> dict[str, str]:
+    """What a submit carries of its shell (:data:`BASE`: ``PATH``, ``LANG``, ``TZ``...): a job
+    that runs on this machine (the local default) starts from these, the submitter's, not from
+    those of whichever shell started the daemon. Never a secret: these names only."""
+    return allowed(env, BASE, BASE_PREFIXES)

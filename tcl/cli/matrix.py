@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from tcl.agentenv import submitter_env
 from tcl.cli import matrix_show
 from tcl.cli._common import err, fail, globals_of, out, print_json
 from tcl.cli.matrix_show import opened_queue
@@ -138,6 +139,7 @@ def cmd_add(
             avoid_clusters=avoid_cluster or [],
             image=image,
             env=pairs(env or []),
+            submitter_base=submitter_env(os.environ),
             retry=retry_policy(retry, retry_on, retry_backoff_s) or RetryPolicy(),
             max_duration_s=max_duration_s,
             code_sha256="",

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from tcl.agentenv import submitter_env
 from tcl.cli._common import err, fail, globals_of, out, with_control
 from tcl.cli.placementopts import (
     AvoidClusterOpt,
@@ -87,6 +88,7 @@ def cmd_repl(
             avoid_clusters=avoid_cluster or [],
             image=image,
             env=pairs(env or []),
+            submitter_base=submitter_env(os.environ),
             secrets=secrets_of(secret or []),
             max_duration_s=max_duration_s,
             follow=False,

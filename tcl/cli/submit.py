@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from tcl.agentenv import submitter_env
 from tcl.cli import follow as follow_cmd
 from tcl.cli._common import err, fail, globals_of, out, print_json
 from tcl.cli.placementopts import (
@@ -199,6 +200,7 @@ def cmd_submit(
         avoid_clusters=avoid_cluster or [],
         image=image,
         env=pairs(env or []),
+        submitter_base=submitter_env(os.environ),
         secrets=secrets_of(secret or []),
         uv_groups=group or [],
         project_env=project_env,

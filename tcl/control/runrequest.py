@@ -36,6 +36,9 @@ class RunRequest(BaseModel):
     avoid_clusters: list[str] = Field(default_factory=list)  # ``--avoid-cluster``
     image: str | None = None
     env: dict[str, str] = Field(default_factory=dict)
+    # the submitting shell's base variables (tcl.agentenv.submitter_env): the base of a job
+    # placed on this machine, its retries included
+    submitter_base: dict[str, str] = Field(default_factory=dict)
     secret_names: list[str] = Field(default_factory=list)  # read again from the environment
     uv_groups: list[str] = Field(default_factory=list)  # the project environment's groups
     project_env: bool = True  # False: the host's environment (``--host-env``)

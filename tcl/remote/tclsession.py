@@ -22,6 +22,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from tcl.agentenv import submitter_env
 from tcl.remote.errors import RemoteError
 
 if TYPE_CHECKING:
@@ -118,6 +119,7 @@ class TclSession:
             avoid_clusters=_names(p.get("avoid_cluster")),
             image=p.get("image"),
             env={str(k): str(v) for k, v in dict(p.get("env") or {}).items()},
+            submitter_base=submitter_env(os.environ),
             max_duration_s=p.get("max_duration_s"),
             follow=False,
             session=SessionKind.REMOTE,

@@ -246,6 +246,9 @@ class Backend(abc.ABC):
     # Whether :meth:`runner` hands out a node's runner API (interactive sessions need it):
     # the solver skips other hosts for a session.
     interactive: ClassVar[bool] = False
+    # Whether its jobs run on the submitting machine: they then start from the submitting
+    # shell's base variables (``PATH``...: tcl.agentenv.submitter_env), not the daemon's.
+    runs_here: ClassVar[bool] = False
 
     def __init__(self, inputs: BackendInputs) -> None:
         self.inputs = inputs

@@ -97,6 +97,7 @@ class LocalShimHost(ShimHost):
 
 class LocalBackend(ShimBackend):
     kind = "local"
+    runs_here = True
 
     def _make_host(self, name: str, record: LocalPlacement | SshPlacement | None) -> ShimHost:
         cfg = self.inputs.hosts.get(name)

@@ -75,6 +75,9 @@ class SubmitRequest(_Strict):
     avoid_clusters: list[str] = Field(default_factory=list)  # no host of these
     image: str | None = None
     env: dict[str, str] = Field(default_factory=dict)
+    # the submitting shell's base variables (PATH, LANG...: tcl.agentenv.submitter_env); a job
+    # on this machine starts from them rather than from the daemon's
+    submitter_base: dict[str, str] = Field(default_factory=dict)
     secrets: dict[str, str] = Field(default_factory=dict, repr=False)  # never logged nor stored
     uv_groups: list[GroupName] = Field(default_factory=list)  # the project environment's groups
     project_env: bool = True  # False: the job runs in the host's environment

@@ -112,7 +112,7 @@ async def place_and_start(
             attempt=att.attempt,
             name=sub.name,
             argv=sub.argv or None,
-            env=dict(sub.env),
+            env={**sub.submitter_base, **sub.env} if backend.runs_here else dict(sub.env),
             secrets=sub.secrets,
             cwd=job_cwd_of(sub, snap),
             code=CodeRef(sha256=snap.sha256, size=snap.size),

@@ -71,6 +71,7 @@ class Submission:
     avoid_clusters: list[str] = field(default_factory=list)  # no host of these
     image: str | None = None
     env: dict[str, str] = field(default_factory=dict)
+    submitter_base: dict[str, str] = field(default_factory=dict)  # the submitter's base variables
     secrets: dict[str, str] = field(default_factory=dict, repr=False)  # values: never stored
     uv_groups: list[str] = field(default_factory=list)  # the project environment's groups
     project_env: bool = True  # False: the host's environment (``--host-env``)
@@ -101,6 +102,7 @@ def submission_from(req: SubmitRequest) -> Submission:
         avoid_clusters=list(req.avoid_clusters),
         image=req.image,
         env=req.env,
+        submitter_base=req.submitter_base,
         secrets=req.secrets,
         uv_groups=list(req.uv_groups),
         project_env=req.project_env,
@@ -242,6 +244,7 @@ def stored_request(sub: Submission, cwd: str) -> RunRequest:
         avoid_clusters=list(sub.avoid_clusters),
         image=sub.image,
         env=dict(sub.env),
+        submitter_base=dict(sub.submitter_base),
         secret_names=sorted(sub.secrets),
         uv_groups=list(sub.uv_groups),
         project_env=sub.project_env,
@@ -320,6 +323,7 @@ async def relaunch(ctl: Control, run_id: str, obs: Observer | None = None) -> Su
         avoid_clusters=list(r.avoid_clusters),
         image=r.image,
         env=dict(r.env),
+        submitter_base=dict(r.submitter_base),
         secrets={n: os.environ[n] for n in r.secret_names},
         uv_groups=list(r.uv_groups),
         project_env=r.project_env,

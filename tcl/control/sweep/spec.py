@@ -27,6 +27,7 @@ class MatrixSpec(BaseModel):
     avoid_clusters: list[str] = Field(default_factory=list)  # no host of these
     image: str | None = None
     env: dict[str, str] = Field(default_factory=dict)
+    submitter_base: dict[str, str] = Field(default_factory=dict)  # `matrix add`'s shell's PATH...
     retry: RetryPolicy = Field(default_factory=RetryPolicy)
     code_sha256: str  # the snapshot taken at `tcl matrix add` (kept in the local code cache)
     job_cwd: str = ""

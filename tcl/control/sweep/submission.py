@@ -38,6 +38,7 @@ def submission(spec: MatrixSpec, entry: Entry) -> Submission:
             "TCL_MATRIX": entry.matrix,
             "TCL_MATRIX_JOB_ID": entry.job_id,
         },
+        submitter_base=dict(spec.submitter_base),
         job=job,
         yes=True,
         job_cwd=spec.job_cwd,

@@ -365,3 +365,29 @@ hosts:
     cluster = good.spec.cluster
     assert (cluster.node_rank, cluster.nodes) == (0, 2)
     assert cluster.coordinator is not None and cluster.coordinator.startswith("127.0.0.1:")
+
+
+async def test_the_submitter_s_base_env_reaches_only_a_job_on_this_machine(
+    ctl: Control, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 30: a job of a backend that runs here (``local``) starts from its submitter's
+    PATH (the submit's --env still wins); elsewhere the host's own base stands. The run keeps
+    it, so a retry placed by the daemon has it too."""
+    from tcl.control.backends.local import LocalBackend
+    from tcl.control.backends.shim import ShimBackend
+
+    assert LocalBackend.runs_here and not ShimBackend.runs_here
+    runner = SpecRunner(None)
+    _racy(monkeypatch, runner)  # a shim-based backend of fakes: it runs elsewhere
+    sub = Submission(
+        argv=["x"],
+        host="racy",
+        env={"LANG": "C"},
+        submitter_base={"PATH": "/home/u/bin:/usr/bin", "LANG": "C.UTF-8"},
+    )
+    res = await submit(ctl, sub)
+    assert runner.spec.env == {"LANG": "C"}
+    assert ctl.store.get_run(res.run_id).request.submitter_base == sub.submitter_base
+    monkeypatch.setattr(ShimBackend, "runs_here", True)  # as the local default's
+    await submit(ctl, sub)
+    assert runner.spec.env == {"PATH": "/home/u/bin:/usr/bin", "LANG": "C"}
