@@ -1,10 +1,13 @@
-"""The job's own environment: the shipped project's ``uv.lock``, built with uv on the host.
+"""The job's own environment: the shipped project's, built with uv on the host.
 
-A job whose shipped tree holds a uv project (``pyproject.toml`` with its ``uv.lock``, found
-from the job's directory up to the tree's root) runs with that project's environment, not the
-runner's: ``uv sync --frozen`` builds it once per host under ``<envs>/<key>``, the key a hash
-of the lock, the pyproject, ``.python-version``, the groups and the platform, so every later
-run (and every node sharing the directory) reuses it; uv's cache is shared between builds.
+A job whose shipped tree holds a project (a ``pyproject.toml`` with its ``uv.lock``, or one
+that declares a ``[project]`` without a lock; the nearest from the job's directory up to the
+tree's root) runs with that project's environment, not the runner's: ``uv sync --frozen``
+(without a lock: ``uv sync``, which resolves it and writes the ``uv.lock`` into the job's own
+copy of the tree, as ``uv run`` would for its user) builds it once per host under
+``<envs>/<key>``, the key a hash of the lock, the pyproject, ``.python-version``, the groups and
+the platform, so every later run (and every node sharing the directory) reuses it; uv's cache
+is shared between builds.
 The project itself is not installed into it (its tree changes with every submit): its root,
 and ``src/`` where it has one, lead the job's ``PYTHONPATH``, as an editable install would.
 
@@ -41,12 +44,24 @@ BUILD_FAILED = 3  # the job's exit code when its environment cannot be built
 TAIL_LINES = 20
 
 
+def declares_project(pyproject: Path) -> bool:
+    """Whether ``pyproject`` has a ``[project]`` table (one holding only tools' settings, or
+    one that does not parse, is no project uv could sync)."""
+    import tomllib
+
+    try:
+        return isinstance(tomllib.loads(pyproject.read_text()).get("project"), dict)
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return False
+
+
 def find_project(job_dir: Path, top: Path) -> Path | None:
     """The nearest directory from ``job_dir`` up to ``top`` with a pyproject.toml and its
-    uv.lock (None: the job is not in a locked uv project)."""
+    uv.lock, or a pyproject.toml declaring a ``[project]`` (None: the job is in no project)."""
     here = job_dir
     while True:
-        if (here / PYPROJECT).is_file() and (here / LOCK).is_file():
+        pyproject = here / PYPROJECT
+        if pyproject.is_file() and ((here / LOCK).is_file() or declares_project(pyproject)):
             return here
         if here == top or here.parent == here or top not in here.parents:
             return None
@@ -155,7 +170,10 @@ def _build(root: Path, target: Path, groups: Sequence[str], uv: str) -> None:
     from collections import deque
 
     shutil.rmtree(target, ignore_errors=True)  # what a killed build left
-    argv = [uv, "sync", "--frozen", "--no-install-project"]
+    # with a lock: exactly it; without: resolved now (the lock goes into the job's own copy)
+    argv = [uv, "sync", "--no-install-project"]
+    if (root / LOCK).is_file():
+        argv.insert(2, "--frozen")
     for group in groups:
         argv += ["--group", group]
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONHOME")}

@@ -109,6 +109,34 @@ def test_a_broken_lock_fails_the_job_with_uv_s_words_before_it_runs(
     assert not [p for p in (tmp_path / "envs").iterdir() if p.is_dir()]  # nothing half-built
 
 
+def test_a_project_without_a_lock_is_resolved_on_the_host(tmp_path: Path, project: bytes) -> None:
+    """Issue 30: a pyproject.toml with no uv.lock is still the job's project: `uv sync`
+    resolves it (offline here: its sources are wheels it keeps), the lock lands in the job's
+    own copy of the tree, and the next run reuses the environment. A pyproject.toml that
+    holds only tools' settings is no project: the job runs in the host's environment."""
+    repo = tmp_path / "repo"
+    with tarfile.open(fileobj=io.BytesIO(project)) as tar:
+        tar.extractall(repo, filter="data")
+    (repo / "uv.lock").unlink()
+    unlocked = _tarball(repo)
+    envs = tmp_path / "envs"
+    code, first = _run(tmp_path, "unlocked", unlocked, envs)
+    assert code == 0, first
+    assert f"{DEP} yes" in first and "(built in" in first
+    (built,) = [p for p in envs.iterdir() if p.is_dir()]
+    assert f"python {built}" in first
+    code, again = _run(tmp_path, "unlocked-again", unlocked, envs)
+    assert code == 0 and f"python {built}" in again and "(reused)" in again, again
+
+    tools_only = tmp_path / "tools-only"
+    tools_only.mkdir()
+    (tools_only / "pyproject.toml").write_text("[tool.ruff]\nline-length = 100\n")
+    (tools_only / "job.py").write_text("import sys; print('python', sys.prefix)\n")
+    code, log = _run(tmp_path, "tools", _tarball(tools_only), tmp_path / "envs-tools")
+    assert code == 0 and "project's environment" not in log, log
+    assert not (tmp_path / "envs-tools").exists()
+
+
 def test_host_env_runs_without_the_project_s_environment(tmp_path: Path, project: bytes) -> None:
     code, log = _run(tmp_path, "host", project, tmp_path / "envs", project_env=False)
     assert code != 0 and f"{DEP} no" in log  # the host's python lacks the project's packages
