@@ -61,6 +61,7 @@ def test_a_request_stored_before_it_was_typed_parses() -> None:
         "project_env": True,
         "clusters": [],
         "avoid_clusters": [],
+        "submitter_base": {},
     }
     assert r.model_dump(mode="json") == {**STORED_BEFORE_V1, **newer}
 

@@ -19,7 +19,10 @@ def test_parallel_first_uses_share_one_key_pair(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("TCL_STATE_DIR", str(tmp_path))
-    with multiprocessing.get_context("fork").Pool(8) as pool:
+    # spawned, not forked: a fork of this worker (its other tests' threads: JAX's, the
+    # store's) can copy a lock some thread holds, and the child then waits on it forever
+    # (seen once in CI: the pool never returned)
+    with multiprocessing.get_context("spawn").Pool(8) as pool:
         results = pool.map(_first_use, range(16))
     assert len(set(results)) == 1
     ((private, pub),) = set(results)
