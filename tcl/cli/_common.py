@@ -90,14 +90,6 @@ def with_control(ctx: typer.Context, body: Callable[[Control], Awaitable[T]]) ->
     return run(go())
 
 
-def newest_run_id(ctl: Control) -> str:
-    """What ``logs`` and ``metrics`` show without a RUN: the newest run."""
-    runs = ctl.store.list_runs(limit=1)
-    if not runs:
-        raise TclError("no runs yet: tcl submit -- COMMAND")
-    return runs[0].id
-
-
 def only_active_run_id(ctl: Control) -> str:
     """What ``stop`` stops without a RUN: the one run not yet ended (never a guess among
     several)."""

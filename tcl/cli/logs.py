@@ -2,21 +2,25 @@
 
 from __future__ import annotations
 
+import os
 import re
 import time
+from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from tcl.cli import follow as follow_cmd
-from tcl.cli._common import err, fail, globals_of, newest_run_id
+from tcl.cli._common import err, fail, globals_of
 from tcl.cli.render import print_event
 from tcl.control.errors import TclError
 from tcl.control.logcache import LogCache
-from tcl.runner.api import Event, EventKind
+from tcl.runner.api import EventKind
 
 if TYPE_CHECKING:
+    from tcl.control.daemon.client import DaemonClient
+    from tcl.control.logcache import KeptEvent
     from tcl.control.store import Run
 
 _DURATION = re.compile(r"^(?:\d+(?:\.\d+)?[smhd])+$")
@@ -59,14 +63,12 @@ def cmd_logs(
 ) -> None:
     """Print a run's logs (kept locally, so they outlive the host)."""
     since_ts = parse_since(since) if since else None
-    g = globals_of(ctx)
 
-    def show(run_id: str) -> int:
+    def show(kept: list[KeptEvent]) -> int:
         """Print the kept lines; return the ``seq`` of the last one read, where a follow goes
         on (what the run's owner keeps after this read is the follow's to show: the cache's
         last ``seq``, looked at later, would skip it)."""
-        kept = list(LogCache(run_id).read(kind=EventKind.LOG))
-        events: list[Event] = [
+        events = [
             e
             for e in kept
             if (since_ts is None or e.ts >= since_ts) and (node is None or e.node == node)
@@ -77,10 +79,70 @@ def cmd_logs(
             print_event(e, timestamps, raw)
         return kept[-1].seq if kept else 0
 
+    def show_followed(e: KeptEvent) -> None:
+        if node is None or e.node == node:
+            print_event(e, timestamps, raw)
+
+    from tcl.control.daemon.client import answering_daemon
+
     state: dict[str, str] = {}
+    client = answering_daemon()
+    try:
+        if client is not None:
+            code = _served(ctx, client, run_ref, follow, show, show_followed, state)
+        else:
+            code = _here(ctx, run_ref, follow, show, raw, timestamps, node, state)
+    except KeyboardInterrupt:
+        raise typer.Exit(follow_cmd.detached(state.get("run_id", run_ref or ""))) from None
+    except TclError as e:
+        raise fail(str(e), e.exit_code) from None
+    if code is not None:
+        raise typer.Exit(code)
+
+
+def _served(
+    ctx: typer.Context,
+    client: DaemonClient,
+    run_ref: str | None,
+    follow: bool,
+    show: Callable[[list[KeptEvent]], int],
+    show_followed: Callable[[KeptEvent], None],
+    state: dict[str, str],
+) -> int | None:
+    """Through the daemon (it keeps the store open, and owns the run): the kept lines once the
+    host was asked for more, then, with ``follow``, the run to its end."""
+    from tcl.cli.served import follow_served, kept_served
+    from tcl.control.daemon.api import FollowRequest
+    from tcl.control.paths import config_path
+
+    path, named = config_path(globals_of(ctx).config_path)
+    req = FollowRequest(
+        config_path=os.path.abspath(path), config_named=named, run=run_ref or "", once=True
+    )
+    run_id, kept = kept_served(client, req)
+    state["run_id"] = run_id
+    last = show(kept)
+    if not follow:
+        return None
+    again = req.model_copy(update={"run": run_id, "after": last, "once": False})
+    return follow_served(client, again, show_followed)
+
+
+def _here(
+    ctx: typer.Context,
+    run_ref: str | None,
+    follow: bool,
+    show: Callable[[list[KeptEvent]], int],
+    raw: bool,
+    timestamps: bool,
+    node: int | None,
+    state: dict[str, str],
+) -> int | None:
+    """With no daemon: the store is opened here, and the host asked from here."""
+    g = globals_of(ctx)
 
     async def go() -> Run | None:
-        from tcl.control.catchup import catch_up
+        from tcl.control.catchup import catch_up, newest_run_id
         from tcl.control.service import Control
 
         ctl = Control(g.config())
@@ -93,7 +155,7 @@ def cmd_logs(
             run_id = state["run_id"] = caught.run_id
             if caught.unreachable and not follow:
                 err.print(f"warning: {caught.unreachable}; showing kept logs", markup=False)
-            last = show(run_id)
+            last = show(list(LogCache(run_id).read(kind=EventKind.LOG)))
             if not follow:
                 return None
             # one Control: the connection made for the catch-up is reused for following
@@ -105,14 +167,8 @@ def cmd_logs(
 
     import asyncio  # only when it runs: a fast CLI start
 
-    try:
-        final = asyncio.run(go())
-    except KeyboardInterrupt:
-        raise typer.Exit(follow_cmd.detached(state.get("run_id", run_ref or ""))) from None
-    except TclError as e:
-        raise fail(str(e), e.exit_code) from None
-    if final is not None:
-        raise typer.Exit(follow_cmd.finished(final))
+    final = asyncio.run(go())
+    return follow_cmd.finished(final) if final is not None else None
 
 
 def register(app: typer.Typer) -> None:

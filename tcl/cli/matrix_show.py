@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Annotated, TypeVar
 import typer
 
 from tcl.cli._common import err, fail, out, print_json
-from tcl.cli.render import age
 from tcl.cli.termsafe import cell
 from tcl.control.errors import TclError
+from tcl.control.runlisting import age
 
 if TYPE_CHECKING:
     from rich.table import Table

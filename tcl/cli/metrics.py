@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from tcl.cli._common import err, newest_run_id, out, print_json, with_control
+from tcl.cli._common import err, out, print_json, with_control
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -66,7 +66,7 @@ def cmd_metrics(
     """Show the metric points of a run (its job's TCL_METRIC lines), in the order printed."""
 
     async def body(ctl: Control) -> tuple[str, list[MetricPoint], Table | None]:
-        from tcl.control.catchup import catch_up, keep_cached_metrics
+        from tcl.control.catchup import catch_up, keep_cached_metrics, newest_run_id
 
         ref = run_ref
         if ref is None:

@@ -5,30 +5,16 @@ from __future__ import annotations
 import os
 import sys
 import time
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from tcl.cli._common import err
 from tcl.cli.termsafe import terminal_text
+from tcl.control.runlisting import iso
 from tcl.runner.api import Event, EventKind, LogStream
 
 if TYPE_CHECKING:
     from rich.progress import Progress
     from rich.status import Status
-
-    from tcl.control.store import Run
-
-
-def iso(ts: float) -> str:
-    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def age(ts: float) -> str:
-    s = max(0.0, time.time() - ts)
-    for unit, n in (("d", 86400), ("h", 3600), ("m", 60)):
-        if s >= n:
-            return f"{int(s // n)}{unit} ago"
-    return f"{int(s)}s ago"
 
 
 def print_event(e: Event, timestamps: bool = False, raw: bool = False) -> None:
@@ -48,28 +34,6 @@ def print_event(e: Event, timestamps: bool = False, raw: bool = False) -> None:
         text = "".join(stamp + line for line in lines)
     stream.write(text)
     stream.flush()
-
-
-def run_json(r: Run) -> dict[str, Any]:
-    """The stable JSON form of a run (documented in docs/cli.md)."""
-    session = r.request.session
-    return {
-        "run_id": r.id,
-        "name": r.name,
-        "state": r.state.value,
-        "host": r.host,
-        "backend": r.backend,
-        "exit_code": r.exit_code,
-        "message": r.message,
-        "argv": list(r.request.argv),
-        "job": r.request.job,  # a tcl.jobs key (`submit --job`), else null
-        "session": session.value if session else None,  # "jupyter" (`tcl repl`), "remote"
-        "chip": r.request.chip,
-        "chips": r.request.chips,
-        "code_sha256": r.code_sha256,
-        "created_at": iso(r.created_at),
-        "updated_at": iso(r.updated_at),
-    }
 
 
 class RichObserver:

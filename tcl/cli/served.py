@@ -1,4 +1,5 @@
-"""``tcl submit`` through the ``tcl serve`` daemon: send the request, draw its stream.
+"""``tcl submit`` and ``tcl logs`` through the ``tcl serve`` daemon: send the request, draw its
+stream.
 
 The daemon keeps SSH connections, forwards and the store open between commands, so this side
 only reads flags, sends them and prints what comes back. Ctrl-C before the run starts asks the
@@ -13,6 +14,7 @@ import signal
 from collections.abc import Callable
 from types import FrameType
 
+from tcl.cli._common import err
 from tcl.cli.follow import detached, reconnecting, report_end
 from tcl.cli.render import RichObserver, print_event
 from tcl.control.daemon.api import (
@@ -23,10 +25,12 @@ from tcl.control.daemon.api import (
 )
 from tcl.control.daemon.client import DaemonClient, LineStream, ensure_daemon
 from tcl.control.errors import DaemonError, SubmitCancelled, TclError
+from tcl.control.logcache import KeptEvent
 from tcl.control.states import RunState
 from tcl.control.submitted import SubmitResult
 
 Announce = Callable[[SubmitResult], None]
+Show = Callable[[KeptEvent], None]
 MAX_STREAM_BREAKS = 5
 
 
@@ -73,7 +77,10 @@ def submit_served(
                     return detached(pos.run_id)
                 if not req.follow:
                     return 0
-                return _draw_follow(client, lines, req, pos)
+                again = FollowRequest(
+                    config_path=req.config_path, config_named=req.config_named, run=pos.run_id
+                )
+                return _draw_follow(client, lines, again, pos, print_event)
             else:
                 _draw_progress(line, obs)
     except KeyboardInterrupt:
@@ -108,7 +115,36 @@ def _error(line: Line) -> TclError:
     return e
 
 
-def _draw_follow(client: DaemonClient, lines: LineStream, req: SubmitRequest, pos: _Follow) -> int:
+def kept_served(client: DaemonClient, req: FollowRequest) -> tuple[str, list[KeptEvent]]:
+    """The run ``req`` names (the newest when it names none) and its kept log events, once its
+    host was asked for what is not kept yet (``req.once``). The daemon's notes go to stderr."""
+    run_id: str | None = None
+    events: list[KeptEvent] = []
+    for line in client.follow(req):
+        if line.kind is LineKind.EVENT and line.event is not None:
+            events.append(line.event)
+        elif line.kind is LineKind.NOTE:
+            err.print(line.text, markup=False)
+        elif line.kind is LineKind.END and line.run is not None:
+            run_id = line.run.run_id
+        elif line.kind is LineKind.ERROR:
+            raise _error(line)
+    if run_id is None:
+        raise DaemonError("tcl serve ended the log read early (see its log)")
+    return run_id, events
+
+
+def follow_served(client: DaemonClient, req: FollowRequest, show: Show) -> int:
+    """Follow ``req.run`` after ``req.after`` to its end through the daemon (a broken stream
+    resumes through a new one); return the exit code, as a followed submit does."""
+    pos = _Follow()
+    pos.run_id, pos.last_seq = req.run, req.after
+    return _draw_follow(client, client.follow(req), req, pos, show)
+
+
+def _draw_follow(
+    client: DaemonClient, lines: LineStream, req: FollowRequest, pos: _Follow, show: Show
+) -> int:
     assert pos.run_id is not None
     breaks = 0
     while True:
@@ -116,7 +152,7 @@ def _draw_follow(client: DaemonClient, lines: LineStream, req: SubmitRequest, po
             for line in lines:
                 breaks = 0
                 if line.kind is LineKind.EVENT and line.event is not None:
-                    print_event(line.event)
+                    show(line.event)
                     pos.last_seq = line.event.seq
                 elif line.kind is LineKind.RECONNECTING:
                     reconnecting(line.text)

@@ -27,6 +27,14 @@ class CaughtUp:
     unreachable: str | None = None  # why the host was not reached ("gpu1 unreachable (…)")
 
 
+def newest_run_id(ctl: Control) -> str:
+    """What ``logs`` and ``metrics`` show without a RUN: the newest run."""
+    runs = ctl.store.list_runs(limit=1)
+    if not runs:
+        raise TclError("no runs yet: tcl submit -- COMMAND")
+    return runs[0].id
+
+
 async def catch_up(ctl: Control, ref: str) -> CaughtUp:
     """Resolve ``ref`` (id, prefix or name) and keep what its host has that is not kept yet."""
     from tcl.control.lifecycle.pull import pull

@@ -12,10 +12,17 @@ Served on the Unix socket ``<state dir>/serve/daemon.sock`` (only this user can 
 - ``POST /api/submit``                      :class:`SubmitRequest` -> stream of :class:`Line`
 - ``POST /api/submissions/{id}/cancel``     204; the submit's stream ends with its error line
 - ``POST /api/follow``                      :class:`FollowRequest` -> stream of :class:`Line`
-                                            (its events after ``after``, then ``end``)
+                                            (its events after ``after``, then ``end``; with
+                                            ``once``, the kept ones only)
+- ``POST /api/runs``                        :class:`~tcl.control.runlisting.ListRequest` ->
+                                            :class:`~tcl.control.runlisting.RunListing`
+                                            (``tcl ps``: non-final runs refreshed)
 - ``POST /api/hosts/{name}/forget``         204; drop what is cached about a host
 - ``GET  /api/status``                      -> :class:`Status`
 - ``POST /api/shutdown``                    204; the daemon exits once its streams end
+
+A request the user got wrong (an unknown run or matrix, a config error) is answered 400 with a
+:class:`Failure`: the message the CLI prints, and its exit code.
 """
 
 from __future__ import annotations
@@ -91,12 +98,17 @@ class SubmitRequest(_Strict):
 
 
 class FollowRequest(_Strict):
-    """Follow a run's logs (a CLI whose stream dropped resumes after the last event it printed)."""
+    """Follow a run's logs (a CLI whose stream dropped resumes after the last event it printed).
+
+    ``once`` (``tcl logs`` without ``-f``): ask the run's host for what is not kept yet, send
+    the kept log events after ``after`` and end (``end`` then names the run, not its end);
+    ``run`` may then be empty: the newest run."""
 
     config_path: str
     config_named: bool
     run: str  # a run id or unique prefix or name
     after: int = Field(default=0, ge=0)
+    once: bool = False
 
 
 class LineKind(StrEnum):
@@ -128,6 +140,13 @@ class Line(_Strict):
     run: RunEnd | None = None
     exit_code: int = 1
     cancelled: bool = False
+
+
+class Failure(_Strict):
+    """A 400's body: a ``TclError`` of the request (what the CLI prints, its exit code)."""
+
+    detail: str
+    exit_code: int = 1
 
 
 class LoopHealth(_Strict):

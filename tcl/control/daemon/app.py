@@ -18,13 +18,15 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from fastapi import FastAPI, HTTPException
-from fastapi.responses import Response, StreamingResponse
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from tcl.control.catchup import catch_up, newest_run_id
 from tcl.control.config import load_config_at
 from tcl.control.daemon.api import (
     API_VERSION,
+    Failure,
     FollowRequest,
     Health,
     Identity,
@@ -41,10 +43,12 @@ from tcl.control.lifecycle.idlehosts import IdleHosts
 from tcl.control.lifecycle.ownership import run_config
 from tcl.control.lifecycle.reconcile import RunController
 from tcl.control.lifecycle.submit import submission_from, submit
-from tcl.control.logcache import KeptEvent
+from tcl.control.logcache import KeptEvent, LogCache
+from tcl.control.runlisting import ListRequest, RunListing, list_runs
 from tcl.control.service import Control
 from tcl.control.store import Run, Store
 from tcl.control.sweep.scheduler import Scheduler
+from tcl.runner.api import EventKind
 
 if TYPE_CHECKING:
     from tcl.control.transport.ssh import SshPool
@@ -182,6 +186,25 @@ async def _follow_into(
     queue.put_nowait(Line(kind=LineKind.END, run=end))
 
 
+async def _kept_into(
+    ctl: Control, run_ref: str, after: int, queue: asyncio.Queue[Line | None]
+) -> None:
+    """``tcl logs`` without ``-f``: the host asked for what is not kept yet (unless the run's
+    controller keeps it), then the kept log events after ``after``, then ``end``."""
+    if not run_ref:
+        run_ref = newest_run_id(ctl)
+        queue.put_nowait(Line(kind=LineKind.NOTE, text=f"logs of the most recent run, {run_ref}"))
+    caught = await catch_up(ctl, run_ref)
+    if caught.unreachable:
+        text = f"warning: {caught.unreachable}; showing kept logs"
+        queue.put_nowait(Line(kind=LineKind.NOTE, text=text))
+    for e in LogCache(caught.run_id).read(after=after, kind=EventKind.LOG):
+        queue.put_nowait(Line(kind=LineKind.EVENT, event=e))
+    run = ctl.store.get_run(caught.run_id)
+    end = RunEnd(run_id=run.id, state=run.state.value, exit_code=run.exit_code)
+    queue.put_nowait(Line(kind=LineKind.END, run=end))
+
+
 async def _reported(work: Callable[[], Awaitable[None]], queue: asyncio.Queue[Line | None]) -> None:
     """Run ``work``; its failure becomes the stream's last line. The stream ends after it."""
     try:
@@ -306,12 +329,28 @@ def create_app(d: Daemon) -> ASGIApp:
         async def work() -> None:
             ctl = d.control(req.config_path, req.config_named)
             try:
-                await _follow_into(ctl, req.run, req.after, queue, d.controller)
+                if req.once:
+                    await _kept_into(ctl, req.run, req.after, queue)
+                else:
+                    await _follow_into(ctl, req.run, req.after, queue, d.controller)
             finally:
                 await ctl.aclose()
 
         task = d.spawn(_reported(work, queue))
         return StreamingResponse(_stream(d, queue, task, None), media_type=NDJSON)
+
+    @app.post("/api/runs")
+    async def post_runs(req: ListRequest) -> RunListing:
+        ctl = d.control(req.config_path, req.config_named)
+        try:
+            return await list_runs(ctl, req)
+        finally:
+            await ctl.aclose()
+
+    @app.exception_handler(TclError)
+    async def user_error(_request: Request, e: TclError) -> JSONResponse:
+        body = Failure(detail=str(e), exit_code=e.exit_code)
+        return JSONResponse(body.model_dump(), status_code=400)
 
     @app.post("/api/hosts/{name}/forget", status_code=204)
     async def forget(name: str) -> Response:

@@ -20,6 +20,7 @@ from typing import Any
 
 from tcl.agentenv import daemon_env
 from tcl.control.daemon.api import (
+    Failure,
     FollowRequest,
     Health,
     Identity,
@@ -29,11 +30,13 @@ from tcl.control.daemon.api import (
 )
 from tcl.control.daemon.identity import current_identity, daemon_dir, refusal, shares
 from tcl.control.detached import ensure_started, spawn_until, stop_pid
-from tcl.control.errors import AgentError, DaemonError
+from tcl.control.errors import AgentError, DaemonError, TclError
+from tcl.control.runlisting import ListRequest, RunListing
 from tcl.localsock import PeerError, UnixHTTPConnection
 
 SOCKET = "daemon.sock"  # tcl.control.daemon.server listens there
 START_TIMEOUT_S = 30.0
+LISTING_TIMEOUT_S = 300.0
 DEFAULT_IDLE_EXIT_S = 1800.0  # a daemon tcl started itself goes after 30 min with nothing to do
 
 
@@ -91,9 +94,16 @@ class DaemonClient:
             raise DaemonError(f"tcl serve at {self.path}: {e}") from None
         finally:
             conn.close()
+        if resp.status == 400 and resp.status not in ok:
+            raise _failure(payload)
         if resp.status >= 400 and resp.status not in ok:
             raise DaemonError(f"tcl serve: {method} {path}: {resp.status} {payload[:300]!r}")
         return json.loads(payload) if payload and resp.status < 400 else None
+
+    def list_runs(self, req: ListRequest) -> RunListing:
+        """``tcl ps``'s listing, non-final runs refreshed (a host that does not answer is
+        asked within its own bounded budget)."""
+        return RunListing.model_validate(self._request("POST", "/api/runs", req, LISTING_TIMEOUT_S))
 
     def _body(self, body: Any) -> tuple[bytes | None, dict[str, str]]:
         if body is None:
@@ -136,6 +146,17 @@ class DaemonClient:
         self._request("POST", "/api/shutdown")
 
 
+def _failure(payload: bytes) -> TclError:
+    """The user's error the daemon answered (400), as the CLI would have raised it."""
+    try:
+        f = Failure.model_validate_json(payload)
+    except ValueError:
+        return DaemonError(f"tcl serve: 400 {payload[:300]!r}")
+    e = TclError(f.detail)
+    e.exit_code = f.exit_code
+    return e
+
+
 def _health(path: Path) -> tuple[Health, int] | None:
     """The daemon's health and its pid as the kernel reports it; None when nothing of this
     user's answers there (no socket, a dead daemon's leftover, another user's listener)."""
@@ -162,6 +183,12 @@ def _answering(base: Path, want: Identity | None = None) -> DaemonClient | None:
     if found is None or (want is not None and not shares(found[0].identity, want)):
         return None
     return DaemonClient(base / SOCKET, found[1])
+
+
+def answering_daemon() -> DaemonClient | None:
+    """A client for this state dir's daemon if one answers that this code may use; None
+    (and none is started): the caller does the work itself."""
+    return _answering(daemon_dir(), current_identity())
 
 
 def running_daemon(base: Path | None = None) -> DaemonClient | None:

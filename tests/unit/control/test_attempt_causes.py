@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from tcl.cli.ps import state_text
+from tcl.control.runlisting import state_text
 from tcl.control.runrequest import RunRequest
 from tcl.control.states import AttemptCause, RunState
 from tcl.control.store import Attempt, Run

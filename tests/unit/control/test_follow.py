@@ -348,7 +348,7 @@ class UnreachableShim(FakeShim):
 async def test_an_unreachable_host_shows_unknown_since_the_first_failure(
     ctl: Control, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tcl.cli.ps import state_text
+    from tcl.control.runlisting import state_text
 
     backend = FakeBackend(FakeRunner(None), UnreachableShim())
     use_hosts(monkeypatch, local=backend)
