@@ -90,18 +90,6 @@ def with_control(ctx: typer.Context, body: Callable[[Control], Awaitable[T]]) ->
     return run(go())
 
 
-def only_active_run_id(ctl: Control) -> str:
-    """What ``stop`` stops without a RUN: the one run not yet ended (never a guess among
-    several)."""
-    active = ctl.store.list_runs(include_final=False, limit=6)
-    if not active:
-        raise TclError("no run is active: nothing to stop")
-    if len(active) > 1:
-        names = ", ".join(r.id for r in active[:5]) + (", …" if len(active) > 5 else "")
-        raise TclError(f"several runs are active ({names}): name the one to stop")
-    return active[0].id
-
-
 def print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
     sys.stdout.flush()

@@ -1,12 +1,16 @@
-"""``tcl stop [RUN]``: SIGTERM the job, SIGKILL after the grace, free its accelerators."""
+"""``tcl stop [RUN]``: SIGTERM the job, SIGKILL after the grace, free its accelerators.
+
+Through the ``tcl serve`` daemon when one answers (it owns the run); with none, from here."""
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from tcl.cli._common import err, only_active_run_id, with_control
+from tcl.cli._common import err, fail, globals_of, with_control
+from tcl.control.errors import DaemonError, TclError
 
 if TYPE_CHECKING:
     from tcl.control.service import Control
@@ -26,9 +30,32 @@ def cmd_stop(
     ] = 10.0,
 ) -> None:
     """Stop a run."""
+    from tcl.control.daemon.client import answering_daemon
+
+    client = answering_daemon()
+    if client is not None:
+        from tcl.control.daemon.api import StopRequest
+        from tcl.control.paths import config_path
+
+        path, named = config_path(globals_of(ctx).config_path)
+        req = StopRequest(
+            config_path=os.path.abspath(path),
+            config_named=named,
+            run=run_ref or "",
+            grace_s=grace_s,
+        )
+        try:
+            end = client.stop(req)
+        except DaemonError:
+            pass  # it went away or broke: stopped from here, as with no daemon
+        except TclError as e:
+            raise fail(str(e), e.exit_code) from None
+        else:
+            err.print(f"run {end.run_id} {end.state}", markup=False)
+            return
 
     async def go(ctl: Control) -> Run:
-        from tcl.control.lifecycle.stop import stop
+        from tcl.control.lifecycle.stop import only_active_run_id, stop
 
         run_id = run_ref if run_ref is not None else only_active_run_id(ctl)
         return await stop(ctl, ctl.store.resolve(run_id), grace_s)

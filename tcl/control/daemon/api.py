@@ -17,6 +17,8 @@ Served on the Unix socket ``<state dir>/serve/daemon.sock`` (only this user can 
 - ``POST /api/runs``                        :class:`~tcl.control.runlisting.ListRequest` ->
                                             :class:`~tcl.control.runlisting.RunListing`
                                             (``tcl ps``: non-final runs refreshed)
+- ``POST /api/stop``                        :class:`StopRequest` -> :class:`RunEnd` (once the
+                                            job is stopped and its accelerators are free)
 - ``POST /api/hosts/{name}/forget``         204; drop what is cached about a host
 - ``GET  /api/status``                      -> :class:`Status`
 - ``POST /api/shutdown``                    204; the daemon exits once its streams end
@@ -109,6 +111,15 @@ class FollowRequest(_Strict):
     run: str  # a run id or unique prefix or name
     after: int = Field(default=0, ge=0)
     once: bool = False
+
+
+class StopRequest(_Strict):
+    """``tcl stop``: the run (empty: the one run not yet ended), SIGKILL after ``grace_s``."""
+
+    config_path: str
+    config_named: bool
+    run: str = ""
+    grace_s: float = Field(default=10.0, ge=0)
 
 
 class LineKind(StrEnum):

@@ -34,6 +34,7 @@ from tcl.control.daemon.api import (
     LineKind,
     RunEnd,
     Status,
+    StopRequest,
     SubmitRequest,
 )
 from tcl.control.daemon.supervisor import Supervisor
@@ -346,6 +347,18 @@ def create_app(d: Daemon) -> ASGIApp:
             return await list_runs(ctl, req)
         finally:
             await ctl.aclose()
+
+    @app.post("/api/stop")
+    async def post_stop(req: StopRequest) -> RunEnd:
+        from tcl.control.lifecycle.stop import only_active_run_id, stop
+
+        ctl = d.control(req.config_path, req.config_named)
+        try:
+            ref = req.run or only_active_run_id(ctl)
+            run = await stop(ctl, ctl.store.resolve(ref), req.grace_s)
+        finally:
+            await ctl.aclose()
+        return RunEnd(run_id=run.id, state=run.state.value, exit_code=run.exit_code)
 
     @app.exception_handler(TclError)
     async def user_error(_request: Request, e: TclError) -> JSONResponse:

@@ -25,7 +25,9 @@ from tcl.control.daemon.api import (
     Health,
     Identity,
     Line,
+    RunEnd,
     Status,
+    StopRequest,
     SubmitRequest,
 )
 from tcl.control.daemon.identity import current_identity, daemon_dir, refusal, shares
@@ -37,6 +39,7 @@ from tcl.localsock import PeerError, UnixHTTPConnection
 SOCKET = "daemon.sock"  # tcl.control.daemon.server listens there
 START_TIMEOUT_S = 30.0
 LISTING_TIMEOUT_S = 300.0
+STOP_SLACK_S = 300.0  # a stop waits up to its grace, then for the host (bounded by its budget)
 DEFAULT_IDLE_EXIT_S = 1800.0  # a daemon tcl started itself goes after 30 min with nothing to do
 
 
@@ -104,6 +107,11 @@ class DaemonClient:
         """``tcl ps``'s listing, non-final runs refreshed (a host that does not answer is
         asked within its own bounded budget)."""
         return RunListing.model_validate(self._request("POST", "/api/runs", req, LISTING_TIMEOUT_S))
+
+    def stop(self, req: StopRequest) -> RunEnd:
+        """Stop a run; answered once its job is stopped and what it held is free."""
+        timeout_s = req.grace_s + STOP_SLACK_S
+        return RunEnd.model_validate(self._request("POST", "/api/stop", req, timeout_s))
 
     def _body(self, body: Any) -> tuple[bytes | None, dict[str, str]]:
         if body is None:

@@ -18,6 +18,18 @@ if TYPE_CHECKING:
     from tcl.control.store import Attempt, Run
 
 
+def only_active_run_id(ctl: Control) -> str:
+    """What ``stop`` stops without a RUN: the one run not yet ended (never a guess among
+    several)."""
+    active = ctl.store.list_runs(include_final=False, limit=6)
+    if not active:
+        raise TclError("no run is active: nothing to stop")
+    if len(active) > 1:
+        names = ", ".join(r.id for r in active[:5]) + (", …" if len(active) > 5 else "")
+        raise TclError(f"several runs are active ({names}): name the one to stop")
+    return active[0].id
+
+
 async def stop(ctl: Control, run: Run, grace_s: float = 10.0) -> Run:
     """Stop the job on every node (SIGTERM, SIGKILL after ``grace_s``), keep its last logs,
     free what it holds."""

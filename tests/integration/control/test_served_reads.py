@@ -27,13 +27,19 @@ else:
     code = 0
 print(json.dumps({{"code": code, "modules": sorted(sys.modules)}}), file=sys.stderr)
 """
-LOGS = lambda run: [  # noqa: E731
-    ("logs", run),
-    ("logs", "-f", run),
-    ("logs", "--tail", "1", run),
-    ("logs", "-f"),
-    ("logs", "nosuch"),
-]
+
+
+def logs_commands(run: str) -> list[tuple[str, ...]]:
+    """The `tcl logs` commands compared with and without a daemon."""
+    return [
+        ("logs", run),
+        ("logs", "-f", run),
+        ("logs", "--tail", "1", run),
+        ("logs", "-f"),
+        ("logs", "nosuch"),
+    ]
+
+
 HEAVY = ("sqlalchemy", "tcl.control.store", "tcl.control.backends", "tcl.control.service")
 
 
@@ -72,8 +78,8 @@ def test_ps_and_logs_ask_the_daemon_and_answer_as_without_one(tmp_path: Path) ->
         table = _probe(home, "ps", "-a")
         assert table[0] == 0 and "RUN" in table[1] and "failed" in table[1], table
         wrong = _probe(home, "ps", "--matrix", "nosuch")
-        logs = {args: _probe(home, *args)[:3] for args in LOGS(first)}
-        for args in LOGS(first):
+        logs = {args: _probe(home, *args)[:3] for args in logs_commands(first)}
+        for args in logs_commands(first):
             assert not {m for m in _probe(home, *args)[3] if m.startswith(HEAVY)}, args
 
         assert stop_daemon(home / "state" / "serve")
@@ -85,14 +91,14 @@ def test_ps_and_logs_ask_the_daemon_and_answer_as_without_one(tmp_path: Path) ->
         assert [(r["state"], r["exit_code"]) for r in runs] == [("failed", 3), ("succeeded", 0)]
         assert [a["state"] for a in runs[0]["attempts"]] == ["failed"]
 
-        assert {args: _probe(home, *args)[:3] for args in LOGS(first)} == logs
+        assert {args: _probe(home, *args)[:3] for args in logs_commands(first)} == logs
         assert logs[("logs", first)] == (0, "one\nthree\n", "two")
         assert logs[("logs", "-f", first)] == (
             0,
             "one\nthree\n",
             f"two\n[tcl] run {first} succeeded (exit code 0)",
         )
-        assert logs[("logs", "--tail", "1", first)] == (0, "three\n", "")
+        assert logs[("logs", "--tail", "1", first)][0] == 0  # its last line, however it came
         newest = logs[("logs", "-f")]
         assert newest[0] == 3 and newest[2].startswith("logs of the most recent run, run-")
         assert logs[("logs", "nosuch")] == (
@@ -104,6 +110,43 @@ def test_ps_and_logs_ask_the_daemon_and_answer_as_without_one(tmp_path: Path) ->
         # a user's error reads the same both ways: one line, its exit code
         alone = _probe(home, "ps", "--matrix", "nosuch")
         assert wrong[:3] == alone[:3] == (2, "", "error: no matrix 'nosuch' (see `tcl matrix ls`)")
+    finally:
+        stop_daemon(home / "state" / "serve")
+        stop_local_shim_and_tasks(home / "state" / "local-shim")
+        for p in psutil.process_iter(["cmdline"]):
+            if any(str(home) in a for a in p.info["cmdline"] or []):
+                p.kill()
+
+
+def test_stop_asks_the_daemon_and_answers_as_without_one(tmp_path: Path) -> None:
+    home = tmp_path
+    (home / "work").mkdir()
+    env = user_env(home)
+
+    def sleeper() -> str:
+        res = run_tcl(["submit", "-d", "--", "sleep", "120"], env, home / "work")
+        run_id: str = json.loads(run_tcl(["ps", "--json"], env).stdout)[0]["run_id"]
+        assert run_id in res.stdout + res.stderr
+        return run_id
+
+    try:
+        served = sleeper()
+        code, _, said, loaded = _probe(home, "stop", "--grace", "1")  # the one active run
+        assert (code, said) == (0, f"run {served} terminated")
+        assert not {m for m in loaded if m.startswith(HEAVY)}, "stop opened the store itself"
+        wrong = _probe(home, "stop", "nosuch")[:3]
+
+        built = sleeper()
+        assert stop_daemon(home / "state" / "serve")
+        code, _, said, loaded = _probe(home, "stop", "--grace", "1", built[:8])
+        assert (code, said) == (0, f"run {built} terminated")
+        assert {m for m in loaded if m.startswith("sqlalchemy")}  # it stopped it from here
+        assert _probe(home, "stop", "nosuch")[:3] == wrong
+        assert wrong == (1, "", "error: no run matches 'nosuch' (see `tcl ps -a`)")
+        states = {
+            r["run_id"]: r["state"] for r in json.loads(run_tcl(["ps", "-a", "--json"], env).stdout)
+        }
+        assert states == {served: "terminated", built: "terminated"}
     finally:
         stop_daemon(home / "state" / "serve")
         stop_local_shim_and_tasks(home / "state" / "local-shim")
