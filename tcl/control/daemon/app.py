@@ -57,6 +57,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("tcl.serve")
 NDJSON = "application/x-ndjson"
 TRACE = os.environ.get("TCL_TRACE") == "1"  # inherited from the tcl that started the daemon
+KEPT_BATCH = 256  # kept events queued for a `tcl logs` stream before it sends them
 
 
 class Daemon:
@@ -199,8 +200,10 @@ async def _kept_into(
     if caught.unreachable:
         text = f"warning: {caught.unreachable}; showing kept logs"
         queue.put_nowait(Line(kind=LineKind.NOTE, text=text))
-    for e in LogCache(caught.run_id).read(after=after, kind=EventKind.LOG):
+    for n, e in enumerate(LogCache(caught.run_id).read(after=after, kind=EventKind.LOG), 1):
         queue.put_nowait(Line(kind=LineKind.EVENT, event=e))
+        if n % KEPT_BATCH == 0:
+            await asyncio.sleep(0)  # the stream sends what is queued: a long log is not all held
     run = ctl.store.get_run(caught.run_id)
     end = RunEnd(run_id=run.id, state=run.state.value, exit_code=run.exit_code)
     queue.put_nowait(Line(kind=LineKind.END, run=end))

@@ -195,7 +195,9 @@ def _answering(base: Path, want: Identity | None = None) -> DaemonClient | None:
 
 def answering_daemon() -> DaemonClient | None:
     """A client for this state dir's daemon if one answers that this code may use; None
-    (and none is started): the caller does the work itself."""
+    (and none is started): the caller does the work itself, as always with ``TCL_SERVE=0``."""
+    if os.environ.get("TCL_SERVE") == "0":
+        return None
     return _answering(daemon_dir(), current_identity())
 
 
