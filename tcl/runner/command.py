@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tcl.runner import jobenv, projectenv
+from tcl.runner import jobenv, projectenv, projectkernel
 from tcl.runner import session as sessionmod
 from tcl.runner.api import JobSpec, SessionKind
 from tcl.runner.errors import ExecutorError, InvalidSpec
@@ -63,7 +64,7 @@ def job_command(spec: JobSpec, where: Where) -> Command:
         shell = _shell_env(spec, root, where, env)
         return Command(in_project_env(spec, root, where, argv), env, secret_values, None, shell)
     remote = spec.session.kind is SessionKind.REMOTE
-    root = projectenv.find_project(where.job_dir, where.workdir) if own and remote else None
+    root = projectenv.find_project(where.job_dir, where.workdir) if own else None
     try:
         launch = sessionmod.start_spec(
             spec.session,
@@ -71,18 +72,27 @@ def job_command(spec: JobSpec, where: Where) -> Command:
             env,
             sessionmod.in_image(),
             # the project's python, once its environment is built: checked by its start
-            python="python" if root is not None else None,
+            python="python" if root is not None and remote else None,
         )
     except ExecutorError as e:
         raise InvalidSpec("session", e.detail) from None
     env.update(launch.env)
     env.update(launch.secrets)
     argv = launch.argv
-    if root is not None:
+    if root is not None and remote:
         # the call server in the user's environment: tcl's package alone on its path (its
         # cloudpickle is the project's, as the notebook's is)
         only_tcl = projectenv.tcl_import_dir(where.state_dir)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (only_tcl, env.get("PYTHONPATH")) if p)
+        argv = in_project_env(spec, root, where, argv)
+    elif root is not None:
+        # Jupyter Lab where it was found (by its path: the project's bin comes first on the
+        # PATH it runs with), its notebooks' kernel in the user's environment
+        found = shutil.which(argv[0], path=env.get("PATH"))
+        argv = [found or argv[0], *argv[1:]]
+        envs = where.project_env_dir or where.state_dir / "envs"
+        python = envs / projectenv.env_key(root, spec.uv_groups) / "bin" / "python"
+        env.update(projectkernel.kernel_env(where.state_dir, python, env))
         argv = in_project_env(spec, root, where, argv)
     return Command(argv, env, [*secret_values, *launch.secrets.values()], launch.session)
 
