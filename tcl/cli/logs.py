@@ -14,7 +14,7 @@ import typer
 from tcl.cli import follow as follow_cmd
 from tcl.cli._common import err, fail, globals_of
 from tcl.cli.render import print_event
-from tcl.control.errors import TclError
+from tcl.control.errors import DaemonError, TclError
 from tcl.control.logcache import LogCache
 from tcl.runner.api import EventKind
 
@@ -88,9 +88,11 @@ def cmd_logs(
     state: dict[str, str] = {}
     client = answering_daemon()
     try:
-        if client is not None:
+        try:
+            if client is None:
+                raise _NoDaemon
             code = _served(ctx, client, run_ref, follow, show, show_followed, state)
-        else:
+        except _NoDaemon:
             code = _here(ctx, run_ref, follow, show, raw, timestamps, node, state)
     except KeyboardInterrupt:
         raise typer.Exit(follow_cmd.detached(state.get("run_id", run_ref or ""))) from None
@@ -98,6 +100,10 @@ def cmd_logs(
         raise fail(str(e), e.exit_code) from None
     if code is not None:
         raise typer.Exit(code)
+
+
+class _NoDaemon(Exception):
+    """No daemon serves this command: it is done in this process."""
 
 
 def _served(
@@ -119,7 +125,12 @@ def _served(
     req = FollowRequest(
         config_path=os.path.abspath(path), config_named=named, run=run_ref or "", once=True
     )
-    run_id, kept = kept_served(client, req)
+    try:
+        run_id, kept = kept_served(client, req)
+    except DaemonError:
+        # it went away since it answered (its idle exit), or broke: nothing was printed yet,
+        # so all of it is read here, as with no daemon
+        raise _NoDaemon from None
     state["run_id"] = run_id
     last = show(kept)
     if not follow:

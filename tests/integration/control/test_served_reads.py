@@ -4,14 +4,22 @@ backends; the answers, and a user's error, are what the CLI builds itself when n
 
 from __future__ import annotations
 
+import http.server
 import json
+import os
+import socket
+import socketserver
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import psutil
+import pytest
 
+from tcl.control.daemon.api import API_VERSION, Health
 from tcl.control.daemon.client import running_daemon, stop_daemon
+from tcl.control.daemon.identity import current_identity
 from tests.integration.tclcli import TCL, run_tcl, stop_local_shim_and_tasks, user_env
 
 # `tcl ARGS` in this interpreter, then the modules it loaded, as JSON, on the last stderr line
@@ -120,3 +128,69 @@ def test_ps_logs_and_stop_ask_the_daemon_and_answer_as_without_one(tmp_path: Pat
         for p in psutil.process_iter(["cmdline"]):
             if any(str(home) in a for a in p.info["cmdline"] or []):
                 p.kill()
+
+
+class _OneAnswer(socketserver.UnixStreamServer):
+    """A daemon that answers one healthcheck, then is gone (its idle exit, just after): the
+    socket file stays, and the next connection is refused."""
+
+    def __init__(self, path: Path, health: bytes) -> None:
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(health)))
+                self.end_headers()
+                self.wfile.write(health)
+
+            def log_message(self, *_: object) -> None:
+                pass
+
+        super().__init__(str(path), Handler)
+
+    def answer_once(self) -> None:
+        self.handle_request()
+        self.socket.close()  # gone: the file stays, a connection is refused
+
+    def get_request(self) -> tuple[socket.socket, str]:
+        conn, _ = self.socket.accept()
+        return conn, "local"
+
+
+def test_a_daemon_gone_since_its_healthcheck_leaves_the_work_to_the_cli(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path
+    (home / "work").mkdir()
+    env = user_env(home)
+    base = home / "state" / "serve"
+    try:
+        run_tcl(["submit", "--", "python3", "-c", "print('kept')"], env, home / "work")
+        run_id = json.loads(run_tcl(["ps", "-a", "--json"], env).stdout)[0]["run_id"]
+        assert stop_daemon(base)
+        for name in ("TCL_CONFIG", "TCL_DB_URL", "TCL_SERVE"):
+            monkeypatch.delenv(name, raising=False)
+        monkeypatch.setenv("HOME", str(home))
+        monkeypatch.setenv("TCL_STATE_DIR", str(home / "state"))
+        health = Health(api_version=API_VERSION, pid=os.getpid(), identity=current_identity())
+
+        def once(*args: str) -> tuple[int, str, str]:
+            (base / "daemon.sock").unlink(missing_ok=True)
+            with _OneAnswer(base / "daemon.sock", health.model_dump_json().encode()) as server:
+                thread = threading.Thread(target=server.answer_once)
+                thread.start()
+                res = run_tcl(args, env, home / "work", check=False)
+                thread.join(30)
+            return res.returncode, res.stdout, res.stderr
+
+        assert once("logs", run_id) == (0, "kept\n", "")
+        code, out, _ = once("ps", "-a", "--json")
+        assert code == 0 and [r["run_id"] for r in json.loads(out)] == [run_id]
+        assert once("stop", "nosuch") == (
+            1,
+            "",
+            "error: no run matches 'nosuch' (see `tcl ps -a`)\n",
+        )
+    finally:
+        stop_daemon(base)
+        stop_local_shim_and_tasks(home / "state" / "local-shim")
