@@ -73,6 +73,9 @@ def main() -> None:
                     cpus[name].append(cpu)
         finally:
             subprocess.run([TCL, "serve", "--stop"], env=env, cwd=work, capture_output=True)
+            from tcl.control.localshim import stop_local_shim
+
+            stop_local_shim(home / "state" / "local-shim")
     med_wall = {k: statistics.median(v) for k, v in walls.items()}
     med_cpu = {k: statistics.median(v) for k, v in cpus.items()}
     for name in cases:
