@@ -50,6 +50,7 @@ def parse(argv: list[str]) -> LaunchOptions:
 
 
 def main(argv: list[str] | None = None) -> int:
+    deps.use_lent()
     lacking = deps.missing()
     if lacking:
         print(deps.explain(lacking), file=sys.stderr)

@@ -18,7 +18,13 @@ it builds (or finds) the environment under a lock, its progress on the job's own
 process group, a stop during the build stops uv, and a build that fails
 ends the job with uv's last lines before anything of the job ran.
 
-Without a uv project the job runs as before, with the host's environment.
+In an image (the docker executor, a SLURM container) the environment is built on the image's
+``python3`` (``--base-python``: never a Python uv would download), keyed by that interpreter
+too, and sees the image's packages after the project's (``include-system-site-packages``): the
+image's environment, plus the project's lock; uv's cache is then kept beside the environments
+(a container's home goes with it).
+
+Without a uv project the job runs as before, with the host's (or the image's) environment.
 Standard library only (it runs before the job, on the job's critical path).
 """
 
@@ -42,6 +48,7 @@ READY = ".tcl-ready"  # written once the environment is complete
 UV_ENV = "TCL_RUNNER_UV"  # the uv to use (default: the one installed with tcl, else PATH's)
 BUILD_FAILED = 3  # the job's exit code when its environment cannot be built
 TAIL_LINES = 20
+UV_CACHE = ".uv-cache"  # in an image: uv's cache, beside the environments (never collected)
 
 
 def declares_project(pyproject: Path) -> bool:
@@ -68,10 +75,14 @@ def find_project(job_dir: Path, top: Path) -> Path | None:
         here = here.parent
 
 
-def env_key(root: Path, groups: Sequence[str]) -> str:
+def env_key(root: Path, groups: Sequence[str], base_python: str | None = None) -> str:
     """What the environment depends on: the lock, the pyproject (its requires-python and
-    groups), the pinned Python, the groups asked for and the platform."""
+    groups), the pinned Python, the groups asked for and the platform; in an image, the
+    image's interpreter it is built on (``base_python``: its path, size and mtime, a stat)."""
     h = hashlib.sha256()
+    if base_python is not None:
+        st = os.stat(base_python)
+        h.update(f"base\0{base_python}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
     for name in (LOCK, PYPROJECT, PYTHON_VERSION):
         h.update(name.encode() + b"\0")
         try:
@@ -135,12 +146,16 @@ class BuildFailed(Exception):
         self.tail = tail
 
 
-def acquire(root: Path, envs: Path, groups: Sequence[str], uv: str) -> tuple[Path, bool, int]:
+def acquire(
+    root: Path, envs: Path, groups: Sequence[str], uv: str, base_python: str | None = None
+) -> tuple[Path, bool, int]:
     """The environment of the project at ``root``, built now or found built, and held: its
     path, whether this call built it, and the descriptor of a shared ``flock`` on its lock
     (inheritable: the job keeps it across ``exec``, and so does whatever it starts; the
-    shim's collector removes no environment whose lock is held: ``tcl.shim.derivedgc``)."""
-    key = env_key(root, groups)
+    shim's collector removes no environment whose lock is held: ``tcl.shim.derivedgc``).
+    ``base_python``: build it on that interpreter (an image's), its packages seen below the
+    project's."""
+    key = env_key(root, groups, base_python)
     target = envs / key
     envs.mkdir(parents=True, exist_ok=True, mode=0o700)
     fd = os.open(envs / f"{key}.lock", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
@@ -155,7 +170,7 @@ def acquire(root: Path, envs: Path, groups: Sequence[str], uv: str) -> tuple[Pat
             fcntl.flock(fd, fcntl.LOCK_UN)
             fcntl.flock(fd, fcntl.LOCK_EX)  # one build per key on the host; others wait for it
             if not (target / READY).is_file():
-                _build(root, target, groups, uv)
+                _build(root, target, groups, uv, base_python)
                 built = True
             fcntl.flock(fd, fcntl.LOCK_UN)
     except BaseException:
@@ -163,7 +178,9 @@ def acquire(root: Path, envs: Path, groups: Sequence[str], uv: str) -> tuple[Pat
         raise
 
 
-def _build(root: Path, target: Path, groups: Sequence[str], uv: str) -> None:
+def _build(
+    root: Path, target: Path, groups: Sequence[str], uv: str, base_python: str | None
+) -> None:
     """``uv sync`` into ``target`` (under the key's exclusive lock); its output to stderr."""
     import shutil
     import subprocess
@@ -178,6 +195,11 @@ def _build(root: Path, target: Path, groups: Sequence[str], uv: str) -> None:
         argv += ["--group", group]
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONHOME")}
     env["UV_PROJECT_ENVIRONMENT"] = str(target)
+    if base_python is not None:
+        # the image's interpreter, never one uv would download; a container's home is gone
+        # with it, so uv's cache lives beside the environments (shared by the host's builds)
+        argv += ["--python", base_python]
+        env.setdefault("UV_CACHE_DIR", str(target.parent / UV_CACHE))
     tail: deque[str] = deque(maxlen=TAIL_LINES)
     proc = subprocess.Popen(
         argv,
@@ -196,11 +218,26 @@ def _build(root: Path, target: Path, groups: Sequence[str], uv: str) -> None:
     if code != 0:
         shutil.rmtree(target, ignore_errors=True)
         raise BuildFailed(code, list(tail))
+    if base_python is not None:
+        see_base_packages(target)
     (target / READY).write_text(f"{' '.join(argv)}\n")
 
 
+def see_base_packages(target: Path) -> None:
+    """The environment at ``target`` sees its base interpreter's packages after its own (a
+    venv's ``include-system-site-packages``): the image's environment, plus the project's."""
+    cfg = target / "pyvenv.cfg"
+    lines = [
+        ln
+        for ln in cfg.read_text().splitlines()
+        if ln.split("=", 1)[0].strip() != "include-system-site-packages"
+    ]
+    cfg.write_text("\n".join([*lines, "include-system-site-packages = true"]) + "\n")
+
+
 USAGE = (
-    "usage: projectenv.py --root DIR --envs DIR [--group NAME]... [--ready-line LINE] -- COMMAND..."
+    "usage: projectenv.py --root DIR --envs DIR [--group NAME]... [--base-python PATH] "
+    "[--ready-line LINE] -- COMMAND..."
 )
 
 
@@ -211,6 +248,7 @@ class Args:
         self.root: Path | None = None
         self.envs: Path | None = None
         self.group: list[str] = []
+        self.base_python: str | None = None  # an image's interpreter to build on
         self.ready_line = ""  # printed once the environment is there (the runner's phase mark)
         self.argv: list[str] = []
 
@@ -223,11 +261,13 @@ def parse(words: Sequence[str]) -> Args | None:
         if word == "--":
             args.argv = rest
             break
-        if word not in ("--root", "--envs", "--group", "--ready-line") or not rest:
+        if word not in ("--root", "--envs", "--group", "--base-python", "--ready-line") or not rest:
             return None
         value = rest.pop(0)
         if word == "--ready-line":
             args.ready_line = value
+        elif word == "--base-python":
+            args.base_python = value
         elif word == "--group":
             args.group.append(value)
         elif word == "--root":
@@ -253,7 +293,7 @@ def main(args_in: Sequence[str] | None = None) -> int:
     groups = f" with groups {', '.join(args.group)}" if args.group else ""
     t0 = time.monotonic()
     try:
-        env_dir, built, _held = acquire(args.root, args.envs, args.group, uv)
+        env_dir, built, _held = acquire(args.root, args.envs, args.group, uv, args.base_python)
     except BuildFailed as e:
         print(
             f"tcl: the job's environment could not be built (uv sync{groups} exited with "

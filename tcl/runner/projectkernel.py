@@ -15,16 +15,14 @@ version must have ipykernel in the project, and the kernel says so in the job's 
 
 from __future__ import annotations
 
-import contextlib
-import importlib.metadata
 import json
-import re
 import sys
 from pathlib import Path
 
+from tcl.runner.lend import link_dir
+
 KERNEL_NAME = "python3"  # Jupyter's default kernel: what a new notebook starts
-_REQUIREMENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
-_FOR_AN_EXTRA = re.compile(r";.*\bextra\s*==")
+LENT_DIR = "kernel-import"  # links to ipykernel's distributions (tcl.runner.lend)
 
 # Run by the project's python as ``python -c``: ipykernel_launcher's start, with the links as
 # a last resort after the project's own packages.
@@ -45,63 +43,15 @@ kernelapp.launch_new_instance()
 """
 
 
-def distributions_needed(top: str = "ipykernel") -> list[importlib.metadata.Distribution]:
-    """``top``'s installed distribution and those it requires, transitively (requirements of
-    extras left out; one not installed here is skipped: its marker excluded it)."""
-    found: dict[str, importlib.metadata.Distribution] = {}
-    todo = [top]
-    while todo:
-        name = todo.pop().lower().replace("_", "-")
-        if name in found:
-            continue
-        try:
-            dist = importlib.metadata.distribution(name)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-        found[name] = dist
-        for req in dist.requires or []:
-            if _FOR_AN_EXTRA.search(req):
-                continue
-            m = _REQUIREMENT_NAME.match(req)
-            if m:
-                todo.append(m.group(0))
-    return sorted(found.values(), key=lambda d: d.metadata["Name"].lower())
-
-
-def _top_level(dist: importlib.metadata.Distribution) -> set[Path]:
-    """The paths in site-packages that ``dist`` installed at its top (packages, modules, the
-    shared libraries some wheels bring along), never its metadata or scripts."""
-    out: set[Path] = set()
-    for f in dist.files or []:
-        parts = Path(str(f)).parts
-        if not parts or parts[0] == ".." or parts[0].endswith((".dist-info", ".data")):
-            continue
-        if parts[0] == "__pycache__" or parts[0].endswith(".pth"):
-            continue
-        out.add(Path(str(dist.locate_file(parts[0]))))
-    return out
-
-
-def link_dir(where: Path) -> Path:
-    """``where/kernel-import``: links to ipykernel's distributions as installed here."""
-    here = where / "kernel-import"
-    here.mkdir(parents=True, exist_ok=True, mode=0o700)
-    for dist in distributions_needed():
-        for path in _top_level(dist):
-            link = here / path.name
-            if path.exists() and not link.is_symlink():
-                with contextlib.suppress(FileExistsError):
-                    link.symlink_to(path, target_is_directory=path.is_dir())
-    return here
-
-
 def kernel_env(where: Path, python: Path, env: dict[str, str]) -> dict[str, str]:
     """What to add to the Jupyter server's environment so that its ``python3`` kernel is
     ``python`` (the project environment's): ``JUPYTER_PATH`` with the kernel spec first
     (written under ``where``)."""
     spec_dir = where / "jupyter" / "kernels" / KERNEL_NAME
     spec_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    start = _START.format(version=tuple(sys.version_info[:2]), links=str(link_dir(where)))
+    start = _START.format(
+        version=tuple(sys.version_info[:2]), links=str(link_dir(where / LENT_DIR, ["ipykernel"]))
+    )
     spec = {
         "argv": [str(python), "-c", start, "-f", "{connection_file}"],
         "display_name": "Python 3 (the project's environment)",

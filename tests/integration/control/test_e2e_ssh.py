@@ -176,6 +176,41 @@ def test_a_uv_project_s_job_runs_in_its_environment_on_a_process_host(
     assert f"python {VENV}\n" not in res.stdout
 
 
+IMAGE_JOB = """import importlib.util, sys
+print("python", sys.prefix)
+print("base", sys.base_prefix)
+for name in ("tclprobe_dep", "tclprobe_extra"):
+    print(name, "yes" if importlib.util.find_spec(name) else "no")
+print("image packages", "yes" if "/usr/lib/python3/dist-packages" in sys.path else "no")
+"""
+
+
+def test_a_uv_project_s_job_runs_on_the_image_s_python_with_its_lock_in_a_container(
+    e2e: Env, tmp_path: Path
+) -> None:
+    """The docker executor: the environment is built once (in the shim's code cache, shared
+    by the host's containers) on the image's python3, and sees the image's packages after the
+    lock's; the second run's container reuses it."""
+    repo = make_project(tmp_path / "uvrepo")
+    (repo / "image_job.py").write_text(IMAGE_JOB)
+    offline = ["--env", "UV_PYTHON_DOWNLOADS=never", "--env", "UV_OFFLINE=1"]
+    argv = ["submit", "--chip", "h100", "--group", GROUP, *offline, "--", "python", "image_job.py"]
+    outs = []
+    for _ in range(2):
+        res = run_tcl(argv, e2e.env(), repo, timeout=240)
+        assert "started on gpu-h100" in res.stderr, res.stderr
+        outs.append(res.stdout + res.stderr)
+    first, second = outs
+    assert f"{DEP} yes" in first and f"{GROUP_DEP} yes" in first, first
+    assert "python /var/cache/tcl-code/envs/" in first  # the shim's code cache, in the container
+    assert "base /usr\n" in first and "image packages yes" in first  # Debian's python3, its site
+    assert "(built in" in first and "(reused)" in second, second
+    assert first.split("python ")[1].split()[0] == second.split("python ")[1].split()[0]
+    envs = e2e.shim_dirs["gpu-h100"] / "state" / "code-cache" / "envs"
+    (env,) = [p for p in envs.iterdir() if p.is_dir() and not p.name.startswith(".")]
+    assert (env / "pyvenv.cfg").read_text().count("include-system-site-packages = true") == 1
+
+
 def test_nothing_fits_lists_each_host(e2e: Env) -> None:
     res = e2e.tcl("submit", "--chip", "h100", "-n", "9", "--", "true", check=False)
     assert res.returncode == 1

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tcl.runner.api import CodeRef, JobSpec, LogStream
+from tcl.runner.api import CodeRef, JobRef, JobSpec, LogStream
 from tcl.runner.projectenv import BUILD_FAILED
 from tcl.runner.service import Runner, RunnerConfig
 from tests.unit.runner.conftest import sha
@@ -37,10 +37,9 @@ def _run(tmp: Path, name: str, code: bytes, envs: Path, **spec: object) -> tuple
         archive.write_bytes(code)
         job = JobSpec(
             run_id=name,
-            argv=["python", "job.py"],
             env=OFFLINE,
             code=CodeRef(sha256=sha(code), size=len(code)),
-            **spec,  # type: ignore[arg-type]
+            **{"argv": None if "job" in spec else ["python", "job.py"], **spec},  # type: ignore[arg-type]
         )
         runner.submit(job)
         runner.use_code_file(archive)
@@ -141,3 +140,49 @@ def test_host_env_runs_without_the_project_s_environment(tmp_path: Path, project
     code, log = _run(tmp_path, "host", project, tmp_path / "envs", project_env=False)
     assert code != 0 and f"{DEP} no" in log  # the host's python lacks the project's packages
     assert not (tmp_path / "envs").exists()
+
+
+PROBE_JOB = """
+import importlib.util, sys
+from dataclasses import dataclass
+
+from tcl.jobs.job import BasicJob
+from tcl.jobs.registry import job
+
+
+@dataclass
+class Cfg:
+    pass
+
+
+@job("probe/where")
+class Where(BasicJob[Cfg]):
+    @classmethod
+    def config(cls):
+        return [Cfg]
+
+    def run(self):
+        import jax, tclprobe_dep
+
+        print("python", sys.prefix)
+        print("dep says", tclprobe_dep.HELLO)
+        print("jax from", "lent" if "jobs-import" in jax.__file__ else jax.__file__)
+"""
+
+
+def test_a_tcl_jobs_job_runs_on_the_project_s_python(tmp_path: Path, project: bytes) -> None:
+    """A ``job`` spec in a project runs tcl's launcher on the project environment's python:
+    the job imports the lock's packages, and JAX & co., which this project does not list,
+    are lent from the runner's environment after the project's own packages."""
+    repo = tmp_path / "repo"
+    with tarfile.open(fileobj=io.BytesIO(project)) as tar:
+        tar.extractall(repo, filter="data")
+    (repo / "probejobs.py").write_text(PROBE_JOB)
+    pyproject = (repo / "pyproject.toml").read_text()
+    (repo / "pyproject.toml").write_text(pyproject + '\n[tool.tcl]\njobs = ["probejobs"]\n')
+    envs = tmp_path / "envs"
+    code, log = _run(tmp_path, "tcljob", _tarball(repo), envs, job=JobRef(key="probe/where"))
+    (built,) = [p for p in envs.iterdir() if p.is_dir()]
+    assert code == 0, log
+    assert f"python {built}\n" in log and "dep says from the project's lock" in log, log
+    assert "jax from lent" in log, log

@@ -8,11 +8,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tcl.runner.projectkernel import KERNEL_NAME, distributions_needed, kernel_env
+from tcl.runner.lend import distributions_needed
+from tcl.runner.projectkernel import KERNEL_NAME, kernel_env
 
 
 def test_the_lent_distributions_are_ipykernel_s_closure_only() -> None:
-    names = {d.metadata["Name"].lower().replace("_", "-") for d in distributions_needed()}
+    names = {
+        d.metadata["Name"].lower().replace("_", "-") for d in distributions_needed(["ipykernel"])
+    }
     assert {"ipykernel", "pyzmq", "jupyter-client", "traitlets", "tornado", "ipython"} <= names
     # tcl's own and the jobs' packages are not lent: the notebook imports the project's
     assert not names & {

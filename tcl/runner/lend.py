@@ -1,0 +1,69 @@
+"""Distributions of the runner's environment lent to a job's project environment.
+
+A program of tcl's run on the project's python (``tcl repl``'s kernel needs ipykernel, a
+``tcl.jobs`` job needs JAX & co.) may find what the project does not list in a directory of
+links to just those distributions, as installed beside the runner, which it appends to its
+path after the project's own packages (the project's versions win). The links hold compiled
+modules: only an interpreter of the runner's Python version may use them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.metadata
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+_REQUIREMENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+_FOR_AN_EXTRA = re.compile(r";.*\bextra\s*==")
+
+
+def distributions_needed(tops: Sequence[str]) -> list[importlib.metadata.Distribution]:
+    """``tops``' installed distributions and those they require, transitively (requirements of
+    extras left out; one not installed here is skipped: its marker excluded it)."""
+    found: dict[str, importlib.metadata.Distribution] = {}
+    todo = list(tops)
+    while todo:
+        name = todo.pop().lower().replace("_", "-")
+        if name in found:
+            continue
+        try:
+            dist = importlib.metadata.distribution(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        found[name] = dist
+        for req in dist.requires or []:
+            if _FOR_AN_EXTRA.search(req):
+                continue
+            m = _REQUIREMENT_NAME.match(req)
+            if m:
+                todo.append(m.group(0))
+    return sorted(found.values(), key=lambda d: d.metadata["Name"].lower())
+
+
+def _top_level(dist: importlib.metadata.Distribution) -> set[Path]:
+    """The paths in site-packages that ``dist`` installed at its top (packages, modules, the
+    shared libraries some wheels bring along), never its metadata or scripts."""
+    out: set[Path] = set()
+    for f in dist.files or []:
+        parts = Path(str(f)).parts
+        if not parts or parts[0] == ".." or parts[0].endswith((".dist-info", ".data")):
+            continue
+        if parts[0] == "__pycache__" or parts[0].endswith(".pth"):
+            continue
+        out.add(Path(str(dist.locate_file(parts[0]))))
+    return out
+
+
+def link_dir(here: Path, tops: Sequence[str]) -> Path:
+    """``here``, made a directory of links to ``tops``' distributions (and what they require)
+    as installed in the runner's environment."""
+    here.mkdir(parents=True, exist_ok=True, mode=0o700)
+    for dist in distributions_needed(tops):
+        for path in _top_level(dist):
+            link = here / path.name
+            if path.exists() and not link.is_symlink():
+                with contextlib.suppress(FileExistsError):
+                    link.symlink_to(path, target_is_directory=path.is_dir())
+    return here
