@@ -52,6 +52,14 @@ class Globals:
 
         return load_config(self.config_path)
 
+    def config_location(self) -> tuple[str, bool]:
+        """The config file as a request to the daemon names it: absolute (the daemon runs in
+        a directory of its own), and whether the user named it (then it must exist)."""
+        from tcl.control.paths import config_path
+
+        path, named = config_path(self.config_path)
+        return os.path.abspath(path), named
+
 
 def globals_of(ctx: typer.Context) -> Globals:
     obj = ctx.find_root().obj

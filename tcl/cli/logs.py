@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 import time
 from collections.abc import Callable
@@ -119,12 +118,9 @@ def _served(
     host was asked for more, then, with ``follow``, the run to its end."""
     from tcl.cli.served import follow_served, kept_served
     from tcl.control.daemon.api import FollowRequest
-    from tcl.control.paths import config_path
 
-    path, named = config_path(globals_of(ctx).config_path)
-    req = FollowRequest(
-        config_path=os.path.abspath(path), config_named=named, run=run_ref or "", once=True
-    )
+    path, named = globals_of(ctx).config_location()
+    req = FollowRequest(config_path=path, config_named=named, run=run_ref or "", once=True)
     try:
         run_id, kept = kept_served(client, req)
     except DaemonError:

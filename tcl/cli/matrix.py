@@ -20,7 +20,6 @@ from tcl.cli.placementopts import AvoidClusterOpt, ClusterOpt
 from tcl.cli.retryopts import RETRY_BACKOFF_HELP, RETRY_HELP, RETRY_ON_HELP, retry_policy
 from tcl.cli.submitargs import job_reference, pairs
 from tcl.control.lifecycle.retry_policy import RetryPolicy
-from tcl.control.paths import config_path
 from tcl.control.sweep.spec import MatrixSpec
 
 if TYPE_CHECKING:
@@ -115,7 +114,7 @@ def cmd_add(
         raise fail("nothing to run: tcl matrix add ... -- COMMAND {field}... (or --job KEY)")
     chip = chip.lower() if chip else None
     chips = n if n or chip is None else 1
-    path, named = config_path(globals_of(ctx).config_path)
+    path, named = globals_of(ctx).config_location()
     try:
         entries = (
             entries_of.load_manifest(Path(manifest))
@@ -143,7 +142,7 @@ def cmd_add(
             retry=retry_policy(retry, retry_on, retry_backoff_s) or RetryPolicy(),
             max_duration_s=max_duration_s,
             code_sha256="",
-            config_path=os.path.abspath(path),
+            config_path=path,
             config_named=named,
         )
         if chip and chips:

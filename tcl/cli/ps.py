@@ -6,7 +6,6 @@ CLI builds the same listing itself (:mod:`tcl.control.runlisting`)."""
 
 from __future__ import annotations
 
-import os
 import time
 from typing import TYPE_CHECKING, Annotated
 
@@ -64,11 +63,10 @@ def cmd_ps(
     ] = None,
 ) -> None:
     """List runs (active ones by default)."""
-    from tcl.control.paths import config_path
 
-    path, named = config_path(globals_of(ctx).config_path)
+    path, named = globals_of(ctx).config_location()
     req = ListRequest(
-        config_path=os.path.abspath(path),
+        config_path=path,
         config_named=named,
         all_runs=all_runs,
         matrix=matrix,

@@ -23,7 +23,6 @@ from tcl.cli.placementopts import (
     NameOpt,
     SecretOpt,
 )
-from tcl.control.paths import config_path
 
 if TYPE_CHECKING:
     from tcl.control.service import Control
@@ -72,10 +71,10 @@ def cmd_repl(
 
         if code_dir is not None and not os.path.isdir(code_dir):
             raise fail(f"--dir {code_dir}: not a directory")
-        path, named = config_path(globals_of(ctx).config_path)
+        path, named = globals_of(ctx).config_location()
         chip = chip.lower() if chip else None
         req = SubmitRequest(
-            config_path=os.path.abspath(path),
+            config_path=path,
             config_named=named,
             cwd=os.getcwd(),
             code_dir=os.path.abspath(code_dir) if code_dir is not None else None,

@@ -4,7 +4,6 @@ Through the ``tcl serve`` daemon when one answers (it owns the run); with none, 
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -35,11 +34,10 @@ def cmd_stop(
     client = answering_daemon()
     if client is not None:
         from tcl.control.daemon.api import StopRequest
-        from tcl.control.paths import config_path
 
-        path, named = config_path(globals_of(ctx).config_path)
+        path, named = globals_of(ctx).config_location()
         req = StopRequest(
-            config_path=os.path.abspath(path),
+            config_path=path,
             config_named=named,
             run=run_ref or "",
             grace_s=grace_s,

@@ -42,7 +42,6 @@ from tcl.cli.submitargs import (
 )
 from tcl.control.daemon.api import SubmitRequest
 from tcl.control.errors import ConfirmationNeededError, DaemonError, SubmitCancelled, TclError
-from tcl.control.paths import config_path
 from tcl.control.submitted import SubmitResult
 
 if TYPE_CHECKING:
@@ -182,10 +181,10 @@ def cmd_submit(
         raise fail(f"--dir {code_dir}: not a directory")
     if job_ref is not None:
         check_job(job_ref.key, code_dir)
-    path, named = config_path(globals_of(ctx).config_path)
+    path, named = globals_of(ctx).config_location()
     req = SubmitRequest(
         # absolute: the daemon that reads them runs in a directory of its own
-        config_path=os.path.abspath(path),
+        config_path=path,
         config_named=named,
         cwd=os.getcwd(),
         code_dir=os.path.abspath(code_dir) if code_dir is not None else None,

@@ -8,6 +8,7 @@ keeps the cache up to date.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -40,15 +41,18 @@ async def catch_up(ctl: Control, ref: str) -> CaughtUp:
     from tcl.control.lifecycle.pull import pull
     from tcl.control.runleases import RunLeases
 
-    run = ctl.store.resolve(ref)
+    run = await asyncio.to_thread(ctl.store.resolve, ref)  # the store: off the event loop
     if run.host is None:
         return CaughtUp(run.id)
-    lease = RunLeases(ctl.store).of([run.id]).get(run.id)
+    leases = await asyncio.to_thread(RunLeases(ctl.store).of, [run.id])
+    lease = leases.get(run.id)
     if lease is not None and lease.live():
         return CaughtUp(run.id)  # its controller keeps the cache up to date (its one writer)
     try:
         for _ in range(MAX_PAGES):
-            res = await pull(ctl, ctl.store.get_run(run.id), relaunch=False)
+            res = await pull(
+                ctl, await asyncio.to_thread(ctl.store.get_run, run.id), relaunch=False
+            )
             if not res.more:
                 break
     except TclError as e:

@@ -5,6 +5,7 @@ socket. The CLI only prints them: it needs neither the store nor the backends.""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -128,16 +129,25 @@ async def list_runs(ctl: Control, req: ListRequest) -> RunListing:
 
 
 async def _find(ctl: Control, req: ListRequest) -> _Found:
+    """The store is read in a thread: in the daemon, a long listing must not hold up the
+    event loop (its streams, its runs' controller)."""
     from tcl.control.lifecycle.refresh import refresh_many
 
+    runs = await asyncio.to_thread(_selected, ctl, req)
+    fresh = await refresh_many(ctl, runs)
+    shown = fresh if req.all_runs else [r for r in fresh if not r.state.is_final]
+    return await asyncio.to_thread(_found, ctl, shown)
+
+
+def _selected(ctl: Control, req: ListRequest) -> list[Run]:
     if req.matrix:
         runs = _matrix_runs(ctl, req.matrix)
         runs = runs if req.all_runs else [r for r in runs if not r.state.is_final]
-        runs = runs[: req.last] if req.last is not None else runs
-    else:
-        runs = ctl.store.list_runs(include_final=req.all_runs, limit=req.last)
-    fresh = await refresh_many(ctl, runs)
-    shown = fresh if req.all_runs else [r for r in fresh if not r.state.is_final]
+        return runs[: req.last] if req.last is not None else runs
+    return ctl.store.list_runs(include_final=req.all_runs, limit=req.last)
+
+
+def _found(ctl: Control, shown: list[Run]) -> _Found:
     since = ctl.store.unreachable_since([r.id for r in shown if not r.state.is_final])
     attempts = ctl.store.attempts_of([r.id for r in shown])
     phases = ctl.phases.of_runs([r.id for r in shown])

@@ -10,11 +10,12 @@ the terminal closed) cancels its work: a submit not finished yet cleans up as a 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import os
 import secrets
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -57,7 +58,11 @@ if TYPE_CHECKING:
 log = logging.getLogger("tcl.serve")
 NDJSON = "application/x-ndjson"
 TRACE = os.environ.get("TCL_TRACE") == "1"  # inherited from the tcl that started the daemon
-KEPT_BATCH = 256  # kept events queued for a `tcl logs` stream before it sends them
+# `tcl logs` without -f: kept events are read from the file this many at a time (in a
+# thread, off the event loop), into a queue that holds at most KEPT_QUEUE lines: a client
+# slower than the read makes the read wait, never the daemon hold the whole log.
+KEPT_BATCH = 256
+KEPT_QUEUE = 2 * KEPT_BATCH
 
 
 class Daemon:
@@ -194,39 +199,47 @@ async def _kept_into(
     """``tcl logs`` without ``-f``: the host asked for what is not kept yet (unless the run's
     controller keeps it), then the kept log events after ``after``, then ``end``."""
     if not run_ref:
-        run_ref = newest_run_id(ctl)
-        queue.put_nowait(Line(kind=LineKind.NOTE, text=f"logs of the most recent run, {run_ref}"))
+        run_ref = await asyncio.to_thread(newest_run_id, ctl)
+        await queue.put(Line(kind=LineKind.NOTE, text=f"logs of the most recent run, {run_ref}"))
     caught = await catch_up(ctl, run_ref)
     if caught.unreachable:
         text = f"warning: {caught.unreachable}; showing kept logs"
-        queue.put_nowait(Line(kind=LineKind.NOTE, text=text))
-    for n, e in enumerate(LogCache(caught.run_id).read(after=after, kind=EventKind.LOG), 1):
-        queue.put_nowait(Line(kind=LineKind.EVENT, event=e))
-        if n % KEPT_BATCH == 0:
-            await asyncio.sleep(0)  # the stream sends what is queued: a long log is not all held
-    run = ctl.store.get_run(caught.run_id)
+        await queue.put(Line(kind=LineKind.NOTE, text=text))
+    kept = LogCache(caught.run_id).read(after=after, kind=EventKind.LOG)
+    while batch := await asyncio.to_thread(_next, kept, KEPT_BATCH):
+        for e in batch:
+            await queue.put(Line(kind=LineKind.EVENT, event=e))  # waits while the queue is full
+    run = await asyncio.to_thread(ctl.store.get_run, caught.run_id)
     end = RunEnd(run_id=run.id, state=run.state.value, exit_code=run.exit_code)
-    queue.put_nowait(Line(kind=LineKind.END, run=end))
+    await queue.put(Line(kind=LineKind.END, run=end))
+
+
+def _next(events: Iterator[KeptEvent], n: int) -> list[KeptEvent]:
+    return list(itertools.islice(events, n))
 
 
 async def _reported(work: Callable[[], Awaitable[None]], queue: asyncio.Queue[Line | None]) -> None:
-    """Run ``work``; its failure becomes the stream's last line. The stream ends after it."""
+    """Run ``work``; its failure becomes the stream's last line. The stream ends after it.
+    (A bounded ``queue`` makes these waits for room; cancelled, the end goes in at once.)"""
+    last: Line | None = None
     try:
         await work()
     except SubmitCancelled as e:
-        queue.put_nowait(
-            Line(kind=LineKind.ERROR, text=str(e), exit_code=e.exit_code, cancelled=True)
-        )
+        last = Line(kind=LineKind.ERROR, text=str(e), exit_code=e.exit_code, cancelled=True)
     except TclError as e:
-        queue.put_nowait(Line(kind=LineKind.ERROR, text=str(e), exit_code=e.exit_code))
+        last = Line(kind=LineKind.ERROR, text=str(e), exit_code=e.exit_code)
     except asyncio.CancelledError:
+        if queue.full():  # the stream may still read (a cancelled follow): it must end
+            queue.get_nowait()
+        queue.put_nowait(None)
         raise
     except Exception as e:  # a bug: the user sees one line, the daemon's log the traceback
         log.exception("request failed")
         text = f"tcl serve failed: {type(e).__name__}: {e} (see its log)"
-        queue.put_nowait(Line(kind=LineKind.ERROR, text=text))
-    finally:
-        queue.put_nowait(None)
+        last = Line(kind=LineKind.ERROR, text=text)
+    if last is not None:
+        await queue.put(last)
+    await queue.put(None)
 
 
 async def _stream(
@@ -328,7 +341,7 @@ def create_app(d: Daemon) -> ASGIApp:
 
     @app.post("/api/follow")
     async def post_follow(req: FollowRequest) -> StreamingResponse:
-        queue: asyncio.Queue[Line | None] = asyncio.Queue()
+        queue: asyncio.Queue[Line | None] = asyncio.Queue(KEPT_QUEUE if req.once else 0)
 
         async def work() -> None:
             ctl = d.control(req.config_path, req.config_named)

@@ -7,13 +7,21 @@ deleted global stayed, and a mutated argument stayed as it was."""
 from __future__ import annotations
 
 import itertools
+import json
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 
 from tcl.remote.decorator import remote
 from tests.integration.remote.conftest import CountingSession
+from tests.integration.tclcli import stop_local_shim_and_tasks, user_env
 from tests.unit.remote.conftest import notebook
+
+CHECKOUT = Path(__file__).resolve().parents[3]
 
 STATE = """
 import numpy as np
@@ -60,9 +68,46 @@ def f(xs, opts=None):
 """
 CALL = "res = CALL(f)(arg, opts=kw)"
 NAMES = [
-    "x", "r1", "hist", "hist_alias", "seen", "seen_alias", "box", "gone", "a", "b", "other",
-    "moved", "ja", "ja_kept", "arg", "kw", "cfg", "cfg_alias", "res",
-]  # fmt: skip
+    "x",
+    "r1",
+    "hist",
+    "hist_alias",
+    "seen",
+    "seen_alias",
+    "box",
+    "gone",
+    "a",
+    "b",
+    "other",
+    "moved",
+    "ja",
+    "ja_kept",
+    "arg",
+    "kw",
+    "cfg",
+    "cfg_alias",
+    "res",
+]
+
+# The same cells run by a user's Python with the real `tcl.remote` (a run on a host tcl
+# places it on): prints both states, here's and there's, as JSON.
+THROUGH_TCL = """
+import json, sys
+sys.path.insert(0, {checkout!r})
+import tcl
+from tcl.remote import decorator
+from tests.integration.remote.test_writeback_oracle import CALL, STATE, state_of
+from tests.unit.remote.conftest import notebook
+
+here = notebook(STATE)
+here["CALL"] = lambda fn: fn
+notebook(CALL, here)
+there = notebook(STATE)
+there["CALL"] = tcl.remote(**{placement!r})
+notebook(CALL, there)
+print("ORACLE", json.dumps([state_of(here), state_of(there)]), flush=True)
+decorator.close_sessions()
+"""
 
 
 def _value(v: Any) -> Any:
@@ -73,7 +118,7 @@ def _value(v: Any) -> Any:
     return v
 
 
-def _state(ns: dict[str, Any]) -> dict[str, Any]:
+def state_of(ns: dict[str, Any]) -> dict[str, Any]:
     present = [n for n in NAMES if n in ns]
     return {
         "absent": sorted(set(NAMES) - set(present)),
@@ -92,10 +137,53 @@ def test_a_remote_call_changes_the_notebook_as_a_local_call_would(
     there = notebook(STATE)
     there["CALL"] = remote
     notebook(CALL, there)
-    expected, got = _state(here), _state(there)
+    expected, got = state_of(here), state_of(there)
+    assert_same(expected, got)
+    assert there["r1"].tolist() == [0.0, 0.0, 0.0] and there["hist_alias"] == [1]
+    assert session.connects == 1
+
+
+def assert_same(expected: dict[str, Any], got: dict[str, Any]) -> None:
+    """The notebook after the remote call is the notebook after the local one."""
     assert got["absent"] == expected["absent"] == ["gone"]
     assert got["same"] == expected["same"], (got["same"], expected["same"])
     for name, value in expected["values"].items():
         assert got["values"][name] == value, name
-    assert there["r1"].tolist() == [0.0, 0.0, 0.0] and there["hist_alias"] == [1]
-    assert session.connects == 1
+
+
+def oracle_through_tcl(
+    env: dict[str, str], cwd: Path, **placement: str
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The cells run locally and through a real `@tcl.remote(**placement)` run, by a Python of
+    the user's (``env``: its HOME and config); both states, as JSON gives them back."""
+    script = THROUGH_TCL.format(checkout=str(CHECKOUT), placement=placement)
+    res = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    line = next(ln for ln in res.stdout.splitlines() if ln.startswith("ORACLE "))
+    expected, got = json.loads(line.removeprefix("ORACLE "))
+    return expected, got
+
+
+@pytest.mark.timeout(300)
+def test_a_call_through_a_run_on_the_local_default_changes_the_notebook_as_a_local_call(
+    tmp_path: Path,
+) -> None:
+    """The oracle through the real path: `tcl.remote` submits a `remote` session run on the
+    local default (no config), and the write-back crosses the runner's forward."""
+    home, repo = tmp_path / "home", tmp_path / "repo"
+    home.mkdir()
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    try:
+        expected, got = oracle_through_tcl(user_env(home), repo)
+        assert_same(expected, got)
+    finally:
+        stop_local_shim_and_tasks(home / "state" / "local-shim")
