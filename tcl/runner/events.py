@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tcl.runner.api import ECHO_PREFIX, Event, EventKind, LogStream, RunnerState
+from tcl.runner.echo import Echo
 from tcl.runner.metricline import Phase
 
 EVENTS_FILE = "events.jsonl"
@@ -59,7 +60,8 @@ class EventLog:
         echo_fd: int | None = None,
     ) -> None:
         """``echo_fd``: each event is also written there (``ECHO_PREFIX`` and its line) while
-        it can be; a write that fails stops the echo, never the log."""
+        it can be, by a thread of its own (:mod:`tcl.runner.echo`: an append never waits on
+        its reader); a write that fails stops the echo, never the log."""
         directory.mkdir(parents=True, exist_ok=True)
         self.directory = directory
         self._clock = clock
@@ -81,7 +83,7 @@ class EventLog:
                 self._last -= 1
                 os.ftruncate(self._idx_fd, self._last * _ENTRY.size)
             os.ftruncate(self._data_fd, self._size)
-        self._echo_fd = echo_fd
+        self._echo = Echo(echo_fd) if echo_fd is not None else None
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._finished = False
@@ -154,16 +156,14 @@ class EventLog:
             _write_all(self._idx_fd, _ENTRY.pack(self._size))
             self._size += len(line)
             self._last = seq
-            if self._echo_fd is not None:
-                try:
-                    _write_all(self._echo_fd, ECHO_PREFIX.encode() + line)
-                except OSError:  # the output is gone (closed, full): the log goes on
-                    self._echo_fd = None
+            if self._echo is not None:
+                self._echo.offer(ECHO_PREFIX.encode() + line)
             self._wake_locked()
         return seq
 
     def finish(self) -> None:
-        """No more events: flush to disk and wake every waiter so followers can end."""
+        """No more events: flush to disk, wake every waiter so followers can end, and write
+        what the echo holds (waiting a bounded time)."""
         with self._lock:
             if self._finished:
                 return
@@ -171,6 +171,8 @@ class EventLog:
             os.fsync(self._data_fd)
             os.fsync(self._idx_fd)
             self._wake_locked()
+        if self._echo is not None:
+            self._echo.close()
 
     def _wake_locked(self) -> None:
         self._cond.notify_all()
@@ -180,6 +182,8 @@ class EventLog:
                 loop.call_soon_threadsafe(_resolve, fut)
 
     def close(self) -> None:
+        if self._echo is not None:
+            self._echo.close()
         with self._lock:
             for fd in (self._data_fd, self._idx_fd):
                 with contextlib.suppress(OSError):

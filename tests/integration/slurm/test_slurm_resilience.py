@@ -265,3 +265,60 @@ def test_a_requeued_trainer_resumes_as_attempt_1_of_the_same_run(env: Env) -> No
     assert steps and max(steps) == TOTAL_STEPS, steps
     assert [s for s in steps if s > resumed_at] == sorted({s for s in steps if s > resumed_at})
     assert _latest(out) == f"step_{TOTAL_STEPS:08d}"
+
+
+# Attempt 0 outlives its time limit; attempt 1 (the resubmit) ends at once.
+OVERTIME = """
+import os, time
+attempt = os.environ["TCL_ATTEMPT"]
+print(f"attempt {attempt} starts", flush=True)
+if attempt == "0":
+    time.sleep(600)
+print(f"attempt {attempt} done", flush=True)
+"""
+
+
+@pytest.mark.timeout(420)
+def test_a_job_at_its_time_limit_is_resubmitted_as_the_next_attempt(env: Env) -> None:
+    """Issue 32: SLURM ends a job at its time limit (state TIMEOUT; a minute here, SLURM's
+    smallest). That is the job's own failure: with --retry, tcl submits it again as attempt 1
+    of the same run (a new SLURM job), which counts against the retries (`--retry 2`: two
+    attempts may fail)."""
+    (env.repo / "overtime.py").write_text(OVERTIME)
+    limited = env.config.with_name("limited.yaml")
+    limited.write_text(
+        env.config.read_text().replace(
+            "connect_timeout_s: 5",
+            "connect_timeout_s: 5\n    time_limit_s: 60\n    signal_before_s: 0",
+        )
+    )
+    tcl_env = {**env.env(), "TCL_CONFIG": str(limited)}
+    argv = ["submit", "-d", "--json", "--retry", "2", "--retry-backoff-s", "0"]
+    res = subprocess.run(
+        [TCL, *argv, "--chip", "h100", "-n", "1", "--", "python3", "overtime.py"],
+        cwd=env.repo,
+        env=tcl_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert res.returncode == 0, res.stderr
+    run_id = json.loads(res.stdout)["run_id"]
+    job_id = wait_until(lambda: _job_id(env, run_id), 60, "its SLURM job", ignore=(Exception,))
+    store = Store(f"sqlite:///{env.home / 'state' / 'tcl.db'}")
+    try:
+        run = wait_until(
+            lambda: store.get_run(run_id), 300, "its end", done=lambda r: r.state.is_final
+        )
+        attempts = store.attempts(run_id)
+    finally:
+        store.close()
+    logs = subprocess.run(
+        [TCL, "logs", run_id], cwd=env.repo, env=tcl_env, capture_output=True, text=True
+    ).stdout
+    assert run.state.value == "succeeded", (run, logs[-3000:])
+    assert [a.attempt for a in attempts] == [0, 1], attempts
+    assert attempts[0].state.value == "failed", attempts[0]
+    assert attempts[0].cause is not None and attempts[0].cause.value == "exit", attempts[0]
+    assert attempts[1].handle["job_id"] != job_id  # a new SLURM job
+    assert "attempt 0 starts" in logs and "attempt 1 done" in logs and "attempt 0 done" not in logs

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import random
 import threading
@@ -125,6 +126,7 @@ def test_echoed_events_read_back_from_a_container_log_past_a_cursor(tmp_path: Pa
     log.append_log(LogStream.STDOUT, "one\n")
     log.append_log(LogStream.STDERR, "two TCL_EVENT {}\n")
     log.append_state(RunnerState.SUCCEEDED, exit_code=0)
+    log.finish()  # the echo written
     os.close(w)
     echoed = b""
     while chunk := os.read(r, 65536):
@@ -144,5 +146,34 @@ def test_an_echo_that_fails_stops_the_echo_never_the_log(tmp_path: Path) -> None
     log = EventLog(tmp_path / "ev", echo_fd=w)
     assert log.append_log(LogStream.STDOUT, "a\n") == 1
     assert log.append_log(LogStream.STDOUT, "b\n") == 2
-    os.close(w)
     log.close()
+    os.close(w)
+
+
+def test_a_reader_that_stalls_never_holds_up_the_log(tmp_path: Path) -> None:
+    """The echo's reader (a pod's log) stops reading: its pipe fills at 64 KiB, yet appends
+    go on (a bounded queue, then dropped lines); what was echoed is in order, once each."""
+    r, w = os.pipe()
+    log = EventLog(tmp_path / "ev", echo_fd=w)
+    block = "x" * 999 + "\n"
+    appended = threading.Event()
+
+    def append() -> None:
+        for _ in range(20_000):  # 20 MB of log: over the pipe and over the echo's bound
+            log.append_log(LogStream.STDOUT, block)
+        appended.set()
+
+    threading.Thread(target=append, daemon=True).start()
+    assert appended.wait(60), "an append waited on the echo's reader"
+    assert log.last_seq == 20_000
+    os.set_blocking(r, False)
+    echoed = b""
+    with contextlib.suppress(BlockingIOError):
+        while chunk := os.read(r, 1 << 20):
+            echoed += chunk
+    assert log.read(19_999)[0][0].seq == 20_000
+    os.close(r)  # the echo's next write fails: it ends (the log does not)
+    log.close()
+    os.close(w)
+    seqs = [e.seq for e in echoed_events(echoed.decode(), 0)]
+    assert seqs and seqs == sorted(set(seqs)), seqs[:5]
