@@ -80,3 +80,49 @@ def test_code_no_run_names_goes_once_older_than_the_retention(tmp_path: Path) ->
     assert answer == {"removed": 1, "evicted": 2, "error": ""}
     assert sorted(p.name[0] for p in code.glob("*.tar.gz")) == ["b", "d"] and other.exists()
     assert prune(live, 3 * 86400)["evicted"] == 0  # "b" is named; the retention keeps the rest
+
+
+# The script as the login node runs it, with an audit hook counting the spec files it opens.
+_COUNTING = """
+import sys
+opened = []
+sys.addaudithook(lambda event, args: event == "open" and opened.append(str(args[0])))
+sys.argv = ["-c", *sys.argv[2:]]
+try:
+    exec(compile(sys.argv_script, "prune", "exec"), {"__name__": "__main__"})
+except SystemExit:
+    pass
+print(sum(p.endswith("spec.json") for p in opened), file=sys.stderr)
+"""
+
+
+def test_specs_are_read_only_when_a_tarball_is_old_enough_to_go(tmp_path: Path) -> None:
+    """A release on a cluster keeping many runs reads no spec file when no tarball could be
+    evicted (every one used within the retention); one old tarball makes it read them."""
+    tcl = tmp_path / "work" / "tcl"
+    runs, code = tcl / "runs", tcl / "code"
+    code.mkdir(parents=True)
+    for i in range(50):
+        d = runs / f"r{i}" / "0"
+        d.mkdir(parents=True)
+        (d / "spec.json").write_text(json.dumps({"code": {"sha256": "a" * 64}}))
+    (code / f"{'a' * 64}.tar.gz").write_bytes(b"code")  # used a moment ago
+
+    def spec_reads() -> int:
+        script = _COUNTING.replace("sys.argv_script", repr(remote.PRUNE_PY))
+        res = subprocess.run(
+            [sys.executable, "-c", script, "x", str(runs / "r0" / "0"), "86400"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        assert json.loads(res.stdout)["error"] == ""
+        return int(res.stderr.split()[-1])
+
+    assert spec_reads() == 0
+    stale = code / f"{'b' * 64}.tar.gz"
+    stale.write_bytes(b"old code")
+    two_days_ago = time.time() - 2 * 86400
+    os.utime(stale, (two_days_ago, two_days_ago))
+    assert spec_reads() == 50
+    assert not stale.exists()

@@ -99,7 +99,7 @@ async def host_offer(
     if image:
         params["image"] = image
     return Offer(
-        backend="volcano",
+        backend=cfg.type,  # the table key (tcl.control.backends.table) is the config type
         host=name,
         nodes=tuple(NodeOffer(name) for _ in range(nodes)),
         chip=req.chip if per_node else None,

@@ -10,6 +10,7 @@ by an older tcl) is left.
 Then the code tarballs beside ``runs`` (``<work>/tcl/code/<sha256>.tar.gz``) that no attempt
 dir left names (its ``spec.json``'s ``code.sha256``) and that are older than the retention (and
 than ``CODE_MIN_AGE_S``: a tarball shipped for a run whose dir is not written yet) are evicted.
+The spec files are read only when some tarball is old enough to go.
 Nothing else is touched. stdout: one JSON line ``{"removed": N, "evicted": M, "error": ""}``.
 
 Standard library only, and nothing past Python 3.7 at run time: the login node's interpreter
@@ -61,7 +62,10 @@ def main(argv: list[str]) -> int:
         with contextlib.suppress(OSError):
             os.rmdir(run.path)  # empty once its attempts went
     code = os.path.join(os.path.dirname(runs), "code")
-    evicted = _evict_code(code, _named_code(runs), max(retention_s, CODE_MIN_AGE_S), now, errors)
+    old = _old_tarballs(code, max(retention_s, CODE_MIN_AGE_S), now)
+    # the specs are read only when a tarball is old enough to go: most releases find none
+    # (a tarball is touched each time a run uses it), and a cluster keeps thousands of runs
+    evicted = _evict_code(old, _named_code(runs), errors) if old else 0
     answer = {"removed": removed, "evicted": evicted, "error": "; ".join(errors)[:2000]}
     print(json.dumps(answer))
     return 0
@@ -85,20 +89,30 @@ def _named_code(runs: str) -> set[str]:
     return named
 
 
-def _evict_code(code: str, named: set[str], min_age_s: float, now: float, errors: list[str]) -> int:
-    """Remove the tarballs in ``code`` that no run names and older than ``min_age_s``."""
-    evicted = 0
+def _old_tarballs(code: str, min_age_s: float, now: float) -> dict[str, str]:
+    """The tarballs in ``code`` older than ``min_age_s``: their sha256 -> their path."""
+    old: dict[str, str] = {}
     try:
         entries = list(os.scandir(code))
     except OSError:
-        return 0  # no code shipped yet
+        return old  # no code shipped yet
     for e in entries:
-        if not e.name.endswith(CODE_SUFFIX) or e.name[: -len(CODE_SUFFIX)] in named:
+        if not e.name.endswith(CODE_SUFFIX):
+            continue
+        with contextlib.suppress(OSError):
+            if e.is_file(follow_symlinks=False) and now - e.stat().st_mtime >= min_age_s:
+                old[e.name[: -len(CODE_SUFFIX)]] = e.path
+    return old
+
+
+def _evict_code(old: dict[str, str], named: set[str], errors: list[str]) -> int:
+    """Remove the tarballs of ``old`` that no run names."""
+    evicted = 0
+    for sha, path in old.items():
+        if sha in named:
             continue
         try:
-            if not e.is_file(follow_symlinks=False) or now - e.stat().st_mtime < min_age_s:
-                continue
-            os.unlink(e.path)
+            os.unlink(path)
             evicted += 1
         except OSError as err:
             errors.append(str(err))
