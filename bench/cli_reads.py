@@ -1,7 +1,7 @@
-"""`tcl ps -a --json` and `tcl logs RUN` answered by the running `tcl serve` daemon against the
-same commands done in the CLI process (`TCL_SERVE=0`: the store opened, the backends imported),
-and the bare interpreter, interleaved in one run on the local default (median of N each; wall
-time and the command's CPU time).
+"""`tcl ps -a --json`, `tcl logs RUN` and `tcl hosts --check --json` answered by the running
+`tcl serve` daemon against the same commands done in the CLI process (`TCL_SERVE=0`: the store
+opened, the backends imported), and the bare interpreter, interleaved in one run on the local
+default (median of N each; wall time and the command's CPU time).
 
     uv run python bench/cli_reads.py [--reps 10] [--runs 20]
 
@@ -61,6 +61,11 @@ def main() -> None:
                 "tcl ps -a --json (in-process)": ([TCL, "ps", "-a", "--json"], here),
                 "tcl logs RUN (daemon)": ([TCL, "logs", run_id], env),
                 "tcl logs RUN (in-process)": ([TCL, "logs", run_id], here),
+                "tcl hosts --check --json (daemon)": ([TCL, "hosts", "--check", "--json"], env),
+                "tcl hosts --check --json (in-process)": (
+                    [TCL, "hosts", "--check", "--json"],
+                    here,
+                ),
             }
             for argv, e in cases.values():  # warm-up
                 timed(argv, e, work)
@@ -80,9 +85,9 @@ def main() -> None:
     med_cpu = {k: statistics.median(v) for k, v in cpus.items()}
     for name in cases:
         wall_ms, cpu_ms = med_wall[name] * 1000, med_cpu[name] * 1000
-        print(f"{name:<32} wall median {wall_ms:6.0f} ms  cpu {cpu_ms:6.0f} ms")
+        print(f"{name:<40} wall median {wall_ms:6.0f} ms  cpu {cpu_ms:6.0f} ms")
     base = med_wall["python -c pass"]
-    for what in ("tcl ps -a --json", "tcl logs RUN"):
+    for what in ("tcl ps -a --json", "tcl logs RUN", "tcl hosts --check --json"):
         d, h = f"{what} (daemon)", f"{what} (in-process)"
         print(f"ratio {what} in-process / daemon (cpu): {med_cpu[h] / med_cpu[d]:.2f}")
         print(f"ratio {what} daemon / python -c pass (wall): {med_wall[d] / base:.2f}")

@@ -1,4 +1,8 @@
-"""``tcl hosts [--check] [--json]``, ``tcl host setup HOST``, ``tcl host cloud-init``."""
+"""``tcl hosts [--check] [--json]``, ``tcl host setup HOST``, ``tcl host cloud-init``.
+
+``tcl hosts`` asks the ``tcl serve`` daemon when one answers (its SSH connections are warm:
+no handshake, no asyncssh import here); with none, the CLI asks the hosts itself
+(:mod:`tcl.control.hostlisting` builds the same listing either way)."""
 
 from __future__ import annotations
 
@@ -6,55 +10,32 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from tcl.cli._common import err, fail, out, print_json, with_control
+from tcl.cli._common import err, fail, globals_of, out, print_json, with_control
+from tcl.control.hostlisting import HostListing, HostsRequest
 
 if TYPE_CHECKING:
-    from tcl.control.lifecycle.idlehosts import IdleNode
-    from tcl.control.service import Control, HostStatus
+    from tcl.control.service import Control
 
 host_app = typer.Typer(help="Install the shim on a host.", no_args_is_help=True)
 
 
-def status_json(s: HostStatus, idle: IdleNode | None = None) -> dict[str, object]:
-    """The stable JSON form of a host (documented in docs/cli.md)."""
-    accs = []
-    if s.info is not None:
-        accs = [
-            {
-                "index": a.index,
-                "chip": a.chip,
-                "free": a.task_id is None and not a.busy_outside,
-                "task_id": a.task_id,
-                "fake": a.fake,
-            }
-            for a in s.info.accelerators
-        ]
-    return {
-        "name": s.name,
-        "type": s.type,
-        "address": s.address,
-        "reachable": s.reachable,
-        "detail": s.detail,
-        "accelerators": accs,
-        # a node with idle_timeout_s: seconds until the daemon deletes it (null: busy)
-        **({"idle_delete_in_s": _left(idle)} if idle is not None else {}),
-    }
+def _listing(ctx: typer.Context, req: HostsRequest) -> HostListing:
+    """From the daemon when one answers (its connections to the hosts are warm); else (or when
+    it goes away meanwhile) built here."""
+    from tcl.control.daemon.client import answering_daemon
+    from tcl.control.errors import DaemonError, TclError
 
+    client = answering_daemon()
+    if client is not None:
+        try:
+            return client.list_hosts(req)
+        except DaemonError:
+            pass  # it went away or broke: the hosts are asked from here, as with no daemon
+        except TclError as e:
+            raise fail(str(e), e.exit_code) from None
+    from tcl.control.hostlisting import list_hosts
 
-def _left(idle: IdleNode) -> float | None:
-    import time
-
-    left = idle.left_s(time.time())
-    return round(left, 1) if left is not None else None
-
-
-def _idle_text(idle: IdleNode | None) -> str:
-    if idle is None:
-        return ""
-    left = _left(idle)
-    if left is None:
-        return f" · busy (node deleted {idle.timeout_s:g} s after its last run)"
-    return f" · idle: node deleted in {left:.0f} s"
+    return with_control(ctx, lambda ctl: list_hosts(ctl, req.check))
 
 
 def cmd_hosts(
@@ -63,28 +44,20 @@ def cmd_hosts(
     as_json: Annotated[bool, typer.Option("--json", help="JSON list (stable).")] = False,
 ) -> None:
     """List the configured hosts in solver order (with --check: what each offers now)."""
-
-    async def body(ctl: Control) -> tuple[list[HostStatus], dict[str, IdleNode]]:
-        from tcl.control.lifecycle.idlehosts import idle_nodes, recent_runs
-
-        statuses = await ctl.host_statuses(check)
-        if not check:
-            return statuses, {}
-        return statuses, await idle_nodes(ctl, *await recent_runs(ctl.store, 500))
-
-    statuses, idle = with_control(ctx, body)
+    path, named = globals_of(ctx).config_location()
+    listing = _listing(ctx, HostsRequest(config_path=path, config_named=named, check=check))
     if as_json:
-        print_json([status_json(s, idle.get(s.name)) for s in statuses])
+        print_json([h.json_form() for h in listing.hosts])
         return
     from rich.table import Table
 
     t = Table(box=None, header_style="bold", pad_edge=False)
     for col in ("HOST", "TYPE", "ADDRESS", *(("STATUS", "OFFERS") if check else ())):
         t.add_column(col, overflow="fold")
-    for s in statuses:
-        row = [s.name, s.type, s.address]
+    for h in listing.hosts:
+        row = [h.name, h.type, h.address]
         if check:
-            row += ["ok" if s.reachable else "unreachable", s.detail + _idle_text(idle.get(s.name))]
+            row += ["ok" if h.reachable else "unreachable", h.detail + h.idle_text()]
         t.add_row(*row)
     out.print(t)
 

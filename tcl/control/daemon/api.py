@@ -17,6 +17,9 @@ Served on the Unix socket ``<state dir>/serve/daemon.sock`` (only this user can 
 - ``POST /api/runs``                        :class:`~tcl.control.runlisting.ListRequest` ->
                                             :class:`~tcl.control.runlisting.RunListing`
                                             (``tcl ps``: non-final runs refreshed)
+- ``POST /api/hosts``                       :class:`~tcl.control.hostlisting.HostsRequest` ->
+                                            :class:`~tcl.control.hostlisting.HostListing`
+                                            (``tcl hosts``: with ``check``, each host asked)
 - ``POST /api/stop``                        :class:`StopRequest` -> :class:`RunEnd` (once the
                                             job is stopped and its accelerators are free)
 - ``POST /api/hosts/{name}/forget``         204; drop what is cached about a host

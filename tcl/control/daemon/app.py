@@ -10,12 +10,11 @@ the terminal closed) cancels its work: a submit not finished yet cleans up as a 
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 import os
 import secrets
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -23,7 +22,6 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from tcl.control.catchup import catch_up, newest_run_id
 from tcl.control.config import load_config_at
 from tcl.control.daemon.api import (
     API_VERSION,
@@ -38,19 +36,18 @@ from tcl.control.daemon.api import (
     StopRequest,
     SubmitRequest,
 )
+from tcl.control.daemon.streams import KEPT_QUEUE, QueueObserver, follow_into, kept_into, reported
 from tcl.control.daemon.supervisor import Supervisor
 from tcl.control.errors import StoreError, SubmitCancelled, TclError
-from tcl.control.lifecycle.follow import follow
+from tcl.control.hostlisting import HostListing, HostsRequest, list_hosts
 from tcl.control.lifecycle.idlehosts import IdleHosts
 from tcl.control.lifecycle.ownership import run_config
 from tcl.control.lifecycle.reconcile import RunController
 from tcl.control.lifecycle.submit import submission_from, submit
-from tcl.control.logcache import KeptEvent, LogCache
 from tcl.control.runlisting import ListRequest, RunListing, list_runs
 from tcl.control.service import Control
 from tcl.control.store import Run, Store
 from tcl.control.sweep.scheduler import Scheduler
-from tcl.runner.api import EventKind
 
 if TYPE_CHECKING:
     from tcl.control.transport.ssh import SshPool
@@ -58,11 +55,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("tcl.serve")
 NDJSON = "application/x-ndjson"
 TRACE = os.environ.get("TCL_TRACE") == "1"  # inherited from the tcl that started the daemon
-# `tcl logs` without -f: kept events are read from the file this many at a time (in a
-# thread, off the event loop), into a queue that holds at most KEPT_QUEUE lines: a client
-# slower than the read makes the read wait, never the daemon hold the whole log.
-KEPT_BATCH = 256
-KEPT_QUEUE = 2 * KEPT_BATCH
 
 
 class Daemon:
@@ -158,90 +150,6 @@ class Daemon:
         self.store.close()
 
 
-class _QueueObserver:
-    """The submit's progress, as lines of its stream."""
-
-    def __init__(self, queue: asyncio.Queue[Line | None]) -> None:
-        self.queue = queue
-
-    def status(self, text: str) -> None:
-        self.queue.put_nowait(Line(kind=LineKind.STATUS, text=text))
-
-    def progress(self, done: int, total: int) -> None:
-        self.queue.put_nowait(Line(kind=LineKind.PROGRESS, done=done, total=total))
-
-    def note(self, text: str) -> None:
-        self.queue.put_nowait(Line(kind=LineKind.NOTE, text=text))
-
-
-async def _follow_into(
-    ctl: Control,
-    run_ref: str,
-    after: int,
-    queue: asyncio.Queue[Line | None],
-    controller: RunController | None,
-) -> None:
-    def on_event(e: KeptEvent) -> None:
-        queue.put_nowait(Line(kind=LineKind.EVENT, event=e))
-
-    def on_reconnect(why: str) -> None:
-        queue.put_nowait(Line(kind=LineKind.RECONNECTING, text=why))
-
-    run = ctl.store.resolve(run_ref)
-    final = await follow(ctl, run, on_event, on_reconnect, after=after, controller=controller)
-    end = RunEnd(run_id=final.id, state=final.state.value, exit_code=final.exit_code)
-    queue.put_nowait(Line(kind=LineKind.END, run=end))
-
-
-async def _kept_into(
-    ctl: Control, run_ref: str, after: int, queue: asyncio.Queue[Line | None]
-) -> None:
-    """``tcl logs`` without ``-f``: the host asked for what is not kept yet (unless the run's
-    controller keeps it), then the kept log events after ``after``, then ``end``."""
-    if not run_ref:
-        run_ref = await asyncio.to_thread(newest_run_id, ctl)
-        await queue.put(Line(kind=LineKind.NOTE, text=f"logs of the most recent run, {run_ref}"))
-    caught = await catch_up(ctl, run_ref)
-    if caught.unreachable:
-        text = f"warning: {caught.unreachable}; showing kept logs"
-        await queue.put(Line(kind=LineKind.NOTE, text=text))
-    kept = LogCache(caught.run_id).read(after=after, kind=EventKind.LOG)
-    while batch := await asyncio.to_thread(_next, kept, KEPT_BATCH):
-        for e in batch:
-            await queue.put(Line(kind=LineKind.EVENT, event=e))  # waits while the queue is full
-    run = await asyncio.to_thread(ctl.store.get_run, caught.run_id)
-    end = RunEnd(run_id=run.id, state=run.state.value, exit_code=run.exit_code)
-    await queue.put(Line(kind=LineKind.END, run=end))
-
-
-def _next(events: Iterator[KeptEvent], n: int) -> list[KeptEvent]:
-    return list(itertools.islice(events, n))
-
-
-async def _reported(work: Callable[[], Awaitable[None]], queue: asyncio.Queue[Line | None]) -> None:
-    """Run ``work``; its failure becomes the stream's last line. The stream ends after it.
-    (A bounded ``queue`` makes these waits for room; cancelled, the end goes in at once.)"""
-    last: Line | None = None
-    try:
-        await work()
-    except SubmitCancelled as e:
-        last = Line(kind=LineKind.ERROR, text=str(e), exit_code=e.exit_code, cancelled=True)
-    except TclError as e:
-        last = Line(kind=LineKind.ERROR, text=str(e), exit_code=e.exit_code)
-    except asyncio.CancelledError:
-        if queue.full():  # the stream may still read (a cancelled follow): it must end
-            queue.get_nowait()
-        queue.put_nowait(None)
-        raise
-    except Exception as e:  # a bug: the user sees one line, the daemon's log the traceback
-        log.exception("request failed")
-        text = f"tcl serve failed: {type(e).__name__}: {e} (see its log)"
-        last = Line(kind=LineKind.ERROR, text=text)
-    if last is not None:
-        await queue.put(last)
-    await queue.put(None)
-
-
 async def _stream(
     d: Daemon, queue: asyncio.Queue[Line | None], task: asyncio.Task[None], first: Line | None
 ) -> AsyncIterator[bytes]:
@@ -311,7 +219,7 @@ def create_app(d: Daemon) -> ASGIApp:
             try:
                 sub = submission_from(req)
                 try:
-                    res = await submit(ctl, sub, _QueueObserver(queue), check_job=False)
+                    res = await submit(ctl, sub, QueueObserver(queue), check_job=False)
                 except asyncio.CancelledError:
                     # cancelled before it reached a step that reports its own cancel (a
                     # Ctrl-C as the stream opened): the stream says so, as for a later one
@@ -321,12 +229,12 @@ def create_app(d: Daemon) -> ASGIApp:
                 if d.controller is not None:
                     d.controller.wake()  # it owns the run from now on, followed or not
                 if req.follow:
-                    await _follow_into(ctl, res.run_id, 0, queue, d.controller)
+                    await follow_into(ctl, res.run_id, 0, queue, d.controller)
             finally:
                 d.submissions.pop(sid, None)
                 await ctl.aclose()
 
-        task = d.spawn(_reported(work, queue))
+        task = d.spawn(reported(work, queue))
         d.submissions[sid] = task
         first = Line(kind=LineKind.ACCEPTED, submission=sid)
         return StreamingResponse(_stream(d, queue, task, first), media_type=NDJSON)
@@ -347,13 +255,13 @@ def create_app(d: Daemon) -> ASGIApp:
             ctl = d.control(req.config_path, req.config_named)
             try:
                 if req.once:
-                    await _kept_into(ctl, req.run, req.after, queue)
+                    await kept_into(ctl, req.run, req.after, queue)
                 else:
-                    await _follow_into(ctl, req.run, req.after, queue, d.controller)
+                    await follow_into(ctl, req.run, req.after, queue, d.controller)
             finally:
                 await ctl.aclose()
 
-        task = d.spawn(_reported(work, queue))
+        task = d.spawn(reported(work, queue))
         return StreamingResponse(_stream(d, queue, task, None), media_type=NDJSON)
 
     @app.post("/api/runs")
@@ -361,6 +269,14 @@ def create_app(d: Daemon) -> ASGIApp:
         ctl = d.control(req.config_path, req.config_named)
         try:
             return await list_runs(ctl, req)
+        finally:
+            await ctl.aclose()
+
+    @app.post("/api/hosts")
+    async def post_hosts(req: HostsRequest) -> HostListing:
+        ctl = d.control(req.config_path, req.config_named)
+        try:
+            return await list_hosts(ctl, req.check)
         finally:
             await ctl.aclose()
 

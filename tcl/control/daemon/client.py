@@ -33,6 +33,7 @@ from tcl.control.daemon.api import (
 from tcl.control.daemon.identity import current_identity, daemon_dir, refusal, shares
 from tcl.control.detached import ensure_started, spawn_until, stop_pid
 from tcl.control.errors import AgentError, DaemonError, TclError
+from tcl.control.hostlisting import HostListing, HostsRequest
 from tcl.control.runlisting import ListRequest, RunListing
 from tcl.localsock import PeerError, UnixHTTPConnection
 
@@ -107,6 +108,12 @@ class DaemonClient:
         """``tcl ps``'s listing, non-final runs refreshed (a host that does not answer is
         asked within its own bounded budget)."""
         return RunListing.model_validate(self._request("POST", "/api/runs", req, LISTING_TIMEOUT_S))
+
+    def list_hosts(self, req: HostsRequest) -> HostListing:
+        """``tcl hosts``'s listing (with ``check``, each host asked within its own budget)."""
+        return HostListing.model_validate(
+            self._request("POST", "/api/hosts", req, LISTING_TIMEOUT_S)
+        )
 
     def stop(self, req: StopRequest) -> RunEnd:
         """Stop a run; answered once its job is stopped and what it held is free."""

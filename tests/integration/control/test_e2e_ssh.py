@@ -17,16 +17,11 @@ Only the accelerators are fake (there is no GPU here); everything else is the re
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import signal
 import socket
 import subprocess
-import sys
 import time
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,11 +29,19 @@ import docker.errors
 import httpx
 import pytest
 
-from tests.integration.tclcli import TCL, TclEnv, run_tcl
+from tests.integration.control.sshlab import (
+    VENV,
+    Env,
+    cleanup,
+    free_port,
+    git,
+    kill_connections,
+    stop_shims,
+)
+from tests.integration.tclcli import TCL, run_tcl
 from tests.testbed import SshTestbed
 from tests.uvproject import DEP, GROUP, GROUP_DEP, make_project
 
-VENV = str(Path(sys.executable).parent.parent)
 N_LINES = 400
 
 JOB = f"""
@@ -50,49 +53,6 @@ for i in range({N_LINES}):
 print("FILES", sorted(os.listdir(".")), flush=True)
 print("TRAIN", open("train.py").read().strip(), flush=True)
 """
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@dataclass
-class Env(TclEnv):
-    shim_dirs: dict[str, Path]
-
-
-def _cleanup(env: Env, docker_client: Any) -> None:
-    """Stop what the tests left running, then remove any container of our runs."""
-    runs = json.loads(env.tcl("ps", "-a", "--json", check=False).stdout or "[]")
-    for r in runs:
-        if r["state"] not in ("succeeded", "failed", "terminated"):
-            env.tcl("stop", "--grace", "1", r["run_id"], check=False)
-    ids = tuple(r["run_id"] for r in runs)
-    # the low-level list (the high-level one inspects each container, and a shim may remove
-    # one in between: NotFound)
-    for c in docker_client.api.containers(all=True, filters={"label": "tcl.shim.task-id"}):
-        if ids and (c.get("Labels") or {}).get("tcl.shim.task-id", "").startswith(ids):
-            with contextlib.suppress(docker.errors.NotFound):
-                docker_client.api.remove_container(c["Id"], force=True)
-
-
-def stop_shims(shim_dirs: Iterable[Path]) -> None:
-    """Stop the daemon shims `tcl host setup` started (pid files in their dirs)."""
-    for d in shim_dirs:
-        pid_file = d / "shim.pid"
-        if pid_file.exists():
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(int(pid_file.read_text()), signal.SIGTERM)
-
-
-def _git(repo: Path, *args: str) -> None:
-    subprocess.run(
-        ["git", "-C", str(repo), "-c", "user.email=t@t", "-c", "user.name=t", *args],
-        check=True,
-        capture_output=True,
-    )
 
 
 @pytest.fixture(scope="module")
@@ -115,22 +75,22 @@ def e2e(
     config = root / "config.yaml"
     config.write_text(f"""
 hosts:
-  dead: {{type: ssh, ssh: 127.0.0.1, port: {_free_port()}, {common}}}
+  dead: {{type: ssh, ssh: 127.0.0.1, port: {free_port()}, {common}}}
   gpu-a100: {{type: ssh, ssh: 10.213.0.11, proxy_jump: "127.0.0.1:2222", {common},
-             shim_port: {_free_port()},
+             shim_port: {free_port()},
              shim_dir: {shim_dirs["gpu-a100"]}, executor: process, fake_accelerators: "a100:4",
              uv_groups: [{GROUP}]}}
-  gpu-h100: {{type: ssh, ssh: 127.0.0.1, port: 2222, {common}, shim_port: {_free_port()},
+  gpu-h100: {{type: ssh, ssh: 127.0.0.1, port: 2222, {common}, shim_port: {free_port()},
              shim_dir: {shim_dirs["gpu-h100"]}, executor: docker, fake_accelerators: "h100:8",
              image: "{runner_image}"}}
 priority: [dead, gpu-a100, gpu-h100]
 """)
     env = Env(home, config, repo, shim_dirs)
-    _git(repo, "init", "-q")
+    git(repo, "init", "-q")
     (repo / ".gitignore").write_text("*.ckpt\n")
     (repo / "train.py").write_text("print('committed')\n")
-    _git(repo, "add", "-A")
-    _git(repo, "commit", "-q", "-m", "init")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "init")
     (repo / "train.py").write_text("print('uncommitted edit')\n")
     (repo / "untracked_new.py").write_text("x = 1\n")
     (repo / "weights.ckpt").write_text("ignored\n")
@@ -141,7 +101,7 @@ priority: [dead, gpu-a100, gpu-h100]
             assert info["started"].startswith("daemon"), info
         yield env
     finally:
-        _cleanup(env, docker_client)
+        cleanup(env, docker_client)
         stop_shims(shim_dirs.values())
 
 
@@ -225,17 +185,6 @@ def _accepted(tb: SshTestbed) -> int:
     return (tb.dir / "sshd_lo.log").read_text().count("Accepted publickey")
 
 
-def _kill_connections(tb: SshTestbed) -> int:
-    """Kill every per-connection child of the 127.0.0.1:2222 sshd (cuts forwards too)."""
-    listener = tb.pid("lo")
-    out = subprocess.run(
-        ["ps", "-o", "pid=", "--ppid", str(listener)], capture_output=True, text=True, check=False
-    ).stdout.split()
-    for pid in out:
-        os.kill(int(pid), signal.SIGKILL)
-    return len(out)
-
-
 def _follow(e2e: Env, run_id: str) -> subprocess.Popen[str]:
     """`tcl logs -f RUN`, its output piped."""
     return subprocess.Popen(
@@ -264,7 +213,7 @@ def test_submit_follow_through_a_cut_ssh_connection(e2e: Env, ssh_testbed: SshTe
     for line in follow.stdout:
         seen.append(line.rstrip("\n"))
         if len(seen) >= 120 and not cut:  # until a live connection is there to cut
-            cut = _kill_connections(ssh_testbed)
+            cut = kill_connections(ssh_testbed)
     err = follow.stderr.read() if follow.stderr else ""
     assert follow.wait(60) == 0, err
     assert cut >= 1
@@ -303,7 +252,7 @@ sys.exit(3)
 def _cut(tb: SshTestbed) -> int:
     """Cut the live connections (waiting for one to exist: the owner reconnects first)."""
     deadline = time.monotonic() + 60
-    while not (killed := _kill_connections(tb)):
+    while not (killed := kill_connections(tb)):
         assert time.monotonic() < deadline, "no connection to cut"
         time.sleep(0.05)
     return killed
@@ -350,6 +299,13 @@ def test_submits_reuse_the_daemons_warm_ssh_connection(e2e: Env, ssh_testbed: Ss
         )
         assert res.stdout.splitlines()[-1:] == [f"warm {i}"], res.stderr
     assert _daemon_ssh_connects(e2e.home) == before  # the same daemon, no new connection
+    # `tcl hosts --check` asks the daemon: the hosts over its warm connections (a second look
+    # opens none), the same answer the CLI gives without it
+    served = e2e.tcl_json("hosts", "--check")
+    warm = _daemon_ssh_connects(e2e.home)
+    assert e2e.tcl_json("hosts", "--check") == served and _daemon_ssh_connects(e2e.home) == warm
+    alone = run_tcl(["hosts", "--check", "--json"], {**e2e.env(), "TCL_SERVE": "0"}, e2e.repo)
+    assert json.loads(alone.stdout) == served
 
 
 def _daemon_ssh_connects(home: Path) -> tuple[int, int]:

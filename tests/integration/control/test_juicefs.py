@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.control.test_e2e_ssh import VENV, Env, _cleanup, _free_port, _git, stop_shims
+from tests.integration.control.sshlab import VENV, Env, cleanup, free_port, git, stop_shims
 from tests.integration.jobs.helpers import resumable_gpt_yaml
 from tests.testbed import JuicefsVolume, SshTestbed
 
@@ -114,7 +114,7 @@ def cluster(
     repo.mkdir()
     env = Env(home, base / "config.yaml", repo, {h: base / f"shim-{h}" for h in HOSTS})
     root = f"/mnt/tcl-jfs-{uuid.uuid4().hex[:8]}"
-    c = Cluster(env, ssh_testbed, juicefs_volume, root, {h: _free_port() for h in HOSTS}, base)
+    c = Cluster(env, ssh_testbed, juicefs_volume, root, {h: free_port() for h in HOSTS}, base)
     env.config.write_text(
         _config(
             c,
@@ -123,7 +123,7 @@ def cluster(
         )
     )
     env.config.chmod(0o600)
-    _git(repo, "init", "-q")
+    git(repo, "init", "-q")
     (repo / "gpt.yaml").write_text(GPT)
     (repo / "write.py").write_text(
         "import os, sys\n"
@@ -141,7 +141,7 @@ def cluster(
             env.tcl("host", "setup", h, "--json")
         yield c
     finally:
-        _cleanup(env, docker_client)
+        cleanup(env, docker_client)
         stop_shims(env.shim_dirs.values())
         for h in HOSTS:  # the mounts outlive the shims: unmount them (the hosts stay)
             for r in (root, f"{root}-bad"):
@@ -307,7 +307,7 @@ def test_a_volume_that_cannot_be_mounted_starts_nothing(
     if case == "wrong-password":
         url = c.vol.mount_url(password="not-the-password")
     else:
-        url = c.vol.mount_url().replace(f":{c.vol.port}/", f":{_free_port()}/")
+        url = c.vol.mount_url().replace(f":{c.vol.port}/", f":{free_port()}/")
     config = c.base / f"config-{case}.yaml"
     config.write_text(_config(c, f"{{root: {bad_root}, mount: '{url}'}}"))
     config.chmod(0o600)

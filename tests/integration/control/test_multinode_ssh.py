@@ -17,12 +17,12 @@ from typing import Any
 
 import pytest
 
-from tests.integration.control.test_e2e_ssh import (
+from tests.integration.control.sshlab import (
     VENV,
     Env,
-    _cleanup,
-    _free_port,
-    _git,
+    cleanup,
+    free_port,
+    git,
     stop_shims,
 )
 from tests.testbed import SshTestbed
@@ -104,13 +104,13 @@ def pair(
     config.write_text(f"""
 clusters: {{pair: {{}}}}
 hosts:
-  n0: {{type: ssh, ssh: 10.213.0.11, {common}, shim_port: {_free_port()},
+  n0: {{type: ssh, ssh: 10.213.0.11, {common}, shim_port: {free_port()},
        shim_dir: {shim_dirs["n0"]}}}
-  n1: {{type: ssh, ssh: 10.213.0.12, {common}, shim_port: {_free_port()},
+  n1: {{type: ssh, ssh: 10.213.0.12, {common}, shim_port: {free_port()},
        shim_dir: {shim_dirs["n1"]}}}
 """)
     env = Env(home, config, repo, shim_dirs)
-    _git(repo, "init", "-q")
+    git(repo, "init", "-q")
     (repo / "psum.py").write_text(PSUM)
     (repo / "hang.py").write_text(HANG)
     try:
@@ -118,7 +118,7 @@ hosts:
             env.tcl("host", "setup", host, "--json")
         yield env
     finally:
-        _cleanup(env, docker_client)
+        cleanup(env, docker_client)
         stop_shims(shim_dirs.values())
 
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integration.control.test_e2e_ssh import Env, e2e
+from tests.integration.control.sshlab import Env
+from tests.integration.control.test_e2e_ssh import e2e
 from tests.integration.remote.test_writeback_oracle import assert_same, oracle_through_tcl
 
 __all__ = ["e2e"]  # the module's fixture: sshd hosts with shims, a repo

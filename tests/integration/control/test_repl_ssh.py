@@ -7,7 +7,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from tests.integration.control.test_e2e_ssh import Env, _kill_connections, e2e
+from tests.integration.control.sshlab import Env, kill_connections
+from tests.integration.control.test_e2e_ssh import e2e
 from tests.integration.control.test_repl_local import add_files, edit_every_kind, shipped
 from tests.integration.replcli import start_repl
 from tests.testbed import SshTestbed
@@ -55,7 +56,7 @@ def test_repl_in_a_container_through_a_cut_connection_and_sync(
         run_id = next(r["run_id"] for r in e2e.tcl_json("ps") if r["host"] == "gpu-h100")
         assert _remote_tree(docker_client, run_id) == shipped(e2e.repo)
 
-        assert _kill_connections(ssh_testbed) > 0  # the tunnel under the forward is gone
+        assert kill_connections(ssh_testbed) > 0  # the tunnel under the forward is gone
         status, body = repl.get("/api/status")
         assert status == 200 and "started" in body, body  # a new connection reconnected it
 

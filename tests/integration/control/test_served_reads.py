@@ -1,6 +1,7 @@
-"""`tcl ps`, `tcl logs` and `tcl stop` through the `tcl serve` daemon (real processes, the local
-default): while a daemon answers, the CLI asks it and imports neither the store nor the
-backends; the answers, and a user's error, are what the CLI builds itself when no daemon runs."""
+"""`tcl ps`, `tcl logs`, `tcl stop` and `tcl hosts` through the `tcl serve` daemon (real
+processes, the local default): while a daemon answers, the CLI asks it and imports neither the
+store nor the backends; the answers, and a user's error, are what the CLI builds itself when no
+daemon runs."""
 
 from __future__ import annotations
 
@@ -59,7 +60,7 @@ def _probe(home: Path, *args: str) -> tuple[int, str, str, set[str]]:
 Probe = tuple[int, str, str]  # exit code, stdout, stderr
 
 
-def test_ps_logs_and_stop_ask_the_daemon_and_answer_as_without_one(tmp_path: Path) -> None:
+def test_ps_logs_stop_and_hosts_ask_the_daemon_and_answer_as_without_one(tmp_path: Path) -> None:
     home = tmp_path
     (home / "work").mkdir()
     env = user_env(home)
@@ -98,6 +99,7 @@ def test_ps_logs_and_stop_ask_the_daemon_and_answer_as_without_one(tmp_path: Pat
             ("logs", "-f"),
             ("logs", "nosuch"),
             ("stop", "nosuch"),
+            ("hosts", "--check", "--json"),
         ]
         answers = {args: served(*args) for args in commands}
         table = served("ps", "-a")
@@ -120,6 +122,8 @@ def test_ps_logs_and_stop_ask_the_daemon_and_answer_as_without_one(tmp_path: Pat
             "",
             "error: no matrix 'nosuch' (see `tcl matrix ls`)",
         )
+        (local,) = json.loads(answers[("hosts", "--check", "--json")][1])
+        assert local["name"] == "local" and local["reachable"] is True, local
         unknown = (1, "", "error: no run matches 'nosuch' (see `tcl ps -a`)")
         assert answers[("logs", "nosuch")] == answers[("stop", "nosuch")] == unknown
     finally:

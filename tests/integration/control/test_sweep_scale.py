@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.control.test_e2e_ssh import VENV, _free_port, stop_shims
+from tests.integration.control.sshlab import VENV, free_port, stop_shims
 from tests.integration.tclcli import TCL, stop_local_shim_and_tasks, stored_matrix_status
 from tests.testbed import SshTestbed, postgres_outage, private_schema
 
@@ -69,9 +69,9 @@ class Cluster:
         self.config.write_text(
             "hosts:\n"
             + (here if local else "")
-            + f"  g1: {{type: ssh, ssh: {tb.ip(1)}, {common}, shim_port: {_free_port()}, "
+            + f"  g1: {{type: ssh, ssh: {tb.ip(1)}, {common}, shim_port: {free_port()}, "
             f"shim_dir: {self.shim_dirs['g1']}}}\n"
-            f"  g2: {{type: ssh, ssh: {tb.ip(2)}, {common}, shim_port: {_free_port()}, "
+            f"  g2: {{type: ssh, ssh: {tb.ip(2)}, {common}, shim_port: {free_port()}, "
             f"shim_dir: {self.shim_dirs['g2']}}}\n"
         )
         self.homes: list[Path] = []

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-import tcl.control.daemon.app as daemon_app
+import tcl.control.daemon.streams as daemon_app
 from tcl.control.config import parse_config
 from tcl.control.daemon.api import Line, LineKind
 from tcl.control.logcache import KeptEvent, LogCache
@@ -50,7 +50,7 @@ async def test_a_kept_log_is_read_no_faster_than_the_client_takes_it(
     monkeypatch.setattr(LogCache, "read", counted)
     ctl = Control(parse_config("hosts: {}\n"), store)
     queue: asyncio.Queue[Line | None] = asyncio.Queue(daemon_app.KEPT_QUEUE)
-    task = asyncio.create_task(daemon_app._kept_into(ctl, RUN, 0, queue))
+    task = asyncio.create_task(daemon_app.kept_into(ctl, RUN, 0, queue))
     try:
         async with asyncio.timeout(30):
             while not queue.full():  # nobody reads yet
