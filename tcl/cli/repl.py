@@ -103,20 +103,31 @@ def cmd_repl(
         with_control(ctx, record_base)
     else:
         run_ref = attach
+    progress: dict[str, bool] = {}
     try:
-        run_id = with_control(
-            ctx, lambda ctl: _serve(ctl, run_ref, sync, no_browser, port, timeout_s)
+        with_control(
+            ctx, lambda ctl: _serve(ctl, run_ref, sync, no_browser, port, timeout_s, progress)
         )
-    except KeyboardInterrupt:
-        run_id = None
-    if run_id is None:  # Ctrl-C: the forward is closed
-        _after_interrupt(ctx, attach or run_ref)
+    except KeyboardInterrupt:  # Ctrl-C: the forward is closed
+        if progress.get("ready") or attach is not None:
+            _after_interrupt(ctx, run_ref)
+        else:  # still waiting (in a scheduler's queue, starting): nothing to keep yet
+            state = _stop(ctx, run_ref)
+            err.print(f"run {run_ref} {state}: cancelled while it waited", markup=False)
+            raise typer.Exit(130) from None
 
 
 async def _serve(
-    ctl: Control, run_ref: str, sync: bool, no_browser: bool, port: int, timeout_s: float
+    ctl: Control,
+    run_ref: str,
+    sync: bool,
+    no_browser: bool,
+    port: int,
+    timeout_s: float,
+    progress: dict[str, bool],
 ) -> str:
-    """Forward a local port to the run's Jupyter until the run ends (returns its id)."""
+    """Forward a local port to the run's Jupyter until the run ends (returns its id);
+    ``progress["ready"]`` once the session answered."""
     import asyncio
     import contextlib
 
@@ -126,6 +137,7 @@ async def _serve(
     tgt, info = await interactive.wait_ready(
         ctl, run.id, timeout_s, lambda why: err.print(f"waiting: {why}", markup=False)
     )
+    progress["ready"] = True
     fwd = interactive.forward(
         tgt, port, on_reconnect=lambda why: err.print(f"forward: {why}", markup=False)
     )
@@ -173,12 +185,18 @@ def _after_interrupt(ctx: typer.Context, run_ref: str) -> None:
         )
         raise typer.Exit(0)
 
+    err.print(f"run {run_ref} {_stop(ctx, run_ref)}", markup=False)
+
+
+def _stop(ctx: typer.Context, run_ref: str) -> str:
+    """Stop the run (on SLURM a scancel, queued or not: no allocation is left behind)."""
+
     async def go(ctl: Control) -> str:
         from tcl.control.lifecycle.stop import stop as stop_run
 
         return (await stop_run(ctl, ctl.store.resolve(run_ref), 10.0)).state.value
 
-    err.print(f"run {run_ref} {with_control(ctx, go)}", markup=False)
+    return with_control(ctx, go)
 
 
 def register(app: typer.Typer) -> None:

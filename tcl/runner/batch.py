@@ -57,6 +57,7 @@ class StatusFile:
 
 
 TOKEN_KEY = "runner_token"  # beside the JobSpec's keys in a batch spec file; never sent on
+PORT_FILE = "runner.port"  # in the state dir: where --serve listens (slurm.session reads it)
 CLUSTER_FS_KEY = "cluster_fs"  # beside them too: what this node mounts (its password included)
 
 
@@ -217,7 +218,8 @@ async def _drive_serving(
 ) -> None:
     from tcl.runner.server import Server
 
-    server = Server(runner, *serve, token)
+    # the bound port (a port 0 was asked for: any free one), for the control plane
+    server = Server(runner, *serve, token, port_file=runner.config.state_dir / PORT_FILE)
     task = asyncio.create_task(server.serve())
     try:
         await server.started()

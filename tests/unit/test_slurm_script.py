@@ -127,3 +127,25 @@ def test_parse_squeue() -> None:
     assert rows["13"].restarts == 1 and rows["13"].nodes == "node[1-2]"
     assert parse.ended_state("CANCELLED").value == "terminated"
     assert parse.ended_state("TIMEOUT").value == "failed"
+
+
+def test_a_session_serves_its_api_and_its_token_is_in_the_spec_file_only() -> None:
+    import json
+
+    from tcl.control.backends.slurm import session
+    from tcl.control.backends.slurm.backend import spec_line
+    from tcl.runner.api import JobSpec, SessionKind, SessionSpec
+    from tcl.runner.batch import TOKEN_KEY
+
+    text = render(_script(serve=session.SERVE_ADDR))
+    assert "--serve 0.0.0.0:0" in text
+    assert "--serve" not in render(_script())
+    job = JobSpec(run_id="r", session=SessionSpec(kind=SessionKind.JUPYTER))
+    token = session.new_token()
+    line = json.loads(spec_line(job, None, token))
+    assert line[TOKEN_KEY] == token and line["session"]["kind"] == "jupyter"
+    assert token not in text
+    answer = '{"token": "t", "port": 4, "addr": "10.0.0.2"}\n'
+    assert session.parse_answer(answer, "hpc") == ("t", 4, "10.0.0.2")
+    with pytest.raises(TclError, match="hpc: its runner is not serving yet"):
+        session.parse_answer('{"why": "its runner is not serving yet"}', "hpc")

@@ -31,7 +31,7 @@ from tcl.control.backends.base import (
     worst_state,
 )
 from tcl.control.backends.base import Handle as BaseHandle
-from tcl.control.backends.slurm import parse, remote
+from tcl.control.backends.slurm import parse, remote, session
 from tcl.control.backends.slurm.handle import SlurmHandle, SlurmLogin
 from tcl.control.backends.slurm.jobnames import job_name, read_job_name
 from tcl.control.backends.slurm.script import BatchScript, render
@@ -42,9 +42,11 @@ from tcl.control.errors import AgentError, ConfigError, TclError
 from tcl.control.shipping import Snapshot
 from tcl.control.solver import Request
 from tcl.control.states import RunState
+from tcl.control.transport.agents import RunnerApi
+from tcl.control.transport.httpagents import HttpRunner
 from tcl.control.transport.ssh import SshTarget
 from tcl.runner.api import Event, JobSpec, RunnerState
-from tcl.runner.batch import CLUSTER_FS_KEY
+from tcl.runner.batch import CLUSTER_FS_KEY, PORT_FILE, TOKEN_KEY
 from tcl.runner.jobenv import JOB_TCL_PATH_VAR
 from tcl.shim.api import ClusterFs
 
@@ -55,6 +57,7 @@ PAGE_LIMIT = 5000
 class SlurmBackend(Backend):
     kind = "slurm"
     handle_model = SlurmHandle
+    interactive = True  # a session's runners serve their API, reached through the login node
 
     # config --------------------------------------------------------------------------------
 
@@ -180,6 +183,7 @@ class SlurmBackend(Backend):
             extra_env=(
                 () if cfg.container == "none" else ((JOB_TCL_PATH_VAR, IMAGE_JOB_TCL_PATH),)
             ),
+            serve=session.SERVE_ADDR if job.session is not None else None,
         )
 
     def dry_run(self, plan: Offer, job: JobSpec, image: str | None) -> str:
@@ -236,11 +240,11 @@ class SlurmBackend(Backend):
         job = job.model_copy(update={"env": {**out_dir, **cfg.env, **job.env}})
         text = render(self._script(plan, job, cfg, work, run_dir, code, runner))
         obs.status(f"sbatch on {name}")
-        # one round trip: the spec (secrets, the mount's password; one JSON line) over stdin
-        # into a 0600 file, then the script, then sbatch
-        res = await pool.run(
-            target, ["sh", "-c", _SUBMIT, "sh", run_dir], input=spec_line(job, fs) + "\n" + text
-        )
+        # one round trip: the spec (secrets, the mount's password, a session's token; one JSON
+        # line) over stdin into a 0600 file, then the script, then sbatch
+        token = session.new_token() if job.session is not None else None
+        spec = spec_line(job, fs, token)
+        res = await pool.run(target, ["sh", "-c", _SUBMIT, "sh", run_dir], input=f"{spec}\n{text}")
         job_id = res.stdout.strip().split(";")[0]
         if not job_id.isdigit():
             raise AgentError(f"{name}: sbatch answered {res.stdout.strip()!r}")
@@ -257,6 +261,18 @@ class SlurmBackend(Backend):
         )
 
     # a launched run ------------------------------------------------------------------------
+
+    async def runner(self, handle: BaseHandle, node: int) -> RunnerApi:
+        """Node ``node``'s runner API (a session's), through the login node: one round trip
+        reads its token, port and address, then the pool forwards a local port there."""
+        assert isinstance(handle, SlurmHandle)
+        pool, target = self.inputs.ssh_pool(), self._handle_target(handle)
+        argv = [handle.login.python, "-c", session.RUNNER_PY, handle.run_dir]
+        argv += [handle.state_dir(node), handle.job_id, TOKEN_KEY, PORT_FILE]
+        res = await pool.run(target, argv, timeout_s=60)
+        token, port, addr = session.parse_answer(res.stdout, handle.host)
+        local = await pool.forward(target, port, remote_host=addr)
+        return HttpRunner(f"http://127.0.0.1:{local}", token, f"runner {handle.job_id}")
 
     async def events(self, handle: BaseHandle, node: int, after: int, wait_s: float) -> NodePage:
         assert isinstance(handle, SlurmHandle)
@@ -409,7 +425,7 @@ class SlurmBackend(Backend):
             rows = await self._sinfo(host)
         except TclError as e:
             return HostCheck(False, str(e).splitlines()[0])
-        return HostCheck(True, summary(rows))
+        return HostCheck(True, parse.summary(rows))
 
     async def reset(self, handle: BaseHandle | None = None) -> None:
         if isinstance(handle, SlurmHandle):
@@ -445,34 +461,21 @@ _SUBMIT = (
 )
 
 
-def spec_line(job: JobSpec, fs: ClusterFs | None) -> str:
-    """The spec file's one line: the JobSpec, with what each node mounts beside it."""
-    if fs is None:
+def spec_line(job: JobSpec, fs: ClusterFs | None, token: str | None = None) -> str:
+    """The spec file's one line: the JobSpec, with what each node mounts and the token its
+    served API needs (a session) beside it."""
+    if fs is None and token is None:
         return job.model_dump_json()
     body = job.model_dump(mode="json")
-    body[CLUSTER_FS_KEY] = fs.model_dump(mode="json")
+    if fs is not None:
+        body[CLUSTER_FS_KEY] = fs.model_dump(mode="json")
+    if token is not None:
+        body[TOKEN_KEY] = token
     return json.dumps(body, separators=(",", ":"))
 
 
 def _ordered(cfg: SlurmHost) -> list[Any]:
     return sorted(cfg.partitions, key=lambda p: not p.default)
-
-
-def summary(rows: list[parse.NodeRow]) -> str:
-    """``tcl hosts --check``: per partition, its GRES free of total."""
-    parts: dict[str, list[parse.NodeRow]] = {}
-    for r in rows:
-        parts.setdefault(r.partition, []).append(r)
-    out = []
-    for p, rs in parts.items():
-        kinds = sorted({g for r in rs for g in r.gres})
-        free = ", ".join(
-            f"{g.split(':', 1)[-1]}: {sum(r.free(g) for r in rs)} of "
-            f"{sum(r.gres.get(g, 0) for r in rs)} free"
-            for g in kinds
-        )
-        out.append(f"{p} ({len(rs)} nodes{': ' + free if free else ''})")
-    return "; ".join(out)
 
 
 _STOPPED = {"CANCELLED", "PREEMPTED", "TIMEOUT", "DEADLINE", "COMPLETING", "REQUEUED"}

@@ -206,3 +206,20 @@ def _fit(rows: list[NodeRow], part: str, gres: str | None, chips: int, nodes: in
     total = count * per
     reason = "" if now else f"Resources: {sum(free)} of {total} {chip} free in {part}"
     return Placed(part, gres, chip, count, per, now, sum(free), reason)
+
+
+def summary(rows: list[NodeRow]) -> str:
+    """``tcl hosts --check``: per partition, its GRES free of total."""
+    parts: dict[str, list[NodeRow]] = {}
+    for r in rows:
+        parts.setdefault(r.partition, []).append(r)
+    out = []
+    for p, rs in parts.items():
+        kinds = sorted({g for r in rs for g in r.gres})
+        free = ", ".join(
+            f"{g.split(':', 1)[-1]}: {sum(r.free(g) for r in rs)} of "
+            f"{sum(r.gres.get(g, 0) for r in rs)} free"
+            for g in kinds
+        )
+        out.append(f"{p} ({len(rs)} nodes{': ' + free if free else ''})")
+    return "; ".join(out)

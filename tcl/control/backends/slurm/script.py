@@ -60,6 +60,7 @@ class BatchScript:
     container_image: str | None = None
     work: str = ""  # the cluster's work dir (bound into a container)
     extra_env: Sequence[tuple[str, str]] = field(default_factory=tuple)
+    serve: str | None = None  # HOST:PORT: the runners also serve their API (a session)
 
 
 def slurm_time(seconds: float) -> str:
@@ -145,6 +146,8 @@ def render(s: BatchScript) -> str:
     if s.code:
         runner += ["--code", inside(s, s.code)]
     runner += ["--spec", inside(s, s.spec)]
+    if s.serve:
+        runner += ["--serve", s.serve]
     if s.work:  # the jobs' project environments, built once for every node and later run;
         # JAX's compilation cache, which a requeued attempt finds on any node
         runner += ["--env-dir", inside(s, f"{s.work}/tcl/envs")]

@@ -108,7 +108,7 @@ async def ensure_runner(
                 wheel = await asyncio.to_thread(build_wheel, Path(tmp))
                 remote = f"{d}/{wheel.name}"
                 await pool.ensure_file(target, wheel, remote)
-            requirement = f"{remote}[jobs]"
+            requirement = f"{remote}[jobs,interactive]"  # interactive: `tcl repl`'s Jupyter
         await pool.run(
             target,
             ["sh", "-c", _MAKE, "sh", d, cfg.python, requirement, juicefs or ""],
