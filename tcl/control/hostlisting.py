@@ -82,10 +82,11 @@ async def list_hosts(ctl: Control, check: bool) -> HostListing:
 
         idle = await idle_nodes(ctl, *await recent_runs(ctl.store, 500))
     now = time.time()
-    return HostListing(hosts=[_record(s, idle.get(s.name), now) for s in statuses])
+    return HostListing(hosts=[host_record(s, idle.get(s.name), now) for s in statuses])
 
 
-def _record(s: HostStatus, idle: IdleNode | None, now: float) -> HostRecord:
+def host_record(s: HostStatus, idle: IdleNode | None = None, now: float = 0.0) -> HostRecord:
+    """A host's record from its status (``idle``: its node's idle countdown at ``now``)."""
     accs = []
     if s.info is not None:
         accs = [

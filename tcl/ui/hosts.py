@@ -7,6 +7,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends
 
+from tcl.control.hostlisting import host_record
 from tcl.control.service import HostStatus
 from tcl.ui.api import AcceleratorItem, HostItem, HostList
 from tcl.ui.context import Ui, ui_of
@@ -16,24 +17,20 @@ UiDep = Annotated[Ui, Depends(ui_of)]
 
 
 def host_item(s: HostStatus) -> HostItem:
-    accs = []
-    if s.info is not None:
-        accs = [
-            AcceleratorItem(
-                index=a.index,
-                chip=a.chip,
-                free=a.task_id is None and not a.busy_outside,
-                task_id=a.task_id,
-            )
-            for a in s.info.accelerators
-        ]
+    """The page's item: `tcl hosts`'s record of the host (one reading of a shim's report),
+    with its free and busy counts."""
+    r = host_record(s)
+    accs = [
+        AcceleratorItem(index=a.index, chip=a.chip, free=a.free, task_id=a.task_id)
+        for a in r.accelerators
+    ]
     free = sum(1 for a in accs if a.free)
     return HostItem(
-        name=s.name,
-        type=s.type,
-        address=s.address,
-        reachable=s.reachable,
-        detail=s.detail,
+        name=r.name,
+        type=r.type,
+        address=r.address,
+        reachable=r.reachable,
+        detail=r.detail,
         free=free,
         busy=len(accs) - free,
         accelerators=accs,

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from tcl.control.backends.slurm.jobnames import job_name
-from tcl.control.store import Store
+from tcl.control.store import Attempt, Run, Store
 from tests.integration.jobs.helpers import resumable_gpt_yaml
 from tests.integration.slurm.test_e2e_slurm import Env, _config
 from tests.integration.tclcli import TCL
@@ -159,17 +159,7 @@ def test_a_job_slurm_cancels_for_an_urgent_one_is_resubmitted_and_resumes(env: E
     urgent = env.cluster.ssh("sbatch -p urgent -N 2 --gres=gpu:h100:4 --wrap 'sleep 3' --parsable")
     assert urgent.returncode == 0, urgent.stderr
     wait_until(lambda: _job_state(env, job_id), 60, "the cancel", done="PREEMPTED".__eq__)
-    store = Store(f"sqlite:///{env.home / 'state' / 'tcl.db'}")
-    try:
-        run = wait_until(
-            lambda: store.get_run(run_id), 180, "its end", done=lambda r: r.state.is_final
-        )
-        attempts = store.attempts(run_id)
-    finally:
-        store.close()
-    logs = subprocess.run(
-        [TCL, "logs", run_id], cwd=env.repo, env=tcl_env, capture_output=True, text=True
-    ).stdout
+    run, attempts, logs = _ended(env, run_id, tcl_env, 180)
     assert run.state.value == "succeeded", (run, logs[-3000:])
     assert [(a.attempt, a.cause.value if a.cause else None) for a in attempts] == [
         (0, "preempted"),
@@ -178,6 +168,25 @@ def test_a_job_slurm_cancels_for_an_urgent_one_is_resubmitted_and_resumes(env: E
     assert attempts[1].handle["job_id"] != job_id  # a new job: SLURM did not requeue it
     resumed = re.findall(r"attempt 1 resumes at (\d+)", logs)
     assert resumed and int(resumed[0]) >= 5 and "counted to 40" in logs, logs[-3000:]
+
+
+def _ended(
+    env: Env, run_id: str, tcl_env: dict[str, str], timeout_s: float
+) -> tuple[Run, list[Attempt], str]:
+    """The run once it ended (nobody follows it: the daemon's controller records it), its
+    attempts and its logs."""
+    store = Store(f"sqlite:///{env.home / 'state' / 'tcl.db'}")
+    try:
+        run = wait_until(
+            lambda: store.get_run(run_id), timeout_s, "its end", done=lambda r: r.state.is_final
+        )
+        attempts = store.attempts(run_id)
+    finally:
+        store.close()
+    logs = subprocess.run(
+        [TCL, "logs", run_id], cwd=env.repo, env=tcl_env, capture_output=True, text=True
+    ).stdout
+    return run, attempts, logs
 
 
 def _job_id(env: Env, run_id: str) -> str:
@@ -305,17 +314,7 @@ def test_a_job_at_its_time_limit_is_resubmitted_as_the_next_attempt(env: Env) ->
     assert res.returncode == 0, res.stderr
     run_id = json.loads(res.stdout)["run_id"]
     job_id = wait_until(lambda: _job_id(env, run_id), 60, "its SLURM job", ignore=(Exception,))
-    store = Store(f"sqlite:///{env.home / 'state' / 'tcl.db'}")
-    try:
-        run = wait_until(
-            lambda: store.get_run(run_id), 300, "its end", done=lambda r: r.state.is_final
-        )
-        attempts = store.attempts(run_id)
-    finally:
-        store.close()
-    logs = subprocess.run(
-        [TCL, "logs", run_id], cwd=env.repo, env=tcl_env, capture_output=True, text=True
-    ).stdout
+    run, attempts, logs = _ended(env, run_id, tcl_env, 300)
     assert run.state.value == "succeeded", (run, logs[-3000:])
     assert [a.attempt for a in attempts] == [0, 1], attempts
     assert attempts[0].state.value == "failed", attempts[0]
