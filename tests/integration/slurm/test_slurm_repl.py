@@ -32,7 +32,11 @@ def test_repl_through_the_login_node_and_sync(e2e: Env) -> None:
         code, err = repl.interrupt()
         assert code == 0 and f"left running: tcl repl --attach {run_id}" in err, err
         assert "terminated" in e2e.tcl("stop", run_id).stderr
-        assert not any(f"tcl-{run_id}" in line for line in e2e.squeue())
+        wait_until(  # scancelled: it goes once SLURM is done with it (COMPLETING meanwhile)
+            lambda: not any(f"tcl-{run_id}" in line for line in e2e.squeue()),
+            60,
+            "its job gone from squeue",
+        )
     finally:
         if repl.proc.poll() is None:
             repl.proc.kill()
@@ -60,7 +64,11 @@ def test_a_queued_repl_is_cancelled_by_ctrl_c_and_leaves_no_job(e2e: Env) -> Non
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=60)
         assert proc.returncode == 130 and "cancelled while it waited" in err, err
-        assert not any(f"tcl-{run['run_id']}" in line for line in e2e.squeue())
+        wait_until(
+            lambda: not any(f"tcl-{run['run_id']}" in line for line in e2e.squeue()),
+            60,
+            "its queued job gone from squeue",
+        )
     finally:
         if proc.poll() is None:
             proc.kill()
