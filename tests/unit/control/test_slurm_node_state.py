@@ -3,7 +3,7 @@ waits for SLURM's own word (why it ended), which says whether tcl places it agai
 
 from __future__ import annotations
 
-from tcl.control.backends.slurm.backend import _node_state
+from tcl.control.backends.slurm.backend import _node_state, taken_back
 from tcl.control.backends.slurm.handle import SlurmHandle, SlurmLogin
 from tcl.control.backends.slurm.parse import JobRow
 from tcl.control.states import RunState
@@ -35,3 +35,14 @@ def test_a_job_that_exited_by_itself_ends_at_once() -> None:
     assert _node_state(H, 0, _row("COMPLETING"), done) == (RunState.SUCCEEDED, 0, "")
     failed = {"state": "failed", "exit_code": 3}
     assert _node_state(H, 0, _row("COMPLETING"), failed) == (RunState.FAILED, 3, "")
+
+
+def test_what_slurm_took_back_is_placed_again_a_time_limit_is_a_failure() -> None:
+    """Issue 32's resubmits: a CANCEL-mode preemption and a failed (or unbooted) node are the
+    cluster's doing (placed again, not counted); a time limit and a scancel are not."""
+    for word in ("PREEMPTED", "NODE_FAIL", "BOOT_FAIL"):
+        assert taken_back(RunState.TERMINATED, _row(word)), word
+    for word in ("TIMEOUT", "CANCELLED", "COMPLETED", "FAILED"):
+        assert not taken_back(RunState.FAILED, _row(word)), word
+    assert not taken_back(RunState.RUNNING, _row("NODE_FAIL"))  # not ended yet
+    assert not taken_back(RunState.TERMINATED, None)  # SLURM forgot it: no word

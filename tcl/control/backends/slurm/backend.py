@@ -303,11 +303,8 @@ class SlurmBackend(Backend):
             why = f"requeued by SLURM (restart {row.restarts}): {row.reason}"
             return NodePage([], RunState.QUEUED, False, None, why, next_attempt=nxt)
         state, code, msg = _node_state(handle, node, row, answer["status"])
-        # SLURM took the job back without requeueing it (a preemption in CANCEL mode, its time
-        # limit, a node that failed): the run's retry policy places it again as attempt + 1,
-        # not counted as a failure (a `tcl.jobs` trainer resumes from its checkpoint)
-        taken_back = state.is_final and row is not None and row.state in _TAKEN_BACK
-        return NodePage(events, state, more, code, msg, preempted=taken_back)
+        preempted = taken_back(state, row)
+        return NodePage(events, state, more, code, msg, preempted=preempted)
 
     async def status(self, handle: BaseHandle) -> RunStatus:
         (one,) = await self.statuses([handle])
@@ -484,6 +481,14 @@ _STOPPED = {"CANCELLED", "PREEMPTED", "TIMEOUT", "DEADLINE", "COMPLETING", "REQU
 # job that never checkpoints is not resubmitted without end)
 _TAKEN_BACK = {"PREEMPTED", "NODE_FAIL", "BOOT_FAIL"}
 _TIME_LIMIT = "TIMEOUT"
+
+
+def taken_back(state: RunState, row: parse.JobRow | None) -> bool:
+    """Whether SLURM took the ended job back without requeueing it (a preemption in CANCEL
+    mode, a node that failed or did not boot): the run's retry policy places it again as
+    attempt + 1, not counted as a failure (a `tcl.jobs` trainer resumes from its checkpoint).
+    A time limit is not: it is the job's own failure."""
+    return state.is_final and row is not None and row.state in _TAKEN_BACK
 
 
 def _node_state(
