@@ -58,7 +58,7 @@ async def follow_into(
     def on_reconnect(why: str) -> None:
         queue.put_nowait(Line(kind=LineKind.RECONNECTING, text=why))
 
-    run = ctl.store.resolve(run_ref)
+    run = await asyncio.to_thread(ctl.store.resolve, run_ref)  # the store: off the event loop
     final = await follow(ctl, run, on_event, on_reconnect, after=after, controller=controller)
     end = RunEnd(run_id=final.id, state=final.state.value, exit_code=final.exit_code)
     queue.put_nowait(Line(kind=LineKind.END, run=end))
