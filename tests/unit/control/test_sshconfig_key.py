@@ -22,8 +22,17 @@ def test_parallel_first_uses_share_one_key_pair(
     # spawned, not forked: a fork of this worker (its other tests' threads: JAX's, the
     # store's) can copy a lock some thread holds, and the child then waits on it forever
     # (seen once in CI: the pool never returned)
-    with multiprocessing.get_context("spawn").Pool(8) as pool:
+    pool = multiprocessing.get_context("spawn").Pool(8)
+    try:
         results = pool.map(_first_use, range(16))
+    finally:
+        # the workers end on their own, never by SIGTERM (what the context manager's
+        # terminate() sends): under `coverage run` (sigterm = true) a worker saves its data in
+        # its SIGTERM handler, and one interrupted while it held a lock that save needs waits
+        # forever, and the pool with it (CI18: a worker stuck in a futex, the test at its
+        # timeout)
+        pool.close()
+        pool.join()
     assert len(set(results)) == 1
     ((private, pub),) = set(results)
     assert asyncssh.read_private_key(private).export_public_key().decode().strip() == pub
