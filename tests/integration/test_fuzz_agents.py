@@ -32,6 +32,7 @@ import httpx
 import pytest
 
 from tests.integration.shim.harness import TOKEN, Shim, cleanup_processes
+from tests.integration.tclcli import stop_local_shim_and_tasks
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -261,6 +262,8 @@ def serve_daemon(tmp_path: Path) -> Iterator[str]:
         relay.shutdown()
         proc.kill()
         proc.wait(timeout=20)
+        # the fuzzed reads (a host check of the local default) may have started its shim
+        stop_local_shim_and_tasks(home / "state" / "local-shim")
 
 
 def test_fuzz_serve_daemon(serve_daemon: str, tmp_path: Path) -> None:
