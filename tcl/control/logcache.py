@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import fcntl
 import os
+import threading
+from collections import OrderedDict
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -53,6 +55,10 @@ class LogCache:
         self._node_last: dict[tuple[int, int], int] | None = None
         self._node_final: dict[tuple[int, int], KeptEvent] = {}  # filled with _node_last
         self._size = 0  # the bytes of the file taken in by _node_last
+        self._id: tuple[int, int] | None = None  # the file's (inode, device) they were read from
+        # one process's readers share an instance (:func:`kept_log`): a pull in a thread and
+        # one on the event loop never take in the same lines twice
+        self._lock = threading.RLock()
 
     def last_seq(self) -> int:
         """The highest ``seq`` stored (0 when nothing is)."""
@@ -77,24 +83,35 @@ class LogCache:
         self._scan()
         return self._node_final.get((attempt, node))
 
+    def attempt_kept(self, attempt: int) -> bool:
+        """Some event of the attempt is kept."""
+        return any(a == attempt for a, _ in self._scan())
+
     def _scan(self) -> dict[tuple[int, int], int]:
-        """Take in the lines appended since the last look (all of them the first time)."""
-        if self._node_last is None:
-            self._node_last, self._size, self._last = {}, 0, 0
-        try:
-            with open(self.path, "rb") as f:
-                f.seek(self._size)
-                data = f.read()
-        except FileNotFoundError:
-            return self._node_last
-        whole = data.rfind(b"\n") + 1  # a line being written is taken in once it is whole
-        for line in data[:whole].splitlines():
+        """Take in the lines appended since the last look (all of them the first time, or
+        when the file was replaced: pruned and kept anew)."""
+        with self._lock:
+            if self._node_last is None:
+                self._node_last, self._size, self._last = {}, 0, 0
             try:
-                self._note(KeptEvent.model_validate_json(line))
-            except ValueError:
-                continue  # torn by a crash mid-write
-        self._size += whole
-        return self._node_last
+                with open(self.path, "rb") as f:
+                    st = os.fstat(f.fileno())
+                    if (st.st_ino, st.st_dev) != self._id or st.st_size < self._size:
+                        self._node_last, self._size, self._last = {}, 0, 0
+                        self._node_final = {}
+                        self._id = (st.st_ino, st.st_dev)
+                    f.seek(self._size)
+                    data = f.read()
+            except FileNotFoundError:
+                return self._node_last
+            whole = data.rfind(b"\n") + 1  # a line being written is taken in once it is whole
+            for line in data[:whole].splitlines():
+                try:
+                    self._note(KeptEvent.model_validate_json(line))
+                except ValueError:
+                    continue  # torn by a crash mid-write
+            self._size += whole
+            return self._node_last
 
     def _note(self, e: KeptEvent) -> None:
         assert self._node_last is not None
@@ -116,7 +133,7 @@ class LogCache:
         if not events:
             return []
         private_dir(self.path.parent)
-        with open(self.path, "ab", opener=private_opener) as f:
+        with self._lock, open(self.path, "ab", opener=private_opener) as f:
             fcntl.flock(f.fileno(), fcntl.LOCK_EX)  # another writer appends after us, not amid
             node_last = self._scan().get((attempt, node), 0)
             # a line left torn by a crash mid-write: this append starts a line of its own (else
@@ -149,30 +166,9 @@ class LogCache:
         return fresh
 
     def read(self, after: int = 0, kind: EventKind | None = None) -> Iterator[KeptEvent]:
-        """The kept events past ``after`` (only those of ``kind``, when given), in order.
-
-        A read ends before a line that is not whole yet: its writer is amid its append (the
-        file grows a page at a time, and a reader can meet its end between two). Read on past
-        the end, the rest of that line would come as a line of its own, both halves would be
-        skipped as torn, and the events after them taken: a follow resuming after the last of
-        those would never show that event. The next read takes it whole."""
-        if not self.path.exists():
-            return
-        # Lines are written compact (``"kind":"log"``): a kind's events are found without
-        # parsing the others, which a long log has many of.
-        marker = f'"kind":"{kind.value}"'.encode() if kind is not None else b""
-        with open(self.path, "rb") as f:
-            for line in f:
-                if not line.endswith(b"\n"):
-                    return  # being written: taken whole by the next read
-                if marker not in line:
-                    continue
-                try:
-                    e = KeptEvent.model_validate_json(line)
-                except ValueError:
-                    continue  # torn by a crash mid-write (the next append began a new line)
-                if e.seq > after and (kind is None or e.kind is kind):
-                    yield e
+        """The kept events past ``after`` (only those of ``kind``, when given), in order; see
+        :class:`LogTail` (which reads on from where this read ended)."""
+        return LogTail(self.path, after, kind).events()
 
     def last_error_line(self, attempt: int) -> str:
         """The last non-empty line the attempt's job wrote to stderr (looked for in the file's
@@ -191,6 +187,100 @@ class LogCache:
                 line = lines[-1]
                 return line if len(line) <= ERROR_LINE_CHARS else line[:ERROR_LINE_CHARS] + "…"
         return ""
+
+
+class LogTail:
+    """A reader of a kept log that reads on from where it stopped: a follower takes in only
+    what was appended since its last read, however long the log grew (a whole read on every
+    new event made following a long log quadratic).
+
+    A read ends before a line that is not whole yet: its writer is amid its append (the file
+    grows a page at a time, and a reader can meet its end between two). Read on past the end,
+    the rest of that line would come as a line of its own, both halves would be skipped as
+    torn, and the events after them taken: a follow resuming after the last of those would
+    never show that event. The next read takes it whole."""
+
+    def __init__(self, path: Path, after: int = 0, kind: EventKind | None = None) -> None:
+        self.path = path
+        self.after = after  # the last seq handed over (or skipped: of another kind)
+        self.kind = kind
+        # Lines are written compact (``"kind":"log"``): a kind's events are found without
+        # parsing the others, which a long log has many of.
+        self._marker = f'"kind":"{kind.value}"'.encode() if kind is not None else b""
+        self._offset = 0
+        self._id: tuple[int, int] | None = None
+
+    def pending_bytes(self) -> int:
+        """How much was appended past this reader (0 when the file is not there)."""
+        try:
+            return max(0, self.path.stat().st_size - self._offset)
+        except FileNotFoundError:
+            return 0
+
+    def read(self, limit: int = 0) -> list[KeptEvent]:
+        """The events appended since the last read (at most ``limit`` of them, when > 0)."""
+        out: list[KeptEvent] = []
+        for e in self.events():
+            out.append(e)
+            if limit and len(out) >= limit:
+                break
+        return out
+
+    def events(self) -> Iterator[KeptEvent]:
+        """The events appended since the last read, in order, as they are read."""
+        try:
+            f = open(self.path, "rb")  # noqa: SIM115 (closed below; this is a generator)
+        except FileNotFoundError:
+            return
+        with f:
+            st = os.fstat(f.fileno())
+            if (st.st_ino, st.st_dev) != self._id or st.st_size < self._offset:
+                self._id, self._offset = (st.st_ino, st.st_dev), 0  # replaced: from its start
+            f.seek(self._offset)
+            for line in f:
+                if not line.endswith(b"\n"):
+                    return  # being written: taken whole by the next read
+                self._offset += len(line)
+                seq = _seq_of(line)
+                if (seq is not None and seq <= self.after) or self._marker not in line:
+                    continue
+                try:
+                    e = KeptEvent.model_validate_json(line)
+                except ValueError:
+                    continue  # torn by a crash mid-write (the next append began a new line)
+                if e.seq > self.after and (self.kind is None or e.kind is self.kind):
+                    self.after = e.seq
+                    yield e
+
+
+def _seq_of(line: bytes) -> int | None:
+    """A kept line's ``seq`` without parsing it (its first key), or None."""
+    if not line.startswith(b'{"seq":'):
+        return None
+    end = line.find(b",", 7)
+    try:
+        return int(line[7:end])
+    except ValueError:
+        return None
+
+
+# One instance per kept log in a process: its scan state is reused from pull to pull.
+_KEPT: OrderedDict[Path, LogCache] = OrderedDict()
+_KEPT_LOCK = threading.Lock()
+KEPT_INSTANCES = 256
+
+
+def kept_log(run_id: str) -> LogCache:
+    """The process's :class:`LogCache` of the run: a pull takes in only the lines appended
+    since the last one, not the whole log each time (which made keeping a long log
+    quadratic)."""
+    path = logs_dir() / f"{run_id}.jsonl"
+    with _KEPT_LOCK:
+        cache = _KEPT.pop(path, None) or LogCache(run_id)
+        _KEPT[path] = cache
+        while len(_KEPT) > KEPT_INSTANCES:
+            _KEPT.popitem(last=False)
+    return cache
 
 
 def _tail_lines(path: Path, size: int = 65536) -> list[bytes]:

@@ -29,6 +29,9 @@ def bind(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    # replies go out whole at once: without it, a reply written in two parts (its head, then
+    # its body) on a kept-alive connection waits for the peer's delayed ACK (~40 ms a call)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     sock.bind((host, port))
     sock.listen(512)
     sock.set_inheritable(False)

@@ -32,6 +32,8 @@ def bind(port: int) -> socket.socket:
     """A listening socket on loopback (``port`` 0: any free one)."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    # accepted connections inherit it: a reply's head and body are not held for a delayed ACK
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     sock.bind((LOOPBACK, port))  # loopback only; the token guards it from other local users
     sock.listen(128)
     return sock

@@ -33,6 +33,7 @@ from tcl.control.backends.base import (
 from tcl.control.backends.base import (
     Handle as BaseHandle,
 )
+from tcl.control.backends.keptrunners import KeptRunners
 from tcl.control.backends.shimhandle import ShimHandle, ShimNode
 from tcl.control.backends.shimhost import ShimHost
 from tcl.control.backends.shimlaunch import all_or_raise, task_ended, wait_runner, wait_task
@@ -83,6 +84,7 @@ class ShimBackend(Backend):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._hosts: dict[str, ShimHost] = {}
+        self._kept_runners = KeptRunners()  # their event pulls' clients, between pulls
 
     # hosts --------------------------------------------------------------------------------
 
@@ -395,21 +397,25 @@ class ShimBackend(Backend):
     async def events(self, handle: BaseHandle, node: int, after: int, wait_s: float) -> NodePage:
         assert isinstance(handle, ShimHandle)
         n = handle.nodes[node]
-        runner = await self._runner(n)
-        if isinstance(runner, TaskInfo):
-            return _outcome_page(runner)
+        if self._kept_runners.get(n.task_id) is None:
+            runner = await self._runner(n)
+            if isinstance(runner, TaskInfo):
+                return _outcome_page(runner)
+            self._kept_runners.keep(n.task_id, runner)
         try:
-            page = await runner.events(after=after, wait_s=wait_s)
+            async with self._kept_runners.using(n.task_id) as kept:
+                page = await kept.events(after=after, wait_s=wait_s)
         except AgentUnreachableError:
             # A runner that does not answer while the shim says its task ended (its process
             # died, the task vanished): the shim's outcome is the node's.
+            await self._kept_runners.drop(n.task_id)
             task = await self._task(n)
             if task.status is not TaskStatus.TERMINATED:
                 raise
             return _outcome_page(task)
-        finally:
-            await runner.aclose()
         state = RUNNER_STATES[page.state]
+        if state.is_final and not page.more:
+            await self._kept_runners.drop(n.task_id)  # it has nothing more to say
         preempted = False
         if state is RunState.TERMINATED and not page.more:
             # stopped by whom? the shim knows (one call, at the run's end only)
@@ -464,12 +470,21 @@ class ShimBackend(Backend):
         assert isinstance(handle, ShimHandle)
         reason = _REASON.get(state, TerminationReason.DONE)
         for n in handle.nodes:
-            try:
-                shim = await self._node_host(n).shim()
-                await shim.terminate_task(n.task_id, reason, f"run {state.value}")
-                await shim.remove_task(n.task_id)
-            except TclError:
-                continue  # the host is gone or the task already is: nothing to free
+            for again in (False, True):
+                try:
+                    shim = await self._node_host(n).shim()
+                    await shim.terminate_task(n.task_id, reason, f"run {state.value}")
+                    await shim.remove_task(n.task_id)
+                    break
+                except AgentUnreachableError:
+                    # a dropped connection, or a shim that died while its runner went on (the
+                    # events came on a kept connection): once more on a new one (a local shim
+                    # is started anew)
+                    if again:
+                        break
+                    await self._node_host(n).reset()
+                except TclError:
+                    break  # the host is gone or the task already is: nothing to free
 
     async def host_tasks(self, host: str) -> list[HostTask]:
         shim = await self.host(host).running_shim()
@@ -502,8 +517,12 @@ class ShimBackend(Backend):
         )
         for h in hosts:
             await h.reset()
+        tasks = [n.task_id for n in handle.nodes] if isinstance(handle, ShimHandle) else None
+        for task_id in tasks if tasks is not None else self._kept_runners.task_ids():
+            await self._kept_runners.drop(task_id)
 
     async def aclose(self) -> None:
+        await self._kept_runners.aclose()
         for h in self._hosts.values():
             await h.aclose()
 

@@ -36,7 +36,7 @@ from tcl.control.daemon.api import (
     StopRequest,
     SubmitRequest,
 )
-from tcl.control.daemon.streams import KEPT_QUEUE, QueueObserver, follow_into, kept_into, reported
+from tcl.control.daemon.streams import STREAM_QUEUE, QueueObserver, follow_into, kept_into, reported
 from tcl.control.daemon.supervisor import Supervisor
 from tcl.control.errors import StoreError, SubmitCancelled, TclError
 from tcl.control.hostlisting import HostListing, HostsRequest, list_hosts
@@ -210,7 +210,7 @@ def create_app(d: Daemon) -> ASGIApp:
 
     @app.post("/api/submit")
     async def post_submit(req: SubmitRequest) -> StreamingResponse:
-        queue: asyncio.Queue[Line | None] = asyncio.Queue()
+        queue: asyncio.Queue[Line | None] = asyncio.Queue(STREAM_QUEUE)
         sid = secrets.token_hex(8)
         d.submits += 1
 
@@ -224,7 +224,7 @@ def create_app(d: Daemon) -> ASGIApp:
                     # cancelled before it reached a step that reports its own cancel (a
                     # Ctrl-C as the stream opened): the stream says so, as for a later one
                     raise SubmitCancelled("cancelled; nothing was placed") from None
-                queue.put_nowait(Line(kind=LineKind.SUBMITTED, result=res))
+                await queue.put(Line(kind=LineKind.SUBMITTED, result=res))
                 d.submissions.pop(sid, None)  # started: nothing left to cancel
                 if d.controller is not None:
                     d.controller.wake()  # it owns the run from now on, followed or not
@@ -249,7 +249,7 @@ def create_app(d: Daemon) -> ASGIApp:
 
     @app.post("/api/follow")
     async def post_follow(req: FollowRequest) -> StreamingResponse:
-        queue: asyncio.Queue[Line | None] = asyncio.Queue(KEPT_QUEUE if req.once else 0)
+        queue: asyncio.Queue[Line | None] = asyncio.Queue(STREAM_QUEUE)
 
         async def work() -> None:
             ctl = d.control(req.config_path, req.config_named)

@@ -27,10 +27,17 @@ log = logging.getLogger("tcl.serve")
 # slower than the read makes the read wait, never the daemon hold the whole log.
 KEPT_BATCH = 256
 KEPT_QUEUE = 2 * KEPT_BATCH
+# Every stream's queue holds at most STREAM_QUEUE lines: a follow whose client reads slower than
+# the job prints makes the follow wait (the events stay in the kept log), never the daemon hold
+# them. A submit's progress lines stop going in PROGRESS_HEADROOM short of full, so its status
+# lines and notes (a few) always find room.
+STREAM_QUEUE = KEPT_QUEUE
+PROGRESS_HEADROOM = 64
 
 
 class QueueObserver:
-    """The submit's progress, as lines of its stream."""
+    """The submit's progress, as lines of its stream (a bounded queue: an upload's progress
+    lines are left out while the client is behind, leaving room for the few others)."""
 
     def __init__(self, queue: asyncio.Queue[Line | None]) -> None:
         self.queue = queue
@@ -39,7 +46,8 @@ class QueueObserver:
         self.queue.put_nowait(Line(kind=LineKind.STATUS, text=text))
 
     def progress(self, done: int, total: int) -> None:
-        self.queue.put_nowait(Line(kind=LineKind.PROGRESS, done=done, total=total))
+        if self.queue.qsize() < self.queue.maxsize - PROGRESS_HEADROOM:
+            self.queue.put_nowait(Line(kind=LineKind.PROGRESS, done=done, total=total))
 
     def note(self, text: str) -> None:
         self.queue.put_nowait(Line(kind=LineKind.NOTE, text=text))
@@ -52,16 +60,16 @@ async def follow_into(
     queue: asyncio.Queue[Line | None],
     controller: RunController | None,
 ) -> None:
-    def on_event(e: KeptEvent) -> None:
-        queue.put_nowait(Line(kind=LineKind.EVENT, event=e))
+    async def on_event(e: KeptEvent) -> None:
+        await queue.put(Line(kind=LineKind.EVENT, event=e))  # waits while the queue is full
 
-    def on_reconnect(why: str) -> None:
-        queue.put_nowait(Line(kind=LineKind.RECONNECTING, text=why))
+    async def on_reconnect(why: str) -> None:
+        await queue.put(Line(kind=LineKind.RECONNECTING, text=why))
 
     run = await asyncio.to_thread(ctl.store.resolve, run_ref)  # the store: off the event loop
     final = await follow(ctl, run, on_event, on_reconnect, after=after, controller=controller)
     end = RunEnd(run_id=final.id, state=final.state.value, exit_code=final.exit_code)
-    queue.put_nowait(Line(kind=LineKind.END, run=end))
+    await queue.put(Line(kind=LineKind.END, run=end))
 
 
 async def kept_into(

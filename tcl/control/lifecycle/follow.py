@@ -11,25 +11,33 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from tcl.control.lifecycle.ownership import controller_id
 from tcl.control.lifecycle.reconcile import RunController
-from tcl.control.logcache import KeptEvent, LogCache
+from tcl.control.logcache import LogCache, LogTail
 from tcl.control.service import Control
 
 if TYPE_CHECKING:
+    from tcl.control.logcache import KeptEvent
     from tcl.control.store import Run
 
 WAKE_S = 1.0  # a follow looks at the store at least this often (an owner in another process)
+READ_BATCH = 256  # kept events handed over per read
+INLINE_READ_BYTES = 64 * 1024  # more appended than this since the last read: read in a thread
+
+# What is given each event: a callback, or a coroutine function (awaited before the next event
+# is read: a bounded queue's ``put`` bounds what a follow holds).
+Sink = Callable[["KeptEvent"], object]
 
 
 async def follow(
     ctl: Control,
     run: Run,
-    on_event: Callable[[KeptEvent], None],
-    on_reconnect: Callable[[str], None] | None = None,
+    on_event: Sink,
+    on_reconnect: Callable[[str], object] | None = None,
     after: int = 0,
     controller: RunController | None = None,
 ) -> Run:
@@ -53,28 +61,44 @@ async def _tail(
     ctl: Control,
     controller: RunController,
     run_id: str,
-    on_event: Callable[[KeptEvent], None],
-    on_reconnect: Callable[[str], None] | None,
+    on_event: Sink,
+    on_reconnect: Callable[[str], object] | None,
     after: int,
 ) -> Run:
-    cache = LogCache(run_id)
-    last = after
+    tail = LogTail(LogCache(run_id).path, after)
     trouble = ""
     while True:
         await controller.adopt(run_id)  # again each time: another owner may have died
         changed = controller.changed(run_id)
-        for e in cache.read(last):
-            on_event(e)
-            last = e.seq
+        await _hand_over(tail, on_event)
         now = controller.trouble.get(run_id, "")
         if now and now != trouble and on_reconnect is not None:
-            on_reconnect(now)
+            await _given(on_reconnect(now))
         trouble = now
         current = ctl.store.get_run(run_id)
         ended = current.state.is_final and not controller.owns(run_id)
         if ended and not await asyncio.to_thread(controller.owned_elsewhere, run_id):
-            for e in cache.read(last):  # what its owner kept after the read above
-                on_event(e)
+            await _hand_over(tail, on_event)  # what its owner kept after the read above
             return ctl.store.get_run(run_id)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(changed.wait(), WAKE_S)
+
+
+async def _hand_over(tail: LogTail, on_event: Sink) -> None:
+    """The events kept since the last read, a batch at a time: a long log is read in a thread
+    (off the event loop), and a sink that waits (a client slower than the log) makes the read
+    wait, never the whole log pile up in memory."""
+    while True:
+        if tail.pending_bytes() > INLINE_READ_BYTES:
+            batch = await asyncio.to_thread(tail.read, READ_BATCH)
+        else:
+            batch = tail.read(READ_BATCH)
+        for e in batch:
+            await _given(on_event(e))
+        if len(batch) < READ_BATCH:
+            return
+
+
+async def _given(result: object) -> None:
+    if inspect.isawaitable(result):
+        await result

@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field
 
 from tcl.control.lifecycle.pull import drained
-from tcl.control.logcache import LogCache
+from tcl.control.logcache import kept_log
 from tcl.control.paths import config_path
 from tcl.control.service import Control
 from tcl.control.states import RunState
@@ -78,4 +78,4 @@ def undrained(ctl: Control, run: Run) -> bool:
     att = ctl.store.latest_attempt(run.id)
     if att is None or not att.handle or ctl.handle(att).released:
         return False
-    return not drained(ctl, LogCache(run.id), run.id)
+    return not drained(ctl, kept_log(run.id), run.id)

@@ -41,7 +41,7 @@ from tcl.control.lifecycle.retry import (
     retry_after_end,
     waiting_for_retry,
 )
-from tcl.control.logcache import KeptEvent, LogCache
+from tcl.control.logcache import KeptEvent, LogCache, kept_log
 from tcl.control.service import Control
 from tcl.control.states import AttemptCause, Move, RunState, move
 from tcl.runner.api import EventKind, RunnerState
@@ -86,7 +86,7 @@ async def pull(
     handle = ctl.handle(att)
     if handle.released and run.state.is_final:
         return PullResult([], run.state, False)  # every event is kept locally already
-    cache = LogCache(run.id)
+    cache = kept_log(run.id)
     pages = await node_pages(backend, handle, att, cache, wait_s)
     fresh: list[KeptEvent] = []
     for node in sorted(pages):
@@ -98,7 +98,9 @@ async def pull(
     ctl.metrics.add(run.id, fresh)
     ctl.phases.add(run.id, fresh)  # the attempts' time to first step, their last steps
     pid = job_pid(pages.get(0))
-    ctl.store.update_attempt(run.id, att.attempt, log_cursor=cache.last_seq(), pid=pid)
+    if (pid is not None and pid != att.pid) or any(e.kind is EventKind.STATE for e in fresh):
+        # not on every pull: a store write per printed line was most of a pull's time
+        ctl.store.update_attempt(run.id, att.attempt, log_cursor=cache.last_seq(), pid=pid)
     requeued = next((p.next_attempt for p in pages.values() if p.next_attempt), None)
     if requeued is not None:
         _next_attempt(ctl, run, att, requeued, pages)
@@ -326,16 +328,9 @@ def drained(ctl: Control, cache: LogCache, run_id: str) -> bool:
     """Every node of the latest attempt has its final state kept (an attempt none of whose
     events were pulled, e.g. stopped or failed before its job started, counts as drained)."""
     att = ctl.store.latest_attempt(run_id)
-    nodes = ctl.handle(att).node_count if att is not None and att.handle else 1
-    last: dict[int, KeptEvent] = {}
-    seen = False
-    for e in cache.read():
-        if att is None or e.attempt == att.attempt:
-            seen = True
-            if e.kind is EventKind.STATE:
-                last[e.node] = e
-    if not seen:
+    if att is None:
         return True
-    return len(last) == nodes and all(
-        e.state is not None and e.state.is_final for e in last.values()
-    )
+    nodes = ctl.handle(att).node_count if att.handle else 1
+    if not cache.attempt_kept(att.attempt):
+        return True
+    return all(cache.node_final(att.attempt, n) is not None for n in range(nodes))

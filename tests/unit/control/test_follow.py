@@ -17,7 +17,7 @@ from tcl.control.errors import AgentUnreachableError
 from tcl.control.lifecycle.follow import follow
 from tcl.control.lifecycle.refresh import refresh
 from tcl.control.lifecycle.stop import stop
-from tcl.control.logcache import LogCache
+from tcl.control.logcache import KeptEvent, LogCache
 from tcl.control.runrequest import RunRequest
 from tcl.control.service import Control
 from tcl.control.shipping import Snapshot
@@ -147,6 +147,7 @@ class FakeBackend(ShimHost):
         self.name = "local"
         self._runner, self._shim = runner, shim
         self.resets = 0
+        self.opened = 0  # runner clients asked for
 
     def peer_address(self) -> str:
         return "127.0.0.1"
@@ -156,6 +157,7 @@ class FakeBackend(ShimHost):
 
     async def runner(self, runner_port: int, token: str, label: str) -> Any:
         assert token, "control must reach a runner with its bearer token"
+        self.opened += 1
         return self._runner
 
     async def ship_code(
@@ -225,6 +227,31 @@ async def test_follow_survives_a_drop_without_loss_or_repeat(
     await follow(ctl, ctl.store.get_run("r-1"), lambda e: again.append(e.data or ""))
     assert [s for s in again if s.startswith("line")] == logs and runner.calls == []
     assert LogCache("r-1").last_seq() == N + 1
+
+
+async def test_a_runner_s_client_is_kept_from_one_pull_to_the_next(
+    ctl: Control, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Asked anew for each pull, a client cost a call to the shim and a new connection (an SSH
+    channel) before each long-poll, and each store write a commit: a printed line waited for
+    both. Kept, the client is asked for again only after its runner stopped answering; the
+    attempt's row is written when something in it changes (here: its end), not per page."""
+    runner, shim = FakeRunner(drop_at_call=2), FakeShim()
+    backend = FakeBackend(runner, shim)
+    use_hosts(monkeypatch, local=backend)
+    writes: list[dict[str, Any]] = []
+    real_update = ctl.store.update_attempt
+
+    def counted(run_id: str, attempt: int, **kw: Any) -> None:
+        writes.append(kw)
+        real_update(run_id, attempt, **kw)
+
+    monkeypatch.setattr(ctl.store, "update_attempt", counted)
+    final = await follow(ctl, ctl.store.get_run("r-1"), lambda e: None)
+    assert final.state is RunState.SUCCEEDED
+    assert len(runner.calls) == 5  # 4 pages of 3 events, one of them dropped and asked again
+    assert backend.opened == 2  # the first client, and a new one after the drop
+    assert [w.get("log_cursor") for w in writes if "log_cursor" in w] == [N + 1]
 
 
 async def test_stop_keeps_the_first_outcome_and_frees_the_task(
@@ -452,3 +479,46 @@ def test_run_writers_refuse_illegal_moves(ctl: Control) -> None:
         ctl.store.update_attempt("r-1", 0, state=RunState.PROVISIONING)
     # the store numbers attempts: a second one is 1, whatever the caller thinks
     assert ctl.store.add_attempt("r-1", "local", "local").attempt == 1
+
+
+class LongRunner(FakeRunner):
+    """A long log: 600 lines, 3 a page, then its end."""
+
+    def __init__(self) -> None:
+        super().__init__(drop_at_call=None)
+        n = 600
+        self.log = [
+            Event(seq=i + 1, ts=1.0, kind=EventKind.LOG, stream=LogStream.STDOUT, data=f"{i}\n")
+            for i in range(n)
+        ] + [Event(seq=n + 1, ts=2.0, kind=EventKind.STATE, state=RunnerState.SUCCEEDED)]
+
+    async def events(self, after: int, wait_s: float = 0.0, limit: int = 1000) -> EventsPage:
+        page = [e for e in self.log if e.seq > after][:3]
+        last = page[-1].seq if page else after
+        done = last == len(self.log)
+        state = RunnerState.SUCCEEDED if done else RunnerState.RUNNING
+        return EventsPage(events=page, next=last, more=not done, state=state)
+
+
+async def test_following_a_long_log_reads_each_kept_line_once(
+    ctl: Control, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pulls that keep a log and the follow that shows it take in only what was appended
+    since they last looked: each kept line is parsed about twice (once by each), not once per
+    page after it (which made a long log's follow quadratic: 120,000 parses here)."""
+    runner = LongRunner()
+    use_hosts(monkeypatch, local=FakeBackend(runner, FakeShim()))
+    parsed = 0
+    real = KeptEvent.model_validate_json.__func__  # type: ignore[attr-defined]
+
+    def counted(cls: type[KeptEvent], /, data: str | bytes, **kw: Any) -> KeptEvent:
+        nonlocal parsed
+        parsed += 1
+        return real(cls, data, **kw)  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(KeptEvent, "model_validate_json", classmethod(counted))
+    shown: list[str] = []
+    final = await follow(ctl, ctl.store.get_run("r-1"), lambda e: shown.append(e.data or ""))
+    assert final.state is RunState.SUCCEEDED
+    assert [s for s in shown if s.endswith("\n")] == [f"{i}\n" for i in range(600)]
+    assert parsed <= 3 * len(runner.log), parsed
