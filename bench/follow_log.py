@@ -23,6 +23,8 @@ import time
 
 from bench._controllib import TCL, Bed, testbed
 
+SHOW_SLOW = os.environ.get("SHOW_SLOW") == "1"
+
 
 def latency_job(lines: int, interval_s: float) -> list[str]:
     prog = (
@@ -65,12 +67,14 @@ def latencies(argv: list[str], bed: Bed) -> list[float]:
         now = time.time()
         if line.startswith(b"lat "):
             out.append(now - float(line.split()[1]))
+            if SHOW_SLOW and out[-1] > 0.02:
+                print(f"slow line {line.split()[2].decode()}: {out[-1] * 1e3:.1f} ms")
     proc.wait(120)
     return out
 
 
 def throughput_mb_s(argv: list[str], bed: Bed, mb: int) -> float:
-    want = mb * 10_000 * 100
+    want = mb * 10_000 * 101  # 10,000 lines of 101 bytes a block
     proc = subprocess.Popen(
         argv, env=bed.env(), cwd=bed.work, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
     )

@@ -75,13 +75,15 @@ async def _tail(
         if now and now != trouble and on_reconnect is not None:
             await _given(on_reconnect(now))
         trouble = now
-        current = ctl.store.get_run(run_id)
-        ended = current.state.is_final and not controller.owns(run_id)
+        # the run ends once no owner is left (one here tells its end; the store is read only
+        # then: a read on every wake held up the lines just handed to the stream)
+        ended = not controller.owns(run_id) and ctl.store.get_run(run_id).state.is_final
         if ended and not await asyncio.to_thread(controller.owned_elsewhere, run_id):
             await _hand_over(tail, on_event)  # what its owner kept after the read above
             return ctl.store.get_run(run_id)
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(changed.wait(), WAKE_S)
+            async with asyncio.timeout(WAKE_S):  # not wait_for: no task between it and the set
+                await changed.wait()
 
 
 async def _hand_over(tail: LogTail, on_event: Sink) -> None:

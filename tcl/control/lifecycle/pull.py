@@ -164,7 +164,8 @@ async def pull(
             if ended is None:
                 return PullResult(fresh, RunState.WAITING_RETRY, True)  # placed again when due
             why = ended
-        record_state(ctl, ctl.store.get_run(run.id), att, state, code, why, cause)
+        if state != run.state or state is RunState.QUEUED:  # a page that moves nothing: no read
+            record_state(ctl, ctl.store.get_run(run.id), att, state, code, why, cause)
     if state.is_final and not more and release:
         await release_attempt(ctl, att, state)
     return PullResult(fresh, state if not more else RunState.RUNNING, more)

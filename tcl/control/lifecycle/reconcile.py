@@ -309,7 +309,8 @@ class RunController:
         # a sweep's retry is placed by its scheduler (the entry goes back to the queue)
         puller = ResumingPull(deadline_s, on_reconnect, relaunch=not sweep, to_queue=sweep)
         while True:
-            current = ctl.store.get_run(run_id)
+            # off the event loop: a run's followers hand its lines on meanwhile
+            current = await asyncio.to_thread(ctl.store.get_run, run_id)
             if current.state.is_final and not undrained(ctl, current):
                 await release(ctl, run_id)
                 return
@@ -339,6 +340,9 @@ class RunController:
                 ctl.store.clear_unreachable(run_id)
             if res.events or res.state is not current.state:
                 self._notify(run_id)
+                # its followers go first: they hand the new lines on while this loop's next
+                # store reads would make them wait (a few ms a line)
+                await asyncio.sleep(0)
             if res.state.is_final and not res.more:
                 await release(ctl, run_id)
                 return
