@@ -19,7 +19,10 @@ import os
 import shlex
 import statistics
 import subprocess
+import threading
 import time
+
+import psutil
 
 from bench._controllib import TCL, Bed, testbed
 
@@ -92,6 +95,65 @@ def throughput_mb_s(argv: list[str], bed: Bed, mb: int) -> float:
     return got / (t1 - t0) / 1e6
 
 
+class CpuSampler:
+    """CPU seconds each kind of process used while it ran (sampled every 50 ms, so a process
+    that lives shorter than that is missed): where a stream's CPU goes."""
+
+    KINDS = (
+        ("tcl.control.daemon", "tcl serve (daemon)"),
+        ("tcl submit", "tcl submit (CLI)"),
+        ("tcl-runner", "runner"),
+        ("tcl-shim", "shim"),
+        ("sshd", "sshd"),
+        ("ssh ", "ssh client"),
+        ("python3 -c", "the job"),
+    )
+
+    def __init__(self) -> None:
+        self._first: dict[int, float] = {}
+        self._last: dict[int, tuple[str, float]] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _kind(self, cmdline: str) -> str | None:
+        return next((kind for key, kind in self.KINDS if key in cmdline), None)
+
+    def _sample(self) -> None:
+        for p in psutil.process_iter(["pid", "cmdline", "cpu_times"]):
+            kind = self._kind(" ".join(p.info["cmdline"] or []))
+            if kind is None or p.info["cpu_times"] is None:
+                continue
+            t = p.info["cpu_times"].user + p.info["cpu_times"].system
+            self._first.setdefault(p.info["pid"], t)
+            self._last[p.info["pid"]] = (kind, t)
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.05):
+            self._sample()
+
+    def __enter__(self) -> CpuSampler:
+        self._sample()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def by_kind(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for pid, (kind, t) in self._last.items():
+            out[kind] = out.get(kind, 0.0) + t - self._first[pid]
+        return out
+
+
+def cpu_per_mb(argv: list[str], bed: Bed, mb: int, what: str) -> None:
+    with CpuSampler() as cpu:
+        throughput_mb_s(argv, bed, mb)
+    used = sorted(cpu.by_kind().items(), key=lambda kv: -kv[1])
+    print(f"cpu ms per MB, {what}: " + ", ".join(f"{k} {v * 1e3 / mb:.1f}" for k, v in used))
+
+
 def pct(samples: list[float], q: int) -> float:
     return statistics.quantiles(samples, n=100, method="inclusive")[q - 1] * 1e3
 
@@ -127,6 +189,8 @@ def main() -> None:
             print(f"throughput tcl submit: {t:.1f} MB/s  {[round(x, 1) for x in tcl_t]}")
             print(f"throughput ssh:        {s:.1f} MB/s  {[round(x, 1) for x in ssh_t]}")
             print(f"ratio throughput tcl/ssh: {t / s:.2f}  (goal >= 0.9)")
+            cpu_per_mb(submit_argv(tput), bed, args.mb, "tcl submit")
+            cpu_per_mb(ssh_argv(bed, tput), bed, args.mb, "ssh")
 
 
 if __name__ == "__main__":

@@ -139,16 +139,28 @@ def follow_served(client: DaemonClient, req: FollowRequest, show: Show) -> int:
     resumes through a new one); return the exit code, as a followed submit does."""
     pos = _Follow()
     pos.run_id, pos.last_seq = req.run, req.after
-    return _draw_follow(client, client.follow(req), req, pos, show)
+    return _draw_follow(client, None, req, pos, show)
 
 
 def _draw_follow(
-    client: DaemonClient, lines: LineStream, req: FollowRequest, pos: _Follow, show: Show
+    client: DaemonClient, lines: LineStream | None, req: FollowRequest, pos: _Follow, show: Show
 ) -> int:
+    """Show the stream's lines (``lines``; None: open one at ``pos``) to the run's end; a stream
+    that breaks, or cannot be opened (the daemon gone between a ``tcl logs -f``'s kept read and
+    its follow), is opened again through a new daemon, from the last line shown."""
     assert pos.run_id is not None
     breaks = 0
     while True:
         try:
+            if lines is None:
+                lines = client.follow(
+                    FollowRequest(
+                        config_path=req.config_path,
+                        config_named=req.config_named,
+                        run=pos.run_id,
+                        after=pos.last_seq,
+                    )
+                )
             for line in lines:
                 breaks = 0
                 if line.kind is LineKind.EVENT and line.event is not None:
@@ -171,10 +183,4 @@ def _draw_follow(
         reconnecting(why)
         # the daemon went away (stopped, replaced by a newer one): resume through a new one
         client = ensure_daemon()
-        again = FollowRequest(
-            config_path=req.config_path,
-            config_named=req.config_named,
-            run=pos.run_id,
-            after=pos.last_seq,
-        )
-        lines = client.follow(again)
+        lines = None
