@@ -138,7 +138,7 @@ def _lend_job_deps(where: Where) -> dict[str, str]:
     """The launcher's view of ``tcl.jobs``' dependencies as the runner has them."""
     from tcl.jobs.deps import JOB_DEPENDENCIES, LENT_PATH_VAR, LENT_PYTHON_VAR
 
-    links = lend.link_dir(where.state_dir / "jobs-import", list(JOB_DEPENDENCIES.values()))
+    links = lend.link_dir(where.state_dir / "jobs-import", tuple(JOB_DEPENDENCIES.values()))
     return {LENT_PATH_VAR: str(links), LENT_PYTHON_VAR: "{}.{}".format(*sys.version_info[:2])}
 
 

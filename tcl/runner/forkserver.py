@@ -50,6 +50,11 @@ def preload() -> None:
     for name in PRELOAD:
         with contextlib.suppress(ImportError):  # an optional protocol (httptools) not installed
             importlib.import_module(name)
+    # what a ``tcl.jobs`` job in a project is lent (every fork inherits it, read once here)
+    from tcl.jobs.deps import JOB_DEPENDENCIES
+    from tcl.runner import lend
+
+    lend.lent_paths(tuple(JOB_DEPENDENCIES.values()))
 
 
 def serve_forks() -> None:
