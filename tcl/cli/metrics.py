@@ -4,6 +4,8 @@ A job prints ``TCL_METRIC {json}`` lines on stdout (``tcl.jobs`` trainers do); t
 them as metric events and every pull keeps them in the state store. This command brings the
 run's events up to date first (as ``tcl logs`` does), then shows what the store holds, and
 each attempt's time to first step by phase with the run's goodput (``tcl.control.goodput``).
+The ``tcl serve`` daemon reads them when one answers (this command then opens no store);
+with none, the CLI reads them itself (:mod:`tcl.control.metriclisting`).
 """
 
 from __future__ import annotations
@@ -12,29 +14,20 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from tcl.cli._common import err, out, print_json, with_control
+from tcl.cli._common import err, fail, globals_of, out, print_json, with_control
+from tcl.control.errors import DaemonError, TclError
+from tcl.control.metriclisting import MetricsListing, MetricsRequest, PointRecord, list_metrics
 
 if TYPE_CHECKING:
     from rich.table import Table
 
-    from tcl.control.metricstore import MetricPoint
-    from tcl.control.service import Control
 
-
-def point_json(p: MetricPoint) -> dict[str, Any]:
+def point_json(p: PointRecord) -> dict[str, Any]:
     """The stable JSON form of a point (documented in docs/cli.md)."""
-    return {
-        "seq": p.seq,
-        "attempt": p.attempt,
-        "node": p.node,
-        "ts": p.ts,
-        "step": p.step,
-        "kind": p.kind,
-        "values": p.values,
-    }
+    return p.model_dump(mode="json")
 
 
-def _table(points: list[MetricPoint]) -> Table:
+def _table(points: list[PointRecord]) -> Table:
     from rich.table import Table
 
     names = sorted({name for p in points for name in p.values})
@@ -52,6 +45,21 @@ def _table(points: list[MetricPoint]) -> Table:
     return t
 
 
+def _listing(ctx: typer.Context, req: MetricsRequest) -> MetricsListing:
+    """From the daemon when one answers (it holds the store open); else built here."""
+    from tcl.control.daemon.client import answering_daemon
+
+    client = answering_daemon()
+    if client is not None:
+        try:
+            return client.list_metrics(req)
+        except DaemonError:
+            pass  # it went away or broke: the store is read here, as with no daemon
+        except TclError as e:
+            raise fail(str(e), e.exit_code) from None
+    return with_control(ctx, lambda ctl: list_metrics(ctl, req))
+
+
 def cmd_metrics(
     ctx: typer.Context,
     run_ref: Annotated[
@@ -64,53 +72,36 @@ def cmd_metrics(
     ] = None,
 ) -> None:
     """Show the metric points of a run (its job's TCL_METRIC lines), in the order printed."""
-
-    async def body(ctl: Control) -> tuple[str, list[MetricPoint], Table | None]:
-        from tcl.control.catchup import catch_up, keep_cached_metrics, newest_run_id
-
-        ref = run_ref
-        if ref is None:
-            ref = newest_run_id(ctl)
-            err.print(f"metrics of the most recent run, {ref}", markup=False)
-        caught = await catch_up(ctl, ref)
-        if caught.unreachable:
-            err.print(f"warning: {caught.unreachable}; showing kept metrics", markup=False)
-        keep_cached_metrics(ctl, caught.run_id)
-        points = ctl.metrics.read_all(caught.run_id, kind=kind)
-        # the whole run's start and goodput: shown with all its points, not one kind's
-        starts = None if as_json or kind is not None else _start_table(ctl, caught.run_id)
-        return caught.run_id, points, starts
-
-    run_id, points, starts = with_control(ctx, body)
-    if not points:
+    path, named = globals_of(ctx).config_location()
+    # the whole run's start and goodput: shown with all its points, not one kind's
+    req = MetricsRequest(
+        config_path=path, config_named=named, run=run_ref or "", kind=kind, starts=not as_json
+    )
+    listing = _listing(ctx, req)
+    for note in listing.notes:
+        err.print(note, markup=False)
+    if not listing.points:
         of_kind = f" of kind {kind!r}" if kind is not None else ""
         err.print(
-            f"run {run_id} has no metric points{of_kind} (a job prints them as "
+            f"run {listing.run_id} has no metric points{of_kind} (a job prints them as "
             "TCL_METRIC lines on stdout)",
             markup=False,
         )
     if as_json:
-        print_json([point_json(p) for p in points])
-    elif points:
-        out.print(_table(points))
-    if starts is not None:
-        out.print(starts)
+        print_json([point_json(p) for p in listing.points])
+    elif listing.points:
+        out.print(_table(listing.points))
+    if listing.starts:
+        out.print(_start_table(listing))
 
 
-def _start_table(ctl: Control, run_id: str) -> Table | None:
-    """Each attempt's time to first step, in seconds by phase, and the run's goodput (None:
-    no attempt marked a phase)."""
+def _start_table(listing: MetricsListing) -> Table:
+    """Each attempt's time to first step, in seconds by phase, and the run's goodput."""
     from rich.table import Table
 
-    from tcl.control.goodput import goodput, start_times
-
-    phases = ctl.phases.of_runs([run_id]).get(run_id)
-    if not phases:
-        return None
-    run = ctl.store.get_run(run_id)
-    starts = start_times(run, ctl.store.attempts(run_id), phases)
-    names = list(dict.fromkeys(g.name for st in starts for g in st.segments))
-    good = goodput(run, phases)
+    starts = listing.starts or []
+    names = list(dict.fromkeys(name for st in starts for name, _ in st.segments))
+    good = listing.goodput
     title = "time to first step (s)" + (f"; goodput {good:.1%}" if good is not None else "")
     t = Table(title=title, title_justify="left", box=None, header_style="bold", pad_edge=False)
     for col in ("ATTEMPT", *names, "TOTAL"):

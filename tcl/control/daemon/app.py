@@ -44,6 +44,7 @@ from tcl.control.lifecycle.idlehosts import IdleHosts
 from tcl.control.lifecycle.ownership import run_config
 from tcl.control.lifecycle.reconcile import RunController
 from tcl.control.lifecycle.submit import submission_from, submit
+from tcl.control.metriclisting import MetricsListing, MetricsRequest, list_metrics
 from tcl.control.runlisting import ListRequest, RunListing, list_runs
 from tcl.control.service import Control
 from tcl.control.store import Run, Store
@@ -277,6 +278,14 @@ def create_app(d: Daemon) -> ASGIApp:
         ctl = d.control(req.config_path, req.config_named)
         try:
             return await list_hosts(ctl, req.check)
+        finally:
+            await ctl.aclose()
+
+    @app.post("/api/metrics")
+    async def post_metrics(req: MetricsRequest) -> MetricsListing:
+        ctl = d.control(req.config_path, req.config_named)
+        try:
+            return await list_metrics(ctl, req)
         finally:
             await ctl.aclose()
 

@@ -34,6 +34,7 @@ from tcl.control.daemon.identity import current_identity, daemon_dir, refusal, s
 from tcl.control.detached import ensure_started, spawn_until, stop_pid
 from tcl.control.errors import AgentError, DaemonError, TclError
 from tcl.control.hostlisting import HostListing, HostsRequest
+from tcl.control.metriclisting import MetricsListing, MetricsRequest
 from tcl.control.runlisting import ListRequest, RunListing
 from tcl.localsock import PeerError, UnixHTTPConnection
 
@@ -113,6 +114,12 @@ class DaemonClient:
         """``tcl hosts``'s listing (with ``check``, each host asked within its own budget)."""
         return HostListing.model_validate(
             self._request("POST", "/api/hosts", req, LISTING_TIMEOUT_S)
+        )
+
+    def list_metrics(self, req: MetricsRequest) -> MetricsListing:
+        """``tcl metrics``'s points, once the run's host was asked for what is not kept yet."""
+        return MetricsListing.model_validate(
+            self._request("POST", "/api/metrics", req, LISTING_TIMEOUT_S)
         )
 
     def stop(self, req: StopRequest) -> RunEnd:

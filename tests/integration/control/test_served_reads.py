@@ -60,7 +60,9 @@ def _probe(home: Path, *args: str) -> tuple[int, str, str, set[str]]:
 Probe = tuple[int, str, str]  # exit code, stdout, stderr
 
 
-def test_ps_logs_stop_and_hosts_ask_the_daemon_and_answer_as_without_one(tmp_path: Path) -> None:
+def test_ps_logs_stop_hosts_and_metrics_ask_the_daemon_and_answer_as_without_one(
+    tmp_path: Path,
+) -> None:
     home = tmp_path
     (home / "work").mkdir()
     env = user_env(home)
@@ -78,7 +80,11 @@ def test_ps_logs_stop_and_hosts_ask_the_daemon_and_answer_as_without_one(tmp_pat
         return code, out, said
 
     try:
-        job = "import sys; print('one'); print('two', file=sys.stderr); print('three')"
+        job = (
+            "import sys; print('one'); print('two', file=sys.stderr); "
+            'print(\'TCL_METRIC {"step": 1, "kind": "train", "loss": 0.5}\'); '
+            "print('three')"
+        )
         ok = run_tcl(["submit", "--", "python3", "-c", job], env, home / "work")
         assert ok.stdout == "one\nthree\n"
         first = json.loads(run_tcl(["ps", "-a", "--json"], env).stdout)[0]["run_id"]
@@ -100,6 +106,10 @@ def test_ps_logs_stop_and_hosts_ask_the_daemon_and_answer_as_without_one(tmp_pat
             ("logs", "nosuch"),
             ("stop", "nosuch"),
             ("hosts", "--check", "--json"),
+            ("metrics", first, "--json"),
+            ("metrics", first),
+            ("metrics", "--kind", "val"),
+            ("metrics", "nosuch"),
         ]
         answers = {args: served(*args) for args in commands}
         table = served("ps", "-a")
@@ -126,6 +136,17 @@ def test_ps_logs_stop_and_hosts_ask_the_daemon_and_answer_as_without_one(tmp_pat
         assert local["name"] == "local" and local["reachable"] is True, local
         unknown = (1, "", "error: no run matches 'nosuch' (see `tcl ps -a`)")
         assert answers[("logs", "nosuch")] == answers[("stop", "nosuch")] == unknown
+        assert answers[("metrics", "nosuch")] == unknown
+        (point,) = json.loads(answers[("metrics", first, "--json")][1])
+        assert (point["step"], point["kind"], point["values"]) == (1, "train", {"loss": 0.5})
+        assert "loss" in answers[("metrics", first)][1]
+        assert answers[("metrics", "--kind", "val")] == (
+            0,
+            "",
+            f"metrics of the most recent run, {slept}\n"
+            f"run {slept} has no metric points of kind 'val' (a job prints them as "
+            "TCL_METRIC lines on stdout)",
+        )
     finally:
         stop_daemon(home / "state" / "serve")
         stop_local_shim_and_tasks(home / "state" / "local-shim")
