@@ -12,12 +12,12 @@ import typer
 from tcl.cli._common import err, fail, out, print_json
 from tcl.cli.termsafe import cell
 from tcl.control.errors import TclError
+from tcl.control.matrixlisting import MatrixStatus, MatrixStatusListing, MatrixStatusRequest
 from tcl.control.runlisting import age
 
 if TYPE_CHECKING:
     from rich.table import Table
 
-    from tcl.control.sweep.progress import MatrixSummary
     from tcl.control.sweep.queue import SweepQueue
 
 T = TypeVar("T")
@@ -66,11 +66,9 @@ def bar(fraction: float, width: int = _BAR_WIDTH) -> str:
     return "[" + "#" * filled + "-" * (width - filled) + "]"
 
 
-def _status_lines(s: MatrixSummary) -> list[str]:
-    from tcl.control.sweep.model import EntryState
-
+def _status_lines(s: MatrixStatus) -> list[str]:
     fraction = s.ended / s.total if s.total else 0.0
-    counts = "  ".join(f"{st.value} {s.counts[st]}" for st in EntryState)
+    counts = "  ".join(f"{state} {n}" for state, n in s.counts.items())
     rate = f"{s.runs_per_hour:.1f} runs/h"
     eta = "ETA -" if s.eta_s is None else f"ETA {_duration(s.eta_s)}"
     lines = [
@@ -80,11 +78,29 @@ def _status_lines(s: MatrixSummary) -> list[str]:
     ]
     if s.failures:
         shown = len(s.failures)
-        failed = s.counts[EntryState.FAILED]
+        failed = s.counts["failed"]
         more = f", newest {shown}" if failed > shown else ""
         lines.append(f"  failed ({failed}{more}):")
         lines += [f"    {f.job_id}  {f.error or '(no error kept)'}" for f in s.failures]
     return lines
+
+
+def _status(req: MatrixStatusRequest) -> MatrixStatusListing:
+    """From the daemon when one answers (it holds the store open); else read here."""
+    from tcl.control.daemon.client import answering_daemon
+    from tcl.control.errors import DaemonError
+
+    client = answering_daemon()
+    if client is not None:
+        try:
+            return client.matrix_status(req)
+        except DaemonError:
+            pass  # it went away or broke: the store is read here, as with no daemon
+        except TclError as e:
+            raise fail(str(e), e.exit_code) from None
+    from tcl.control.matrixlisting import matrix_status
+
+    return _read(lambda queue: matrix_status(queue, req))
 
 
 def cmd_status(
@@ -92,15 +108,9 @@ def cmd_status(
     json_out: Annotated[bool, typer.Option("--json", help="JSON (stable).")] = False,
 ) -> None:
     """How far a matrix is: entries by state, progress, runs/hour, ETA, failures."""
-    from tcl.control.sweep.progress import summary
-
-    def read(queue: SweepQueue) -> list[MatrixSummary]:
-        names = [name] if name is not None else [m.name for m in queue.matrices()]
-        return [summary(queue, n) for n in names]
-
-    summaries = _read(read)
+    summaries = _status(MatrixStatusRequest(name=name)).matrices
     if json_out:
-        data = [s.to_json() for s in summaries]
+        data = [s.json_form() for s in summaries]
         print_json(data[0] if name is not None else data)
         return
     if not summaries:

@@ -100,7 +100,7 @@ def _start_table(listing: MetricsListing) -> Table:
     from rich.table import Table
 
     starts = listing.starts or []
-    names = list(dict.fromkeys(name for st in starts for name, _ in st.segments))
+    names = list(dict.fromkeys(g.phase for st in starts for g in st.segments))
     good = listing.goodput
     title = "time to first step (s)" + (f"; goodput {good:.1%}" if good is not None else "")
     t = Table(title=title, title_justify="left", box=None, header_style="bold", pad_edge=False)

@@ -8,18 +8,14 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from pydantic import BaseModel, ConfigDict
+from tcl.control.listingwire import Strict
 
 if TYPE_CHECKING:
     from tcl.control.lifecycle.idlehosts import IdleNode
     from tcl.control.service import Control, HostStatus
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class HostsRequest(_Strict):
+class HostsRequest(Strict):
     """``tcl hosts``'s flags."""
 
     config_path: str
@@ -27,7 +23,7 @@ class HostsRequest(_Strict):
     check: bool = False  # contact each host's agent
 
 
-class AcceleratorRecord(_Strict):
+class AcceleratorRecord(Strict):
     index: int
     chip: str
     free: bool
@@ -35,14 +31,14 @@ class AcceleratorRecord(_Strict):
     fake: bool
 
 
-class IdleRecord(_Strict):
+class IdleRecord(Strict):
     """A node deleted after ``timeout_s`` without a run (a host's ``idle_timeout_s``)."""
 
     timeout_s: float
     left_s: float | None  # until it is deleted, when the listing was made (None: busy)
 
 
-class HostRecord(_Strict):
+class HostRecord(Strict):
     name: str
     type: str
     address: str
@@ -68,7 +64,7 @@ class HostRecord(_Strict):
         return f" · idle: node deleted in {self.idle.left_s:.0f} s"
 
 
-class HostListing(_Strict):
+class HostListing(Strict):
     hosts: list[HostRecord]
 
 

@@ -7,18 +7,15 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
-from pydantic import BaseModel, ConfigDict
+from tcl.control.listingwire import Strict
+from tcl.control.runlisting import StartSegment
 
 if TYPE_CHECKING:
     from tcl.control.metricstore import MetricPoint
     from tcl.control.service import Control
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class MetricsRequest(_Strict):
+class MetricsRequest(Strict):
     """``tcl metrics``'s arguments."""
 
     config_path: str
@@ -28,7 +25,7 @@ class MetricsRequest(_Strict):
     starts: bool = True  # each attempt's time to first step (with all kinds only)
 
 
-class PointRecord(_Strict):
+class PointRecord(Strict):
     """One metric point; its stable ``--json`` form (docs/cli.md)."""
 
     seq: int
@@ -40,18 +37,18 @@ class PointRecord(_Strict):
     values: dict[str, float]
 
 
-class StartRecord(_Strict):
+class StartRecord(Strict):
     """One attempt's time to first step: seconds by segment (WAITED, then each phase)."""
 
     attempt: int
-    segments: list[tuple[str, float]]
+    segments: list[StartSegment]  # WAITED, then each phase reached
     to_first_step_s: float | None
 
-    def seconds(self, name: str) -> float | None:
-        return next((s for n, s in self.segments if n == name), None)
+    def seconds(self, phase: str) -> float | None:
+        return next((s.seconds for s in self.segments if s.phase == phase), None)
 
 
-class MetricsListing(_Strict):
+class MetricsListing(Strict):
     run_id: str
     notes: list[str]  # for stderr: which run, a host not reached
     points: list[PointRecord]
@@ -101,7 +98,7 @@ def _read(ctl: Control, req: MetricsRequest, run_id: str, notes: list[str]) -> M
         listing.starts = [
             StartRecord(
                 attempt=st.attempt,
-                segments=[(g.name, g.seconds) for g in st.segments],
+                segments=[StartSegment(phase=g.name, seconds=g.seconds) for g in st.segments],
                 to_first_step_s=st.to_first_step_s,
             )
             for st in start_times(run, ctl.store.attempts(run_id), phases)

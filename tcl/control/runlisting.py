@@ -11,8 +11,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from tcl.control.listingwire import Strict
 from tcl.control.states import RunState
 
 if TYPE_CHECKING:
@@ -28,11 +29,7 @@ WAIT_REASON_CHARS = 100
 COLUMNS = ("RUN", "NAME", "STATE", "HOST", "CHIPS", "CREATED", "GOODPUT", "COMMAND")
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class ListRequest(_Strict):
+class ListRequest(Strict):
     """``tcl ps``'s flags."""
 
     config_path: str
@@ -42,18 +39,18 @@ class ListRequest(_Strict):
     last: int | None = Field(default=None, ge=1)  # only the newest N
 
 
-class StartSegment(_Strict):
+class StartSegment(Strict):
     phase: str
     seconds: float
 
 
-class NodeRecord(_Strict):
+class NodeRecord(Strict):
     host: str
     task: str
     accelerators: list[int]
 
 
-class AttemptRecord(_Strict):
+class AttemptRecord(Strict):
     attempt: int
     host: str
     state: str
@@ -68,7 +65,7 @@ class AttemptRecord(_Strict):
     nodes: list[NodeRecord]
 
 
-class RunRecord(_Strict):
+class RunRecord(Strict):
     """A run as ``tcl ps --json`` prints it (stable: docs/cli.md)."""
 
     run_id: str
@@ -91,12 +88,12 @@ class RunRecord(_Strict):
     goodput: float | None
 
 
-class RunRow(_Strict):
+class RunRow(Strict):
     record: RunRecord
     cells: list[str]  # the table's row, one text per COLUMNS (shown literally)
 
 
-class RunListing(_Strict):
+class RunListing(Strict):
     rows: list[RunRow]
 
 

@@ -44,6 +44,7 @@ from tcl.control.lifecycle.idlehosts import IdleHosts
 from tcl.control.lifecycle.ownership import run_config
 from tcl.control.lifecycle.reconcile import RunController
 from tcl.control.lifecycle.submit import submission_from, submit
+from tcl.control.matrixlisting import MatrixStatusListing, MatrixStatusRequest, matrix_status
 from tcl.control.metriclisting import MetricsListing, MetricsRequest, list_metrics
 from tcl.control.runlisting import ListRequest, RunListing, list_runs
 from tcl.control.service import Control
@@ -288,6 +289,19 @@ def create_app(d: Daemon) -> ASGIApp:
             return await list_metrics(ctl, req)
         finally:
             await ctl.aclose()
+
+    @app.post("/api/matrices/status")
+    async def post_matrix_status(req: MatrixStatusRequest) -> MatrixStatusListing:
+        from tcl.control.sweep.queue import SweepQueue
+
+        def read() -> MatrixStatusListing:
+            queue = SweepQueue(d.store)
+            try:
+                return matrix_status(queue, req)
+            finally:
+                queue.close()
+
+        return await asyncio.to_thread(read)  # the store: off the event loop
 
     @app.post("/api/stop")
     async def post_stop(req: StopRequest) -> RunEnd:

@@ -34,6 +34,7 @@ from tcl.control.daemon.identity import current_identity, daemon_dir, refusal, s
 from tcl.control.detached import ensure_started, spawn_until, stop_pid
 from tcl.control.errors import AgentError, DaemonError, TclError
 from tcl.control.hostlisting import HostListing, HostsRequest
+from tcl.control.matrixlisting import MatrixStatusListing, MatrixStatusRequest
 from tcl.control.metriclisting import MetricsListing, MetricsRequest
 from tcl.control.runlisting import ListRequest, RunListing
 from tcl.localsock import PeerError, UnixHTTPConnection
@@ -120,6 +121,12 @@ class DaemonClient:
         """``tcl metrics``'s points, once the run's host was asked for what is not kept yet."""
         return MetricsListing.model_validate(
             self._request("POST", "/api/metrics", req, LISTING_TIMEOUT_S)
+        )
+
+    def matrix_status(self, req: MatrixStatusRequest) -> MatrixStatusListing:
+        """Where the named matrix (or each one) stands."""
+        return MatrixStatusListing.model_validate(
+            self._request("POST", "/api/matrices/status", req, LISTING_TIMEOUT_S)
         )
 
     def stop(self, req: StopRequest) -> RunEnd:

@@ -60,7 +60,7 @@ def _probe(home: Path, *args: str) -> tuple[int, str, str, set[str]]:
 Probe = tuple[int, str, str]  # exit code, stdout, stderr
 
 
-def test_ps_logs_stop_hosts_and_metrics_ask_the_daemon_and_answer_as_without_one(
+def test_reads_ask_the_daemon_and_answer_as_without_one(
     tmp_path: Path,
 ) -> None:
     home = tmp_path
@@ -110,6 +110,8 @@ def test_ps_logs_stop_hosts_and_metrics_ask_the_daemon_and_answer_as_without_one
             ("metrics", first),
             ("metrics", "--kind", "val"),
             ("metrics", "nosuch"),
+            ("matrix", "status", "--json"),
+            ("matrix", "status", "nosuch"),
         ]
         answers = {args: served(*args) for args in commands}
         table = served("ps", "-a")
@@ -137,6 +139,9 @@ def test_ps_logs_stop_hosts_and_metrics_ask_the_daemon_and_answer_as_without_one
         unknown = (1, "", "error: no run matches 'nosuch' (see `tcl ps -a`)")
         assert answers[("logs", "nosuch")] == answers[("stop", "nosuch")] == unknown
         assert answers[("metrics", "nosuch")] == unknown
+        assert answers[("matrix", "status", "--json")] == (0, "[]\n", "")
+        code, _, said = answers[("matrix", "status", "nosuch")]
+        assert code != 0 and "nosuch" in said, said
         (point,) = json.loads(answers[("metrics", first, "--json")][1])
         assert (point["step"], point["kind"], point["values"]) == (1, "train", {"loss": 0.5})
         assert "loss" in answers[("metrics", first)][1]
