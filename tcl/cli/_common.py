@@ -40,6 +40,7 @@ err = console(stderr=True)
 
 if TYPE_CHECKING:
     from tcl.control.config import Config
+    from tcl.control.daemon.client import DaemonClient
     from tcl.control.service import Control
 
 
@@ -96,6 +97,24 @@ def with_control(ctx: typer.Context, body: Callable[[Control], Awaitable[T]]) ->
             await ctl.aclose()
 
     return run(go())
+
+
+def served_or_here(ask: Callable[[DaemonClient], T], here: Callable[[], T]) -> T:
+    """A read's answer from the ``tcl serve`` daemon when one answers (it holds the store and
+    the connections open); else, or when it goes away meanwhile, ``here``'s (the same code, in
+    this process). A user's error in the daemon's answer is one line and its exit code."""
+    from tcl.control.daemon.client import answering_daemon
+    from tcl.control.errors import DaemonError
+
+    client = answering_daemon()
+    if client is not None:
+        try:
+            return ask(client)
+        except DaemonError:
+            pass  # it went away or broke: done here, as with no daemon
+        except TclError as e:
+            raise fail(str(e), e.exit_code) from None
+    return here()
 
 
 def print_json(data: Any) -> None:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from tcl.cli._common import err, fail, globals_of, out, print_json, with_control
+from tcl.cli._common import err, fail, globals_of, out, print_json, served_or_here, with_control
 from tcl.control.hostlisting import HostListing, HostsRequest
 
 if TYPE_CHECKING:
@@ -20,22 +20,15 @@ host_app = typer.Typer(help="Install the shim on a host.", no_args_is_help=True)
 
 
 def _listing(ctx: typer.Context, req: HostsRequest) -> HostListing:
-    """From the daemon when one answers (its connections to the hosts are warm); else (or when
-    it goes away meanwhile) built here."""
-    from tcl.control.daemon.client import answering_daemon
-    from tcl.control.errors import DaemonError, TclError
+    """From the daemon when one answers (its connections to the hosts are warm); else built
+    here."""
 
-    client = answering_daemon()
-    if client is not None:
-        try:
-            return client.list_hosts(req)
-        except DaemonError:
-            pass  # it went away or broke: the hosts are asked from here, as with no daemon
-        except TclError as e:
-            raise fail(str(e), e.exit_code) from None
-    from tcl.control.hostlisting import list_hosts
+    def here() -> HostListing:
+        from tcl.control.hostlisting import list_hosts
 
-    return with_control(ctx, lambda ctl: list_hosts(ctl, req.check))
+        return with_control(ctx, lambda ctl: list_hosts(ctl, req.check))
+
+    return served_or_here(lambda client: client.list_hosts(req), here)
 
 
 def cmd_hosts(

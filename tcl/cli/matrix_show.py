@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
 
-from tcl.cli._common import err, fail, out, print_json
+from tcl.cli._common import err, fail, out, print_json, served_or_here
 from tcl.cli.termsafe import cell
 from tcl.control.errors import TclError
 from tcl.control.matrixlisting import MatrixStatus, MatrixStatusListing, MatrixStatusRequest
@@ -87,20 +87,13 @@ def _status_lines(s: MatrixStatus) -> list[str]:
 
 def _status(req: MatrixStatusRequest) -> MatrixStatusListing:
     """From the daemon when one answers (it holds the store open); else read here."""
-    from tcl.control.daemon.client import answering_daemon
-    from tcl.control.errors import DaemonError
 
-    client = answering_daemon()
-    if client is not None:
-        try:
-            return client.matrix_status(req)
-        except DaemonError:
-            pass  # it went away or broke: the store is read here, as with no daemon
-        except TclError as e:
-            raise fail(str(e), e.exit_code) from None
-    from tcl.control.matrixlisting import matrix_status
+    def here() -> MatrixStatusListing:
+        from tcl.control.matrixlisting import matrix_status
 
-    return _read(lambda queue: matrix_status(queue, req))
+        return _read(lambda queue: matrix_status(queue, req))
+
+    return served_or_here(lambda client: client.matrix_status(req), here)
 
 
 def cmd_status(

@@ -14,8 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from tcl.cli._common import err, fail, globals_of, out, print_json, with_control
-from tcl.control.errors import DaemonError, TclError
+from tcl.cli._common import err, globals_of, out, print_json, served_or_here, with_control
 from tcl.control.metriclisting import MetricsListing, MetricsRequest, PointRecord, list_metrics
 
 if TYPE_CHECKING:
@@ -47,17 +46,10 @@ def _table(points: list[PointRecord]) -> Table:
 
 def _listing(ctx: typer.Context, req: MetricsRequest) -> MetricsListing:
     """From the daemon when one answers (it holds the store open); else built here."""
-    from tcl.control.daemon.client import answering_daemon
-
-    client = answering_daemon()
-    if client is not None:
-        try:
-            return client.list_metrics(req)
-        except DaemonError:
-            pass  # it went away or broke: the store is read here, as with no daemon
-        except TclError as e:
-            raise fail(str(e), e.exit_code) from None
-    return with_control(ctx, lambda ctl: list_metrics(ctl, req))
+    return served_or_here(
+        lambda client: client.list_metrics(req),
+        lambda: with_control(ctx, lambda ctl: list_metrics(ctl, req)),
+    )
 
 
 def cmd_metrics(

@@ -11,9 +11,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from tcl.cli._common import err, fail, globals_of, out, print_json, with_control
+from tcl.cli._common import err, globals_of, out, print_json, served_or_here, with_control
 from tcl.cli.termsafe import cell, plain
-from tcl.control.errors import DaemonError, TclError
 from tcl.control.runlisting import COLUMNS, ListRequest, RunListing, list_runs
 
 if TYPE_CHECKING:
@@ -23,18 +22,11 @@ COMMAND_CHARS = 60  # the COMMAND column (--json has all of it)
 
 
 def _listing(ctx: typer.Context, req: ListRequest) -> RunListing:
-    """From the daemon when one answers; else (or when it goes away meanwhile) built here."""
-    from tcl.control.daemon.client import answering_daemon
-
-    client = answering_daemon()
-    if client is not None:
-        try:
-            return client.list_runs(req)
-        except DaemonError:
-            pass  # it went away or broke: the store is read here, as with no daemon
-        except TclError as e:
-            raise fail(str(e), e.exit_code) from None
-    return with_control(ctx, lambda ctl: list_runs(ctl, req))
+    """From the daemon when one answers; else built here."""
+    return served_or_here(
+        lambda client: client.list_runs(req),
+        lambda: with_control(ctx, lambda ctl: list_runs(ctl, req)),
+    )
 
 
 def _table(listing: RunListing) -> Table:

@@ -14,9 +14,9 @@ import logging
 import os
 import secrets
 import time
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -53,6 +53,8 @@ from tcl.control.sweep.scheduler import Scheduler
 
 if TYPE_CHECKING:
     from tcl.control.transport.ssh import SshPool
+
+T = TypeVar("T")
 
 log = logging.getLogger("tcl.serve")
 NDJSON = "application/x-ndjson"
@@ -104,6 +106,16 @@ class Daemon:
     def control(self, config_path: str, config_named: bool) -> Control:
         cfg = load_config_at(Path(config_path), config_named)  # read anew: the user may edit it
         return Control(cfg, self.store, lambda: self.pool, shared=True)
+
+    async def on_control(
+        self, config_path: str, config_named: bool, work: Callable[[Control], Awaitable[T]]
+    ) -> T:
+        """``work`` on a Control of the request's config, closed after it."""
+        ctl = self.control(config_path, config_named)
+        try:
+            return await work(ctl)
+        finally:
+            await ctl.aclose()
 
     def scheduler_control(self, config_path: str, config_named: bool) -> Control:
         """The Control a matrix's runs are placed and followed with: one per config file for
@@ -268,27 +280,21 @@ def create_app(d: Daemon) -> ASGIApp:
 
     @app.post("/api/runs")
     async def post_runs(req: ListRequest) -> RunListing:
-        ctl = d.control(req.config_path, req.config_named)
-        try:
-            return await list_runs(ctl, req)
-        finally:
-            await ctl.aclose()
+        return await d.on_control(
+            req.config_path, req.config_named, lambda ctl: list_runs(ctl, req)
+        )
 
     @app.post("/api/hosts")
     async def post_hosts(req: HostsRequest) -> HostListing:
-        ctl = d.control(req.config_path, req.config_named)
-        try:
-            return await list_hosts(ctl, req.check)
-        finally:
-            await ctl.aclose()
+        return await d.on_control(
+            req.config_path, req.config_named, lambda ctl: list_hosts(ctl, req.check)
+        )
 
     @app.post("/api/metrics")
     async def post_metrics(req: MetricsRequest) -> MetricsListing:
-        ctl = d.control(req.config_path, req.config_named)
-        try:
-            return await list_metrics(ctl, req)
-        finally:
-            await ctl.aclose()
+        return await d.on_control(
+            req.config_path, req.config_named, lambda ctl: list_metrics(ctl, req)
+        )
 
     @app.post("/api/matrices/status")
     async def post_matrix_status(req: MatrixStatusRequest) -> MatrixStatusListing:

@@ -25,6 +25,17 @@ from tests.unit.control.conftest import cli_home
 RUN = "big-aaaaaa"
 
 
+async def _drained(queue: asyncio.Queue[Line | None]) -> list[Line]:
+    """The stream's lines to its end line, read as a client that reads on would."""
+    lines: list[Line] = []
+    while True:
+        line = await asyncio.wait_for(queue.get(), 30)
+        assert line is not None
+        lines.append(line)
+        if line.kind is LineKind.END:
+            return lines
+
+
 def _log(seq: int) -> Event:
     return Event(seq=seq, ts=0.0, kind=EventKind.LOG, stream=LogStream.STDOUT, data=f"line {seq}\n")
 
@@ -60,13 +71,7 @@ async def test_a_kept_log_is_read_no_faster_than_the_client_takes_it(
         await asyncio.sleep(0.2)  # time to read on, were the read not held back
         assert not task.done()
         assert read <= daemon_app.KEPT_QUEUE + daemon_app.KEPT_BATCH, read
-        lines: list[Line] = []
-        while True:
-            line = await asyncio.wait_for(queue.get(), 30)
-            assert line is not None
-            lines.append(line)
-            if line.kind is LineKind.END:
-                break
+        lines = await _drained(queue)
         await task
     finally:
         task.cancel()
@@ -109,13 +114,7 @@ async def test_a_followed_log_is_handed_over_no_faster_than_the_client_takes_it(
         await asyncio.sleep(0.2)  # time to read on, were the read not held back
         assert not task.done()
         assert read <= daemon_app.STREAM_QUEUE + READ_BATCH, read
-        lines: list[Line] = []
-        while True:
-            line = await asyncio.wait_for(queue.get(), 30)
-            assert line is not None
-            lines.append(line)
-            if line.kind is LineKind.END:
-                break
+        lines = await _drained(queue)
         await task
     finally:
         task.cancel()
