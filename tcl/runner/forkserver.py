@@ -17,6 +17,7 @@ loop, so forking it is safe; the kernel reaps the wrappers (SIGCHLD ignored).
 from __future__ import annotations
 
 import contextlib
+import gc
 import importlib
 import os
 import signal
@@ -59,6 +60,9 @@ def preload() -> None:
 
 def serve_forks() -> None:
     preload()
+    # every fork inherits the preloaded objects: frozen, a runner's full collections skip them
+    # (and do not write to the pages they share with the server)
+    gc.freeze()
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the wrappers are reaped by the kernel
     out = sys.stdout.buffer
     for line in sys.stdin.buffer:
