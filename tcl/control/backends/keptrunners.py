@@ -36,12 +36,18 @@ class KeptRunners:
     def task_ids(self) -> list[str]:
         return list(self._kept)
 
-    def keep(self, task_id: str, runner: RunnerApi) -> None:
-        self._kept.setdefault(task_id, _Kept(runner))
+    def keep(self, task_id: str, runner: RunnerApi) -> RunnerApi | None:
+        """Keep ``runner`` as the task's client; if another caller kept one meanwhile, that
+        one stays and ``runner`` is returned for the caller to close."""
+        if task_id in self._kept:
+            return runner
+        self._kept[task_id] = _Kept(runner)
+        return None
 
     @asynccontextmanager
     async def using(self, task_id: str) -> AsyncIterator[RunnerApi]:
-        """The kept client of ``task_id`` (kept with :meth:`keep`), counted as in use."""
+        """The kept client of ``task_id`` (kept with :meth:`keep`, with no await between),
+        counted as in use."""
         kept = self._kept[task_id]
         kept.in_flight += 1
         try:

@@ -397,11 +397,12 @@ class ShimBackend(Backend):
     async def events(self, handle: BaseHandle, node: int, after: int, wait_s: float) -> NodePage:
         assert isinstance(handle, ShimHandle)
         n = handle.nodes[node]
+        extra = None  # a client another pull kept first, meanwhile: this one is closed after
         if self._kept_runners.get(n.task_id) is None:
             runner = await self._runner(n)
             if isinstance(runner, TaskInfo):
                 return _outcome_page(runner)
-            self._kept_runners.keep(n.task_id, runner)
+            extra = self._kept_runners.keep(n.task_id, runner)
         try:
             async with self._kept_runners.using(n.task_id) as kept:
                 page = await kept.events(after=after, wait_s=wait_s)
@@ -413,6 +414,9 @@ class ShimBackend(Backend):
             if task.status is not TaskStatus.TERMINATED:
                 raise
             return _outcome_page(task)
+        finally:
+            if extra is not None:
+                await extra.aclose()
         state = RUNNER_STATES[page.state]
         if state.is_final and not page.more:
             await self._kept_runners.drop(n.task_id)  # it has nothing more to say
