@@ -13,6 +13,7 @@ import fcntl
 import os
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -94,6 +95,9 @@ def spawn_until(
             raise AgentError(f"{what} exited ({proc.returncode}): {' / '.join(tail)}")
         found = ready()
         if found is not None:
+            # reaped the moment it exits (killed, say): a zombie would still look alive to a
+            # pid check, and nothing else in a long-lived caller (tcl serve) waits for it
+            threading.Thread(target=proc.wait, name=f"reap {proc.pid}", daemon=True).start()
             return found, proc.pid
         time.sleep(poll_s)
     raise AgentError(f"{what} did not answer within {timeout_s:.0f} s (see {log})")

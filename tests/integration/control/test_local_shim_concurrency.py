@@ -100,7 +100,9 @@ def test_parallel_detached_submits_on_a_fresh_home_share_one_shim(tmp_path: Path
         _stop_all(base)
 
 
-def test_parallel_ps_after_the_shim_died_starts_one_new_shim(tmp_path: Path) -> None:
+def test_parallel_commands_after_the_shim_died_start_one_new_shim(tmp_path: Path) -> None:
+    """Four CLIs that each need the shim (a host check, in their own processes) find it killed
+    under its runs: one new shim is started, which adopts the runs."""
     home, work = tmp_path / "home", tmp_path / "work"
     home.mkdir()
     work.mkdir()
@@ -113,12 +115,16 @@ def test_parallel_ps_after_the_shim_died_starts_one_new_shim(tmp_path: Path) -> 
         (old,) = _shims(base / "state")
         old.send_signal(signal.SIGKILL)
         old.wait(timeout=30)
-        results = _parallel(env, work, 4, "ps", "-a", "--json")
+        here = {**env, "TCL_SERVE": "0"}  # each CLI starts the shim itself, not the daemon
+        results = _parallel(here, work, 4, "hosts", "--check", "--json")
         assert [rc for rc, _, _ in results] == [0] * 4, _failures(results)
         for _, out, _ in results:
-            assert len(json.loads(out)) == 3
+            (local,) = json.loads(out)
+            assert local["reachable"] is True, local
         shims = _shims(base / "state")
         assert len(shims) == 1 and shims[0].pid != old.pid
+        rows = _ps(env, work)
+        assert len(rows) == 3 and all(r["state"] == "running" for r in rows), rows
     finally:
         for row in _ps(env, work):
             if row["state"] not in FINAL:
