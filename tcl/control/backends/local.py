@@ -30,9 +30,18 @@ class LocalShimHost(ShimHost):
         if self._shim is None:
             local = await asyncio.to_thread(ensure_local_shim, *self._shim_args())
             self._shim = HttpShim(
-                "http://localhost", local.token, name=f"shim {self.name}", uds=local.socket
+                "http://localhost",
+                local.token,
+                name=f"shim {self.name}",
+                uds=local.socket,
+                on_unauthorized=self._forget_shim,
             )
         return self._shim
+
+    def _forget_shim(self) -> None:
+        """The shim refused our token (another tcl started it anew, with a new token): the next
+        call makes a new client, with the token it wrote."""
+        self._shim = None
 
     async def running_shim(self) -> ShimApi | None:
         if self._shim is None and not await asyncio.to_thread(

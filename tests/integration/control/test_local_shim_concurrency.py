@@ -57,10 +57,21 @@ def _stop_all(base: Path) -> None:
     """Stop the recorded shim, then any stray shim or lingering runner of this test's state
     (finished runners outlive a stopped shim while they keep their logs)."""
     stop_local_shim(base)
-    for p in psutil.process_iter(["cmdline"]):
-        if any(str(base) in a for a in p.info["cmdline"] or []):
-            with contextlib.suppress(psutil.NoSuchProcess):
-                p.kill()
+    for p in _of(base):
+        with contextlib.suppress(psutil.NoSuchProcess):
+            p.kill()
+
+
+def _of(base: Path) -> list[psutil.Process]:
+    """The processes of this test's state: named on their command line, or working in one of
+    its task dirs (a runner forked by the shim's fork server has the server's command line)."""
+    found = []
+    for p in psutil.process_iter(["cmdline", "cwd"]):
+        if any(str(base) in a for a in p.info["cmdline"] or []) or str(base) in (
+            p.info["cwd"] or ""
+        ):
+            found.append(p)
+    return found
 
 
 def _ps(env: dict[str, str], cwd: Path) -> list[dict[str, Any]]:
@@ -125,6 +136,13 @@ def test_parallel_commands_after_the_shim_died_start_one_new_shim(tmp_path: Path
         assert len(shims) == 1 and shims[0].pid != old.pid
         rows = _ps(env, work)
         assert len(rows) == 3 and all(r["state"] == "running" for r in rows), rows
+        # the daemon's client of the old shim has its old token: refused, it reads the new one
+        for row in rows:
+            run_tcl(["stop", "--grace", "1", row["run_id"]], env, work, timeout=120)
+        assert {r["state"] for r in _ps(env, work)} == {"terminated"}
+        tasks = base / "state" / "tasks"
+        left = [p for p in _of(base) if str(tasks) in (p.info["cwd"] or "")]
+        assert left == [], left  # every run's runner went with its task
     finally:
         for row in _ps(env, work):
             if row["state"] not in FINAL:
