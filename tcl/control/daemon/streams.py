@@ -22,16 +22,13 @@ if TYPE_CHECKING:
     from tcl.control.service import Control
 
 log = logging.getLogger("tcl.serve")
-# `tcl logs` without -f: kept events are read from the file this many at a time (in a
-# thread, off the event loop), into a queue that holds at most KEPT_QUEUE lines: a client
-# slower than the read makes the read wait, never the daemon hold the whole log.
+# Every stream's queue holds at most STREAM_QUEUE lines: a client slower than the log makes its
+# read wait (`tcl logs`: the kept events are read from the file KEPT_BATCH at a time, in a
+# thread; `tcl logs -f`, a followed submit: the follow waits, its events stay in the kept log),
+# never the daemon hold the whole log. A submit's progress lines stop going in
+# PROGRESS_HEADROOM short of full, so its status lines and notes (a few) always find room.
 KEPT_BATCH = 256
-KEPT_QUEUE = 2 * KEPT_BATCH
-# Every stream's queue holds at most STREAM_QUEUE lines: a follow whose client reads slower than
-# the job prints makes the follow wait (the events stay in the kept log), never the daemon hold
-# them. A submit's progress lines stop going in PROGRESS_HEADROOM short of full, so its status
-# lines and notes (a few) always find room.
-STREAM_QUEUE = KEPT_QUEUE
+STREAM_QUEUE = 2 * KEPT_BATCH
 PROGRESS_HEADROOM = 64
 
 

@@ -47,7 +47,7 @@ async def test_a_kept_log_is_read_no_faster_than_the_client_takes_it(
     (tmp_path / "state" / "logs").mkdir(parents=True)
     store = Store(f"sqlite:///{tmp_path / 'tcl.db'}")
     store.create_run(RUN, "big", RunRequest(argv=["true"], chips=0))
-    n = 10 * daemon_app.KEPT_QUEUE
+    n = 10 * daemon_app.STREAM_QUEUE
     LogCache(RUN).append([_log(i) for i in range(1, n + 1)])
     read = 0
     real_read = LogCache.read
@@ -62,7 +62,7 @@ async def test_a_kept_log_is_read_no_faster_than_the_client_takes_it(
 
     monkeypatch.setattr(LogCache, "read", counted)
     ctl = Control(parse_config("hosts: {}\n"), store)
-    queue: asyncio.Queue[Line | None] = asyncio.Queue(daemon_app.KEPT_QUEUE)
+    queue: asyncio.Queue[Line | None] = asyncio.Queue(daemon_app.STREAM_QUEUE)
     task = asyncio.create_task(daemon_app.kept_into(ctl, RUN, 0, queue))
     try:
         async with asyncio.timeout(30):
@@ -70,7 +70,7 @@ async def test_a_kept_log_is_read_no_faster_than_the_client_takes_it(
                 await asyncio.sleep(0.01)
         await asyncio.sleep(0.2)  # time to read on, were the read not held back
         assert not task.done()
-        assert read <= daemon_app.KEPT_QUEUE + daemon_app.KEPT_BATCH, read
+        assert read <= daemon_app.STREAM_QUEUE + daemon_app.KEPT_BATCH, read
         lines = await _drained(queue)
         await task
     finally:
