@@ -10,10 +10,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 
 from tcl.control.errors import TclError
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.status import Status
 
 T = TypeVar("T")
 
@@ -24,6 +26,8 @@ PIPED_WIDTH = 100_000
 
 def console(stderr: bool = False, file: TextIO | None = None) -> Console:
     """rich honours NO_COLOR itself; stderr carries progress, warnings and errors."""
+    from rich.console import Console
+
     stream = file or (sys.stderr if stderr else sys.stdout)
     piped = not stream.isatty() and not os.environ.get("COLUMNS")
     return Console(
@@ -35,8 +39,60 @@ def console(stderr: bool = False, file: TextIO | None = None) -> Console:
     )
 
 
-out = console()
-err = console(stderr=True)
+# what rich's Text drops from plain text (rich.control.STRIP_CONTROL_CODES): BEL, BS, VT, FF, CR
+_STRIPPED = dict.fromkeys((7, 8, 11, 12, 13))
+# what makes rich take a stream that is not a terminal for one
+_TERMINAL_VARS = ("FORCE_TERMINAL", "TTY_COMPATIBLE", "FORCE_COLOR", "TTY_INTERACTIVE")
+
+
+class LazyConsole:
+    """A rich ``Console`` made on first need. rich costs ~25 ms to import, which a followed
+    submit paid before its first line: its own lines (plain text, ``markup=False``) are
+    written as rich writes them (its control characters dropped, no wrapping) while the
+    stream is not a terminal and nothing else asked for the console."""
+
+    def __init__(self, stderr: bool = False) -> None:
+        self._stderr = stderr
+        self._console: Console | None = None
+
+    @property
+    def console(self) -> Console:
+        if self._console is None:
+            self._console = console(stderr=self._stderr)
+        return self._console
+
+    @property
+    def file(self) -> TextIO:
+        return sys.stderr if self._stderr else sys.stdout
+
+    def _plain(self) -> bool:
+        """No console made yet, and rich would see no terminal (nor be told it is one)."""
+        if self._console is not None or any(v in os.environ for v in _TERMINAL_VARS):
+            return False
+        return not self.file.isatty()
+
+    @property
+    def is_terminal(self) -> bool:
+        return False if self._plain() else self.console.is_terminal
+
+    def print(self, *objects: Any, **options: Any) -> None:
+        plain = options.keys() <= {"markup", "highlight", "end"} and not options.get("markup")
+        if plain and all(type(o) is str for o in objects) and self._plain():
+            text = " ".join(objects).translate(_STRIPPED) + options.get("end", "\n")
+            self.file.write(text)
+            self.file.flush()
+            return
+        self.console.print(*objects, **options)
+
+    def status(self, text: str) -> Status:
+        return self.console.status(text)
+
+    def flush(self) -> None:
+        self.file.flush()
+
+
+out = LazyConsole()
+err = LazyConsole(stderr=True)
 
 if TYPE_CHECKING:
     from tcl.control.config import Config
@@ -69,6 +125,8 @@ def globals_of(ctx: typer.Context) -> Globals:
 
 def fail(message: str, code: int = 1) -> typer.Exit:
     """Print an expected failure (one line, or a short list) and return the Exit to raise."""
+    from rich.markup import escape
+
     err.print(f"[red]error:[/red] {escape(message)}", markup=True, highlight=False)
     return typer.Exit(code)
 

@@ -76,7 +76,7 @@ def cmd_ps(
     try:
         from rich.live import Live
 
-        with Live(console=out, auto_refresh=False) as live:
+        with Live(console=out.console, auto_refresh=False) as live:
             while True:
                 live.update(_table(_listing(ctx, req)), refresh=True)
                 time.sleep(2.0)

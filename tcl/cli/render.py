@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 from tcl.cli._common import err
 from tcl.cli.termsafe import terminal_text
-from tcl.control.runlisting import iso
 from tcl.runner.api import Event, EventKind, LogStream
+from tcl.timestamps import iso
 
 if TYPE_CHECKING:
     from rich.progress import Progress
@@ -74,7 +74,7 @@ class RichObserver:
                 BarColumn(),
                 DownloadColumn(),
                 TransferSpeedColumn(),
-                console=err,
+                console=err.console,
                 transient=True,
             )
             self._progress.start()

@@ -8,13 +8,13 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from pydantic import Field
 
 from tcl.control.listingwire import Strict
 from tcl.control.states import RunState
+from tcl.timestamps import iso
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -95,10 +95,6 @@ class RunRow(Strict):
 
 class RunListing(Strict):
     rows: list[RunRow]
-
-
-def iso(ts: float) -> str:
-    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def age(ts: float) -> str:

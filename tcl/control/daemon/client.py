@@ -16,7 +16,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tcl.agentenv import daemon_env
 from tcl.control.daemon.api import (
@@ -33,11 +33,13 @@ from tcl.control.daemon.api import (
 from tcl.control.daemon.identity import current_identity, daemon_dir, refusal, shares
 from tcl.control.detached import ensure_started, spawn_until, stop_pid
 from tcl.control.errors import AgentError, DaemonError, TclError
-from tcl.control.hostlisting import HostListing, HostsRequest
-from tcl.control.matrixlisting import MatrixStatusListing, MatrixStatusRequest
-from tcl.control.metriclisting import MetricsListing, MetricsRequest
-from tcl.control.runlisting import ListRequest, RunListing
 from tcl.localsock import PeerError, UnixHTTPConnection
+
+if TYPE_CHECKING:  # each listing's models are imported by its own call: a submit needs none
+    from tcl.control.hostlisting import HostListing, HostsRequest
+    from tcl.control.matrixlisting import MatrixStatusListing, MatrixStatusRequest
+    from tcl.control.metriclisting import MetricsListing, MetricsRequest
+    from tcl.control.runlisting import ListRequest, RunListing
 
 SOCKET = "daemon.sock"  # tcl.control.daemon.server listens there
 START_TIMEOUT_S = 30.0
@@ -109,22 +111,30 @@ class DaemonClient:
     def list_runs(self, req: ListRequest) -> RunListing:
         """``tcl ps``'s listing, non-final runs refreshed (a host that does not answer is
         asked within its own bounded budget)."""
+        from tcl.control.runlisting import RunListing
+
         return RunListing.model_validate(self._request("POST", "/api/runs", req, LISTING_TIMEOUT_S))
 
     def list_hosts(self, req: HostsRequest) -> HostListing:
         """``tcl hosts``'s listing (with ``check``, each host asked within its own budget)."""
+        from tcl.control.hostlisting import HostListing
+
         return HostListing.model_validate(
             self._request("POST", "/api/hosts", req, LISTING_TIMEOUT_S)
         )
 
     def list_metrics(self, req: MetricsRequest) -> MetricsListing:
         """``tcl metrics``'s points, once the run's host was asked for what is not kept yet."""
+        from tcl.control.metriclisting import MetricsListing
+
         return MetricsListing.model_validate(
             self._request("POST", "/api/metrics", req, LISTING_TIMEOUT_S)
         )
 
     def matrix_status(self, req: MatrixStatusRequest) -> MatrixStatusListing:
         """Where the named matrix (or each one) stands."""
+        from tcl.control.matrixlisting import MatrixStatusListing
+
         return MatrixStatusListing.model_validate(
             self._request("POST", "/api/matrices/status", req, LISTING_TIMEOUT_S)
         )

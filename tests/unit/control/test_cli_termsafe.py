@@ -91,7 +91,7 @@ def test_ps_shows_names_commands_and_hosts_literally(
     home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # a wide terminal, so no cell is wrapped (without one, as in an xdist worker, rich takes 80)
-    monkeypatch.setattr(cli_common.out, "_width", 200)
+    monkeypatch.setattr(cli_common.out.console, "_width", 200)
     _seed(home, "[reverse]x[/]", ["python", "[bold]t.py[/]", f"{OSC52}arg"], [])
     res = runner.invoke(app, ["ps", "-a"])
     assert res.exit_code == 0, res.output
