@@ -8,12 +8,17 @@ The issue's goal (29): ratio <= 10. A submit pays for the CLI's start (its impor
 bench/cli_startup.py), the daemon's snapshot of the repo, a solver probe of the shim, the task,
 a fresh runner process, the job spec and code, the job's own start, then the first event
 pulled by the run controller into the log cache and handed to the CLI's follow.
+
+It also prints the CPU time the `tcl submit` process itself used for the whole followed submit
+(its own start, the request, every line printed; the rest of a submit waits on the daemon),
+against `python -c pass`'s: the issue's "CLI-side overhead" of a submit (goal <= 100 ms).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -22,6 +27,30 @@ from pathlib import Path
 from bench._controllib import TCL, interleaved_first_lines, print_ratio
 
 PRINT = "import sys; print('first-line', flush=True)"
+
+
+def cpu_s(argv: list[str], env: dict[str, str], cwd: Path) -> float:
+    """The CPU seconds (user + system) the process of ``argv`` used, run to its end."""
+    proc = subprocess.Popen(
+        argv, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        raise SystemExit(f"{argv}: exit code {proc.returncode}")
+    return usage.ru_utime + usage.ru_stime
+
+
+def print_cli_cpu(tcl_argv: list[str], env: dict[str, str], cwd: Path, reps: int) -> None:
+    bare = [sys.executable, "-c", "pass"]
+    tcl, base = [], []
+    for _ in range(reps):
+        tcl.append(cpu_s(tcl_argv, env, cwd))
+        base.append(cpu_s(bare, env, cwd))
+    t, b = statistics.median(tcl) * 1e3, statistics.median(base) * 1e3
+    print(f"tcl submit's own CPU: median {t:.0f} ms  {[round(x * 1e3) for x in tcl]}")
+    print(f"python -c pass CPU:   median {b:.0f} ms")
+    print(f"submit's CLI-side overhead: {t - b:.0f} ms (target <= 100 ms)")
 
 
 def main() -> None:
@@ -45,6 +74,7 @@ def main() -> None:
             tcl_s, base_s = interleaved_first_lines(
                 tcl_argv, base_argv, env, repo, args.reps, warm=2
             )
+            print_cli_cpu(tcl_argv, env, repo, args.reps)
         finally:
             subprocess.run([TCL, "serve", "--stop"], env=env, cwd=repo, capture_output=True)
             from tcl.control.localshim import stop_local_shim

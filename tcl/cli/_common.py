@@ -48,8 +48,8 @@ _TERMINAL_VARS = ("FORCE_TERMINAL", "TTY_COMPATIBLE", "FORCE_COLOR", "TTY_INTERA
 class LazyConsole:
     """A rich ``Console`` made on first need. rich costs ~25 ms to import, which a followed
     submit paid before its first line: its own lines (plain text, ``markup=False``) are
-    written as rich writes them (its control characters dropped, no wrapping) while the
-    stream is not a terminal and nothing else asked for the console."""
+    written as rich writes them (its control characters dropped, tabs expanded, no wrapping)
+    while the stream is not a terminal and nothing else asked for the console."""
 
     def __init__(self, stderr: bool = False) -> None:
         self._stderr = stderr
@@ -78,7 +78,7 @@ class LazyConsole:
     def print(self, *objects: Any, **options: Any) -> None:
         plain = options.keys() <= {"markup", "highlight", "end"} and not options.get("markup")
         if plain and all(type(o) is str for o in objects) and self._plain():
-            text = " ".join(objects).translate(_STRIPPED) + options.get("end", "\n")
+            text = " ".join(objects).translate(_STRIPPED).expandtabs(8) + options.get("end", "\n")
             self.file.write(text)
             self.file.flush()
             return

@@ -76,3 +76,39 @@ def test_a_command_imports_only_its_own_module() -> None:
     others = {f"tcl.cli.{m}" for m in COMMANDS.values()} - {"tcl.cli.ps"}
     assert "tcl.cli.ps" in mounted
     assert mounted & others == set(), mounted & others
+
+
+def test_a_submit_mounts_neither_rich_nor_asyncio_nor_a_listing() -> None:
+    """A followed submit prints its first line before it needs rich (a terminal's spinner, a
+    red error), asyncio (the in-process path) or any listing's models (``ps``, ``hosts``...)."""
+    loaded = _loaded_after("from tcl.cli.app import build\nbuild('submit')")
+    tops = {m.split(".")[0] for m in loaded}
+    assert tops & {"rich", "asyncio", "sqlalchemy"} == set()
+    listings = {"runlisting", "hostlisting", "metriclisting", "matrixlisting", "listingwire"}
+    assert {m for m in loaded if m.rpartition(".")[2] in listings} == set()
+
+
+def test_plain_lines_are_written_as_rich_writes_them_and_without_rich() -> None:
+    lines = [("plain line",), ("a\rb\x07c\x08d", "e\x0bf\x0cg"), ("tab\there", "[red]kept[/]")]
+    code = (
+        "import sys\nfrom tcl.cli._common import err\n"
+        f"for parts in {lines!r}:\n"
+        "    err.print(*parts, markup=False)\n"
+        "err.print('no end', markup=False, end='')\n"
+        "print('rich' in sys.modules)\n"
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert res.stdout == "False\n"
+
+    import io
+
+    from rich.console import Console
+
+    buf = io.StringIO()
+    rich_err = Console(file=buf, highlight=False, soft_wrap=True, width=100_000)
+    for parts in lines:
+        rich_err.print(*parts, markup=False)
+    rich_err.print("no end", markup=False, end="")
+    assert res.stderr == buf.getvalue()
