@@ -5,10 +5,15 @@ content, so uncommitted edits are in) plus untracked files that ``.gitignore`` d
 ``.tclignore`` then removes more. Outside git it walks the directory with ``.tclignore`` only:
 never ``/`` or ``$HOME`` unless asked for explicitly, never into another file system (``/proc``),
 and unreadable directories and files are skipped and counted.
-The tar.gz is byte-for-byte deterministic (sorted names, zeroed times and owners, normalised
+The tarball is byte-for-byte deterministic (sorted names, zeroed times and owners, normalised
 modes, gzip mtime 0), so its sha256 names the content. A manifest of (path, size, mtime, mode)
 maps to the last tarball built for it, so re-submitting an unchanged tree costs one ``stat`` per
 file and no compression.
+
+It is gzipped (level 1) unless a sample of its bytes shows gzip would not shrink it (random
+data, checkpoints, images, archives: compressing them ran at ~30 MB/s for no gain, most of a
+large first submit): then it is a plain tar. Its name stays ``<sha256>.tar.gz`` wherever it
+goes; every reader detects which it is (``tarfile``'s ``r:*`` and ``r|*``).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import secrets
 import stat
 import subprocess
 import tarfile
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +40,13 @@ from tcl.control.ignore import IgnoreRules
 from tcl.control.paths import private_dir
 
 _GZIP_LEVEL = 1  # code is re-shipped often; speed beats ratio here
+# Whether to gzip a tree at all: SAMPLES slices of SAMPLE_BYTES, spread over its bytes, are
+# compressed at _GZIP_LEVEL; kept over INCOMPRESSIBLE of their size, the tar is left plain. A
+# tree under ALWAYS_GZIP_BYTES is gzipped whatever it holds (it takes little time either way).
+SAMPLES = 16
+SAMPLE_BYTES = 64 * 1024
+INCOMPRESSIBLE = 0.9
+ALWAYS_GZIP_BYTES = 8 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -197,8 +210,13 @@ def write_tarball(
     dest: Path,
     content: Callable[[FileEntry], BinaryIO] | None = None,
 ) -> str:
-    """Write the deterministic tar.gz to ``dest`` (atomically); return its sha256. Each file's
-    bytes come from ``content`` (default: the file under ``root``)."""
+    """Write the deterministic tarball to ``dest`` (atomically; gzipped when
+    :func:`worth_compressing`); return its sha256. Each file's bytes come from ``content``
+    (default: the file under ``root``)."""
+
+    def read(e: FileEntry) -> BinaryIO:
+        return content(e) if content else open(root / e.rel, "rb")
+
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
     digest = hashlib.sha256()
@@ -206,27 +224,38 @@ def write_tarball(
     class _Hashing(io.RawIOBase):
         def __init__(self, f: io.BufferedWriter) -> None:
             self.f = f
+            self.written = 0
 
         def writable(self) -> bool:
             return True
 
+        def tell(self) -> int:  # a plain tar's writer asks where it starts
+            return self.written
+
         def write(self, b: bytes) -> int:  # type: ignore[override]
             digest.update(b)
+            self.written += len(b)
             return self.f.write(b)
 
     try:
+        compress = worth_compressing(entries, read)
         with open(tmp, "wb", opener=private_opener) as raw:
             sink = _Hashing(raw)
-            with (
-                gzip.GzipFile(fileobj=sink, mode="wb", mtime=0, compresslevel=_GZIP_LEVEL) as gz,
-                tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar,
-            ):
+            with contextlib.ExitStack() as stack:
+                out: gzip.GzipFile | _Hashing = sink
+                if compress:
+                    out = stack.enter_context(
+                        gzip.GzipFile(fileobj=sink, mode="wb", mtime=0, compresslevel=_GZIP_LEVEL)
+                    )
+                tar = stack.enter_context(
+                    tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT)
+                )
                 for e in entries:
                     info = _tarinfo(e)
                     if e.link is not None:
                         tar.addfile(info)
                         continue
-                    with content(e) if content else open(root / e.rel, "rb") as f:
+                    with read(e) as f:
                         tar.addfile(info, f)
             raw.flush()
             os.fsync(raw.fileno())
@@ -236,6 +265,31 @@ def write_tarball(
     sha = digest.hexdigest()
     os.replace(tmp, dest)
     return sha
+
+
+def worth_compressing(entries: list[FileEntry], read: Callable[[FileEntry], BinaryIO]) -> bool:
+    """Whether gzip would shrink the tree's tarball: the files holding each SAMPLES-th of its
+    bytes give a slice each (their first SAMPLE_BYTES), compressed as the tarball would be.
+    Deterministic (the same tree, the same answer): the tarball's hash names its content."""
+    files = [e for e in entries if e.link is None and e.size > 0]
+    total = sum(e.size for e in files)
+    if total < ALWAYS_GZIP_BYTES:
+        return True
+    picked: list[FileEntry] = []  # a file holding several marks gives one slice
+    at = mark = 0  # where the file starts in the tree's bytes; the next mark's index
+    for e in files:
+        if mark < SAMPLES and total * mark // SAMPLES < at + e.size:
+            picked.append(e)
+            while mark < SAMPLES and total * mark // SAMPLES < at + e.size:
+                mark += 1
+        at += e.size
+    raw = packed = 0
+    for e in picked:
+        with read(e) as f:
+            data = f.read(SAMPLE_BYTES)
+        raw += len(data)
+        packed += len(zlib.compress(data, _GZIP_LEVEL))
+    return packed < INCOMPRESSIBLE * raw
 
 
 def _touch(path: Path) -> None:

@@ -98,10 +98,10 @@ def tree_id(manifest: Manifest) -> str:
 
 
 def manifest_of_tarball(tarball: Path) -> Manifest:
-    """The manifest of a shipped code tar.gz: exactly what the remote working dir starts with."""
+    """The manifest of a shipped code tarball: exactly what the remote working dir starts with."""
     files: dict[str, Entry] = {}
     try:
-        with tarfile.open(tarball, "r:gz") as tar:
+        with tarfile.open(tarball, "r:*") as tar:
             for info in tar:
                 name = info.name.removeprefix("./")
                 if info.issym():
