@@ -76,7 +76,8 @@ class LazyConsole:
         return False if self._plain() else self.console.is_terminal
 
     def print(self, *objects: Any, **options: Any) -> None:
-        plain = options.keys() <= {"markup", "highlight", "end"} and not options.get("markup")
+        # only text said to hold no markup: rich would read "[bold]" in the rest
+        plain = options.keys() <= {"markup", "highlight", "end"} and options.get("markup") is False
         if plain and all(type(o) is str for o in objects) and self._plain():
             text = " ".join(objects).translate(_STRIPPED).expandtabs(8) + options.get("end", "\n")
             self.file.write(text)

@@ -112,3 +112,14 @@ def test_plain_lines_are_written_as_rich_writes_them_and_without_rich() -> None:
         rich_err.print(*parts, markup=False)
     rich_err.print("no end", markup=False, end="")
     assert res.stderr == buf.getvalue()
+
+
+def test_text_not_said_to_be_plain_still_goes_through_rich(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from tcl.cli._common import LazyConsole
+
+    con = LazyConsole(stderr=True)
+    con.print("[bold]styled[/bold] and plain")  # rich's markup: the tags are not shown
+    con.print("[bold]kept[/bold]", markup=False)
+    assert capsys.readouterr().err == "styled and plain\n[bold]kept[/bold]\n"
