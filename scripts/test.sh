@@ -31,7 +31,7 @@ set +e
 # Under `coverage run` (pyproject.toml [tool.coverage]): the processes the tests start are
 # measured too.
 rm -rf test-artefacts/coverage && mkdir -p test-artefacts/coverage
-TCL_TEST_DURATIONS="$PWD/test-artefacts/durations.json" uv run --locked coverage run -m pytest -n "${TCL_TEST_WORKERS:-3}" --dist loadgroup --durations=40 "$@" 2>&1 |
+TCL_TEST_DURATIONS="$PWD/test-artefacts/durations.json" uv run --locked coverage run -m pytest -n "${TCL_TEST_WORKERS:-4}" --dist loadgroup --durations=40 "$@" 2>&1 |
   tee "$log"
 rc=${PIPESTATUS[0]}
 set -e
