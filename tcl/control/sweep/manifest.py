@@ -25,8 +25,6 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
 
 from tcl.control import yamlsafe
 from tcl.control.errors import SweepError
@@ -320,7 +318,11 @@ def check_template(template: Sequence[str], entries: Sequence[dict[str, Any]]) -
 
 def job_config(base_yaml: str, fields: dict[str, Any]) -> str:
     """A ``tcl.jobs`` job's config YAML with the entry's fields set over ``base_yaml`` (a
-    dotted key such as ``optim.lr`` sets a nested value; ``job_id`` is not set)."""
+    dotted key such as ``optim.lr`` sets a nested value; ``job_id`` is not set). OmegaConf is
+    imported here: only a matrix of ``tcl.jobs`` jobs needs it, not every daemon's start."""
+    from omegaconf import DictConfig, OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
     try:
         base = yamlsafe.load(base_yaml) if base_yaml.strip() else {}
     except yaml.YAMLError as e:

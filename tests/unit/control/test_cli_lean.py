@@ -88,6 +88,16 @@ def test_a_submit_mounts_neither_rich_nor_asyncio_nor_a_listing() -> None:
     assert {m for m in loaded if m.rpartition(".")[2] in listings} == set()
 
 
+def test_a_daemon_starts_without_the_libraries_only_some_runs_need() -> None:
+    """`tcl serve` (started by a submit when none answers: on that submit's path) loads its
+    app and controller, not OmegaConf (a matrix of tcl.jobs jobs), JAX, or a cluster's client
+    library (the backend that needs one imports it)."""
+    loaded = _loaded_after("from tcl.control.daemon import server, app")
+    tops = {m.split(".")[0] for m in loaded}
+    assert "fastapi" in tops  # the daemon's own app is loaded
+    assert tops & {"omegaconf", "jax", "kubernetes", "google", "asyncssh"} == set()
+
+
 def test_plain_lines_are_written_as_rich_writes_them_and_without_rich() -> None:
     lines = [("plain line",), ("a\rb\x07c\x08d", "e\x0bf\x0cg"), ("tab\there", "[red]kept[/]")]
     code = (
