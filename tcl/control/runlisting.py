@@ -5,7 +5,6 @@ socket. The CLI only prints them: it needs neither the store nor the backends.""
 
 from __future__ import annotations
 
-import asyncio
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -123,7 +122,10 @@ async def list_runs(ctl: Control, req: ListRequest) -> RunListing:
 
 async def _find(ctl: Control, req: ListRequest) -> _Found:
     """The store is read in a thread: in the daemon, a long listing must not hold up the
-    event loop (its streams, its runs' controller)."""
+    event loop (its streams, its runs' controller). asyncio is imported here: a `tcl ps`
+    that the daemon answers only reads this module's models."""
+    import asyncio
+
     from tcl.control.lifecycle.refresh import refresh_many
 
     runs = await asyncio.to_thread(_selected, ctl, req)

@@ -88,6 +88,17 @@ def test_a_submit_mounts_neither_rich_nor_asyncio_nor_a_listing() -> None:
     assert {m for m in loaded if m.rpartition(".")[2] in listings} == set()
 
 
+def test_a_ps_the_daemon_answers_reads_only_the_listing_models() -> None:
+    """`tcl ps` through the daemon: its listing's models and the daemon's client, none of the
+    in-process path's store, asyncio or refresh."""
+    loaded = _loaded_after(
+        "from tcl.cli.app import build\nbuild('ps')\n"
+        "import tcl.control.daemon.client, tcl.control.runlisting"
+    )
+    assert {m.split(".")[0] for m in loaded} & {"asyncio", "sqlalchemy", "rich"} == set()
+    assert "tcl.control.lifecycle.refresh" not in loaded
+
+
 def test_a_daemon_starts_without_the_libraries_only_some_runs_need() -> None:
     """`tcl serve` (started by a submit when none answers: on that submit's path) loads its
     app and controller, not OmegaConf (a matrix of tcl.jobs jobs), JAX, or a cluster's client
