@@ -1,6 +1,8 @@
 """The CLI's own start: `tcl --version` and a command's `--help` (its module mounted, flags
 parsed, nothing sent) against `python -c pass` from the same venv, interleaved in one run
-(median of N each), and where a command's imports go (`python -X importtime`).
+(median of N each), and where a command's imports go (`python -X importtime`). Also what a
+`tcl serve` start imports (its app and controller: on the path of a submit that finds no
+daemon), against the same bare interpreter.
 
     uv run python bench/cli_startup.py [--reps 15]
 
@@ -51,6 +53,7 @@ def main() -> None:
         "tcl submit --help": [TCL, "submit", "--help"],
         "tcl ps --help": [TCL, "ps", "--help"],
         "tcl --help (every command)": [TCL, "--help"],
+        "tcl serve's imports": [sys.executable, "-c", "from tcl.control.daemon import server, app"],
     }
     for argv in cases.values():  # warm-up: page cache, bytecode
         timed(argv)
@@ -68,6 +71,8 @@ def main() -> None:
     over = med["tcl submit --help"] - base
     print(f"submit's CLI-side overhead: {over * 1000:.0f} ms (target <= 100 ms)")
     print(f"ratio tcl submit --help / python -c pass: {med['tcl submit --help'] / base:.2f}")
+    serve = med["tcl serve's imports"]
+    print(f"ratio tcl serve's imports / python -c pass: {serve / base:.2f} ({serve * 1000:.0f} ms)")
     print("submit's imports (cumulative ms):")
     for us, name in top_imports("from tcl.cli.app import build; build('submit')", 12):
         print(f"  {us / 1000:7.1f}  {name}")
