@@ -9,6 +9,7 @@ import subprocess
 import time
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import psutil
@@ -203,5 +204,30 @@ async def test_a_cancelled_upload_leaves_no_partial_file(
             await upload
         assert not Path(remote).exists()
         assert not list(Path(remote).parent.glob("*.part-*"))
+    finally:
+        await pool.close()
+
+
+async def test_aes_gcm_is_negotiated_unless_the_config_names_ciphers(
+    ssh_testbed: SshTestbed, tmp_path: Path
+) -> None:
+    """A real sshd agrees on AES-GCM (tcl's first choice); a host whose ssh config names its own
+    Ciphers gets those, as OpenSSH's ssh would."""
+    own = tmp_path / "ssh_config"
+    own.write_text(
+        "Host 127.0.0.1\n  Ciphers chacha20-poly1305@openssh.com\n\n"
+        + Path(ssh_testbed.config).read_text()
+    )
+    pool = SshPool()
+    try:
+        conn = await pool.connection(_target(ssh_testbed, "lo", "127.0.0.1", port=2222))
+        assert conn.get_extra_info("send_cipher") == "aes128-gcm@openssh.com"
+        assert conn.get_extra_info("recv_cipher") == "aes128-gcm@openssh.com"
+        chosen = replace(
+            _target(ssh_testbed, "lo-own", "127.0.0.1", port=2222), config_file=str(own)
+        )
+        conn = await pool.connection(chosen)
+        assert conn.get_extra_info("send_cipher") == "chacha20-poly1305@openssh.com"
+        assert (await pool.run(chosen, ["echo", "ok"])).stdout == "ok\n"
     finally:
         await pool.close()
