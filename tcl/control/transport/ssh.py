@@ -79,6 +79,12 @@ def config_names_ciphers(
     return bool(config.get("Ciphers"))
 
 
+async def _options(target: SshTarget) -> dict[str, Any]:
+    """``target.options()`` off the event loop: it reads the ssh config (as asyncssh reads it,
+    in an executor), and a slow home directory must not stall the daemon's other work."""
+    return await asyncio.to_thread(target.options)
+
+
 @dataclass(frozen=True)
 class SshTarget:
     """Everything needed to reach one host (built from an ``ssh`` or ``slurm`` host)."""
@@ -274,9 +280,9 @@ class SshPool:
         try:
             for spec in [s for s in (target.proxy_jump or "").split(",") if s.strip()]:
                 hop = target.hop(spec.strip())
-                tunnel = await asyncssh.connect(hop.host, tunnel=tunnel, **hop.options())
+                tunnel = await asyncssh.connect(hop.host, tunnel=tunnel, **await _options(hop))
                 hops.append(tunnel)
-            conn = await asyncssh.connect(target.host, tunnel=tunnel, **target.options())
+            conn = await asyncssh.connect(target.host, tunnel=tunnel, **await _options(target))
         except BaseException:
             for h in reversed(hops):
                 h.close()
