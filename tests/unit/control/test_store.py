@@ -79,6 +79,7 @@ def test_sqlite_store(tmp_path: Path) -> None:
         exercise_store(store)
         with store.engine.connect() as c:
             assert c.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+            assert c.exec_driver_sql("PRAGMA synchronous").scalar() == 1  # NORMAL: no fsync
     finally:
         store.close()
     # reopening keeps the data
