@@ -24,7 +24,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench._controllib import TCL, interleaved_first_lines, print_ratio
+from bench._controllib import TCL, interleaved_first_lines, path_with_this_python, print_ratio
 
 PRINT = "import sys; print('first-line', flush=True)"
 
@@ -66,7 +66,7 @@ def main() -> None:
         (repo / "train.py").write_text(PRINT + "\n")
         drop = ("TCL_CONFIG", "TCL_DB_URL", "TCL_SERVE", "TCL_STATE_DIR")
         env = {k: v for k, v in os.environ.items() if k not in drop}
-        env.update(HOME=str(home), NO_COLOR="1")
+        env.update(HOME=str(home), NO_COLOR="1", PATH=path_with_this_python())
         tcl_argv = [TCL, "submit", "--", "python", "train.py"]
         base_argv = [sys.executable, "-c", PRINT]
         try:
