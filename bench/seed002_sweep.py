@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.sweep_gap import TCL, stop_daemon, tcl_env
+from tests.integration.tclcli import stored_matrix_status
 
 METHODS = ("fft", "vft", "vftmtl")
 LANGS = {
@@ -131,24 +132,6 @@ def tcl(env: dict[str, str], repo: Path, *args: str) -> str:
     return p.stdout
 
 
-def stored_status(env: dict[str, str], name: str) -> dict[str, Any]:
-    """What `tcl matrix status NAME --json` says, read from the sweep's store in this process:
-    a `tcl` process a second would take a tenth of a core from the sweep it watches."""
-    from tcl.control.store import Store
-    from tcl.control.sweep.progress import summary
-    from tcl.control.sweep.queue import SweepQueue
-
-    store = Store(f"sqlite:///{Path(env['TCL_STATE_DIR']) / 'tcl.db'}")
-    try:
-        queue = SweepQueue(store)
-        try:
-            return dict(json.loads(json.dumps(summary(queue, name).to_json())))
-        finally:
-            queue.close()
-    finally:
-        store.close()
-
-
 def run_sweep(root: Path, sleep_s: float, gpus: int, timeout_s: float) -> float:
     repo = root / "repo"
     (root / "home").mkdir()
@@ -164,7 +147,9 @@ def run_sweep(root: Path, sleep_s: float, gpus: int, timeout_s: float) -> float:
     status: dict[str, Any] = {}
     while time.monotonic() < deadline:
         time.sleep(1.0)
-        status = stored_status(env, "ft")
+        # read from the sweep's store in this process: a `tcl matrix status` process a second
+        # would take a tenth of a core from the sweep it times
+        status = stored_matrix_status(env, "ft")
         counts = status["counts"]
         if counts["done"] + counts["failed"] + counts["cancelled"] >= status["total"]:
             break
