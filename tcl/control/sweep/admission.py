@@ -2,9 +2,12 @@
 
 While placements succeed, as many as it has room to place at once. Once one is refused (nothing
 free for it: the cluster is full), claiming everything again would place nothing and only churn
-claims and solver probes; so it claims as many entries as its runs that ended since (each freed
-what it held), plus credits that double with each success (a cluster that has room again is
-filled in a few rounds), plus one probe per ``full_wait_s`` (capacity freed by someone else).
+claims and solver probes; so it claims as many entries as its runs that ended since (each
+freed what it held), plus one probe per ``full_wait_s`` (capacity freed by someone else), plus
+credits that double with each success of a probe or of what a probe earned (a cluster that has
+room again is filled in a few rounds). An entry placed in a slot its own runs freed earns
+nothing: it says nothing of more room (each such success used to earn two more claims, both
+refused once the cluster was full again: two runs made and deleted per run placed).
 """
 
 from __future__ import annotations
@@ -16,7 +19,8 @@ class Admission:
         self.full_wait_s = full_wait_s
         self.full = False
         self.freed = 0  # while full: runs that ended since the last claim (each freed a slot)
-        self.granted = 0  # while full: entries successes earned
+        self.granted = 0  # while full: entries probes and their successes earned
+        self._granted_out = 0  # while full: claims of granted credits not yet placed or refused
         self._grant = 1  # what the next success earns while full (doubles)
         self._probe_at = 0.0  # while full: when a probe is allowed again
 
@@ -36,15 +40,18 @@ class Admission:
     def took(self, claimed: int) -> None:
         from_freed = min(self.freed, claimed)
         self.freed -= from_freed
-        self.granted -= min(self.granted, claimed - from_freed)
+        from_granted = min(self.granted, claimed - from_freed)
+        self.granted -= from_granted
+        self._granted_out += from_granted
 
     def run_ended(self) -> None:
         if self.full:
             self.freed += 1
 
     def placed(self) -> None:
-        if not self.full:
-            return
+        if not self.full or self._granted_out == 0:
+            return  # not full, or a freed slot taken again: no news of more room
+        self._granted_out -= 1
         self._grant = min(self.room, self._grant * 2)
         self.granted += self._grant
         if self._grant >= self.room:
@@ -55,6 +62,7 @@ class Admission:
         was claimed before they freed anything)."""
         self.full = True
         self.granted = 0
+        self._granted_out = 0
         self._grant = 1
         self._probe_at = now + self.full_wait_s
 
