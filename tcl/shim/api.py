@@ -52,6 +52,7 @@ MAX_MESSAGE_LEN = 4096
 MAX_ACCELERATORS = 4096  # a count, an index, or the length of a list of indices
 MAX_CPUS = 65536.0
 MAX_STOP_TIMEOUT_S = 3600.0
+MAX_START_WAIT_S = 10.0  # GET /api/tasks/{id}?wait_s=: the longest a start is waited for
 
 
 def valid_task_id(task_id: str) -> bool:

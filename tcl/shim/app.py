@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
-from fastapi import APIRouter, FastAPI, HTTPException, Path, Request, Security
+from fastapi import APIRouter, FastAPI, HTTPException, Path, Query, Request, Security
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPBearer
@@ -28,6 +28,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 import tcl
 from tcl.shim.api import (
+    MAX_START_WAIT_S,
     TASK_ID_MAX_LEN,
     TASK_ID_PATTERN,
     ErrorBody,
@@ -84,6 +85,10 @@ _METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 # is read; by the time this dependency runs the token has been verified.
 _bearer = HTTPBearer(auto_error=False, description="The token in the shim's --token-file.")
 
+StartWaitParam = Annotated[
+    float,
+    Query(ge=0, le=MAX_START_WAIT_S, description="seconds to wait for the task to start or end"),
+]
 TaskIdParam = Annotated[
     str, Path(min_length=1, max_length=TASK_ID_MAX_LEN, pattern=TASK_ID_PATTERN)
 ]
@@ -321,7 +326,11 @@ def create_app(
         return service.list_tasks()
 
     @router.get("/tasks/{task_id}", responses=documented(404, 422))
-    async def get_task(task_id: TaskIdParam) -> TaskInfo:
+    async def get_task(task_id: TaskIdParam, wait_s: StartWaitParam = 0.0) -> TaskInfo:
+        """The task; with ``wait_s``, once it runs (its runner's port known) or ended, or after
+        ``wait_s`` seconds with where it stands (a launch waits for its task's start)."""
+        if wait_s > 0:
+            return await service.wait_started(task_id, wait_s)
         return service.get(task_id)
 
     @router.post("/tasks/{task_id}/terminate", responses=documented(404, 413, 422, 502))

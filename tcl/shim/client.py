@@ -17,6 +17,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from tcl.common.tls import shared_context
 from tcl.shim.api import (
+    MAX_START_WAIT_S,
     HealthInfo,
     HostInfo,
     PreemptionNotice,
@@ -119,6 +120,17 @@ class ShimClient:
 
     async def get_task(self, task_id: str) -> TaskInfo:
         return _parse(TaskInfo, await self._call("GET", f"/api/tasks/{task_id}"))
+
+    async def wait_task_started(self, task_id: str, wait_s: float) -> TaskInfo:
+        """The task once it runs or ended, or after ``wait_s`` (capped at the shim's bound)."""
+        wait_s = min(max(wait_s, 0.0), MAX_START_WAIT_S)
+        resp = await self._call(
+            "GET",
+            f"/api/tasks/{task_id}",
+            params={"wait_s": wait_s},
+            timeout=wait_s + (self._http.timeout.read or 30.0),
+        )
+        return _parse(TaskInfo, resp)
 
     async def terminate_task(
         self,

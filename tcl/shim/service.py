@@ -52,6 +52,7 @@ from tcl.shim.exiting import ExitingRunners
 from tcl.shim.inventory import Inventory
 from tcl.shim.network import choose_network, is_whole_host
 from tcl.shim.probe import stop_job
+from tcl.shim.startwait import StartWaits
 from tcl.shim.states import is_active
 from tcl.shim.store import TaskRecord, TaskStore, new_record
 from tcl.tokenfile import new_token
@@ -79,6 +80,7 @@ class TaskService:
     # a preemption notice: the host is going away, so no new task until its grace ran out
     _going_away_until: float = 0.0
     _going_away_why: str = ""
+    _starts: StartWaits = field(default_factory=StartWaits)
 
     def __post_init__(self) -> None:
         self.allocator = Allocator(
@@ -114,6 +116,10 @@ class TaskService:
 
     def get(self, task_id: str) -> TaskInfo:
         return self.store.get(task_id).info
+
+    async def wait_started(self, task_id: str, wait_s: float) -> TaskInfo:
+        """The task once it runs or ended, or after ``wait_s`` (:mod:`tcl.shim.startwait`)."""
+        return await self._starts.wait(self.get, task_id, wait_s)
 
     def list_tasks(self) -> list[TaskInfo]:
         return sorted((r.info for r in self.store.records()), key=lambda i: i.created_at)
@@ -260,7 +266,10 @@ class TaskService:
 
     async def _update(self, task_id: str, **changes: Any) -> TaskRecord:
         """The store's guarded writer, run in a thread (it fsyncs) so the loop stays free."""
-        return await asyncio.to_thread(functools.partial(self.store.update, task_id, **changes))
+        try:
+            return await asyncio.to_thread(functools.partial(self.store.update, task_id, **changes))
+        finally:
+            self._starts.notify(task_id)
 
     async def finish(
         self,

@@ -13,12 +13,16 @@ from tcl.control.backends.shimhost import ShimHost
 from tcl.control.errors import AgentError, NoCapacityError
 from tcl.control.transport.agents import RunnerApi
 from tcl.shim.api import TaskInfo, TaskStatus, TerminationReason
+from tcl.shim.startwait import started
 
 TASK_START_TIMEOUT_S = 600.0  # image pulls can be slow
 RUNNER_READY_TIMEOUT_S = 150.0  # beyond the shim's start grace for a runner (probe.py)
 # Polls are one small request over an open forward; a container starts in ~0.3-0.5 s, so a
 # coarse interval would add a large share of it to every submit.
 POLL_INTERVAL_S = 0.02
+# A task's start is waited for by the shim (it answers as the task starts): a status line each
+# this often meanwhile (an image pull's progress)
+START_WAIT_S = 1.0
 TASK_CHECK_S = 1.0  # a runner that has not answered for this long: is its task still there?
 
 
@@ -37,8 +41,11 @@ async def wait_task(host: ShimHost, task: TaskInfo, obs: Observer) -> TaskInfo:
             raise AgentError(f"task {task.id} did not start within {TASK_START_TIMEOUT_S:.0f} s")
         detail = f" {task.pull_progress:.0%}" if task.pull_progress is not None else ""
         obs.status(f"{host.name}: {task.status.value}{detail}")
-        await asyncio.sleep(POLL_INTERVAL_S)
-        task = await shim.get_task(task.id)
+        asked = time.monotonic()
+        task = await shim.wait_task_started(task.id, START_WAIT_S)
+        quick = POLL_INTERVAL_S - (time.monotonic() - asked)
+        if quick > 0 and not started(task):
+            await asyncio.sleep(quick)  # a shim that does not wait (older): polled as before
 
 
 async def all_or_raise(coros: list[Any]) -> list[Any]:

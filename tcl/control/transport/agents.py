@@ -31,6 +31,11 @@ class ShimApi(Protocol):
 
     async def get_task(self, task_id: str) -> TaskInfo: ...
 
+    async def wait_task_started(self, task_id: str, wait_s: float) -> TaskInfo:
+        """The task once it runs or ended, or after ``wait_s`` (at most the shim's
+        ``MAX_START_WAIT_S``) with where it stands."""
+        ...
+
     async def list_tasks(self) -> list[TaskInfo]: ...
 
     async def terminate_task(

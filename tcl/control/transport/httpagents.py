@@ -84,6 +84,9 @@ class HttpShim:
     async def get_task(self, task_id: str) -> TaskInfo:
         return await self._call(self._client.get_task(task_id))
 
+    async def wait_task_started(self, task_id: str, wait_s: float) -> TaskInfo:
+        return await self._call(self._client.wait_task_started(task_id, wait_s))
+
     async def list_tasks(self) -> list[TaskInfo]:
         return await self._call(self._client.list_tasks())
 

@@ -103,7 +103,28 @@ async def _bad_input(url: str) -> None:
         assert r.status_code == 422 and r.json()["error"] == "invalid_request"
         r = await http.get("/api/tasks/no-such-task")
         assert r.status_code == 404 and r.json()["error"] == "not_found"
+        r = await http.get("/api/tasks/no-such-task", params={"wait_s": 5})
+        assert r.status_code == 404  # an unknown task is not waited for
+        for bad in ("-1", "11", "nan", "soon"):
+            r = await http.get("/api/tasks/no-such-task", params={"wait_s": bad})
+            assert r.status_code == 422, (bad, r.text)
+            assert [d["field"] for d in r.json()["detail"]] == ["wait_s"], r.json()
         r = await http.delete("/api/tasks/no-such-task")
         assert r.status_code == 404
         r = await http.get("/api/host", headers={"Authorization": "Bearer nope"})
         assert r.status_code == 401
+
+
+async def test_a_launch_waits_for_its_tasks_start_in_one_request(make_shim: ShimFactory) -> None:
+    """``GET /api/tasks/{id}?wait_s=N`` answers as the task starts (running, its runner's port
+    known): a launch asks once instead of every 20 ms. A task that does not start within the
+    wait is answered after it, where it stands."""
+    shim = await make_shim("--fake-accelerators", "h100:1", env=NO_DOCKER)
+    async with shim.client() as c:
+        made = await c.submit_task(TaskSpec(id="w", accelerators=1))
+        assert made.status is TaskStatus.PENDING  # answered before its lifecycle began
+        info = await c.wait_task_started("w", 10)
+        assert info.status is TaskStatus.RUNNING and info.ports.runner, info
+        await c.terminate_task("w")
+        ended = await c.wait_task_started("w", 10)  # an ended task answers at once
+        assert ended.status is TaskStatus.TERMINATED
