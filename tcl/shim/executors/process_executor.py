@@ -30,7 +30,7 @@ from tcl.shim.errors import BadRequest, ContainerError
 from tcl.shim.executors.base import Launch, Liveness, Observed, ProgressFn, Started, accelerator_env
 from tcl.shim.executors.cgroup import MARK_ENV, TaskProcesses
 from tcl.shim.executors.forkclient import FORKSERVER_ARG, RunnerForkServer
-from tcl.shim.executors.ports import free_port
+from tcl.shim.executors.ports import free_port, listening
 from tcl.shim.store import Handle
 
 log = logging.getLogger(__name__)
@@ -43,6 +43,9 @@ EXIT_FILE = "exit_code"
 FORKED_DIR = "forked"
 LOG_FILE = "runner.log"
 _STOP_POLL_S = 0.05
+# a forked runner listens within milliseconds; past this (a host so loaded it did not) its task
+# is reported running anyway and the launch asks its runner until it answers
+LISTEN_WAIT_S = 2.0
 _KILL_WAIT_S = 30.0  # after SIGKILL: a process stuck in the kernel must not hold the shim
 
 
@@ -133,6 +136,7 @@ class ProcessExecutor:
                 record = f"{spec.id} {forked.create_time or 0}\n".encode()
                 await asyncio.to_thread(self._record_forked, forked.pid, record)
                 handle = Handle(pid=forked.pid, pid_start_time=forked.create_time)
+                await listening(port, forked.pid, LISTEN_WAIT_S)
                 return Started(handle, Ports(runner=port))
         env = job_base_env(os.environ)  # an allow-list: nothing of the shim's own secrets
         env.update(task_env)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 from pathlib import Path
 
 import httpx
@@ -125,6 +126,8 @@ async def test_a_launch_waits_for_its_tasks_start_in_one_request(make_shim: Shim
         assert made.status is TaskStatus.PENDING  # answered before its lifecycle began
         info = await c.wait_task_started("w", 10)
         assert info.status is TaskStatus.RUNNING and info.ports.runner, info
+        # its runner listens already (forked: reported running once it does): no refusal
+        socket.create_connection(("127.0.0.1", info.ports.runner), timeout=5).close()
         await c.terminate_task("w")
         ended = await c.wait_task_started("w", 10)  # an ended task answers at once
         assert ended.status is TaskStatus.TERMINATED
