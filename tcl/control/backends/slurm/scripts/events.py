@@ -52,6 +52,10 @@ WAITING = (
     "STAGE_OUT",
 )
 SQUEUE_EVERY_S = 2.0  # the event file is polled often; slurmctld (shared by every user) not
+# two small reads on the login node each time: a new event is seen within this (it used to
+# be 0.2 s once the runner had written its status: on average 0.1 s more on the way of a
+# run's first line, bench/slurm_submit_latency.py)
+POLL_S = 0.05
 
 
 def squeue(job: str, fields: str) -> str:
@@ -110,7 +114,7 @@ def main(argv: list[str]) -> int:
             rows = squeue(job, fields)
             if not any(f"|{s}|" in rows for s in WAITING):
                 break
-        time.sleep(0.05 if status is None else 0.2)
+        time.sleep(POLL_S)
     answer = {"events": events, "last": last, "status": status, "squeue": squeue(job, fields)}
     print(json.dumps(answer))
     return 0
