@@ -26,6 +26,7 @@ from tcl.control.service import Control
 from tcl.control.shipping import Snapshot
 from tcl.control.solver import Request, Solution
 from tcl.control.states import AttemptCause, RunState
+from tcl.control.store import Placement
 from tcl.control.submitted import SubmitResult
 from tcl.runner.api import CodeRef, JobSpec, SessionSpec
 
@@ -202,18 +203,21 @@ def _record_started(
     snap: Snapshot,
     launched: Launched,
 ) -> None:
-    """Record the launched attempt and its run started; a run stopped meanwhile raises."""
+    """Record the launched attempt's handle, then its run started (one transaction); a run
+    stopped meanwhile raises."""
+    # the handle first, on its own: a store failing after it leaves what adoption asks about
     ctl.store.update_attempt(run_id, attempt, handle=launched.handle.model_dump(mode="json"))
-    if ctl.store.get_run(run_id).state.is_final:
+    queued = launched.state is RunState.QUEUED
+    recorded = ctl.store.record_started(
+        run_id,
+        attempt,
+        Placement(plan.host, kind, snap.sha256),
+        launched.state,
+        message=(plan.queue_reason or None) if queued else None,
+        cause=AttemptCause.of_end(launched.state) if launched.state.is_final else None,
+    )
+    if not recorded:
         raise PlacementAborted(f"run {run_id} was stopped while it was being placed")
-    ctl.store.set_placement(run_id, plan.host, kind, snap.sha256)
-    if launched.state is RunState.QUEUED:
-        ctl.store.set_state(run_id, RunState.QUEUED, message=plan.queue_reason or None)
-    else:
-        ctl.store.set_state(run_id, RunState.PROVISIONING)
-        ctl.store.set_state(run_id, launched.state)
-    ended = AttemptCause.of_end(launched.state) if launched.state.is_final else None
-    ctl.store.update_attempt(run_id, attempt, state=launched.state, cause=ended)
 
 
 async def _undo(ctl: Control, backend: Backend, handle: Handle, run_id: str, attempt: int) -> None:

@@ -13,7 +13,7 @@ Everything other modules use is re-exported here: ``from tcl.control.store impor
 """
 
 from tcl.control.store.db import SCHEMA_VERSION, StoreBase
-from tcl.control.store.records import Attempt, Run
+from tcl.control.store.records import Attempt, Placement, Run
 from tcl.control.store.runs import Store, new_run_id
 from tcl.control.store.tables import AttemptRow, MetaRow, RunHealthRow, RunRow, TableBase
 
@@ -22,6 +22,7 @@ __all__ = [
     "Attempt",
     "AttemptRow",
     "MetaRow",
+    "Placement",
     "Run",
     "RunHealthRow",
     "RunRow",

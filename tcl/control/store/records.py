@@ -32,6 +32,15 @@ class Run:
 
 
 @dataclass(frozen=True)
+class Placement:
+    """Where a run was placed: its host, the backend kind and the code it runs."""
+
+    host: str
+    backend: str
+    code_sha256: str | None
+
+
+@dataclass(frozen=True)
 class Attempt:
     run_id: str
     attempt: int

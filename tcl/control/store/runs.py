@@ -19,7 +19,7 @@ from tcl.control.errors import RunNotFoundError, StateConflict, StoreError
 from tcl.control.runrequest import RunRequest
 from tcl.control.states import AttemptCause, Move, RunState, move
 from tcl.control.store.listing import RunListing
-from tcl.control.store.records import Attempt, Run, attempt_of, run_of
+from tcl.control.store.records import Attempt, Placement, Run, attempt_of, run_of
 from tcl.control.store.tables import AttemptRow, RunHealthRow, RunRow
 
 IN_CHUNK = 500  # ids per IN (...) list: well under every backend's bound-parameter limit
@@ -83,10 +83,7 @@ class Store(RunListing):
             row = s.get(RunRow, run_id, with_for_update=True)
             if row is None:
                 raise RunNotFoundError(f"no run {run_id!r}")
-            current = RunState(row.state)
-            verdict = move(current, state)
-            if verdict is Move.ILLEGAL:
-                raise StateConflict(f"run {run_id}: {current} → {state} is not allowed")
+            verdict = _run_move(row, state)
             if attempt is not None:
                 att = s.get(AttemptRow, (run_id, attempt), with_for_update=True)
                 if att is None:
@@ -95,12 +92,40 @@ class Store(RunListing):
                     _move_attempt(att, state, cause)
             if verdict is Move.KEEP:
                 return False
-            row.state = state.value
-            row.updated_at = time.time()
-            if message is not None:
-                row.message = message[:2048]
-            if exit_code is not None:
-                row.exit_code = exit_code
+            _apply_run_move(row, state, message, exit_code)
+            return True
+
+    def record_started(
+        self,
+        run_id: str,
+        attempt: int,
+        placed: Placement,
+        state: RunState,
+        message: str | None = None,
+        cause: AttemptCause | None = None,
+    ) -> bool:
+        """A launched attempt (its handle recorded before), in one transaction (it was five, each
+        a commit, on the way of every run placed): unless its run ended meanwhile (stopped
+        while it was placed: False, nothing written), the run placed and moved to ``state``
+        (through ``provisioning`` unless it is ``queued``, with ``message``) and the attempt
+        moved to it (``cause``: why, when final). Guarded like :meth:`set_state` and
+        :meth:`update_attempt`: an illegal move raises and writes nothing."""
+        _check_cause(state, cause)
+        with self._session() as s:
+            # the run, then its attempt: the order set_state locks them in
+            row = s.get(RunRow, run_id, with_for_update=True)
+            att = s.get(AttemptRow, (run_id, attempt), with_for_update=True)
+            if att is None or row is None:
+                raise RunNotFoundError(f"no attempt {attempt} of run {run_id!r}")
+            if RunState(row.state).is_final:
+                return False
+            row.host, row.backend = placed.host, placed.backend
+            row.code_sha256 = placed.code_sha256
+            steps = [state] if state is RunState.QUEUED else [RunState.PROVISIONING, state]
+            for step in steps:
+                if _run_move(row, step) is Move.APPLY:
+                    _apply_run_move(row, step, message if step is state else None, None)
+            _guarded_attempt_move(att, state, cause)
             return True
 
     def set_placement(self, run_id: str, host: str, backend: str, code_sha256: str | None) -> None:
@@ -210,13 +235,7 @@ class Store(RunListing):
             if handle is not None:
                 row.handle = handle
             if state is not None:
-                verdict = move(RunState(row.state), state)
-                if verdict is Move.ILLEGAL:
-                    raise StateConflict(
-                        f"run {run_id} attempt {attempt}: {row.state} → {state} is not allowed"
-                    )
-                if verdict is Move.APPLY:
-                    _move_attempt(row, state, cause)
+                _guarded_attempt_move(row, state, cause)
             if pid is not None:
                 row.pid = pid
             if log_cursor is not None and log_cursor > row.log_cursor:
@@ -228,6 +247,37 @@ class Store(RunListing):
             row = s.get(AttemptRow, (run_id, attempt))
             if row is not None:
                 s.delete(row)
+
+
+def _run_move(row: RunRow, state: RunState) -> Move:
+    """The verdict on moving the run to ``state``; an illegal move raises."""
+    current = RunState(row.state)
+    verdict = move(current, state)
+    if verdict is Move.ILLEGAL:
+        raise StateConflict(f"run {row.id}: {current} → {state} is not allowed")
+    return verdict
+
+
+def _apply_run_move(
+    row: RunRow, state: RunState, message: str | None, exit_code: int | None
+) -> None:
+    row.state = state.value
+    row.updated_at = time.time()
+    if message is not None:
+        row.message = message[:2048]
+    if exit_code is not None:
+        row.exit_code = exit_code
+
+
+def _guarded_attempt_move(row: AttemptRow, state: RunState, cause: AttemptCause | None) -> None:
+    """The attempt moved to ``state`` where that applies; an illegal move raises."""
+    verdict = move(RunState(row.state), state)
+    if verdict is Move.ILLEGAL:
+        raise StateConflict(
+            f"run {row.run_id} attempt {row.attempt}: {row.state} → {state} is not allowed"
+        )
+    if verdict is Move.APPLY:
+        _move_attempt(row, state, cause)
 
 
 def _move_attempt(row: AttemptRow, state: RunState, cause: AttemptCause | None) -> None:

@@ -73,15 +73,15 @@ async def test_a_store_failing_after_launch_leaves_the_job_to_be_adopted_not_run
     stop landed, and the placement made again ran it a second time (CI18's two-scheduler
     PostgreSQL outage). Now the job goes on and the next owner adopts it."""
     run_id = _queued_run(ctl)
-    real = ctl.store.set_placement
+    real = ctl.store.record_started
     down = True
 
-    def failing(*args: object, **kw: object) -> None:
+    def failing(*args: object, **kw: object) -> bool:
         if down and args and args[0] == run_id:
             raise StoreError("state store error: connection refused")
-        real(*args, **kw)  # type: ignore[arg-type]
+        return real(*args, **kw)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(ctl.store, "set_placement", failing)
+    monkeypatch.setattr(ctl.store, "record_started", failing)
     with pytest.raises(StoreError):
         await relaunch(ctl, run_id)
     assert Scripted.stops == [] and Scripted.released == []  # left running

@@ -10,7 +10,7 @@ from tcl.control.errors import RunNotFoundError, StateConflict
 from tcl.control.retries import Retries
 from tcl.control.runrequest import RunRequest
 from tcl.control.states import AttemptCause, RunState
-from tcl.control.store import SCHEMA_VERSION, Store
+from tcl.control.store import SCHEMA_VERSION, Placement, Store
 from tcl.control.sweep.queue import NewEntry, SweepQueue
 
 
@@ -71,6 +71,46 @@ def exercise_store(store: Store) -> None:
     ]
     with pytest.raises(ValueError, match="cause"):  # a final state names why the attempt ended
         store.set_state(ev, RunState.TERMINATED, attempt=0)
+    exercise_record_started(store)
+
+
+def exercise_record_started(store: Store) -> None:
+    """A launched attempt is recorded in one transaction: the run placed and moved (through
+    provisioning unless queued), the attempt moved; nothing for a run stopped meanwhile, nor
+    for an illegal move."""
+    where = Placement("gpu1", "ssh", "f" * 64)
+    for run_id in ("launch-a", "launch-q", "launch-stopped"):
+        store.create_run(run_id, run_id, RunRequest(argv=["true"]))
+        store.add_attempt(run_id, "gpu1", "ssh", {"task_id": "planned"})
+    assert store.record_started("launch-a", 0, where, RunState.RUNNING)
+    run = store.get_run("launch-a")
+    assert (run.state, run.host, run.backend, run.code_sha256) == (
+        RunState.RUNNING,
+        "gpu1",
+        "ssh",
+        "f" * 64,
+    )
+    [att] = store.attempts("launch-a")
+    assert att.state is RunState.RUNNING and att.started_at is not None
+    # queued by its host's scheduler: the reason is the run's message
+    assert store.record_started("launch-q", 0, where, RunState.QUEUED, message="pending: Priority")
+    run = store.get_run("launch-q")
+    assert (run.state, run.message) == (RunState.QUEUED, "pending: Priority")
+    # stopped while it was placed: nothing written (the placement undoes its task)
+    store.set_state("launch-stopped", RunState.TERMINATED, message="stopped")
+    assert not store.record_started("launch-stopped", 0, where, RunState.RUNNING)
+    run = store.get_run("launch-stopped")
+    assert (run.state, run.host) == (RunState.TERMINATED, None)
+    [att] = store.attempts("launch-stopped")
+    assert att.state is RunState.PROVISIONING
+    # an illegal move (a running run provisioned again) raises and writes nothing
+    store.set_state("launch-q", RunState.RUNNING)
+    elsewhere = Placement("gpu2", "ssh", "e" * 64)
+    with pytest.raises(StateConflict):
+        store.record_started("launch-q", 0, elsewhere, RunState.RUNNING)
+    assert store.get_run("launch-q").host == "gpu1"
+    with pytest.raises(ValueError, match="cause"):
+        store.record_started("launch-q", 0, where, RunState.SUCCEEDED)
 
 
 def test_sqlite_store(tmp_path: Path) -> None:
