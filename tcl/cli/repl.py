@@ -61,8 +61,6 @@ def cmd_repl(
     ] = 600.0,
 ) -> None:
     """Start Jupyter Lab on the best free host and forward it: tcl repl --chip h100 --sync"""
-    from tcl.control import syncing
-
     if attach is None:
         from tcl.cli.submit import start_run
         from tcl.cli.submitargs import pairs, secrets_of
@@ -95,16 +93,13 @@ def cmd_repl(
         )
         run_ref = start_run(req).run_id
         # The base of `tcl sync`: the tree the session was shipped, from this directory.
-        start = Path(code_dir or os.getcwd())
-
-        async def record_base(ctl: Control) -> None:
-            syncing.begin(ctl, run_ref, start)
-
-        with_control(ctx, record_base)
+        base: Path | None = Path(code_dir or os.getcwd())
     else:
-        run_ref = attach
+        run_ref, base = attach, None
     progress: dict[str, bool] = {}
-    try:
+    try:  # from the moment the run exists: a Ctrl-C while its base is recorded stops it too
+        if base is not None:
+            with_control(ctx, lambda ctl: _record_base(ctl, run_ref, base))
         with_control(
             ctx, lambda ctl: _serve(ctl, run_ref, sync, no_browser, port, timeout_s, progress)
         )
@@ -115,6 +110,12 @@ def cmd_repl(
             state = _stop(ctx, run_ref)
             err.print(f"run {run_ref} {state}: cancelled while it waited", markup=False)
             raise typer.Exit(130) from None
+
+
+async def _record_base(ctl: Control, run_ref: str, start: Path) -> None:
+    from tcl.control import syncing
+
+    syncing.begin(ctl, run_ref, start)
 
 
 async def _serve(
