@@ -30,13 +30,13 @@ async def wait_task(host: ShimHost, task: TaskInfo, obs: Observer) -> TaskInfo:
     shim = await host.shim()
     deadline = time.monotonic() + TASK_START_TIMEOUT_S
     while True:
-        if task.status is TaskStatus.RUNNING and task.ports.runner is not None:
-            return task
         if task.status is TaskStatus.TERMINATED:
             if task.termination_reason is TerminationReason.NO_CAPACITY:
                 raise NoCapacityError(task.message or "no capacity")
             why = task.termination_reason.value if task.termination_reason else "terminated"
             raise AgentError(f"task {task.id} on {host.name} failed: {why}: {task.message}")
+        if started(task):  # running, its runner's port known: what the shim's wait answers on
+            return task
         if time.monotonic() > deadline:
             raise AgentError(f"task {task.id} did not start within {TASK_START_TIMEOUT_S:.0f} s")
         detail = f" {task.pull_progress:.0%}" if task.pull_progress is not None else ""

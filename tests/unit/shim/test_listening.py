@@ -24,10 +24,9 @@ async def test_it_answers_once_the_port_is_bound_later() -> None:
         sock.listen(8)
 
     binder = asyncio.create_task(bind_later())
-    t0 = time.monotonic()
     try:
-        assert await listening(port, os.getpid(), 10.0)
-        assert 0.1 <= time.monotonic() - t0 < 5.0
+        assert await listening(port, os.getpid(), 30.0)
+        assert binder.done()  # answered after the bind, not before it
     finally:
         await binder
         sock.close()
