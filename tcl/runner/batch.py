@@ -159,17 +159,28 @@ async def _drive_until_final(
     mount: NodeMount | None,
 ) -> None:
     try:
-        try:
-            await asyncio.to_thread(_drive, runner, spec, code_path, mount)
-        except RunnerError:
-            # A signal that came while the job was being set up terminated the run, so the
-            # next step was refused: that is the run's outcome, not a bad input.
-            if stopper.received is None:
-                raise
+        await _launch(runner, spec, code_path, stopper, mount)
         await runner.finished()
     finally:
         if mount is not None:  # after the job's processes ended
             await asyncio.to_thread(mount.release)
+
+
+async def _launch(
+    runner: Runner,
+    spec: JobSpec,
+    code_path: Path | None,
+    stopper: StopOnSignals,
+    mount: NodeMount | None,
+) -> None:
+    """The job started (returns once its process runs)."""
+    try:
+        await asyncio.to_thread(_drive, runner, spec, code_path, mount)
+    except RunnerError:
+        # A signal that came while the job was being set up terminated the run, so the
+        # next step was refused: that is the run's outcome, not a bad input.
+        if stopper.received is None:
+            raise
 
 
 def _drive(runner: Runner, spec: JobSpec, code_path: Path | None, mount: NodeMount | None) -> None:
@@ -218,14 +229,24 @@ async def _drive_serving(
 ) -> None:
     from tcl.runner.server import Server
 
-    # the bound port (a port 0 was asked for: any free one), for the control plane
-    server = Server(runner, *serve, token, port_file=runner.config.state_dir / PORT_FILE)
-    task = asyncio.create_task(server.serve())
     try:
-        await server.started()
-        await _drive_until_final(runner, spec, code_path, stopper, mount)
-        if stopper.received is None:
-            await asyncio.sleep(linger_s)  # let followers read the last events
+        # The job starts first: building the server (uvicorn and the app: 0.1-0.3 s of imports
+        # on a busy node) is not on the way of its first line, which the event log carries.
+        await _launch(runner, spec, code_path, stopper, mount)
+        # the bound port (a port 0 was asked for: any free one), for the control plane
+        server = Server(runner, *serve, token, port_file=runner.config.state_dir / PORT_FILE)
+        task = asyncio.create_task(server.serve())
+        try:
+            await server.started()
+            await runner.finished()
+            if mount is not None:  # after the job's processes ended, before the linger
+                await asyncio.to_thread(mount.release)
+                mount = None
+            if stopper.received is None:
+                await asyncio.sleep(linger_s)  # let followers read the last events
+        finally:
+            server.shutdown()
+            await task
     finally:
-        server.shutdown()
-        await task
+        if mount is not None:  # the job never started, or ended with an error
+            await asyncio.to_thread(mount.release)
