@@ -33,7 +33,7 @@ from tests.polling import wait_until
 pytestmark = [pytest.mark.integration, pytest.mark.volcano]
 PY = sys.executable
 NS = "tcl"
-TOTAL_STEPS = 200
+TOTAL_STEPS = 80  # the eviction comes at the first checkpoint (step 10)
 LOOP = "import time\nfor i in range(600):\n    print('tick', i, flush=True)\n    time.sleep(1)\n"
 
 
