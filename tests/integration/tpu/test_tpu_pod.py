@@ -404,7 +404,9 @@ def _latest(out: Path) -> str | None:
     return None
 
 
-TOTAL_STEPS = 80  # the preemption comes at the first checkpoint (step 10); 0.2 s a step on 3 workers
+TOTAL_STEPS = (
+    80  # the preemption comes at the first checkpoint (step 10); 0.2 s a step on 3 workers
+)
 GPT = resumable_gpt_yaml(TOTAL_STEPS)
 
 
