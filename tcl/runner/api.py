@@ -132,6 +132,14 @@ class JobSpec(_Strict):
     project_env: bool = True
 
 
+class StartRequest(_Strict):
+    """``POST /api/start``: submit the spec, install its code from the host's tree cache and
+    start the job, in one request (a placement's three). A tree the cache lacks is no error:
+    the answer is ``waiting_code`` (``PUT /api/code``, then ``POST /api/run``)."""
+
+    spec: JobSpec
+
+
 class EventKind(enum.StrEnum):
     LOG = "log"
     STATE = "state"

@@ -28,9 +28,8 @@ from pydantic import BaseModel, ValidationError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route, WebSocketRoute
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from tcl.runner import errors, wsroutes
 from tcl.runner.api import (
@@ -42,13 +41,15 @@ from tcl.runner.api import (
     Metrics,
     RunnerState,
     SessionInfo,
+    StartRequest,
     StateInfo,
     StopRequest,
     SyncAck,
     SyncPatch,
 )
+from tcl.runner.middleware import BearerAuth, BodyLimit
+from tcl.runner.middleware import error_response as _error
 from tcl.runner.service import Runner
-from tcl.tokenfile import bearer_matches
 
 ERROR_STATUS: dict[type[errors.RunnerError], int] = {
     errors.InvalidRequest: 400,
@@ -88,15 +89,6 @@ def _json(model: BaseModel, status: int = 200) -> Response:
     return Response(model.model_dump_json(), status_code=status, media_type="application/json")
 
 
-def _error(status: int, code: str, detail: str | list[dict[str, object]]) -> JSONResponse:
-    # A detail can quote untrusted input (an archive's member names); a backstop so that no
-    # error body is ever large, whatever the code that raised forgot to shorten.
-    max_detail_chars = 1000
-    if isinstance(detail, str) and len(detail) > max_detail_chars:
-        detail = detail[:max_detail_chars] + "…"
-    return JSONResponse({"error": code, "detail": detail}, status_code=status)
-
-
 def _fields(e: ValidationError, prefix: str = "") -> list[dict[str, object]]:
     return [
         {
@@ -118,7 +110,7 @@ def _parse(model: type[M], raw: bytes | dict[str, str], where: str) -> M:
         # From strings, as JSON would be: strict numbers take "3" but not "true".
         return model.model_validate_strings(raw)
     except ValidationError as e:
-        code = "invalid_spec" if model is JobSpec else "invalid_request"
+        code = "invalid_spec" if model in (JobSpec, StartRequest) else "invalid_request"
         raise RequestInvalid(code, _fields(e, "" if where == "body" else f"{where}.")) from e
 
 
@@ -146,6 +138,11 @@ async def code(request: Request, runner: Runner) -> Response:
 async def cached_code(request: Request, runner: Runner) -> Response:
     body = _parse(CachedCodeRequest, await request.body(), "body")
     return _state(runner, await runner.use_cached_code(body.sha256))
+
+
+async def start(request: Request, runner: Runner) -> Response:
+    body = _parse(StartRequest, await request.body(), "body")
+    return _state(runner, await runner.start(body.spec))
 
 
 async def run(_: Request, runner: Runner) -> Response:
@@ -234,6 +231,16 @@ ROUTES: tuple[ApiRoute, ...] = (
     ApiRoute("POST", "/api/run", run, "Start the job", StateInfo, errors=(409,)),
     ApiRoute(
         "POST",
+        "/api/start",
+        start,
+        "Submit, the code from the host's tree cache, run: one request (waiting_code: upload "
+        "it, then /api/run)",
+        StateInfo,
+        body=StartRequest,
+        errors=(409, 413, 422),
+    ),
+    ApiRoute(
+        "POST",
         "/api/stop",
         stop,
         "SIGTERM the job's group, SIGKILL after grace_s (a repeat only brings that closer)",
@@ -276,74 +283,6 @@ ROUTES: tuple[ApiRoute, ...] = (
 
 OPEN_PATHS = frozenset(r.path for r in ROUTES if r.public)  # the token is needed elsewhere
 RAW_BODY_PATHS = frozenset({"/api/code"})
-
-
-class BearerAuth:
-    """401 unless ``Authorization: Bearer <token>`` matches (constant time), before the route
-    or any body is touched; 415 for a body that is not JSON where JSON is expected."""
-
-    def __init__(self, app: ASGIApp, token: str) -> None:
-        self.app = app
-        self.token = token.encode()
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] not in ("http", "websocket") or scope["path"] in OPEN_PATHS:
-            await self.app(scope, receive, send)
-            return
-        headers = dict(scope["headers"])
-        if not bearer_matches(scope["headers"], self.token):
-            if scope["type"] == "websocket":
-                # Closing before accept: the server answers the handshake with 403.
-                await send({"type": "websocket.close", "code": 1008})
-                return
-            response = _error(401, "unauthorized", "missing or wrong bearer token")
-            response.headers["WWW-Authenticate"] = "Bearer"
-            await response(scope, receive, send)
-            return
-        if scope["type"] == "http" and _has_body(headers) and scope["path"] not in RAW_BODY_PATHS:
-            media = headers.get(b"content-type", b"").split(b";")[0].strip().lower()
-            if media != b"application/json":
-                response = _error(
-                    415, "unsupported_media_type", "the body must be application/json"
-                )
-                await response(scope, receive, send)
-                return
-        await self.app(scope, receive, send)
-
-
-def _has_body(headers: dict[bytes, bytes]) -> bool:
-    length = headers.get(b"content-length")
-    return b"transfer-encoding" in headers or (length is not None and length not in (b"", b"0"))
-
-
-class BodyLimit:
-    """413 for a JSON body over the limit (the code upload has its own, larger limit)."""
-
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
-        self.app = app
-        self.max_bytes = max_bytes
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] == "/api/code":
-            await self.app(scope, receive, send)
-            return
-        max_bytes = BODY_LIMITS.get(scope["path"], self.max_bytes)
-        length = dict(scope["headers"]).get(b"content-length")
-        if length is not None and length.isdigit() and int(length) > max_bytes:
-            response = _error(413, errors.PayloadTooLarge.code, f"body over {max_bytes} bytes")
-            await response(scope, receive, send)
-            return
-        seen = 0
-
-        async def limited() -> Message:
-            nonlocal seen
-            message = await receive()
-            seen += len(message.get("body", b""))
-            if seen > max_bytes:
-                raise errors.PayloadTooLarge(f"body over {max_bytes} bytes")
-            return message
-
-        await self.app(scope, limited, send)
 
 
 def _endpoint(handler: Handler, runner: Runner | None) -> Callable[[Request], Awaitable[Response]]:
@@ -394,8 +333,11 @@ def create_app(runner: Runner | None, token: str | None) -> Starlette:
             Exception: internal,
         },
     )
-    app.add_middleware(BodyLimit, max_bytes=MAX_JSON_BODY_BYTES)
+    app.add_middleware(BodyLimit, max_bytes=MAX_JSON_BODY_BYTES, limits=BODY_LIMITS)
     if token:
-        app.add_middleware(BearerAuth, token=token)  # outermost: before the body limit
+        # outermost: before the body limit
+        app.add_middleware(
+            BearerAuth, token=token, open_paths=OPEN_PATHS, raw_body_paths=RAW_BODY_PATHS
+        )
     app.state.runner = runner
     return app

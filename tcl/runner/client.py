@@ -30,6 +30,7 @@ from tcl.runner.api import (
     JobSpec,
     Metrics,
     SessionInfo,
+    StartRequest,
     StateInfo,
     StopRequest,
     SyncAck,
@@ -137,6 +138,13 @@ class RunnerClient:
 
     async def run(self) -> StateInfo:
         return await self._call("POST", "/api/run", StateInfo)
+
+    async def start(self, spec: JobSpec) -> StateInfo:
+        """Submit, the code from the host's cache, run, in one request (``waiting_code``: the
+        cache lacks the tree; upload it, then :meth:`run`). A runner older than the route
+        answers RunnerAPIError 404."""
+        body = StartRequest(spec=spec).model_dump(mode="json")  # secrets included: the wire
+        return await self._call("POST", "/api/start", StateInfo, json=body)
 
     async def stop(self, grace_s: float = 10.0, dump_stacks: bool = False) -> StateInfo:
         body = StopRequest(grace_s=grace_s, dump_stacks=dump_stacks).model_dump()

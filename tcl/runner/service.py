@@ -6,6 +6,7 @@ state of its own. Calls are safe from any thread and from the event loop.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
@@ -34,6 +35,7 @@ from tcl.runner.codecache import CodeCache
 from tcl.runner.codeinstall import CodeInstall
 from tcl.runner.command import Where, job_command
 from tcl.runner.errors import (
+    CodeNotCached,
     Conflict,
     ExecutorError,
     IllegalTransition,
@@ -124,6 +126,18 @@ class Runner(CodeInstall):
             )
             self.spec = spec
             return self.state
+
+    async def start(self, spec: JobSpec) -> RunnerState:
+        """``submit``, the code from the host's tree cache, ``run``: one request places a job
+        whose tree the host has. A tree the cache lacks leaves the runner ``waiting_code``
+        (upload it, then run), never an error; a repeat changes nothing."""
+        state = self.submit(spec)
+        if state is S.WAITING_CODE and spec.code is not None:
+            with contextlib.suppress(CodeNotCached):
+                state = await self.use_cached_code(spec.code.sha256)
+        if state is S.READY:
+            state = await asyncio.to_thread(self.run)
+        return state
 
     def run(self) -> RunnerState:
         """Start the job in its own process group."""

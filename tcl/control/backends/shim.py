@@ -359,7 +359,14 @@ class ShimBackend(Backend):
         try:
             obs.status("waiting for the runner")
             await wait_runner(runner, functools.partial(task_ended, host, task.id))
-            await runner.submit(job)
+            # one request when the host's code cache has the tree (every sweep entry after
+            # the first, every re-submit): submit, the tree, run
+            state = await runner.start(job)
+            if state is not None and state is not RunnerState.WAITING_CODE:
+                await host.code_cached(snap, obs.progress)
+                return 0
+            if state is None:  # a runner older than that request
+                await runner.submit(job)
             obs.status(f"shipping code ({snap.files} files)")
             sent = await host.ship_code(
                 snap, task.ports.runner, task.runner_token, runner, obs.progress

@@ -45,6 +45,12 @@ class ShimHost(abc.ABC):
     ) -> int:
         """Get the tarball to the runner; return how many bytes crossed the network."""
 
+    async def code_cached(self, snap: Snapshot, progress: Progress | None) -> None:
+        """The runner took the tree from the host's code cache: nothing is shipped, and
+        what :meth:`prestage_code` started for it is dropped."""
+        if progress is not None:
+            progress(snap.size, snap.size)
+
     @abc.abstractmethod
     def peer_address(self) -> str:
         """The host's address as the other nodes of a multi-node job reach it."""

@@ -244,6 +244,12 @@ class SshShimHost(ShimHost):
             ssh_config_file=self.cfg.ssh_config_file,
         )
 
+    async def code_cached(self, snap: Snapshot, progress: Progress | None) -> None:
+        staged = self._staged.pop(snap.sha256, None)
+        if staged is not None:
+            await staged.aclose()
+        await super().code_cached(snap, progress)
+
     async def discard_staged(self) -> None:
         await self._drop_staged()
 

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-from tcl.runner.api import EventsPage, JobSpec, SessionInfo, SyncAck, SyncPatch
+from tcl.runner.api import EventsPage, JobSpec, RunnerState, SessionInfo, SyncAck, SyncPatch
 from tcl.shim.api import HostInfo, TaskInfo, TaskSpec, TerminationReason
 
 
@@ -84,6 +84,12 @@ class RunnerApi(Protocol):
         ...
 
     async def run(self) -> None: ...
+
+    async def start(self, spec: JobSpec) -> RunnerState | None:
+        """Submit, the tree from the host's code cache, run: one request. Its state after
+        (``waiting_code``: the cache lacks the tree; ship it, then :meth:`run`); None from a
+        runner older than this request (then submit, ship, run)."""
+        ...
 
     async def events(self, after: int, wait_s: float = 0.0, limit: int = 1000) -> EventsPage: ...
 

@@ -19,7 +19,7 @@ from tcl.control.errors import (
     TaskNotFoundError,
 )
 from tcl.control.transport.agents import ForwardStream
-from tcl.runner.api import EventsPage, JobSpec, SessionInfo, SyncAck, SyncPatch
+from tcl.runner.api import EventsPage, JobSpec, RunnerState, SessionInfo, SyncAck, SyncPatch
 from tcl.runner.client import RunnerAPIError, RunnerClient, RunnerUnavailable
 from tcl.shim.api import HostInfo, TaskInfo, TaskSpec, TerminationReason
 from tcl.shim.client import ShimClient
@@ -160,6 +160,16 @@ class HttpRunner:
 
     async def run(self) -> None:
         await self._call(self._client.run())
+
+    async def start(self, spec: JobSpec) -> RunnerState | None:
+        try:
+            return (await self._client.start(spec)).state
+        except RunnerAPIError as e:
+            if e.status in (404, 405):  # a runner older than the route
+                return None
+            raise AgentError(f"{self.name}: {e.error}: {e.detail}") from None
+        except RunnerUnavailable as e:
+            raise AgentUnreachableError(f"{self.name}: {e}") from None
 
     async def events(self, after: int, wait_s: float = 0.0, limit: int = 1000) -> EventsPage:
         return await self._call(self._client.events(after, wait_s, limit))

@@ -66,6 +66,9 @@ class FakeRunner:
 
     async def run(self) -> None: ...
 
+    async def start(self, spec: JobSpec) -> RunnerState | None:
+        return None  # as a runner older than /api/start: the launch submits, ships, runs
+
     async def events(self, after: int, wait_s: float = 0.0, limit: int = 1000) -> EventsPage:
         self.calls.append(after)
         if len(self.calls) == self.drop_at_call:

@@ -145,7 +145,8 @@ async def test_error_bodies_stay_short(tmp_path: Path) -> None:
     import httpx
 
     from tcl.runner.api import CodeRef, JobSpec
-    from tcl.runner.app import _error, create_app
+    from tcl.runner.app import create_app
+    from tcl.runner.middleware import error_response as _error
     from tcl.runner.service import Runner, RunnerConfig
     from tests.unit.runner.conftest import TOKEN, sha
 
