@@ -234,7 +234,12 @@ async def _drive_serving(
         # on a busy node) is not on the way of its first line, which the event log carries.
         await _launch(runner, spec, code_path, stopper, mount)
         # the bound port (a port 0 was asked for: any free one), for the control plane
-        server = Server(runner, *serve, token, port_file=runner.config.state_dir / PORT_FILE)
+        try:
+            server = Server(runner, *serve, token, port_file=runner.config.state_dir / PORT_FILE)
+        except BaseException:  # it cannot listen: the job it started must not outlive it
+            await asyncio.to_thread(runner.stop, 0.0)
+            await runner.finished()
+            raise
         task = asyncio.create_task(server.serve())
         try:
             await server.started()

@@ -187,6 +187,46 @@ async def test_batch_serve_offers_live_logs(tmp_path: Path) -> None:
             await proc.wait()
 
 
+def test_a_server_that_cannot_bind_leaves_no_job_running(tmp_path: Path) -> None:
+    """The job starts before the server is built (its first line is not held up by uvicorn's
+    imports): when the server then cannot listen, the job is stopped, not left behind."""
+    import socket
+
+    pid_file = tmp_path / "job.pid"
+    prog = (
+        f"import os, time\nopen({str(pid_file)!r}, 'w').write(str(os.getpid()))\ntime.sleep(60)\n"
+    )
+    spec = JobSpec(run_id="nb", argv=[PY, "-c", prog])
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        res = subprocess.run(
+            [
+                *RUNNER,
+                "batch",
+                "--spec",
+                str(write_spec(tmp_path, spec, TOKEN)),
+                "--state-dir",
+                str(tmp_path / "state"),
+                "--serve",
+                f"127.0.0.1:{port}",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    assert res.returncode != 0 and "Address already in use" in res.stderr, res.stderr
+    pid = int(pid_file.read_text())  # it had started
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return
+    os.kill(pid, 9)
+    raise AssertionError(f"job {pid} outlived its runner")
+
+
 async def _serve(tmp_path: Path, *extra: str) -> tuple[asyncio.subprocess.Process, str]:
     port_file = tmp_path / "port"
     proc = await asyncio.create_subprocess_exec(
