@@ -87,8 +87,10 @@ class LocalShimHost(ShimHost):
         runner_token: str,
         runner: RunnerApi,
         progress: Progress | None,
+        *,
+        cache_checked: bool = False,
     ) -> int:
-        await runner.upload_code(snap.tarball, snap.sha256, progress)
+        await runner.upload_code(snap.tarball, snap.sha256, progress, ask_cache=not cache_checked)
         return 0  # loopback: nothing crossed the network
 
     async def reset(self) -> None:

@@ -369,7 +369,12 @@ class ShimBackend(Backend):
                 await runner.submit(job)
             obs.status(f"shipping code ({snap.files} files)")
             sent = await host.ship_code(
-                snap, task.ports.runner, task.runner_token, runner, obs.progress
+                snap,
+                task.ports.runner,
+                task.runner_token,
+                runner,
+                obs.progress,
+                cache_checked=state is not None,
             )
             obs.status("starting the job")
             await runner.run()

@@ -42,8 +42,12 @@ class ShimHost(abc.ABC):
         runner_token: str,
         runner: RunnerApi,
         progress: Progress | None,
+        *,
+        cache_checked: bool = False,
     ) -> int:
-        """Get the tarball to the runner; return how many bytes crossed the network."""
+        """Get the tarball to the runner; return how many bytes crossed the network.
+        ``cache_checked``: the runner was asked for the host's cached tree already (a
+        ``start`` answered ``waiting_code``), so it is not asked again."""
 
     async def code_cached(self, snap: Snapshot, progress: Progress | None) -> None:
         """The runner took the tree from the host's code cache: nothing is shipped, and

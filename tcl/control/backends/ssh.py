@@ -189,13 +189,15 @@ class SshShimHost(ShimHost):
         runner_token: str,
         runner: RunnerApi,
         progress: Progress | None,
+        *,
+        cache_checked: bool = False,
     ) -> int:
         self.prestage_code(snap, progress)  # no-op when submit did it already
         staged = self._staged.pop(snap.sha256)
         # A host that has the tree extracted already (any earlier run of this code) needs one
         # request over the open forward: no hand-over process, no wait for the upload check.
         try:
-            cached = await runner.use_cached_code(snap.sha256)
+            cached = not cache_checked and await runner.use_cached_code(snap.sha256)
         except BaseException:
             await staged.aclose()
             raise

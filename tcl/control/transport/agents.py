@@ -76,8 +76,16 @@ class RunnerApi(Protocol):
     async def submit(self, spec: JobSpec) -> None: ...
 
     async def upload_code(
-        self, path: Path, sha256: str, progress: Callable[[int, int], None] | None = None
-    ) -> None: ...
+        self,
+        path: Path,
+        sha256: str,
+        progress: Callable[[int, int], None] | None = None,
+        *,
+        ask_cache: bool = True,
+    ) -> None:
+        """Get the tarball to the runner: from the host's code cache when it has it (unless
+        ``ask_cache`` is False: it was asked already), else uploaded."""
+        ...
 
     async def use_cached_code(self, sha256: str) -> bool:
         """Have the runner take the tree from its host's code cache; False if it lacks it."""

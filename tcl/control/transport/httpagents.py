@@ -137,9 +137,14 @@ class HttpRunner:
         await self._call(self._client.submit(spec))
 
     async def upload_code(
-        self, path: Path, sha256: str, progress: Callable[[int, int], None] | None = None
+        self,
+        path: Path,
+        sha256: str,
+        progress: Callable[[int, int], None] | None = None,
+        *,
+        ask_cache: bool = True,
     ) -> None:
-        if not await self.use_cached_code(sha256):
+        if not (ask_cache and await self.use_cached_code(sha256)):
             await self._call(self._client.upload_code(path, sha256))
         if progress is not None:
             size = path.stat().st_size

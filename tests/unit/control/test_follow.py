@@ -58,7 +58,9 @@ class FakeRunner:
 
     async def submit(self, spec: JobSpec) -> None: ...
 
-    async def upload_code(self, path: Path, sha256: str, progress: Progress | None = None) -> None:
+    async def upload_code(
+        self, path: Path, sha256: str, progress: Progress | None = None, *, ask_cache: bool = True
+    ) -> None:
         return None
 
     async def use_cached_code(self, sha256: str) -> bool:
@@ -170,6 +172,8 @@ class FakeBackend(ShimHost):
         runner_token: str,
         runner: Any,
         progress: Progress | None,
+        *,
+        cache_checked: bool = False,
     ) -> int:
         return 0
 

@@ -299,7 +299,7 @@ class CancellingBackend(FakeBackend):
 
     discarded = False
 
-    async def ship_code(self, *args: Any) -> int:
+    async def ship_code(self, *args: Any, **kwargs: Any) -> int:
         raise asyncio.CancelledError
 
     async def discard_staged(self) -> None:
