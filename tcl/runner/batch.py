@@ -143,44 +143,81 @@ async def _main(
     from tcl.runner.signals import StopOnSignals
 
     async with StopOnSignals(runner, runner.config.stop_grace_s) as stopper:
+        drive = _Drive(runner, spec, code_path, stopper, mount)
         if serve is None:
-            await _drive_until_final(runner, spec, code_path, stopper, mount)
+            await drive.until_final()
         else:
             assert token is not None
-            await _drive_serving(runner, spec, code_path, serve, token, linger_s, stopper, mount)
+            await drive.serving(serve, token, linger_s)
     return stopper.exit_status(default=1)
 
 
-async def _drive_until_final(
-    runner: Runner,
-    spec: JobSpec,
-    code_path: Path | None,
-    stopper: StopOnSignals,
-    mount: NodeMount | None,
-) -> None:
-    try:
-        await _launch(runner, spec, code_path, stopper, mount)
-        await runner.finished()
-    finally:
-        if mount is not None:  # after the job's processes ended
+@dataclass
+class _Drive:
+    """One batch run: its job started from the spec (and code), the node's mount released once
+    the job's processes ended (or it never started)."""
+
+    runner: Runner
+    spec: JobSpec
+    code_path: Path | None
+    stopper: StopOnSignals
+    mount: NodeMount | None
+
+    async def until_final(self) -> None:
+        try:
+            await self.launch()
+            await self.runner.finished()
+        finally:
+            await self.release()
+
+    async def serving(self, serve: tuple[str, int], token: str, linger_s: float) -> None:
+        """The job, and the runner's server for the control plane until the job ends and
+        ``linger_s`` after (followers read the last events)."""
+        from tcl.runner.server import Server
+
+        runner = self.runner
+        try:
+            # The job starts first: building the server (uvicorn and the app: 0.1-0.3 s of
+            # imports on a busy node) is not on the way of its first line, which the event log
+            # carries.
+            await self.launch()
+            # the bound port (a port 0 was asked for: any free one), for the control plane
+            try:
+                server = Server(
+                    runner, *serve, token, port_file=runner.config.state_dir / PORT_FILE
+                )
+            except BaseException:  # it cannot listen: the job it started must not outlive it
+                await asyncio.to_thread(runner.stop, 0.0)
+                await runner.finished()
+                raise
+            task = asyncio.create_task(server.serve())
+            try:
+                await server.started()
+                await runner.finished()
+                await self.release()  # after the job's processes ended, before the linger
+                if self.stopper.received is None:
+                    await asyncio.sleep(linger_s)
+            finally:
+                server.shutdown()
+                await task
+        finally:
+            await self.release()  # the job never started, or ended with an error
+
+    async def launch(self) -> None:
+        """The job started (returns once its process runs)."""
+        try:
+            await asyncio.to_thread(_drive, self.runner, self.spec, self.code_path, self.mount)
+        except RunnerError:
+            # A signal that came while the job was being set up terminated the run, so the
+            # next step was refused: that is the run's outcome, not a bad input.
+            if self.stopper.received is None:
+                raise
+
+    async def release(self) -> None:
+        """The node's mount released, once."""
+        mount, self.mount = self.mount, None
+        if mount is not None:
             await asyncio.to_thread(mount.release)
-
-
-async def _launch(
-    runner: Runner,
-    spec: JobSpec,
-    code_path: Path | None,
-    stopper: StopOnSignals,
-    mount: NodeMount | None,
-) -> None:
-    """The job started (returns once its process runs)."""
-    try:
-        await asyncio.to_thread(_drive, runner, spec, code_path, mount)
-    except RunnerError:
-        # A signal that came while the job was being set up terminated the run, so the
-        # next step was refused: that is the run's outcome, not a bad input.
-        if stopper.received is None:
-            raise
 
 
 def _drive(runner: Runner, spec: JobSpec, code_path: Path | None, mount: NodeMount | None) -> None:
@@ -215,43 +252,3 @@ def _mount(runner: Runner, mount: NodeMount) -> bool:
         runner.fail_to_start(line)
         return False
     return True
-
-
-async def _drive_serving(
-    runner: Runner,
-    spec: JobSpec,
-    code_path: Path | None,
-    serve: tuple[str, int],
-    token: str,
-    linger_s: float,
-    stopper: StopOnSignals,
-    mount: NodeMount | None,
-) -> None:
-    from tcl.runner.server import Server
-
-    try:
-        # The job starts first: building the server (uvicorn and the app: 0.1-0.3 s of imports
-        # on a busy node) is not on the way of its first line, which the event log carries.
-        await _launch(runner, spec, code_path, stopper, mount)
-        # the bound port (a port 0 was asked for: any free one), for the control plane
-        try:
-            server = Server(runner, *serve, token, port_file=runner.config.state_dir / PORT_FILE)
-        except BaseException:  # it cannot listen: the job it started must not outlive it
-            await asyncio.to_thread(runner.stop, 0.0)
-            await runner.finished()
-            raise
-        task = asyncio.create_task(server.serve())
-        try:
-            await server.started()
-            await runner.finished()
-            if mount is not None:  # after the job's processes ended, before the linger
-                await asyncio.to_thread(mount.release)
-                mount = None
-            if stopper.received is None:
-                await asyncio.sleep(linger_s)  # let followers read the last events
-        finally:
-            server.shutdown()
-            await task
-    finally:
-        if mount is not None:  # the job never started, or ended with an error
-            await asyncio.to_thread(mount.release)

@@ -29,6 +29,25 @@ def write_spec(tmp_path: Path, spec: JobSpec, token: str | None = None) -> Path:
     return path
 
 
+def batch_argv(spec: Path, state_dir: Path, *extra: str, code: Path | None = None) -> list[str]:
+    """``tcl-runner batch`` as a scheduler's job script runs it."""
+    code_args = ["--code", str(code)] if code is not None else []
+    return [
+        *RUNNER,
+        "batch",
+        "--spec",
+        str(spec),
+        *code_args,
+        "--state-dir",
+        str(state_dir),
+        *extra,
+    ]
+
+
+def run_batch(argv: list[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+
+
 def write_token(tmp_path: Path) -> Path:
     path = tmp_path / "token"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -47,22 +66,7 @@ def test_batch_runs_the_job_and_writes_status_and_events(tmp_path: Path) -> None
         code=CodeRef(sha256=sha(code), size=len(code)),
     )
     state_dir = tmp_path / "state"
-    proc = subprocess.run(
-        [
-            *RUNNER,
-            "batch",
-            "--spec",
-            str(write_spec(tmp_path, spec)),
-            "--code",
-            str(tmp_path / "code.tgz"),
-            "--state-dir",
-            str(state_dir),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    proc = run_batch(batch_argv(write_spec(tmp_path, spec), state_dir, code=tmp_path / "code.tgz"))
     assert proc.returncode == 4, proc.stderr
     status = json.loads((state_dir / "status.json").read_text())
     assert (status["version"], status["run_id"], status["state"], status["exit_code"]) == (
@@ -86,13 +90,7 @@ def test_batch_runs_the_job_and_writes_status_and_events(tmp_path: Path) -> None
 def test_batch_refuses_a_bad_spec_naming_the_field(tmp_path: Path) -> None:
     bad = tmp_path / "spec.json"
     bad.write_text(json.dumps({"run_id": "x", "argv": ["true"], "max_duration_s": -1}))
-    proc = subprocess.run(
-        [*RUNNER, "batch", "--spec", str(bad), "--state-dir", str(tmp_path / "s")],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    proc = run_batch(batch_argv(bad, tmp_path / "s"))
     assert proc.returncode == 2 and "max_duration_s" in proc.stderr
 
 
@@ -101,22 +99,7 @@ def test_batch_with_a_wrong_code_hash_never_runs(tmp_path: Path) -> None:
     (tmp_path / "code.tgz").write_bytes(code + b"x")
     spec = JobSpec(run_id="b", argv=[PY, "job.py"], code=CodeRef(sha256=sha(code), size=len(code)))
     state_dir = tmp_path / "state"
-    proc = subprocess.run(
-        [
-            *RUNNER,
-            "batch",
-            "--spec",
-            str(write_spec(tmp_path, spec)),
-            "--code",
-            str(tmp_path / "code.tgz"),
-            "--state-dir",
-            str(state_dir),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    proc = run_batch(batch_argv(write_spec(tmp_path, spec), state_dir, code=tmp_path / "code.tgz"))
     assert proc.returncode == 2 and "sha256" in proc.stderr
     assert json.loads((state_dir / "status.json").read_text())["state"] == "terminated"
     assert not (state_dir / "work").exists()
@@ -163,16 +146,14 @@ async def test_batch_serve_offers_live_logs(tmp_path: Path) -> None:
     prog = "import time\nfor i in range(5):\n    print('tick', i, flush=True); time.sleep(0.1)\n"
     spec = JobSpec(run_id="bs", argv=[PY, "-c", prog])
     proc = await asyncio.create_subprocess_exec(
-        *RUNNER,
-        "batch",
-        "--spec",
-        str(write_spec(tmp_path, spec, TOKEN)),
-        "--state-dir",
-        str(tmp_path / "state"),
-        "--serve",
-        f"127.0.0.1:{port}",
-        "--linger-s",
-        "2",
+        *batch_argv(
+            write_spec(tmp_path, spec, TOKEN),
+            tmp_path / "state",
+            "--serve",
+            f"127.0.0.1:{port}",
+            "--linger-s",
+            "2",
+        )
     )
     try:
         async with RunnerClient(f"http://127.0.0.1:{port}", TOKEN) as client:
@@ -201,21 +182,13 @@ def test_a_server_that_cannot_bind_leaves_no_job_running(tmp_path: Path) -> None
         taken.bind(("127.0.0.1", 0))
         taken.listen(1)
         port = taken.getsockname()[1]
-        res = subprocess.run(
-            [
-                *RUNNER,
-                "batch",
-                "--spec",
-                str(write_spec(tmp_path, spec, TOKEN)),
-                "--state-dir",
-                str(tmp_path / "state"),
+        res = run_batch(
+            batch_argv(
+                write_spec(tmp_path, spec, TOKEN),
+                tmp_path / "state",
                 "--serve",
                 f"127.0.0.1:{port}",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
+            )
         )
     assert res.returncode != 0 and "Address already in use" in res.stderr, res.stderr
     left = [p for p in psutil.process_iter(["cmdline"]) if mark in (p.info["cmdline"] or [])]
@@ -289,22 +262,7 @@ def test_batch_keeps_metric_lines_as_metric_events(tmp_path: Path) -> None:
     (tmp_path / "code.tgz").write_bytes(code)
     spec = JobSpec(run_id="b2", argv=[PY, "job.py"], code=CodeRef(sha256=sha(code), size=len(code)))
     state_dir = tmp_path / "state"
-    proc = subprocess.run(
-        [
-            *RUNNER,
-            "batch",
-            "--spec",
-            str(write_spec(tmp_path, spec)),
-            "--code",
-            str(tmp_path / "code.tgz"),
-            "--state-dir",
-            str(state_dir),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    proc = run_batch(batch_argv(write_spec(tmp_path, spec), state_dir, code=tmp_path / "code.tgz"))
     assert proc.returncode == 0, proc.stderr
     events, _ = EventLog(state_dir / "events").read(0)
     assert [(e.kind.value, e.data) for e in events if e.stream is LogStream.STDOUT] == [
