@@ -10,19 +10,21 @@ connect; each side also asks the kernel who is at the other end (``SO_PEERCRED``
   it reads a byte.
 
 The pid the kernel reports for the listener is the one a client may stop (never a pid the
-listener says about itself). Standard library only: the CLI's path to the daemon imports this.
+listener says about itself). Standard library only, and light: the CLI's path to the daemon
+and to its fork server imports this (HTTP over these sockets: ``tcl.localhttp``).
 """
 
 from __future__ import annotations
 
 import contextlib
-import http.client
 import os
 import socket
 import stat
 import struct
-from dataclasses import dataclass
-from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 _UCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
 
@@ -31,8 +33,7 @@ class PeerError(OSError):
     """The process at the other end of a local socket is not this user's (or cannot be told)."""
 
 
-@dataclass(frozen=True)
-class Peer:
+class Peer(NamedTuple):
     pid: int
     uid: int
     gid: int
@@ -57,7 +58,9 @@ def check_peer(sock: socket.socket, what: str) -> Peer:
     return peer
 
 
-def connect_checked(path: Path, what: str, timeout_s: float | None) -> tuple[socket.socket, Peer]:
+def connect_checked(
+    path: str | Path, what: str, timeout_s: float | None
+) -> tuple[socket.socket, Peer]:
     """A connection to ``path`` whose listener runs as this user (checked before any byte)."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.settimeout(timeout_s)
@@ -67,21 +70,6 @@ def connect_checked(path: Path, what: str, timeout_s: float | None) -> tuple[soc
         sock.close()
         raise
     return sock, check_peer(sock, what)
-
-
-class UnixHTTPConnection(http.client.HTTPConnection):
-    """HTTP over a local agent's Unix socket, to a listener checked to run as this user (else
-    ``PeerError`` before the request is sent); ``peer_pid``: the listener's, as the kernel said."""
-
-    def __init__(self, path: Path, what: str, timeout_s: float | None) -> None:
-        super().__init__("localhost", timeout=timeout_s)
-        self._path = path
-        self._what = what
-        self.peer_pid = 0
-
-    def connect(self) -> None:
-        self.sock, peer = connect_checked(self._path, self._what, self.timeout)
-        self.peer_pid = peer.pid
 
 
 class PeerCheckedSocket(socket.socket):

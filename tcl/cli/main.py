@@ -8,6 +8,11 @@ import sys
 
 # the root's options that take a value (tcl/cli/app.py's _root)
 _VALUED = frozenset({"-c", "--config"})
+# the commands handed to the warm fork server of ``tcl serve`` (tcl.cli.handoff): the ones that
+# end on their own and read no terminal keys (ssh, repl, sync, ui, serve run here)
+HANDED = frozenset(
+    {"submit", "logs", "metrics", "ps", "stop", "hosts", "host", "checkpoints", "matrix"}
+)
 
 
 def command_of(args: list[str]) -> str | None:
@@ -28,6 +33,19 @@ def command_of(args: list[str]) -> str | None:
 def main() -> None:
     args = sys.argv[1:]
     command = command_of(args)
+    if command in HANDED and "_TCL_COMPLETE" not in os.environ:
+        from tcl.cli.handoff import handed_off
+
+        code = handed_off(args)  # run by the warm fork server of tcl serve
+        if code is not None:
+            sys.exit(code)
+    run_here(args)
+
+
+def run_here(args: list[str]) -> None:
+    """The command in this process (the fork server's child runs this, never :func:`main`:
+    it would hand the command to its own server again)."""
+    command = command_of(args)
     if command is None and "--version" in args and "--help" not in args:
         from tcl import DISTRIBUTION, __version__
 
@@ -37,4 +55,4 @@ def main() -> None:
         command = None
     from tcl.cli.app import build
 
-    build(command)()
+    build(command)(args=args, prog_name="tcl")

@@ -28,7 +28,8 @@ from typing import Any
 from tcl.agentenv import shim_env
 from tcl.atomic import write_atomic
 from tcl.control.detached import ensure_started, spawn_until, stop_pid
-from tcl.localsock import PeerError, UnixHTTPConnection
+from tcl.localhttp import UnixHTTPConnection
+from tcl.localsock import PeerError
 from tcl.tokenfile import new_token
 
 STATE_VERSION = 2

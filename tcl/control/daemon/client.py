@@ -33,7 +33,8 @@ from tcl.control.daemon.api import (
 from tcl.control.daemon.identity import current_identity, daemon_dir, refusal, shares
 from tcl.control.detached import ensure_started, spawn_until, stop_pid
 from tcl.control.errors import AgentError, DaemonError, TclError
-from tcl.localsock import PeerError, UnixHTTPConnection
+from tcl.localhttp import UnixHTTPConnection
+from tcl.localsock import PeerError
 
 if TYPE_CHECKING:  # each listing's models are imported by its own call: a submit needs none
     from tcl.control.hostlisting import HostListing, HostsRequest

@@ -9,6 +9,7 @@ from pathlib import Path
 import tcl
 from tcl.control.daemon.api import Identity
 from tcl.control.paths import db_url, state_dir
+from tcl.sourceprint import source_fingerprint
 
 
 def daemon_dir() -> Path:
@@ -17,22 +18,6 @@ def daemon_dir() -> Path:
     path = state_dir() / "serve"
     path.mkdir(parents=True, exist_ok=True, mode=0o700)
     return path
-
-
-def source_fingerprint() -> str:
-    """A hash of the tcl package's module files (path, size, mtime): a daemon started before
-    an upgrade or an edit of the checkout runs old code, and is replaced (about 1 ms)."""
-    root = Path(tcl.__file__).parent
-    h = hashlib.sha256()
-    stack = [root]
-    while stack:
-        for entry in sorted(os.scandir(stack.pop()), key=lambda e: e.name):
-            if entry.is_dir(follow_symlinks=False) and entry.name != "__pycache__":
-                stack.append(Path(entry.path))
-            elif entry.name.endswith(".py"):
-                st = entry.stat()
-                h.update(f"{entry.path}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
-    return h.hexdigest()[:16]
 
 
 def current_identity() -> Identity:

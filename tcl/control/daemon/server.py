@@ -17,6 +17,7 @@ import fcntl
 import gc
 import logging
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -52,6 +53,23 @@ def lock_dir(base: Path) -> int:
         os.close(fd)
         raise AlreadyRunning(f"another tcl serve runs for {base.parent}") from None
     return fd
+
+
+async def _start_cli_forks(
+    base: Path, server: uvicorn.Server, started: list[subprocess.Popen[bytes]]
+) -> None:
+    """The CLI fork server (``tcl.cli.forkserver``) beside the daemon, once the daemon answers
+    (its imports do not compete with the daemon's start, which a first submit waits for): a
+    ``tcl`` command forked from it skips a Python start and its imports. ``TCL_CLI_FORK=0``:
+    none."""
+    if os.environ.get("TCL_CLI_FORK") == "0":
+        return
+    from tcl.cli.forkserver import spawn
+    from tcl.cli.forkwire import SOCKET as CLI_SOCKET
+
+    while not server.started:
+        await asyncio.sleep(0.05)
+    started.append(spawn(base / CLI_SOCKET, log=sys.stderr.fileno()))
 
 
 async def _watch_idle(d: Daemon, server: uvicorn.Server) -> None:
@@ -115,14 +133,20 @@ async def serve(
     # 50-90 ms, a few times a minute while a log was followed)
     gc.freeze()
     watcher = asyncio.create_task(_watch_idle(d, server))
+    forks: list[subprocess.Popen[bytes]] = []
+    starter = asyncio.create_task(_start_cli_forks(base, server, forks))
     try:
         await server.serve(sockets=[sock])
     finally:
         watcher.cancel()
+        starter.cancel()
         stopping.set()
         await d.supervisor.wait()  # the scheduler hands its entries back to the queue
         with contextlib.suppress(OSError):
             (base / SOCKET).unlink()  # ours: the lock kept any other daemon out
+        for proc in forks:
+            proc.terminate()  # the commands it forked go on: each leads its own session
+            await asyncio.to_thread(proc.wait)
         await d.aclose()
 
 

@@ -23,13 +23,14 @@ from tcl.control.daemon.client import running_daemon, stop_daemon
 from tcl.control.daemon.identity import current_identity
 from tests.integration.tclcli import TCL, run_tcl, stop_local_shim_and_tasks, user_env
 
-# `tcl ARGS` in this interpreter, then the modules it loaded, as JSON, on the last stderr line
+# `tcl ARGS` in this interpreter (never handed to the daemon's CLI fork server: the command's
+# own imports are measured), then the modules it loaded, as JSON, on the last stderr line
 PROBE = """\
 import json, sys
 sys.argv = [{tcl!r}, *{args!r}]
-from tcl.cli.main import main
+from tcl.cli.main import run_here
 try:
-    main()
+    run_here(sys.argv[1:])
 except SystemExit as e:
     code = e.code
 else:

@@ -34,6 +34,15 @@ def test_the_command_is_the_first_word_that_is_no_root_option(
     assert command_of(args) == command
 
 
+def test_the_handed_commands_are_commands_that_end_on_their_own() -> None:
+    """What ``tcl`` hands to the daemon's fork server (tcl.cli.handoff): commands of the table,
+    none that reads terminal keys or is the daemon itself."""
+    from tcl.cli.main import HANDED
+
+    assert set(COMMANDS) >= HANDED
+    assert not HANDED & {"ssh", "repl", "sync", "ui", "serve"}
+
+
 def _names(app: object) -> set[str]:
     import typer
 
