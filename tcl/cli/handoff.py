@@ -47,6 +47,9 @@ def handed_off(args: list[str]) -> int | None:
             source=source_fingerprint(),
             python=sys.executable,
         )
+        # a signal from here on is the command's: held until its pid is known, then forwarded
+        relay = _Relay()
+        previous = {sig: signal.signal(sig, relay.forward) for sig in FORWARDED}
         try:
             data = req.encode()
             sent = socket.send_fds(sock, [data], [0, 1, 2])
@@ -54,21 +57,42 @@ def handed_off(args: list[str]) -> int | None:
             lines = sock.makefile("rb")
             first = lines.readline().decode(errors="replace").split()
         except OSError:
-            return None
+            first = []
         if len(first) != 2 or first[0] != "pid":
-            return None  # stale (other code), or it could not read us: nothing was started
-        return _wait(int(first[1]), lines, sock)
+            # stale (other code), or it could not read us: nothing was started, and this
+            # process runs the command (a signal held meanwhile takes its usual course)
+            for forwarded, handler in previous.items():
+                signal.signal(forwarded, handler)
+            for held in relay.held:
+                signal.raise_signal(held)
+            return None
+        relay.start(int(first[1]))
+        return _wait(lines, sock)
 
 
-def _wait(pid: int, lines: BinaryIO, sock: socket.socket) -> int:
-    """Forward this process's signals to the command until it tells its exit code."""
+class _Relay:
+    """This process's signals, forwarded to the forked command (held until it is there)."""
 
-    def forward(sig: int, _frame: FrameType | None) -> None:
+    def __init__(self) -> None:
+        self.pid = 0
+        self.held: list[int] = []
+
+    def forward(self, sig: int, _frame: FrameType | None) -> None:
+        if not self.pid:
+            self.held.append(sig)
+            return
         with contextlib.suppress(OSError):
-            os.kill(pid, sig)
+            os.kill(self.pid, sig)
 
-    for sig in FORWARDED:
-        signal.signal(sig, forward)
+    def start(self, pid: int) -> None:
+        self.pid = pid
+        held, self.held = self.held, []
+        for sig in held:
+            self.forward(sig, None)
+
+
+def _wait(lines: BinaryIO, sock: socket.socket) -> int:
+    """Until the command tells its exit code (the relay forwards the signals meanwhile)."""
     sock.settimeout(None)
     while True:
         try:
