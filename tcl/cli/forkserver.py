@@ -82,7 +82,7 @@ def serve(path: Path) -> None:
     poll.register(listener, select.POLLIN)
     poll.register(wake_r, select.POLLIN)
     children: dict[int, socket.socket] = {}  # pid -> its client's connection
-    inherited = [listener.fileno(), wake_r, wake_w]  # closed in each child
+    inherited = [wake_r, wake_w]  # closed in each child, with the listener
     try:
         while True:
             for fd, _ in poll.poll(CHECK_S * 1000):
@@ -127,8 +127,9 @@ def _accept(
         pid = os.fork()
         if pid == 0:
             # the server's own files are not the command's: the listener, the wake-up pipe,
-            # the other clients' connections
-            for fd in [*inherited, *(c.fileno() for c in children.values())]:
+            # the other clients' connections (their socket objects let go of them first, so
+            # none can close a descriptor number the command reuses)
+            for fd in [listener.detach(), *inherited, *(c.detach() for c in children.values())]:
                 with contextlib.suppress(OSError):
                     os.close(fd)
             _child(req, fds, conn)  # never returns
