@@ -31,6 +31,7 @@ import traceback
 from pathlib import Path
 
 from tcl.cli.forkwire import LENGTH, MAX_REQUEST, ForkRequest, WireError
+from tcl.cli.handoff import FORWARDED
 
 # what the handed commands import before their first line (tcl.cli.app mounts one of them)
 PRELOAD = (
@@ -124,15 +125,21 @@ def _accept(
             conn.sendall(b"stale\n")
             conn.close()
             return
+        # the signals a client relays stay pending in the child until its handlers are set (a
+        # Ctrl-C relayed the moment it existed raised in an at-fork hook that runs Python,
+        # coverage's under the tests, which swallowed it: the command never ended)
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
         pid = os.fork()
-        if pid == 0:
+        if pid != 0:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        else:
             # the server's own files are not the command's: the listener, the wake-up pipe,
             # the other clients' connections (their socket objects let go of them first, so
             # none can close a descriptor number the command reuses)
             for fd in [listener.detach(), *inherited, *(c.detach() for c in children.values())]:
                 with contextlib.suppress(OSError):
                     os.close(fd)
-            _child(req, fds, conn)  # never returns
+            _child(req, fds, conn, mask)  # never returns
         children[pid] = conn
         conn.sendall(f"pid {pid}\n".encode())
     except (OSError, WireError) as e:
@@ -191,14 +198,18 @@ def _reap(children: dict[int, socket.socket]) -> None:
         conn.close()
 
 
-def _child(req: ForkRequest, fds: list[int], conn: socket.socket) -> None:
-    """In the fork: become the client's ``tcl`` command; write its exit code; exit."""
+def _child(
+    req: ForkRequest, fds: list[int], conn: socket.socket, mask: set[int | signal.Signals]
+) -> None:
+    """In the fork: become the client's ``tcl`` command; write its exit code; exit. ``mask``:
+    the signal mask to restore once the handlers are the command's."""
     code = 1
     try:
         signal.set_wakeup_fd(-1)
-        for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP):
+        for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
             signal.signal(sig, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a relayed signal lands from here
         os.setsid()
         for target, fd in enumerate(fds):
             os.dup2(fd, target)

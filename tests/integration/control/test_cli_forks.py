@@ -85,7 +85,13 @@ class Lab:
 @pytest.fixture
 def lab(tmp_path: Path) -> Iterator[Lab]:
     lab = Lab(tmp_path)
-    lab.serve = start_tcl(["serve", "--idle-exit-s", "300"], lab.env, lab.home / "work")
+    # started with SIGINT ignored, as from a shell's background job: the fork server inherits
+    # that, and a Ctrl-C relayed to a command it has just forked must still reach it
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        lab.serve = start_tcl(["serve", "--idle-exit-s", "300"], lab.env, lab.home / "work")
+    finally:
+        signal.signal(signal.SIGINT, previous)
     try:
         wait_until(lambda: (lab.base / SOCKET).exists(), 60, "the CLI fork server's socket")
         yield lab
