@@ -23,7 +23,9 @@ from tcl.control.sweep.queue import NewEntry, SweepQueue
 from tcl.control.sweep.scheduler import Scheduler, SchedulerSettings
 
 SPEC = {"argv": ["true"], "chips": 1}
-LEASE_S = 0.6
+# the heartbeat renews every 0.1 s: a lease of 2 s lapses only where the event loop is starved
+# for most of 2 s (0.6 s lapsed under a CI at 97 % CPU: CI13)
+LEASE_S = 2.0
 
 
 def _no_control(config_path: str, named: bool) -> Control:
@@ -76,7 +78,7 @@ def test_a_run_being_placed_keeps_its_lease_however_long_the_placement(
     leases = RunLeases(queue.store)
 
     async def scenario() -> list[bool]:
-        sched = SlowPlacement(queue, place_s=4 * LEASE_S)
+        sched = SlowPlacement(queue, place_s=2.5 * LEASE_S)
         stopping = asyncio.Event()
         loop = asyncio.create_task(sched.run(stopping))
         queue.add("m", SPEC, [NewEntry("e0", {})])
@@ -85,7 +87,7 @@ def test_a_run_being_placed_keeps_its_lease_however_long_the_placement(
         run_id = entry.run_id
         assert run_id is not None
         took = []
-        for _ in range(3):  # well past the lease the placement took its run with
+        for _ in range(2):  # well past the lease the placement took its run with
             await asyncio.sleep(LEASE_S)
             took.append(leases.take("other", run_id, LEASE_S))
         await _until(lambda: sched.placed_runs, 10)
@@ -93,7 +95,7 @@ def test_a_run_being_placed_keeps_its_lease_however_long_the_placement(
         await loop
         return took
 
-    assert asyncio.run(scenario()) == [False, False, False]
+    assert asyncio.run(scenario()) == [False, False]
 
 
 def test_a_run_another_scheduler_moved_sends_its_entry_back_not_failed(
