@@ -60,16 +60,20 @@ async def _start_cli_forks(
 ) -> None:
     """The CLI fork server (``tcl.cli.forkserver``) beside the daemon, once the daemon answers
     (its imports do not compete with the daemon's start, which a first submit waits for): a
-    ``tcl`` command forked from it skips a Python start and its imports. ``TCL_CLI_FORK=0``:
-    none."""
-    if os.environ.get("TCL_CLI_FORK") == "0":
+    ``tcl`` command forked from it skips a Python start and its imports. Opt-in for now
+    (``TCL_CLI_FORK=1``): a daemon's stop once waited past its test's limit with it (CI14)."""
+    if os.environ.get("TCL_CLI_FORK") != "1":
         return
     from tcl.cli.forkserver import spawn
     from tcl.cli.forkwire import SOCKET as CLI_SOCKET
 
     while not server.started:
         await asyncio.sleep(0.05)
-    started.append(spawn(base / CLI_SOCKET, log=sys.stderr.fileno()))
+    fd = os.open(base / "cliforks.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:  # its own log: it never holds the daemon's stdout or stderr (a pipe, under tests)
+        started.append(spawn(base / CLI_SOCKET, log=fd))
+    finally:
+        os.close(fd)
 
 
 async def _watch_idle(d: Daemon, server: uvicorn.Server) -> None:
@@ -146,7 +150,11 @@ async def serve(
             (base / SOCKET).unlink()  # ours: the lock kept any other daemon out
         for proc in forks:
             proc.terminate()  # the commands it forked go on: each leads its own session
-            await asyncio.to_thread(proc.wait)
+            try:
+                await asyncio.to_thread(proc.wait, 5.0)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                await asyncio.to_thread(proc.wait)
         await d.aclose()
 
 

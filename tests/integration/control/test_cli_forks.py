@@ -41,7 +41,7 @@ print(json.dumps({{"code": code, "heavy": heavy}}), file=sys.stderr)
 class Lab:
     def __init__(self, home: Path) -> None:
         self.home = home
-        self.env = user_env(home)
+        self.env = user_env(home, TCL_CLI_FORK="1")  # opt-in for now
         self.base = home / "state" / "serve"
         (home / "work").mkdir()
         self.serve: subprocess.Popen[str] | None = None  # `tcl serve`, in the foreground
