@@ -317,13 +317,14 @@ class Runner(CodeInstall):
     async def events_page(self, after: int, wait_s: float, limit: int) -> EventsPage:
         if wait_s > 0:
             await self.log.wait(after, wait_s)
-        events, more = self.log.read(after, limit)
-        # Read the state after the events, so ``state`` is never older than the last event.
+        # The state as of the events read: never older than the last one, and never a final
+        # state whose event is not among them or further on (a follower ends the attempt on it).
+        (events, more), state, exit_code = self.machine.as_of(lambda: self.log.read(after, limit))
         return EventsPage(
             events=events,
             next=events[-1].seq if events else max(after, 0),
-            state=self.state,
-            exit_code=self.machine.exit_code,
+            state=state,
+            exit_code=exit_code,
             more=more,
             signalled=self._stop_signalled,
         )

@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from typing import TypeVar
 
 from tcl.runner.api import RunnerState
 from tcl.runner.errors import IllegalTransition
+
+T = TypeVar("T")
 
 S = RunnerState
 
@@ -85,3 +88,10 @@ class StateMachine:
                 # Inside the lock, so state events are logged in the order they happened.
                 self._on_change(target, self._exit_code)
             return current
+
+    def as_of(self, read: Callable[[], T]) -> tuple[T, RunnerState, int | None]:
+        """``read()`` and the state and exit code as of what it read: no move happens between
+        (a move logs its state event inside the same lock), so a reader of the event log never
+        sees a final state whose event is not written yet."""
+        with self._lock:
+            return read(), self._state, self._exit_code

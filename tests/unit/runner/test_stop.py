@@ -6,7 +6,9 @@ import signal
 import threading
 from pathlib import Path
 
-from tcl.runner.api import JobSpec, LogStream, RunnerState
+import pytest
+
+from tcl.runner.api import EventKind, JobSpec, LogStream, RunnerState
 from tcl.runner.service import Runner, RunnerConfig
 
 from .conftest import PY
@@ -101,3 +103,43 @@ def test_a_page_says_whether_a_signal_or_a_stop_request_ended_the_job(tmp_path: 
             assert (page.state, page.signalled) == (S.TERMINATED, by_signal)
         finally:
             runner.close()
+
+
+def test_a_page_never_says_final_before_it_holds_the_final_state_event(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A follower that reads ``failed`` in a page ends the attempt with what the page holds: a
+    page read between the state's move and its event (a hung job killed by its runner, CI15)
+    said ``failed`` without the event saying ``hung``, and the attempt's cause was ``exit``."""
+    import asyncio
+
+    runner = Runner(RunnerConfig(tmp_path / "s", stop_grace_s=5))
+    logged, release = threading.Event(), threading.Event()
+    append_state = runner.log.append_state
+
+    def slow_append_state(state: RunnerState, *args: object) -> int:
+        if state.is_final:  # the move happened; its event is being written
+            logged.set()
+            release.wait(30)
+        return append_state(state, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(runner.log, "append_state", slow_append_state)
+    try:
+        runner.submit(JobSpec(run_id="r", argv=[PY, "-c", "raise SystemExit(3)"]))
+        runner.run()
+        assert logged.wait(30)
+        pages = []
+        reader = threading.Thread(
+            target=lambda: pages.append(asyncio.run(runner.events_page(0, 0, 100)))
+        )
+        reader.start()
+        reader.join(0.5)  # a page read now: it must wait for the event or not say `failed`
+        release.set()
+        reader.join(30)
+        (page,) = pages
+        finals = [e.state for e in page.events if e.kind is EventKind.STATE and e.state]
+        assert not page.state.is_final or page.state in finals, (page.state, finals)
+    finally:
+        release.set()
+        runner.wait(30)
+        runner.close()
