@@ -54,8 +54,9 @@ CHECK_S = 1.0  # how often, when idle, it checks that its daemon and socket are 
 
 def spawn(sock: Path, log: int | None = None) -> subprocess.Popen[bytes]:
     """Start the fork server for ``sock`` as this process's child (``tcl serve`` does)."""
+    argv = ["--socket", str(sock), "--parent", str(os.getpid())]
     return subprocess.Popen(
-        [sys.executable, "-m", "tcl.cli.forkserver", "--socket", str(sock)],
+        [sys.executable, "-m", "tcl.cli.forkserver", *argv],
         stdin=subprocess.DEVNULL,
         stdout=log if log is not None else subprocess.DEVNULL,
         stderr=log if log is not None else subprocess.DEVNULL,
@@ -63,14 +64,18 @@ def spawn(sock: Path, log: int | None = None) -> subprocess.Popen[bytes]:
     )
 
 
-def serve(path: Path) -> None:
+def serve(path: Path, parent: int) -> None:
+    """Serve until the daemon ``parent`` is gone (a daemon that died while this one was still
+    importing is noticed too: it was once taken for the reaper that adopted this one, and this
+    one served on forever) or ``path`` is another's."""
     from tcl.localsock import listen_unix
     from tcl.sourceprint import source_fingerprint
 
     for name in PRELOAD:
         importlib.import_module(name)
     source = source_fingerprint()
-    parent = os.getppid()
+    if os.getppid() != parent:
+        return
     listener = listen_unix(path, backlog=64)
     ino = os.stat(path).st_ino
     gc.freeze()  # every child shares what is here; its collections skip it
@@ -290,8 +295,9 @@ def _run(argv: list[str]) -> int:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tcl.cli.forkserver", description=__doc__)
     ap.add_argument("--socket", required=True, type=Path)
+    ap.add_argument("--parent", required=True, type=int, help="the daemon's pid: ends with it")
     args = ap.parse_args(argv)
-    serve(args.socket)
+    serve(args.socket, args.parent)
     return 0
 
 

@@ -17,9 +17,12 @@ import fcntl
 import gc
 import logging
 import os
+import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from types import FrameType
 
 import uvicorn
 
@@ -55,14 +58,45 @@ def lock_dir(base: Path) -> int:
     return fd
 
 
+class StopSignals:
+    """SIGTERM (systemd, ``kill``) and SIGINT (Ctrl-C) stop the daemon as ``tcl serve --stop``
+    does: its controller and scheduler hand back what they hold and its socket goes; then it
+    ends by that signal. uvicorn handles both while it serves and raises the signal again once
+    it stopped serving: the handler it restores and so calls is this one, not the default one
+    that killed the daemon before its cleanup ran. One that comes before uvicorn serves (or
+    after) sets ``stop``."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+    def __init__(self) -> None:
+        self.got: list[int] = []
+        self.stop: Callable[[], None] | None = None
+
+    def __enter__(self) -> StopSignals:
+        self._previous = {sig: signal.signal(sig, self._handle) for sig in self.SIGNALS}
+        return self
+
+    def _handle(self, sig: int, _frame: FrameType | None) -> None:
+        self.got.append(sig)
+        if self.stop is not None:
+            self.stop()
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, previous in self._previous.items():
+            signal.signal(sig, previous)
+        if self.got and exc[0] is None:
+            signal.signal(self.got[0], signal.SIG_DFL)
+            signal.raise_signal(self.got[0])  # ends as a signalled process does, for its parent
+
+
 async def _start_cli_forks(
     base: Path, server: uvicorn.Server, started: list[subprocess.Popen[bytes]]
 ) -> None:
     """The CLI fork server (``tcl.cli.forkserver``) beside the daemon, once the daemon answers
     (its imports do not compete with the daemon's start, which a first submit waits for): a
-    ``tcl`` command forked from it skips a Python start and its imports. Opt-in for now
-    (``TCL_CLI_FORK=1``): a daemon's stop once waited past its test's limit with it (CI14)."""
-    if os.environ.get("TCL_CLI_FORK") != "1":
+    ``tcl`` command forked from it skips a Python start and its imports. ``TCL_CLI_FORK=0``:
+    none."""
+    if os.environ.get("TCL_CLI_FORK") == "0":
         return
     from tcl.cli.forkserver import spawn
     from tcl.cli.forkwire import SOCKET as CLI_SOCKET
@@ -91,11 +125,22 @@ async def serve(
     runs: ControllerSettings | None = None,
     orphans: OrphanSettings | None = None,
     idle_hosts: IdleSettings | None = None,
+    signals: StopSignals | None = None,
 ) -> None:
     # Listening already: a client may connect before uvicorn accepts.
     sock = listen_unix(base / SOCKET)
     identity = current_identity()
     d = Daemon(identity, Store(db_url()), idle_exit_s)
+    if signals is not None:  # one before uvicorn serves (or after): the idle watch stops it
+        loop = asyncio.get_running_loop()
+
+        def stop() -> None:
+            with contextlib.suppress(RuntimeError):  # the loop closed: it is stopping anyway
+                loop.call_soon_threadsafe(d.shutdown.set)
+
+        signals.stop = stop
+        if signals.got:
+            d.shutdown.set()
     stopping = asyncio.Event()
     d.supervisor = Supervisor(stopping)
     d.controller = RunController(
@@ -235,5 +280,6 @@ def main(argv: list[str] | None = None) -> int:
     except AlreadyRunning as e:
         print(f"tcl serve: {e}", file=sys.stderr)
         return 1
-    asyncio.run(serve(base, args.idle_exit_s, sched, runs, orphans, idle_hosts))
+    with StopSignals() as signals:
+        asyncio.run(serve(base, args.idle_exit_s, sched, runs, orphans, idle_hosts, signals))
     return 0

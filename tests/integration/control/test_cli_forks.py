@@ -5,6 +5,7 @@ answers as the same command run in its own process; Ctrl-C reaches it; a request
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -41,7 +42,7 @@ print(json.dumps({{"code": code, "heavy": heavy}}), file=sys.stderr)
 class Lab:
     def __init__(self, home: Path) -> None:
         self.home = home
-        self.env = user_env(home, TCL_CLI_FORK="1")  # opt-in for now
+        self.env = user_env(home)
         self.base = home / "state" / "serve"
         (home / "work").mkdir()
         self.serve: subprocess.Popen[str] | None = None  # `tcl serve`, in the foreground
@@ -190,6 +191,32 @@ def test_it_ends_with_its_daemon(lab: Lab) -> None:
     # with no daemon the command runs in its own process
     code, out, _said, heavy = lab.probe("ps", "-a", "--json")
     assert (code, out) == (0, "[]\n") and heavy
+
+
+def test_a_fork_server_that_will_not_stop_does_not_hold_its_daemon(lab: Lab) -> None:
+    """A stopped fork server (SIGSTOP: SIGTERM waits, as for one stuck in the kernel) is killed
+    a few seconds into its daemon's stop, which then ends: nothing is left."""
+    server = lab.server()
+    assert lab.serve is not None
+    server.suspend()
+    try:
+        stop_tcl(lab.serve, timeout_s=30)
+        assert _gone(server)
+    finally:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            server.kill()
+
+
+def test_one_whose_daemon_died_while_it_started_ends(tmp_path: Path) -> None:
+    """Its daemon is gone before it finished importing (a `tcl serve` stopped at once): it ends
+    without serving, instead of taking the reaper that adopted it for its daemon."""
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    sock = tmp_path / SOCKET
+    argv = ["-m", "tcl.cli.forkserver", "--socket", str(sock), "--parent", str(dead.pid)]
+    res = subprocess.run([sys.executable, *argv], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert not sock.exists()
 
 
 def test_it_ends_when_its_daemon_is_killed(lab: Lab) -> None:

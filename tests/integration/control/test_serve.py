@@ -238,3 +238,22 @@ def test_another_install_of_another_version_is_refused_not_replacing_it(
     assert "not compatible" in res.stderr and "submitting from this process" in res.stderr
     assert res.returncode == 0 and res.stdout == "in process\n", res.stderr
     assert _pid(home) == first and _alive(first)  # left running
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signalled_daemon_cleans_up_before_it_ends(home: Path, sig: signal.Signals) -> None:
+    """SIGTERM (systemd, `kill`) or Ctrl-C stops `tcl serve` as `tcl serve --stop` does: its
+    controller and scheduler hand back what they hold, its socket goes, then it ends by that
+    signal. uvicorn raises the signal again once it stopped serving: with no handler of the
+    daemon's own, that killed it before any of this ran."""
+    serve = start_tcl(["serve"], user_env(home), home / "work")
+    try:
+        wait_until(lambda: _sock(home).exists() and _pid(home), 60, "the daemon")
+        serve.send_signal(sig)
+        serve.communicate(timeout=60)
+    finally:
+        if serve.poll() is None:
+            serve.kill()
+            serve.communicate()
+    assert serve.returncode == -sig
+    assert not _sock(home).exists()
