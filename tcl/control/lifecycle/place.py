@@ -148,7 +148,8 @@ async def place_and_start(
                 ctl.store.discard_attempt(run_id, att.attempt)
             raise
         try:
-            _record_started(ctl, run_id, att.attempt, plan, backend.kind, snap, launched)
+            kept = recorded[-1] if recorded else None
+            _record_started(ctl, run_id, att.attempt, plan, backend.kind, snap, launched, kept)
         except StoreError:
             # its job runs on the host and the store does not answer: not the job's fault,
             # and stopping it now would race its end (a short job ends before the stop lands,
@@ -202,11 +203,13 @@ def _record_started(
     kind: str,
     snap: Snapshot,
     launched: Launched,
+    kept: Handle | None,
 ) -> None:
-    """Record the launched attempt's handle, then its run started (one transaction); a run
-    stopped meanwhile raises."""
+    """Record the launched attempt's handle (unless ``kept``, the last one recorded, is the
+    same), then its run started (one transaction); a run stopped meanwhile raises."""
     # the handle first, on its own: a store failing after it leaves what adoption asks about
-    ctl.store.update_attempt(run_id, attempt, handle=launched.handle.model_dump(mode="json"))
+    if kept != launched.handle:
+        ctl.store.update_attempt(run_id, attempt, handle=launched.handle.model_dump(mode="json"))
     queued = launched.state is RunState.QUEUED
     recorded = ctl.store.record_started(
         run_id,

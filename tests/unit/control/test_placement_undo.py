@@ -95,3 +95,42 @@ async def test_a_store_failing_after_launch_leaves_the_job_to_be_adopted_not_run
     assert len(Scripted.launched) == 1  # followed, never launched again
     assert ctl.store.get_run(run_id).state is RunState.PROVISIONING
     assert ctl.store.get_run(run_id).host == "local"
+
+
+class RecordsItsHandle(Scripted):
+    """A backend that hands its final handle to ``on_handle`` before it returns (as the shim's
+    does once its tasks answer)."""
+
+    async def launch(
+        self,
+        plan: Offer,
+        job: JobSpec,
+        snap: Snapshot,
+        image: str | None,
+        obs: Observer,
+        on_handle: Callable[[Handle], None],
+    ) -> Launched:
+        launched = await super().launch(plan, job, snap, image, obs, on_handle)
+        on_handle(launched.handle)
+        return launched
+
+
+async def test_a_handle_already_recorded_is_not_written_again(
+    ctl: Control, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store write per placement less (each is a commit, on the way of every sweep entry)."""
+    monkeypatch.setitem(BACKENDS, "local", RecordsItsHandle)
+    run_id = _queued_run(ctl)
+    real = ctl.store.update_attempt
+    handles: list[object] = []
+
+    def counted(run: str, attempt: int, **kw: object) -> None:
+        if "handle" in kw:
+            handles.append(kw["handle"])
+        real(run, attempt, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ctl.store, "update_attempt", counted)
+    await relaunch(ctl, run_id)
+    assert len(handles) == 1, handles
+    (att,) = ctl.store.attempts(run_id)
+    assert att.handle == handles[0] and ctl.store.get_run(run_id).state is RunState.RUNNING
