@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +15,18 @@ import pytest
 pytest_plugins = ["tests.testbed", "tests.browser", "tests.tiertimes"]
 
 _TESTS = Path(__file__).parent
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The signals a terminal sends take their usual course in the tests and what they start,
+    however the suite was started: a shell's background job ignores SIGINT and SIGQUIT, and
+    ``nohup`` SIGHUP; each process inherits that, and the tests of Ctrl-C and hang-ups failed
+    (a `tcl repl` that Ctrl-C did not stop, a SIGHUP relayed to a command that ignored it)."""
+    del config
+    for sig in (signal.SIGINT, signal.SIGQUIT, signal.SIGHUP):
+        if signal.getsignal(sig) is signal.SIG_IGN:
+            default = signal.default_int_handler if sig is signal.SIGINT else signal.SIG_DFL
+            signal.signal(sig, default)
 
 
 # Under pytest-xdist (`scripts/test.sh` runs `-n N --dist loadgroup`) a worker takes whole
