@@ -85,8 +85,14 @@ class StopSignals:
         for sig, previous in self._previous.items():
             signal.signal(sig, previous)
         if self.got and exc[0] is None:
-            signal.signal(self.got[0], signal.SIG_DFL)
-            signal.raise_signal(self.got[0])  # ends as a signalled process does, for its parent
+            # a handler of the process's own (coverage's, which saves its data on SIGTERM) gets
+            # the signal next; with Python's Ctrl-C handler or none, the process ends by it,
+            # as a signalled process does, for its parent
+            sig = self.got[0]
+            previous = self._previous[sig]
+            if not callable(previous) or previous is signal.default_int_handler:
+                signal.signal(sig, signal.SIG_DFL)
+            signal.raise_signal(sig)
 
 
 async def _start_cli_forks(
