@@ -88,11 +88,11 @@ class StopSignals:
             # a handler of the process's own (coverage's, which saves its data on SIGTERM) gets
             # the signal next; with Python's Ctrl-C handler or none, the process ends by it,
             # as a signalled process does, for its parent
-            sig = self.got[0]
-            previous = self._previous[sig]
-            if not callable(previous) or previous is signal.default_int_handler:
-                signal.signal(sig, signal.SIG_DFL)
-            signal.raise_signal(sig)
+            got = signal.Signals(self.got[0])
+            before = self._previous[got]
+            if not callable(before) or before is signal.default_int_handler:
+                signal.signal(got, signal.SIG_DFL)
+            signal.raise_signal(got)
 
 
 async def _start_cli_forks(
