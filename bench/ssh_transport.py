@@ -2,10 +2,11 @@
 SSH transport tcl uses (asyncssh, in the control plane's Python process) against OpenSSH's
 ``ssh``, on the same sshd (127.0.0.1:2222, scripts/testbed/ssh-up.sh), in the same run.
 
-- ``ssh HOST head -c N /dev/zero`` read by this process: OpenSSH's client, in C (the issue's
-  baseline for log throughput is ``ssh host cmd | cat``);
+- ``ssh HOST cat FILE`` (N random bytes: nothing a negotiated compression could shrink) read by
+  this process: OpenSSH's client, in C (the issue's baseline for log throughput is
+  ``ssh host cmd | cat``);
 - the same command's stdout through tcl's ``SshPool`` (an asyncssh channel);
-- a TCP server on the host sending N bytes, read through ``SshPool.forward`` (the tunnel that
+- a TCP server on the host sending N random bytes, read through ``SshPool.forward`` (the tunnel that
   carries a shim's and a runner's HTTP: every log page and every code upload).
 
 For each: MB/s from the first byte to the last, and the CPU seconds per MB of the processes
@@ -23,6 +24,7 @@ import os
 import socket
 import statistics
 import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -53,7 +55,7 @@ def zero_server(total: int) -> Iterator[int]:
     """A TCP server on 127.0.0.1 (the host: sshd runs here) that sends ``total`` bytes to each
     connection, then closes it."""
     srv = socket.create_server(("127.0.0.1", 0))
-    block = bytes(CHUNK)
+    block = os.urandom(CHUNK)  # repeated: beyond any compressor's window
     done = threading.Event()
 
     def serve() -> None:
@@ -76,10 +78,10 @@ def zero_server(total: int) -> Iterator[int]:
         srv.close()
 
 
-def openssh(keys: Path, total: int) -> tuple[float, float]:
+def openssh(keys: Path, data: Path, total: int) -> tuple[float, float]:
     """MB/s and the ``ssh`` client's CPU seconds per MB."""
     argv = ["ssh", "-F", str(keys / "ssh_config"), "-p", "2222", "127.0.0.1"]
-    proc = subprocess.Popen([*argv, f"head -c {total} /dev/zero"], stdout=subprocess.PIPE)
+    proc = subprocess.Popen([*argv, f"cat {data}"], stdout=subprocess.PIPE)
     assert proc.stdout is not None
     got, t0 = 0, 0.0
     while chunk := os.read(proc.stdout.fileno(), CHUNK):
@@ -93,12 +95,14 @@ def openssh(keys: Path, total: int) -> tuple[float, float]:
     return mb / took, (usage.ru_utime + usage.ru_stime) / mb
 
 
-async def asyncssh_stdout(pool: SshPool, target: SshTarget, total: int) -> tuple[float, float]:
+async def asyncssh_stdout(
+    pool: SshPool, target: SshTarget, data: Path, total: int
+) -> tuple[float, float]:
     """MB/s and this process's CPU seconds per MB: the command's stdout on an asyncssh
     channel."""
     conn = await pool.connection(target)
     cpu0 = time.process_time()
-    async with conn.create_process(f"head -c {total} /dev/zero", encoding=None) as proc:
+    async with conn.create_process(f"cat {data}", encoding=None) as proc:
         got, t0 = 0, 0.0
         while chunk := await proc.stdout.read(CHUNK):
             if not got:
@@ -130,7 +134,9 @@ async def asyncssh_forward(
     return mb / took, (time.process_time() - cpu0) / mb
 
 
-async def measure(keys: Path, total: int, reps: int) -> dict[str, list[tuple[float, float]]]:
+async def measure(
+    keys: Path, data: Path, total: int, reps: int
+) -> dict[str, list[tuple[float, float]]]:
     target = SshTarget(
         name="box",
         host="127.0.0.1",
@@ -144,10 +150,10 @@ async def measure(keys: Path, total: int, reps: int) -> dict[str, list[tuple[flo
     out: dict[str, list[tuple[float, float]]] = {"ssh": [], "asyncssh stdout": [], "forward": []}
     try:
         with zero_server(total) as port:
-            await asyncssh_forward(pool, target, port, CHUNK * 4)  # warm: connect, forward
+            await asyncssh_forward(pool, target, port, total)  # warm: connect, forward
             for _ in range(reps):  # interleaved
-                out["ssh"].append(await asyncio.to_thread(openssh, keys, total))
-                out["asyncssh stdout"].append(await asyncssh_stdout(pool, target, total))
+                out["ssh"].append(await asyncio.to_thread(openssh, keys, data, total))
+                out["asyncssh stdout"].append(await asyncssh_stdout(pool, target, data, total))
                 out["forward"].append(await asyncssh_forward(pool, target, port, total))
     finally:
         await pool.close()
@@ -159,8 +165,13 @@ def main() -> None:
     ap.add_argument("--mb", type=int, default=256)
     ap.add_argument("--reps", type=int, default=3)
     args = ap.parse_args()
-    with sshd() as keys:
-        results = asyncio.run(measure(keys, args.mb * CHUNK, args.reps))
+    total = args.mb * CHUNK
+    with sshd() as keys, tempfile.TemporaryDirectory(prefix="tcl-bench-transport-") as tmp:
+        data = Path(tmp) / "random.bin"
+        with open(data, "wb") as f:
+            for _ in range(args.mb):
+                f.write(os.urandom(CHUNK))
+        results = asyncio.run(measure(keys, data, total, args.reps))
     med = {}
     for what, runs in results.items():
         rate = statistics.median(r for r, _ in runs)
