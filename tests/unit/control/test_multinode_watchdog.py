@@ -57,6 +57,9 @@ class Scripted(Backend):
     launched: ClassVar[list[JobSpec]] = []
     released: ClassVar[list[int]] = []
     dumps: ClassVar[list[bool]] = []  # each stop's dump_stacks
+    # hand the launched handle to ``on_handle`` before returning (as the shim's backend does
+    # once its tasks answer)
+    records_handle: ClassVar[bool] = False
 
     async def offers(self, req: Request, hosts: Sequence[str]) -> Offers:
         return Offers(
@@ -81,7 +84,10 @@ class Scripted(Backend):
         on_handle: Callable[[Handle], None],
     ) -> Launched:
         self.launched.append(job)
-        return Launched(TwoNodes(kind="local", gen=len(self.launched)), [[], []])
+        launched = Launched(TwoNodes(kind="local", gen=len(self.launched)), [[], []])
+        if self.records_handle:
+            on_handle(launched.handle)
+        return launched
 
     def dry_run(self, plan: Offer, job: JobSpec, image: str | None) -> str:
         return ""
