@@ -124,40 +124,40 @@ class Bed:
 
 
 @contextmanager
+def ssh_box() -> Iterator[Path]:
+    """The key-only sshd on 127.0.0.1:2222 (scripts/testbed/ssh-up.sh, no netns hosts), brought
+    up fresh and taken down after; yields its dir (keys, ``ssh_config``, ``known_hosts``)."""
+    env = {**os.environ, "BASE": SSH_BASE, "N": "0"}
+    down = ["bash", str(REPO / "scripts/testbed/ssh-down.sh")]
+    subprocess.run(down, env=env, check=False, capture_output=True)
+    up = ["bash", str(REPO / "scripts/testbed/ssh-up.sh")]
+    subprocess.run(up, env=env, check=True, capture_output=True)
+    try:
+        yield Path(SSH_BASE) / "ssh"
+    finally:
+        subprocess.run(down, env=env, check=False, capture_output=True)
+
+
+@contextmanager
 def testbed(executor: str = "docker") -> Iterator[Bed]:
     """The sshd host ``box`` with a shim; jobs in the runner image (``docker``) or as processes
     of the host (``process``: tcl's venv, shared with this checkout)."""
-    env = {**os.environ, "BASE": SSH_BASE, "N": "0"}
-    subprocess.run(
-        ["bash", str(REPO / "scripts/testbed/ssh-down.sh")],
-        env=env,
-        check=False,
-        capture_output=True,
-    )
-    subprocess.run(
-        ["bash", str(REPO / "scripts/testbed/ssh-up.sh")], env=env, check=True, capture_output=True
-    )
-    root = Path(tempfile.mkdtemp(prefix="tcl-bench-control."))
-    bed = Bed(root, runner_image() if executor == "docker" else "", executor)
-    try:
-        bed.tcl("host", "setup", "box")
-        yield bed
-    finally:
+    with ssh_box():
+        root = Path(tempfile.mkdtemp(prefix="tcl-bench-control."))
+        bed = Bed(root, runner_image() if executor == "docker" else "", executor)
         try:
-            bed.cleanup_runs()
+            bed.tcl("host", "setup", "box")
+            yield bed
         finally:
-            stop_daemon(bed.home / "state" / "serve")
-            pid = bed.shim_dir / "shim.pid"
-            if pid.exists():
-                with suppress(ProcessLookupError):
-                    os.kill(int(pid.read_text()), 15)
-            subprocess.run(
-                ["bash", str(REPO / "scripts/testbed/ssh-down.sh")],
-                env=env,
-                check=False,
-                capture_output=True,
-            )
-            shutil.rmtree(root, ignore_errors=True)
+            try:
+                bed.cleanup_runs()
+            finally:
+                stop_daemon(bed.home / "state" / "serve")
+                pid = bed.shim_dir / "shim.pid"
+                if pid.exists():
+                    with suppress(ProcessLookupError):
+                        os.kill(int(pid.read_text()), 15)
+                shutil.rmtree(root, ignore_errors=True)
 
 
 def time_to_line(argv: list[str], env: dict[str, str], cwd: Path, want: str) -> float:

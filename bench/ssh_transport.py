@@ -31,23 +31,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from bench._controllib import REPO, SSH_BASE
+from bench._controllib import ssh_box
 from tcl.control.transport.ssh import SshPool, SshTarget
 
 CHUNK = 1 << 20
-
-
-@contextmanager
-def sshd() -> Iterator[Path]:
-    env = {**os.environ, "BASE": SSH_BASE, "N": "0"}
-    down = ["bash", str(REPO / "scripts/testbed/ssh-down.sh")]
-    subprocess.run(down, env=env, check=False, capture_output=True)
-    up = ["bash", str(REPO / "scripts/testbed/ssh-up.sh")]
-    subprocess.run(up, env=env, check=True, capture_output=True)
-    try:
-        yield Path(SSH_BASE) / "ssh"
-    finally:
-        subprocess.run(down, env=env, check=False, capture_output=True)
 
 
 @contextmanager
@@ -166,7 +153,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3)
     args = ap.parse_args()
     total = args.mb * CHUNK
-    with sshd() as keys, tempfile.TemporaryDirectory(prefix="tcl-bench-transport-") as tmp:
+    with ssh_box() as keys, tempfile.TemporaryDirectory(prefix="tcl-bench-transport-") as tmp:
         data = Path(tmp) / "random.bin"
         with open(data, "wb") as f:
             for _ in range(args.mb):

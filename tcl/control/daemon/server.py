@@ -69,7 +69,7 @@ class StopSignals:
     SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
     def __init__(self) -> None:
-        self.got: list[int] = []
+        self.got: signal.Signals | None = None  # the first one
         self.stop: Callable[[], None] | None = None
 
     def __enter__(self) -> StopSignals:
@@ -77,22 +77,21 @@ class StopSignals:
         return self
 
     def _handle(self, sig: int, _frame: FrameType | None) -> None:
-        self.got.append(sig)
+        self.got = self.got or signal.Signals(sig)
         if self.stop is not None:
             self.stop()
 
     def __exit__(self, *exc: object) -> None:
         for sig, previous in self._previous.items():
             signal.signal(sig, previous)
-        if self.got and exc[0] is None:
+        if self.got is not None and exc[0] is None:
             # a handler of the process's own (coverage's, which saves its data on SIGTERM) gets
             # the signal next; with Python's Ctrl-C handler or none, the process ends by it,
             # as a signalled process does, for its parent
-            got = signal.Signals(self.got[0])
-            before = self._previous[got]
+            before = self._previous[self.got]
             if not callable(before) or before is signal.default_int_handler:
-                signal.signal(got, signal.SIG_DFL)
-            signal.raise_signal(got)
+                signal.signal(self.got, signal.SIG_DFL)
+            signal.raise_signal(self.got)
 
 
 async def _start_cli_forks(
@@ -145,7 +144,7 @@ async def serve(
                 loop.call_soon_threadsafe(d.shutdown.set)
 
         signals.stop = stop
-        if signals.got:
+        if signals.got is not None:
             d.shutdown.set()
     stopping = asyncio.Event()
     d.supervisor = Supervisor(stopping)
