@@ -3,12 +3,18 @@ to the distributions it is lent (``tcl.runner.lend.link_dir``). The baseline, in
 the first one a process makes (it reads every distribution's metadata and file list, as each job
 start did before the read was kept for the process); then each job's own.
 
+That first read is also every runner fork server's start (it reads it before it forks any
+runner), run under coverage for every shim the tests start. Its file lists: read from each
+``RECORD``'s text now, against ``dist.files`` (one ``PackagePath`` a file, as before), the
+baseline, in the same run: ``ratio top-level read``.
+
     uv run python -m bench.runner_lend [--jobs 20]
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import statistics
 import tempfile
 import time
@@ -39,6 +45,31 @@ def main() -> None:
         print(f"first link dir of a process (metadata read): {first * 1e3:.1f} ms ({n} links)")
         print(f"each job's link dir after it: median {job * 1e3:.2f} ms")
         print(f"ratio job/first: {job / first:.3f}")
+    dists = lend.distributions_needed(tops)
+    listed, recorded = [], []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        old = [_listed_tops(d) for d in dists]
+        listed.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        new = [lend._top_level(d) for d in dists]
+        recorded.append(time.perf_counter() - t0)
+        assert new == old
+    was, now = statistics.median(listed), statistics.median(recorded)
+    print(f"top-level paths of {len(dists)} distributions: from dist.files {was * 1e3:.1f} ms")
+    print(f"from RECORD's text: {now * 1e3:.1f} ms")
+    print(f"ratio top-level read: {now / was:.3f}")
+
+
+def _listed_tops(dist: importlib.metadata.Distribution) -> set[Path]:
+    """The baseline: each file of ``dist.files`` as a ``PackagePath``, its first part kept."""
+    out = set()
+    for f in dist.files or []:
+        top = Path(str(f)).parts[0]
+        if top in ("..", "__pycache__") or top.endswith((".dist-info", ".data", ".pth")):
+            continue
+        out.add(Path(str(dist.locate_file(top))))
+    return out
 
 
 if __name__ == "__main__":

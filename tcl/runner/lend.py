@@ -18,6 +18,8 @@ from pathlib import Path
 
 _REQUIREMENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _FOR_AN_EXTRA = re.compile(r";.*\bextra\s*==")
+# a RECORD line's path up to its first separator (csv: a path with a comma is quoted)
+_RECORD_TOP = re.compile(r'^(?:"([^"/\\\r\n]+)|([^"/\\,\r\n]+))', re.MULTILINE)
 
 
 def distributions_needed(tops: Sequence[str]) -> list[importlib.metadata.Distribution]:
@@ -43,18 +45,24 @@ def distributions_needed(tops: Sequence[str]) -> list[importlib.metadata.Distrib
     return sorted(found.values(), key=lambda d: d.metadata["Name"].lower())
 
 
+def _installed_tops(dist: importlib.metadata.Distribution) -> set[str]:
+    """The first part of each path ``dist`` installed (relative to site-packages): from its
+    ``RECORD``'s first column, read as text by one regex, not from ``dist.files``, whose one
+    ``PackagePath`` a file cost ~0.1 s a process for JAX & co.'s ~20,000 files."""
+    text = dist.read_text("RECORD")
+    if text is None:  # not installed from a wheel (an egg-info): what it lists, however
+        return {Path(str(f)).parts[0] for f in dist.files or [] if str(f)}
+    return {quoted or plain for quoted, plain in _RECORD_TOP.findall(text)}
+
+
 def _top_level(dist: importlib.metadata.Distribution) -> set[Path]:
     """The paths in site-packages that ``dist`` installed at its top (packages, modules, the
     shared libraries some wheels bring along), never its metadata or scripts."""
-    out: set[Path] = set()
-    for f in dist.files or []:
-        parts = Path(str(f)).parts
-        if not parts or parts[0] == ".." or parts[0].endswith((".dist-info", ".data")):
-            continue
-        if parts[0] == "__pycache__" or parts[0].endswith(".pth"):
-            continue
-        out.add(Path(str(dist.locate_file(parts[0]))))
-    return out
+    return {
+        Path(str(dist.locate_file(top)))
+        for top in _installed_tops(dist)
+        if top not in ("..", "__pycache__") and not top.endswith((".dist-info", ".data", ".pth"))
+    }
 
 
 @functools.cache

@@ -32,3 +32,44 @@ def test_each_job_s_link_dir_reads_the_metadata_once_a_process(
     assert sorted(p.name for p in second.iterdir()) == names
     assert [(second / n).resolve() for n in names] == [(first / n).resolve() for n in names]
     assert asked == []
+
+
+def _listed_tops(dist: importlib.metadata.Distribution) -> set[Path]:
+    """What ``dist.files`` says (one ``PackagePath`` a file, as lend read it before)."""
+    out = set()
+    for f in dist.files or []:
+        top = Path(str(f)).parts[0]
+        if top in ("..", "__pycache__") or top.endswith((".dist-info", ".data", ".pth")):
+            continue
+        out.add(Path(str(dist.locate_file(top))))
+    return out
+
+
+@pytest.mark.parametrize("name", ["jaxlib", "numpy", "pyyaml", "flax"])
+def test_the_top_level_paths_are_those_the_file_list_names(name: str) -> None:
+    """Read from RECORD's text, not ``dist.files``: the same paths, for wheels of thousands of
+    files (jaxlib's shared libraries at its top among them) and of a few."""
+    dist = importlib.metadata.distribution(name)
+    assert lend._top_level(dist) == _listed_tops(dist) != set()
+
+
+def test_a_record_s_quoted_odd_and_excluded_paths(tmp_path: Path) -> None:
+    info = tmp_path / "pkg-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: pkg\nVersion: 1.0\n")
+    (info / "RECORD").write_text(
+        "pkg/__init__.py,sha256=abc,10\n"
+        "pkg/sub/mod.py,,\n"
+        '"odd,name.py",sha256=def,3\n'
+        '"quoted/with,comma.py",,\n'
+        "lib.so,,\n"
+        "pkg-1.0.dist-info/METADATA,,\n"
+        "pkg-1.0.data/scripts/tool,,\n"
+        "../../bin/tool,,\n"
+        "__pycache__/lib.cpython-311.pyc,,\n"
+        "pkg.pth,,\n"
+    )
+    dist = importlib.metadata.PathDistribution(info)
+    tops = {p.name for p in lend._top_level(dist)}
+    assert tops == {"pkg", "odd,name.py", "quoted", "lib.so"}
+    assert lend._top_level(dist) == _listed_tops(dist)
