@@ -25,86 +25,21 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import (
-    JSON,
-    Engine,
-    Float,
-    Index,
-    Integer,
-    String,
-    UniqueConstraint,
-    create_engine,
-    event,
-    func,
-    select,
-    update,
-)
+from sqlalchemy import func, select, update
 from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.orm import Mapped, Session, mapped_column
+from sqlalchemy.orm import Session
 
 from tcl.control.errors import StoreError, SweepError
-from tcl.control.store import Store, TableBase, new_run_id
+from tcl.control.store import Store, new_run_id
 from tcl.control.sweep.model import REQUEUE_FROM, TRANSITIONS, Entry, EntryState, Matrix
-
-_HELD = [EntryState.CLAIMED.value, EntryState.RUNNING.value]
-NAME_CHARS = 64  # a scheduler's name, as each entry records its last claimer
-
-
-class MatrixRow(TableBase):
-    __tablename__ = "tcl_matrices"
-
-    name: Mapped[str] = mapped_column(String(128), primary_key=True)
-    spec: Mapped[dict[str, Any]] = mapped_column(JSON)
-    created_at: Mapped[float] = mapped_column(Float)
-
-
-class EntryRow(TableBase):
-    __tablename__ = "tcl_matrix_entries"
-    __table_args__ = (
-        UniqueConstraint("matrix", "job_id", name="uq_tcl_entry_job"),
-        Index("ix_tcl_entry_claim", "state", "priority", "id"),
-        Index("ix_tcl_entry_lease", "lease_owner"),
-    )
-
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    matrix: Mapped[str] = mapped_column(String(128), index=True)
-    job_id: Mapped[str] = mapped_column(String(256))
-    fields: Mapped[dict[str, Any]] = mapped_column(JSON)
-    state: Mapped[str] = mapped_column(String(16))
-    priority: Mapped[int] = mapped_column(Integer, default=0)
-    not_before: Mapped[float] = mapped_column(Float, default=0.0)
-    lease_owner: Mapped[str | None] = mapped_column(String(64), nullable=True)
-    lease_expires: Mapped[float | None] = mapped_column(Float, nullable=True)
-    claims: Mapped[int] = mapped_column(Integer, default=0)
-    run_id: Mapped[str | None] = mapped_column(String(128), nullable=True)
-    last_error: Mapped[str] = mapped_column(String(2048), default="")
-    created_at: Mapped[float] = mapped_column(Float)
-    updated_at: Mapped[float] = mapped_column(Float)
-    started_at: Mapped[float | None] = mapped_column(Float, nullable=True)
-    ended_at: Mapped[float | None] = mapped_column(Float, nullable=True)
-    # v4: the name of the scheduler that claimed it last (kept after its lease ends)
-    scheduler: Mapped[str] = mapped_column(String(NAME_CHARS), default="", server_default="")
-
-
-def _entry(r: EntryRow) -> Entry:
-    return Entry(
-        r.id,
-        r.matrix,
-        r.job_id,
-        dict(r.fields),
-        EntryState(r.state),
-        r.priority,
-        r.not_before,
-        r.lease_owner,
-        r.lease_expires,
-        r.claims,
-        r.run_id,
-        r.last_error,
-        r.created_at,
-        r.started_at,
-        r.ended_at,
-        r.scheduler,
-    )
+from tcl.control.sweep.tables import (
+    HELD,
+    NAME_CHARS,
+    EntryRow,
+    MatrixRow,
+    entry_of,
+    immediate_engine,
+)
 
 
 @dataclass(frozen=True)
@@ -118,26 +53,6 @@ class NewEntry:
 class Added:
     added: int
     existing: int  # entries whose job_id the matrix had already (left as they were)
-
-
-def _immediate_engine(url: str) -> Engine:
-    """A SQLite engine whose every transaction is ``BEGIN IMMEDIATE`` (SQLAlchemy's documented
-    recipe: pysqlite's own implicit BEGIN turned off, the BEGIN emitted here)."""
-    engine = create_engine(url, future=True)
-
-    @event.listens_for(engine, "connect")
-    def _connect(dbapi_conn: Any, _record: Any) -> None:
-        dbapi_conn.isolation_level = None
-        cur = dbapi_conn.cursor()
-        cur.execute("PRAGMA busy_timeout=30000")
-        cur.execute("PRAGMA foreign_keys=ON")
-        cur.close()
-
-    @event.listens_for(engine, "begin")
-    def _begin(conn: Any) -> None:
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
-
-    return engine
 
 
 # What a matrix's entries run: the same for every entry of one matrix (a re-add may not change
@@ -156,7 +71,7 @@ class SweepQueue:
         self.store = store
         store.ensure_tables()
         self._sqlite = store.engine.dialect.name == "sqlite"
-        self._writer = _immediate_engine(store.url) if self._sqlite else store.engine
+        self._writer = immediate_engine(store.url) if self._sqlite else store.engine
 
     def close(self) -> None:
         if self._writer is not self.store.engine:
@@ -260,19 +175,19 @@ class SweepQueue:
                 q = q.where(EntryRow.state.in_([st.value for st in states]))
             if limit is not None:
                 q = q.limit(limit)
-            return [_entry(r) for r in s.scalars(q)]
+            return [entry_of(r) for r in s.scalars(q)]
 
     def entry(self, entry_id: int) -> Entry:
         with self._read() as s:
             row = s.get(EntryRow, entry_id)
             if row is None:
                 raise SweepError(f"no matrix entry {entry_id}")
-            return _entry(row)
+            return entry_of(row)
 
     def pending(self) -> int:
         """Entries queued or held (what keeps a scheduler busy)."""
         with self._read() as s:
-            q = select(func.count()).where(EntryRow.state.in_([EntryState.QUEUED.value, *_HELD]))
+            q = select(func.count()).where(EntryRow.state.in_([EntryState.QUEUED.value, *HELD]))
             return int(s.execute(q).scalar_one())
 
     # claims and leases ---------------------------------------------------------------------
@@ -314,7 +229,7 @@ class SweepQueue:
             .execution_options(synchronize_session=False)
         )
         with self._write() as s:
-            rows = [_entry(r) for r in s.scalars(stmt)]
+            rows = [entry_of(r) for r in s.scalars(stmt)]
         return sorted(rows, key=lambda e: (-e.priority, e.id))
 
     def heartbeat(self, owner: str, lease_s: float, ids: Collection[int] | None = None) -> set[int]:
@@ -323,7 +238,7 @@ class SweepQueue:
         still holds (an entry missing from them was reaped, cancelled or taken: its holder
         must let it go)."""
         now = time.time()
-        where = [EntryRow.lease_owner == owner, EntryRow.state.in_(_HELD)]
+        where = [EntryRow.lease_owner == owner, EntryRow.state.in_(HELD)]
         if ids is not None:
             if not ids:
                 return set()
@@ -344,7 +259,7 @@ class SweepQueue:
         now = time.time()
         stmt = (
             update(EntryRow)
-            .where(EntryRow.state.in_(_HELD), EntryRow.lease_expires < now)
+            .where(EntryRow.state.in_(HELD), EntryRow.lease_expires < now)
             .values(
                 state=EntryState.QUEUED.value,
                 lease_owner=None,
@@ -426,7 +341,7 @@ class SweepQueue:
                 row.run_id = new_run_id(f"{name}-{row.job_id}")
                 row.started_at = row.ended_at = None
                 row.updated_at = now
-            return [_entry(r) for r in rows]
+            return [entry_of(r) for r in rows]
 
     def cancel(self, name: str) -> list[Entry]:
         """Every live entry cancelled, in one transaction; returns each as it was before (those
@@ -434,7 +349,7 @@ class SweepQueue:
         heartbeat."""
         now = time.time()
         with self._write() as s:
-            live = [EntryState.QUEUED.value, *_HELD]
+            live = [EntryState.QUEUED.value, *HELD]
             rows = list(
                 s.scalars(
                     select(EntryRow)
@@ -442,7 +357,7 @@ class SweepQueue:
                     .with_for_update()
                 )
             )
-            was = [_entry(r) for r in rows]
+            was = [entry_of(r) for r in rows]
             for row in rows:
                 row.state = EntryState.CANCELLED.value
                 row.lease_owner = row.lease_expires = None

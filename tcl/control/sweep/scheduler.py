@@ -50,9 +50,10 @@ from tcl.control.service import Control
 from tcl.control.sweep.admission import Admission
 from tcl.control.sweep.model import Entry, EntryState, error_line
 from tcl.control.sweep.placing import TRACE, EntryPlacer
-from tcl.control.sweep.queue import NAME_CHARS, SweepQueue
+from tcl.control.sweep.queue import SweepQueue
 from tcl.control.sweep.runhold import RunHold
 from tcl.control.sweep.storeretry import StoreRetry
+from tcl.control.sweep.tables import NAME_CHARS
 from tcl.control.sweep.turns import PriorityTurns
 from tcl.control.sweep.watching import EntryWatcher, RunOwner
 

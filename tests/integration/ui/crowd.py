@@ -16,7 +16,7 @@ from tcl.control.states import AttemptCause, RunState
 from tcl.control.store import RunRow, Store
 from tcl.control.store.tables import AttemptRow
 from tcl.control.sweep.model import EntryState
-from tcl.control.sweep.queue import EntryRow, MatrixRow
+from tcl.control.sweep.tables import EntryRow, MatrixRow
 from tcl.runner.api import Event, EventKind, LogStream, RunnerState
 
 RUNS = 2000

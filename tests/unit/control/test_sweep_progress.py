@@ -13,7 +13,8 @@ from tcl.control.errors import SweepError
 from tcl.control.runrequest import RunRequest
 from tcl.control.sweep.model import EntryState
 from tcl.control.sweep.progress import export, iso, last_line, summary
-from tcl.control.sweep.queue import EntryRow, NewEntry, SweepQueue
+from tcl.control.sweep.queue import NewEntry, SweepQueue
+from tcl.control.sweep.tables import EntryRow
 
 T0 = 1_780_000_000.0  # 2026-05-28T20:26:40Z
 OWNER = "sched-1"
