@@ -359,6 +359,7 @@ class ShimBackend(Backend):
         try:
             obs.status("waiting for the runner")
             await wait_runner(runner, functools.partial(task_ended, host, task.id))
+            obs.status("handing the job to the runner")
             # one request when the host's code cache has the tree (every sweep entry after
             # the first, every re-submit): submit, the tree, run
             state = await runner.start(job)
