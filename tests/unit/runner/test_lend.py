@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.runner_lend import listed_tops
 from tcl.runner import lend
 
 
@@ -34,23 +35,12 @@ def test_each_job_s_link_dir_reads_the_metadata_once_a_process(
     assert asked == []
 
 
-def _listed_tops(dist: importlib.metadata.Distribution) -> set[Path]:
-    """What ``dist.files`` says (one ``PackagePath`` a file, as lend read it before)."""
-    out = set()
-    for f in dist.files or []:
-        top = Path(str(f)).parts[0]
-        if top in ("..", "__pycache__") or top.endswith((".dist-info", ".data", ".pth")):
-            continue
-        out.add(Path(str(dist.locate_file(top))))
-    return out
-
-
 @pytest.mark.parametrize("name", ["jaxlib", "numpy", "pyyaml", "flax"])
 def test_the_top_level_paths_are_those_the_file_list_names(name: str) -> None:
     """Read from RECORD's text, not ``dist.files``: the same paths, for wheels of thousands of
     files (jaxlib's shared libraries at its top among them) and of a few."""
     dist = importlib.metadata.distribution(name)
-    assert lend._top_level(dist) == _listed_tops(dist) != set()
+    assert lend._top_level(dist) == listed_tops(dist) != set()
 
 
 def test_a_record_s_quoted_odd_and_excluded_paths(tmp_path: Path) -> None:
@@ -72,4 +62,4 @@ def test_a_record_s_quoted_odd_and_excluded_paths(tmp_path: Path) -> None:
     dist = importlib.metadata.PathDistribution(info)
     tops = {p.name for p in lend._top_level(dist)}
     assert tops == {"pkg", "odd,name.py", "quoted", "lib.so"}
-    assert lend._top_level(dist) == _listed_tops(dist)
+    assert lend._top_level(dist) == listed_tops(dist)
