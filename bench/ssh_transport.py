@@ -38,7 +38,7 @@ CHUNK = 1 << 20
 
 
 @contextmanager
-def zero_server(total: int) -> Iterator[int]:
+def random_server(total: int) -> Iterator[int]:
     """A TCP server on 127.0.0.1 (the host: sshd runs here) that sends ``total`` bytes to each
     connection, then closes it."""
     srv = socket.create_server(("127.0.0.1", 0))
@@ -136,7 +136,7 @@ async def measure(
     pool = SshPool()
     out: dict[str, list[tuple[float, float]]] = {"ssh": [], "asyncssh stdout": [], "forward": []}
     try:
-        with zero_server(total) as port:
+        with random_server(total) as port:
             await asyncssh_forward(pool, target, port, total)  # warm: connect, forward
             for _ in range(reps):  # interleaved
                 out["ssh"].append(await asyncio.to_thread(openssh, keys, data, total))
